@@ -1,0 +1,15 @@
+"""Errors that reach the user as one clear line and a documented exit code."""
+
+from __future__ import annotations
+
+# Exit codes shared by every command (documented in the README).
+EXIT_OK = 0
+EXIT_FAILED = 1  # the candidate is incorrect, or no correct kernel was found
+EXIT_USAGE = 2  # bad input or configuration: missing file, broken problem, bad flag
+EXIT_SHORT_OF_TARGET = 3  # `optimize`: correct, but short of the speed target
+
+
+class UserError(Exception):
+    """Bad input or configuration. The message is shown as is, on one line."""
+
+    exit_code = EXIT_USAGE

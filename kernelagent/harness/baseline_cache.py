@@ -1,0 +1,68 @@
+"""On-disk cache of baseline timings (eager and torch.compile), so that a second candidate
+for the same problem neither recompiles nor re-times them.
+
+Keyed by the problem's content hash, the GPU, the driver, torch, triton and python
+versions, and every timing setting (seeds and so the input shapes and dtypes follow from
+the problem's content). Location: $KERNELAGENT_CACHE_DIR, else
+$XDG_CACHE_HOME/kernelagent, else ~/.cache/kernelagent; baselines live in `baselines/`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kernelagent.harness.config import EvalConfig
+
+CACHE_FORMAT = 1
+
+
+def default_cache_dir() -> Path:
+    if os.environ.get("KERNELAGENT_CACHE_DIR"):
+        return Path(os.environ["KERNELAGENT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kernelagent"
+
+
+class BaselineCache:
+    def __init__(self, cache_dir: str | Path | None = None):
+        self.root = Path(cache_dir) if cache_dir else default_cache_dir()
+        self.dir = self.root / "baselines"
+
+    def key(self, problem_sha256: str, fingerprint: dict[str, Any], config: EvalConfig) -> str:
+        parts = {
+            "format": CACHE_FORMAT,
+            "problem": problem_sha256,
+            "device": fingerprint.get("gpu_name") or "cpu",
+            "driver": fingerprint.get("driver"),
+            "torch": fingerprint.get("torch"),
+            "triton": fingerprint.get("triton"),
+            "python": fingerprint.get("python"),
+            "timing": config.timing_key(),
+            "compile_modes": sorted(config.compile_modes),
+            "compile_on_cpu": config.compile_baseline_on_cpu,
+        }
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        path = self.dir / f"{key}.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and "timings" in data else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        """Atomic write: a reader never sees half a file."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump(value, f, indent=1, default=str)
+            os.replace(tmp, self.dir / f"{key}.json")
+        except OSError:
+            pass  # a cache that cannot be written only costs time

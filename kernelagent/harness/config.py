@@ -1,0 +1,98 @@
+"""Settings for one evaluation, and the per-dtype tolerance table.
+
+Everything here is plain data: it is pickled to the harness processes and hashed into
+cache keys, so it must stay importable without torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+# (atol, rtol) by the reference output's dtype. fp32 is held at 1e-4 so that a kernel
+# which silently drops to TF32 or bf16 cannot pass as fp32.
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (1e-2, 1e-2),
+}
+
+
+@dataclass
+class StageTimeouts:
+    """Hard wall-clock limits, in seconds, for each stage of one evaluation."""
+
+    start: float = 60.0  # fork the child, initialise the device, build the problem's inputs
+    load: float = 60.0  # import the candidate and construct ModelNew
+    compile: float = 120.0  # the first forward call (JIT compilation happens here)
+    correctness: float = 120.0  # all correctness trials
+    timing: float = 120.0  # the candidate's timing loop
+    baselines: float = 600.0  # eager + torch.compile baselines (compilation included)
+
+
+@dataclass
+class EvalConfig:
+    """What one evaluation does. Defaults are the documented, trusted settings."""
+
+    trials: int = 5
+    seed: int = 42  # inputs of trial i use seed + i; weights use `weight_seed`
+    weight_seed: int = 0
+    atol: float | None = None  # None: the problem's ATOL, else the dtype table
+    rtol: float | None = None
+    # Stages to run. compile_only stops after the first forward call.
+    compile_only: bool = False
+    timing: bool = True
+    baselines: bool = True
+    # torch.compile baseline modes. "default" always; "max-autotune-no-cudagraphs" on request.
+    compile_modes: tuple[str, ...] = ("default",)
+    # On the CPU, torch.compile needs a C++ toolchain and minutes per problem, and the
+    # numbers mean nothing there; skip it unless asked.
+    compile_baseline_on_cpu: bool = False
+    # Timing: warm up for at least this long, then measure for about target_ms.
+    warmup_ms: float = 25.0
+    target_ms: float = 200.0
+    min_reps: int = 5
+    max_reps: int = 1000
+    rotating_input_sets: int = 4  # fresh input sets cycled through the timed iterations
+    flush_l2: bool = True
+    # Re-check correctness on fresh inputs after the timing loop (defeats output caching).
+    post_timing_check: bool = True
+    # Also check on signed normal inputs (defeats kernels that exploit rand()'s [0, 1)).
+    alt_distribution: bool = True
+    # Use the problem's get_extra_inputs() as generalisation checks.
+    extra_inputs: bool = True
+    # CPU mode: prefer the problem's get_smoke_inputs() (small sizes for the interpreter).
+    smoke_inputs_on_cpu: bool = True
+    use_baseline_cache: bool = True
+    # Also run the candidate under torch.profiler and report its top kernels.
+    profile: bool = False
+    timeouts: StageTimeouts = field(default_factory=StageTimeouts)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "EvalConfig":
+        data = dict(data)
+        timeouts = StageTimeouts(**data.pop("timeouts", {}))
+        if "compile_modes" in data:
+            data["compile_modes"] = tuple(data["compile_modes"])
+        return cls(timeouts=timeouts, **data)
+
+    def timing_key(self) -> str:
+        """Hash of the settings that change a baseline timing (for the baseline cache)."""
+        relevant = {
+            k: getattr(self, k)
+            for k in ("seed", "weight_seed", "warmup_ms", "target_ms", "min_reps", "max_reps",
+                      "rotating_input_sets", "flush_l2", "smoke_inputs_on_cpu")
+        }
+        return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def tolerance_for(dtype_name: str, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    """The (atol, rtol) to use for an output of `dtype_name`; explicit values win."""
+    default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype_name, (1e-4, 1e-4))
+    return (default_atol if atol is None else atol, default_rtol if rtol is None else rtol)

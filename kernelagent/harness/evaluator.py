@@ -1,0 +1,258 @@
+"""The caller's side of the harness: `Evaluator.evaluate(problem, candidate_source)`.
+
+The caller's process never imports candidate code, never imports torch for an evaluation
+and never initialises CUDA. It starts the harness server (server.py) with a scrubbed
+environment, pinned to one device, sends it jobs, and enforces a hard overall deadline: a
+server that stops answering is killed and restarted, and the caller goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from kernelagent.harness import sandbox
+from kernelagent.harness.baseline_cache import BaselineCache
+from kernelagent.harness.config import EvalConfig
+from kernelagent.harness.result import EvalResult, Flag, Status, Timing
+from kernelagent.problem import Problem, candidate_static_problem, load_problem, sha256_text
+
+log = logging.getLogger(__name__)
+
+
+class HarnessStartError(RuntimeError):
+    """The harness server could not be started (no torch, broken install...)."""
+
+
+def _resolve_device(device: str) -> tuple[str, str | None]:
+    """('auto'|'cpu'|'cuda', CUDA_VISIBLE_DEVICES value or None)."""
+    device = (device or "auto").strip().lower()
+    if device in ("auto", "cpu", "cuda"):
+        return device, None
+    if device.startswith("cuda:") and device[5:].isdigit():
+        return "cuda", device[5:]
+    raise ValueError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
+
+
+class Evaluator:
+    """Evaluates candidates for problems, one at a time, on one device.
+
+    Use as a context manager, or call close(). Thread-safe (jobs are serialised).
+    """
+
+    def __init__(self, device: str = "auto", cache_dir: str | Path | None = None,
+                 isolation: str = "auto", start_timeout: float = 180.0):
+        self.requested_device, self.visible_devices = _resolve_device(device)
+        self.cache = BaselineCache(cache_dir)
+        self.isolation_requested = isolation
+        self.start_timeout = start_timeout
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self._fingerprint: dict[str, Any] | None = None
+        self._scratch_root: Path | None = None
+        self.isolation: dict[str, Any] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _server_env(self) -> dict[str, str]:
+        env = sandbox.scrubbed_environ()
+        if self.visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.visible_devices
+        if self.requested_device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        # Make this package importable by the server even when it is not installed.
+        package_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.pop("TRITON_INTERPRET", None)  # the server decides from the device it finds
+        return env
+
+    def start(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._scratch_root = sandbox.make_scratch_root()
+        parent_sock, child_sock = socket.socketpair()
+        cmd = [sys.executable, "-m", "kernelagent.harness.server", "--fd", str(child_sock.fileno()),
+               "--device", self.requested_device, "--scratch-root", str(self._scratch_root)]
+        prefix = None
+        if self.isolation_requested in ("auto", "bwrap"):
+            prefix = sandbox.bubblewrap_command(self._scratch_root)
+            if prefix is None and self.isolation_requested == "bwrap":
+                raise HarnessStartError("bubblewrap isolation was requested but `bwrap` is missing or cannot "
+                                        "create namespaces here")
+        self.isolation = {
+            "process": "one forked process per candidate; reference outputs in a separate process",
+            "sandbox": "bubblewrap (read-only root, private /tmp, no network)" if prefix else
+                       "none (bubblewrap unavailable): scrubbed environment, scratch cwd/HOME/TMPDIR",
+            "secrets_scrubbed": True,
+        }
+        log_path = self._scratch_root / "server.log"
+        with open(log_path, "ab") as server_log:
+            self._proc = subprocess.Popen((prefix or []) + cmd, env=self._server_env(), pass_fds=[child_sock.fileno()],
+                                          stdin=subprocess.DEVNULL, stdout=server_log, stderr=server_log,
+                                          start_new_session=True)
+        child_sock.close()
+        self._conn = Connection(parent_sock.detach())
+        if not self._conn.poll(self.start_timeout):
+            self._kill_server()
+            raise HarnessStartError(f"the harness server did not start within {self.start_timeout:.0f} s "
+                                    f"(log: {log_path})")
+        try:
+            hello = self._conn.recv()
+        except (EOFError, OSError):
+            tail = log_path.read_text(errors="replace")[-2000:]
+            self._kill_server()
+            raise HarnessStartError(f"the harness server exited at start:\n{tail}") from None
+        self._fingerprint = hello["fingerprint"]
+        if "error" in self._fingerprint:
+            log.warning("device probe: %s", self._fingerprint["error"])
+
+    def _kill_server(self) -> None:
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._proc.wait(timeout=10)
+        self._proc = None
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._proc is not None and self._proc.poll() is None:
+                try:
+                    self._conn.send({"op": "shutdown"})
+                    self._proc.wait(timeout=10)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._kill_server()
+            if self._scratch_root is not None:
+                sandbox.remove_tree(self._scratch_root)
+                self._scratch_root = None
+
+    # -- queries -----------------------------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        with self._lock:
+            self.start()
+            return dict(self._fingerprint or {})
+
+    # -- evaluation --------------------------------------------------------------------
+    def evaluate(self, problem: Problem | str | Path, candidate_source: str,
+                 config: EvalConfig | None = None) -> EvalResult:
+        """Evaluate `candidate_source` against `problem`. Never raises for a bad candidate;
+        raises ProblemError for a problem file that cannot be read or parsed."""
+        config = config or EvalConfig()
+        if not isinstance(problem, Problem):
+            problem = load_problem(problem)
+        started = time.monotonic()
+        base = EvalResult(status=Status.HARNESS_ERROR, problem=str(problem.path), problem_sha256=problem.sha256,
+                          candidate_sha256=sha256_text(candidate_source), config=config.to_dict(),
+                          seeds={"inputs": config.seed, "weights": config.weight_seed,
+                                 "trials": [config.seed + i for i in range(config.trials)]})
+        static = candidate_static_problem(candidate_source)
+        if static:
+            base.status, base.stage, base.reason = Status.COMPILE_ERROR, "load", static
+            base.stage_seconds["total"] = time.monotonic() - started
+            return base
+        with self._lock:
+            try:
+                self.start()
+            except HarnessStartError as exc:
+                base.reason = str(exc)
+                return base
+            base.fingerprint = dict(self._fingerprint or {})
+            base.isolation = dict(self.isolation)
+            cache_key = self.cache.key(problem.sha256, base.fingerprint, config)
+            cached = self.cache.get(cache_key) if config.use_baseline_cache else None
+            want_baselines = config.timing and config.baselines and not config.compile_only and cached is None
+            request = {"op": "evaluate", "id": base.candidate_sha256[:12], "config": config.to_dict(),
+                       "problem_source": problem.source, "candidate_source": candidate_source,
+                       "want_baselines": want_baselines}
+            reply = self._round_trip(request, self._deadline(config))
+        base.stage_seconds["start_to_reply"] = time.monotonic() - started
+        if reply is None:
+            base.status = Status.TIMEOUT
+            base.reason = ("the harness did not answer within its overall deadline; the server was killed and "
+                           "will be restarted")
+            return base
+        if "error" in reply:
+            base.reason = reply["error"]
+            return base
+        result = self._merge(base, reply["result"], cached, cache_key, config)
+        result.stage_seconds["total"] = time.monotonic() - started
+        return result
+
+    def _deadline(self, config: EvalConfig) -> float:
+        t = config.timeouts
+        return t.start + t.load + t.compile + 2 * t.correctness + 2 * t.timing + t.baselines + 60
+
+    def _round_trip(self, request: dict[str, Any], deadline_s: float) -> dict[str, Any] | None:
+        assert self._conn is not None
+        try:
+            self._conn.send(request)
+            if not self._conn.poll(deadline_s):
+                self._kill_server()
+                return None
+            return self._conn.recv()
+        except (EOFError, OSError) as exc:
+            self._kill_server()
+            return {"error": f"the harness server died ({exc}); it will be restarted for the next evaluation"}
+
+    def _merge(self, base: EvalResult, raw: dict[str, Any], cached: dict[str, Any] | None, cache_key: str,
+               config: EvalConfig) -> EvalResult:
+        data = base.to_dict()
+        baselines = raw.pop("baselines", None)
+        for key, value in raw.items():
+            if value is not None or key in ("stage",):
+                data[key] = value
+        result = EvalResult.from_dict(data)
+        result.stage_seconds.update({k: v for k, v in raw.get("stage_seconds", {}).items()})
+        if result.status != Status.CORRECT or not config.timing or not config.baselines:
+            return result
+        if cached is not None:
+            result.baselines_cached = True
+            timings = cached["timings"]
+        elif baselines is not None:
+            timings = baselines.get("timings", {})
+            for name, error in baselines.get("errors", {}).items():
+                result.flags.append(Flag("baseline-error", f"{name} baseline failed: {error[-400:]}", "info"))
+            for name, why in baselines.get("skipped", {}).items():
+                result.flags.append(Flag("baseline-skipped", why, "info"))
+            if timings and not baselines.get("errors") and config.use_baseline_cache:
+                self.cache.put(cache_key, {"timings": timings, "fingerprint": result.fingerprint,
+                                           "problem_sha256": result.problem_sha256})
+        else:
+            timings = {}
+        for name, t in timings.items():
+            result.timings[name] = Timing(**t)
+        candidate = result.timings.get("candidate")
+        if candidate and candidate.median_ms > 0:
+            for name, t in result.timings.items():
+                if name != "candidate":
+                    result.speedups[name] = t.median_ms / candidate.median_ms
+        return result
+
+
+def evaluate(problem: Problem | str | Path, candidate_source: str, config: EvalConfig | None = None,
+             device: str = "auto") -> EvalResult:
+    """One-shot convenience: start a harness, evaluate, shut it down."""
+    with Evaluator(device=device) as evaluator:
+        return evaluator.evaluate(problem, candidate_source, config)
+
+

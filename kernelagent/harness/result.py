@@ -1,0 +1,150 @@
+"""The verdict of one evaluation, as plain data (JSON in, JSON out)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT_VERSION = 1
+
+
+class Status:
+    """Why an evaluation ended. Strings, so that JSON stays readable."""
+
+    CORRECT = "correct"  # every trial passed (timing may still have been skipped)
+    COMPILED = "compiled"  # compile-only evaluation: loaded and ran its first call
+    INCORRECT = "incorrect"  # ran, but an output did not match the reference
+    COMPILE_ERROR = "compile_error"  # syntax error, import error, no ModelNew, first call failed
+    RUNTIME_ERROR = "runtime_error"  # raised during a correctness trial or timing
+    TIMEOUT = "timeout"  # a stage ran past its hard limit; the process group was killed
+    CRASHED = "crashed"  # the candidate's process died (signal, os._exit, CUDA fault)
+    REJECTED = "rejected"  # caught cheating: mutated inputs, bad outputs, banned code
+    BAD_PROBLEM = "bad_problem"  # the problem file itself is broken (user error, exit 2)
+    HARNESS_ERROR = "harness_error"  # our fault or the machine's, not the candidate's
+
+    PASSING = (CORRECT,)
+
+
+@dataclass
+class TrialResult:
+    name: str  # "trial 0", "signed-normal", "extra[1]", "post-timing"
+    seed: int
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    rel_l2_err: float | None = None
+    message: str = ""  # empty when passed; otherwise what a model can act on
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    min_ms: float
+    reps: int
+    meaningful: bool = True  # False on the CPU / Triton interpreter
+    note: str = ""
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.q3_ms - self.q1_ms
+
+
+@dataclass
+class Flag:
+    """Something the harness noticed. `kind` names the check or exploit class.
+
+    severity: "info" (reported only), "review" (suspicious: not counted as a pass until a
+    person looks), "reject" (the candidate is rejected).
+    """
+
+    kind: str
+    message: str
+    severity: str = "info"
+
+
+@dataclass
+class EvalResult:
+    status: str
+    reason: str = ""  # one or two lines, actionable
+    compiled: bool = False
+    correct: bool = False
+    stage: str | None = None  # the stage that ended it ("load", "compile", ...); None when done
+    trials: list[TrialResult] = field(default_factory=list)
+    timings: dict[str, Timing] = field(default_factory=dict)  # "candidate", "eager", "compile", ...
+    speedups: dict[str, float] = field(default_factory=dict)  # baseline name -> t_base / t
+    flags: list[Flag] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    # Top kernels from torch.profiler when profiling was asked for:
+    # [{"name", "total_ms", "calls", "share"}], largest first.
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    baselines_cached: bool = False
+    input_set: str = "main"  # "main", or "smoke" when the problem's small CPU inputs were used
+    device: str = ""
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    isolation: dict[str, Any] = field(default_factory=dict)
+    seeds: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    problem: str = ""
+    problem_sha256: str = ""
+    candidate_sha256: str = ""
+    log: str = ""  # the candidate process's output and any traceback (tail)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def passed(self) -> bool:
+        """Correct, and nothing flagged for review or rejection: counts as a win."""
+        return self.status == Status.CORRECT and not any(
+            f.severity in ("review", "reject") for f in self.flags)
+
+    @property
+    def speedup_eager(self) -> float | None:
+        return self.speedups.get("eager")
+
+    @property
+    def speedup_compile(self) -> float | None:
+        return self.speedups.get("compile")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        for name, timing in self.timings.items():
+            data["timings"][name]["iqr_ms"] = timing.iqr_ms
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
+        data = dict(data)
+        data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
+        data["timings"] = {
+            k: Timing(**{f: v for f, v in t.items() if f != "iqr_ms"})
+            for k, t in data.get("timings", {}).items()
+        }
+        data["flags"] = [Flag(**f) for f in data.get("flags", [])]
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def feedback(self) -> str:
+        """A compact account of the verdict, for a model to act on."""
+        lines = [f"status: {self.status}" + (f" (stage: {self.stage})" if self.stage else "")]
+        if self.reason:
+            lines.append(f"reason: {self.reason}")
+        failed = [t for t in self.trials if not t.passed]
+        if self.trials:
+            passed = sum(t.passed for t in self.trials)
+            lines.append(f"correctness: {passed}/{len(self.trials)} checks passed")
+        for trial in failed[:2]:
+            lines.append(f"  {trial.name} (seed {trial.seed}): {trial.message}")
+        for name, timing in self.timings.items():
+            label = "" if timing.meaningful else " [not meaningful: CPU/interpreter]"
+            lines.append(
+                f"time {name}: median {timing.median_ms:.4f} ms, IQR {timing.iqr_ms:.4f} ms, "
+                f"{timing.reps} reps{label}"
+            )
+        for name, value in self.speedups.items():
+            lines.append(f"speedup vs {name}: {value:.3f}x")
+        for flag in self.flags:
+            label = {"reject": "REJECTED", "review": "FLAGGED FOR REVIEW"}.get(flag.severity, "note")
+            lines.append(f"{label} [{flag.kind}]: {flag.message}")
+        return "\n".join(lines)

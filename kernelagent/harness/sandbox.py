@@ -1,0 +1,59 @@
+"""What a candidate's process may see: a scrubbed environment and a scratch directory.
+
+The harness server (and so every candidate it forks) starts with `scrubbed_environ()`,
+so API keys never reach candidate code. Each candidate then runs with its own scratch
+directory as working directory, HOME and TMPDIR.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+# Any variable whose name contains one of these words is dropped, whatever its case.
+SECRET_NAME_PATTERN = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME_PATTERN.search(name))
+
+
+def scrubbed_environ(base: dict[str, str] | None = None) -> dict[str, str]:
+    """A copy of the environment without secrets."""
+    env = dict(os.environ if base is None else base)
+    return {k: v for k, v in env.items() if not is_secret_name(k)}
+
+
+def make_scratch_root() -> Path:
+    """A private directory under which each evaluation gets its own scratch folder."""
+    return Path(tempfile.mkdtemp(prefix="kernelagent-scratch-"))
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def bubblewrap_command(scratch_root: Path, extra_ro: list[Path] | None = None) -> list[str] | None:
+    """The bwrap prefix that runs the harness server in a real sandbox, or None when
+    bubblewrap is missing or cannot create namespaces here.
+
+    Read-only root, a writable scratch root, a private /tmp, no network, the GPU device
+    nodes bound, and death with the parent.
+    """
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        return None
+    cmd = [
+        bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+        "--tmpfs", "/tmp", "--bind", str(scratch_root), str(scratch_root),
+        "--unshare-net", "--unshare-ipc", "--die-with-parent",
+    ]
+    try:
+        probe = subprocess.run(cmd + ["true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return cmd if probe.returncode == 0 else None

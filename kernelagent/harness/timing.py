@@ -1,0 +1,135 @@
+"""The timer, shared by the candidate and the baselines so that both are measured alike.
+
+This module is imported by the harness server before any candidate exists, and binds the
+clock functions it uses at that moment: a candidate that later patches `time.perf_counter`,
+`torch.cuda.synchronize` or `torch.cuda.Event` does not change what this timer calls.
+
+Each timed iteration, on CUDA:
+    flush L2 (write a buffer larger than L2)  -> device-wide synchronize
+    host clock t0 -> start event -> fn(*inputs) -> end event -> device-wide synchronize -> t1
+The iteration's time is max(event time, host time - host overhead). The event time is
+precise for work on the current stream; the host time, taken after a device-wide
+synchronize, includes work that the candidate pushed to other streams or left running.
+When the host time is the larger by a clear margin, the result is flagged.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from kernelagent.harness.result import Timing
+
+# Bound now, before any candidate code runs in this process.
+_perf_counter = time.perf_counter
+_cuda_synchronize = torch.cuda.synchronize
+_CudaEvent = torch.cuda.Event
+_event_record = torch.cuda.Event.record
+_event_elapsed = torch.cuda.Event.elapsed_time
+_no_grad = torch.no_grad
+_median_of = sorted
+
+
+@dataclass
+class TimingReport:
+    timing: Timing
+    escaped_ms: float = 0.0  # median host time beyond the event time, overhead removed
+    samples_ms: list[float] = field(default_factory=list)
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    pos = (len(sorted_values) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+class Timer:
+    def __init__(self, device: torch.device, flush_bytes: int, flush_l2: bool = True):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.flush_buffer = None
+        if self.cuda and flush_l2:
+            self.flush_buffer = torch.empty(max(flush_bytes // 4, 1), dtype=torch.int32, device=device)
+        self.overhead_ms = 0.0
+        if self.cuda:
+            self.overhead_ms = self._calibrate()
+
+    def _flush(self) -> None:
+        if self.flush_buffer is not None:
+            self.flush_buffer.zero_()
+
+    def _one(self, fn: Callable[..., Any], inputs: list[Any]) -> tuple[float, float]:
+        """(event ms, host ms) of one call."""
+        if not self.cuda:
+            t0 = _perf_counter()
+            fn(*inputs)
+            host = (_perf_counter() - t0) * 1e3
+            return host, host
+        self._flush()
+        _cuda_synchronize()
+        start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
+        t0 = _perf_counter()
+        _event_record(start)
+        fn(*inputs)
+        _event_record(end)
+        _cuda_synchronize()
+        host = (_perf_counter() - t0) * 1e3
+        return _event_elapsed(start, end), host
+
+    def _calibrate(self) -> float:
+        """Host time of an empty timed iteration (clock, two events, one synchronize)."""
+        samples = []
+        for _ in range(20):
+            event, host = self._one(lambda: None, [])
+            samples.append(host - event)
+        samples.sort()
+        return max(_quantile(samples, 0.5), 0.0)
+
+    def measure(self, fn: Callable[..., Any], input_sets: list[list[Any]], warmup_ms: float,
+                target_ms: float, min_reps: int, max_reps: int, budget_s: float) -> TimingReport:
+        """Warm up, choose the repetition count from the warm-up's speed, then measure,
+        cycling through `input_sets`. Stops early (with fewer reps) past `budget_s`."""
+        started = _perf_counter()
+        with _no_grad():
+            warm: list[float] = []
+            warm_started = _perf_counter()
+            while len(warm) < 2 or ((_perf_counter() - warm_started) * 1e3 < warmup_ms and len(warm) < 100):
+                event, host = self._one(fn, input_sets[len(warm) % len(input_sets)])
+                warm.append(max(event, host - self.overhead_ms))
+                if _perf_counter() - started > budget_s / 2:
+                    break
+            estimate = max(sorted(warm)[len(warm) // 2], 1e-4)
+            reps = int(min(max(math.ceil(target_ms / estimate), min_reps), max_reps))
+            samples: list[float] = []
+            gaps: list[float] = []
+            for i in range(reps):
+                event, host = self._one(fn, input_sets[i % len(input_sets)])
+                gap = host - self.overhead_ms - event
+                samples.append(max(event, host - self.overhead_ms))
+                gaps.append(gap)
+                if _perf_counter() - started > budget_s and len(samples) >= 3:
+                    break
+        ordered = sorted(samples)
+        timing = Timing(
+            median_ms=_quantile(ordered, 0.5),
+            q1_ms=_quantile(ordered, 0.25),
+            q3_ms=_quantile(ordered, 0.75),
+            min_ms=ordered[0],
+            reps=len(ordered),
+            meaningful=self.cuda,
+            note="" if self.cuda else "CPU wall clock (Triton interpreter): not meaningful",
+        )
+        escaped = _quantile(sorted(gaps), 0.5) if self.cuda else 0.0
+        return TimingReport(timing=timing, escaped_ms=max(escaped, 0.0), samples_ms=samples)
+
+
+def escaped_work_is_significant(report: TimingReport) -> bool:
+    """True when the host clock saw clearly more than the stream's events did: work ran
+    outside the timed stream (side streams, threads) or after the call returned."""
+    return report.escaped_ms > max(0.05, 0.25 * report.timing.median_ms)

@@ -1,0 +1,493 @@
+"""The two processes of one evaluation, both forked from the harness server.
+
+reference process (trusted): loads the problem, builds `Model`, computes reference outputs
+    and compares what the candidate sends it. Later it times the baselines. Candidate code
+    never runs here, and the reference's outputs never leave it.
+candidate process (untrusted): imports the candidate, builds `ModelNew`, runs it on inputs
+    made from the same seeds, and sends its outputs (and its inputs as it left them) to the
+    reference process. It also runs the timing loop, with clocks bound before the candidate
+    was imported.
+
+Every message to the server is JSON (see channel.py); the server trusts verdicts only from
+the reference process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import traceback
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelagent import hardware
+from kernelagent.harness import channel, compare, inputs as inputs_mod, timing, transfer
+from kernelagent.harness.config import EvalConfig
+
+_perf_counter = timing._perf_counter  # bound before any candidate code exists
+
+
+def child_setup(log_path: Path, workdir: Path, close: list[Connection]) -> None:
+    """First thing in a forked child: own process group, die with the server, own log,
+    own working directory, and none of the other processes' pipe ends."""
+    os.setpgid(0, 0)
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    for conn in close:
+        conn.close()
+    log_fd = os.open(str(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    os.chdir(workdir)
+    os.environ["HOME"] = str(workdir)
+    os.environ["TMPDIR"] = str(workdir)
+    os.environ["TRITON_CACHE_DIR"] = str(workdir / ".triton")
+
+
+def compact_traceback(exc: BaseException, focus_file: str | None = None, limit: int = 6) -> str:
+    """The exception with the frames that matter: those in `focus_file` when given."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if focus_file:
+        mine = [f for f in frames if f.filename.endswith(focus_file)]
+        frames = traceback.StackSummary.from_list(mine[-limit:] or frames[-2:])
+    else:
+        frames = traceback.StackSummary.from_list(frames[-limit:])
+    lines = [f"  {Path(f.filename).name}:{f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames]
+    message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if len(message) > 1500:
+        message = message[:1200] + "\n... [cut] ...\n" + message[-300:]
+    return "\n".join(lines + [message])
+
+
+def _device(job: dict[str, Any]) -> torch.device:
+    device = torch.device(job["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        timing._cuda_synchronize()
+
+
+def _tensor_inputs(values: list[Any]) -> list[torch.Tensor]:
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+# --------------------------------------------------------------------------------------
+# The reference process
+# --------------------------------------------------------------------------------------
+
+class ReferenceSide:
+    def __init__(self, job: dict[str, Any], server: Connection, candidate: Connection, workdir: Path):
+        self.job = job
+        self.config = EvalConfig.from_dict(job["config"])
+        self.server = server
+        self.candidate = candidate
+        self.workdir = workdir
+        self.device = _device(job)
+        self.smoke = job["smoke"]
+        self.inputs_cache: dict[tuple[str, int], list[Any]] = {}
+
+    def setup(self) -> None:
+        try:
+            self.problem = inputs_mod.import_file(self.workdir / "problem.py", "kernelagent_problem")
+            init = inputs_mod.init_inputs(self.problem, self.smoke, self.device, self.config.weight_seed)
+            self.model = inputs_mod.build_model(self.problem.Model, init, self.device,
+                                                self.config.weight_seed)
+            first = inputs_mod.make_inputs(self.problem, "main", self.config.seed, self.smoke, self.device)
+            with torch.no_grad():
+                outputs = transfer.flatten_outputs(self.model(*[_clone(x) for x in first]))
+            n_extra = inputs_mod.count_extra_sets(self.problem, self.device) if self.config.extra_inputs else 0
+            flops = None
+            if hasattr(self.problem, "get_flops"):
+                flops = float(self.problem.get_flops(*first))
+        except BaseException as exc:  # a broken problem is the user's error: say where
+            channel.send(self.server, {"event": "error", "kind": "bad_problem",
+                                       "message": compact_traceback(exc, "problem.py")})
+            return
+        self.atol = self.config.atol if self.config.atol is not None else getattr(self.problem, "ATOL", None)
+        self.rtol = self.config.rtol if self.config.rtol is not None else getattr(self.problem, "RTOL", None)
+        _sync(self.device)
+        channel.send(self.server, {
+            "event": "ready",
+            "n_extra": n_extra,
+            "alt": bool(self.config.alt_distribution and getattr(self.problem, "ALT_DISTRIBUTION", True)),
+            "input_bytes": inputs_mod.tensor_bytes(first),
+            "output_bytes": inputs_mod.tensor_bytes(outputs),
+            "output_dtype": str(outputs[0].dtype).removeprefix("torch.") if outputs else "float32",
+            "flops": flops,
+        })
+
+    def serve(self) -> None:
+        candidate_open = True
+        while True:
+            ready = wait([self.server] + ([self.candidate] if candidate_open else []))
+            if self.candidate in ready:
+                try:
+                    message, payload = channel.recv(self.candidate)
+                except (EOFError, OSError, ValueError):
+                    candidate_open = False
+                    continue
+                if message.get("op") == "check":
+                    self.check(message, payload)
+            if self.server in ready:
+                try:
+                    message, _ = channel.recv(self.server)
+                except (EOFError, OSError):
+                    return
+                if message.get("op") == "baselines":
+                    self.baselines(message)
+                elif message.get("op") == "exit":
+                    return
+
+    def check(self, message: dict[str, Any], payload: bytes | None) -> None:
+        name = str(message.get("name"))
+        kind = str(message.get("kind"))
+        seed = int(message.get("seed", 0))
+        n_outputs = int(message.get("n_outputs", 0))
+        verdict: dict[str, Any] = {"event": "check", "name": name, "kind": kind, "seed": seed}
+        try:
+            pristine = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
+            after_reference = [_clone(x) for x in pristine]
+            with torch.no_grad():
+                reference = transfer.flatten_outputs(self.model(*after_reference))
+            _sync(self.device)
+            if kind == "alt" and not all(bool(torch.isfinite(r).all()) for r in reference if r.is_floating_point()):
+                verdict.update(passed=True, skipped=True,
+                               message="skipped: the reference is not finite on signed normal inputs")
+            else:
+                received = transfer.unpack(payload or b"", self.device)
+                mutation = compare.compare_inputs(after_reference, received[n_outputs:])
+                if mutation:
+                    verdict.update(passed=False, rejected="input-mutation", message=mutation)
+                else:
+                    result = compare.compare_outputs(reference, received[:n_outputs], self.atol, self.rtol)
+                    verdict.update(passed=result.passed, message=result.message,
+                                   max_abs_err=result.max_abs_err, max_rel_err=result.max_rel_err,
+                                   rel_l2_err=result.rel_l2_err)
+                del received
+        except (transfer.pickle.UnpicklingError, ValueError, KeyError, TypeError) as exc:
+            verdict.update(passed=False, rejected="bad-payload",
+                           message=f"the candidate's process sent a malformed result: {exc}")
+        except BaseException as exc:
+            verdict.update(passed=False, message="the reference check failed: " + compact_traceback(exc),
+                           harness_error=True)
+        # The server hears the verdict before the candidate does.
+        channel.send(self.server, verdict)
+        channel.send(self.candidate, {"passed": bool(verdict["passed"]),
+                                      "stop": not verdict["passed"] and not kind.startswith("extra:")})
+
+    def baselines(self, message: dict[str, Any]) -> None:
+        out: dict[str, Any] = {"event": "baselines", "timings": {}, "errors": {}}
+        try:
+            input_sets = make_timing_sets(self.problem, self.config, self.smoke, self.device)
+            timer = make_timer(self.device, self.config, message.get("l2_bytes"))
+            runners = {"eager": self.model}
+            for mode in message.get("compile_modes", []):
+                name = "compile" if mode == "default" else f"compile:{mode}"
+                try:
+                    runners[name] = torch.compile(self.model, mode=None if mode == "default" else mode)
+                except BaseException as exc:
+                    out["errors"][name] = compact_traceback(exc)
+            for name, runner in runners.items():
+                try:
+                    with torch.no_grad():
+                        runner(*input_sets[0])  # compiles torch.compile's graph, untimed
+                    _sync(self.device)
+                    report = timer.measure(runner, input_sets, self.config.warmup_ms, self.config.target_ms,
+                                           self.config.min_reps, self.config.max_reps,
+                                           budget_s=self.config.timeouts.timing)
+                    out["timings"][name] = report.timing.__dict__
+                except BaseException as exc:
+                    out["errors"][name] = compact_traceback(exc)
+        except BaseException as exc:
+            out["errors"]["setup"] = compact_traceback(exc)
+        channel.send(self.server, out)
+
+
+def _clone(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def make_timing_sets(problem: Any, config: EvalConfig, smoke: bool, device: torch.device) -> list[list[Any]]:
+    """Rotating input sets for the timed loop, as many as memory comfortably allows."""
+    sets = [inputs_mod.make_inputs(problem, "main", config.seed + inputs_mod.SEED_TIMING, smoke, device)]
+    per_set = max(inputs_mod.tensor_bytes(sets[0]), 1)
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        affordable = int(free * 0.2 // per_set)
+    else:
+        affordable = int((1 << 30) // per_set)
+    for j in range(1, min(config.rotating_input_sets, max(affordable, 1))):
+        sets.append(inputs_mod.make_inputs(problem, "main", config.seed + inputs_mod.SEED_TIMING + j,
+                                           smoke, device))
+    return sets
+
+
+def make_timer(device: torch.device, config: EvalConfig, l2_bytes: int | None) -> timing.Timer:
+    flush = max(2 * (l2_bytes or 0), hardware.DEFAULT_L2_FLUSH_BYTES if not l2_bytes else 0)
+    return timing.Timer(device, flush_bytes=flush, flush_l2=config.flush_l2)
+
+
+def reference_main(job: dict[str, Any], server: Connection, candidate: Connection, workdir: Path,
+                   close: list[Connection]) -> None:
+    child_setup(workdir / "reference.log", workdir, close)
+    side = ReferenceSide(job, server, candidate, workdir)
+    side.setup()
+    if not hasattr(side, "model"):
+        os._exit(0)
+    side.serve()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+# --------------------------------------------------------------------------------------
+# The candidate's process
+# --------------------------------------------------------------------------------------
+
+NUMERIC_MODES = {
+    "torch.backends.cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+    "torch.backends.cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+    "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+        lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+        lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    "torch.backends.cudnn.benchmark": lambda: torch.backends.cudnn.benchmark,
+    "torch.backends.cudnn.deterministic": lambda: torch.backends.cudnn.deterministic,
+    "torch.get_default_dtype()": torch.get_default_dtype,
+}
+
+
+def _numeric_modes() -> dict[str, str]:
+    out = {}
+    for name, read in NUMERIC_MODES.items():
+        try:
+            out[name] = str(read())
+        except Exception as exc:  # noqa: BLE001 - report, never fail on a probe
+            out[name] = f"<unreadable: {exc}>"
+    return out
+
+
+class CandidateFailure(Exception):
+    def __init__(self, kind: str, stage: str, message: str):
+        super().__init__(message)
+        self.kind, self.stage, self.message = kind, stage, message
+
+
+class CandidateSide:
+    def __init__(self, job: dict[str, Any], server: Connection, reference: Connection, workdir: Path):
+        self.job = job
+        self.config = EvalConfig.from_dict(job["config"])
+        self.server = server
+        self.reference = reference
+        self.workdir = workdir
+        self.smoke = job["smoke"]
+        self.flags: list[dict[str, Any]] = []
+
+    def stage(self, name: str) -> None:
+        self.current = name
+        channel.send(self.server, {"event": "stage", "stage": name})
+
+    def run(self) -> None:
+        self.stage("start")
+        self.device = _device(self.job)
+        if self.device.type == "cuda":
+            torch.empty(1, device=self.device)  # create the context now, not inside "load"
+        self.problem = inputs_mod.import_file(self.workdir / "problem.py", "kernelagent_problem")
+        threads_before = {t.ident for t in threading.enumerate()}
+        modes_before = _numeric_modes()
+
+        self.stage("load")
+        try:
+            module = inputs_mod.import_file(self.workdir / "candidate.py", "candidate")
+        except BaseException as exc:
+            raise CandidateFailure("compile_error", "load",
+                                   "importing the candidate raised:\n" + compact_traceback(exc, "candidate.py"))
+        model_cls = getattr(module, "ModelNew", None)
+        if not isinstance(model_cls, type):
+            raise CandidateFailure("compile_error", "load", "the candidate defines no class ModelNew")
+        try:
+            init = inputs_mod.init_inputs(self.problem, self.smoke, self.device, self.config.weight_seed)
+            self.model = inputs_mod.build_model(model_cls, init, self.device, self.config.weight_seed)
+        except BaseException as exc:
+            raise CandidateFailure("compile_error", "load",
+                                   "ModelNew(*get_init_inputs()) raised:\n" + compact_traceback(exc, "candidate.py"))
+
+        self.stage("compile")
+        first = inputs_mod.make_inputs(self.problem, "main", self.config.seed, self.smoke, self.device)
+        try:
+            with torch.no_grad():
+                out = self.model(*first)
+            _sync(self.device)
+        except BaseException as exc:
+            raise CandidateFailure(_error_kind(exc, "compile_error"), "compile",
+                                   "the first forward call raised:\n" + compact_traceback(exc, "candidate.py"))
+        try:
+            transfer.flatten_outputs(out)
+        except transfer.OutputTypeError as exc:
+            raise CandidateFailure("rejected", "compile", str(exc))
+        del out, first
+        channel.send(self.server, {"event": "compiled"})
+        if self.config.compile_only:
+            return
+
+        message, _ = channel.recv(self.server)  # the plan of checks, from the server
+        self.stage("correctness")
+        for check in message["checks"]:
+            if not self.check(check) and check.get("stop_on_failure", True):
+                return
+        if not message.get("timing"):
+            return
+
+        self.stage("timing")
+        try:
+            sets = make_timing_sets(self.problem, self.config, self.smoke, self.device)
+            timer = make_timer(self.device, self.config, message.get("l2_bytes"))
+            report = timer.measure(self.model, sets, self.config.warmup_ms, self.config.target_ms,
+                                   self.config.min_reps, self.config.max_reps,
+                                   budget_s=self.config.timeouts.timing * 0.6)
+            del sets
+        except BaseException as exc:
+            raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
+                                   "the timed calls raised:\n" + compact_traceback(exc, "candidate.py"))
+        channel.send(self.server, {"event": "timing", "timing": report.timing.__dict__,
+                                   "escaped_ms": report.escaped_ms,
+                                   "escaped": timing.escaped_work_is_significant(report)})
+        if message.get("post_check"):
+            self.stage("post-check")
+            if not self.check(message["post_check"]):
+                return
+        if self.config.profile:
+            self.stage("profile")
+            channel.send(self.server, {"event": "kernels", "kernels": profile_kernels(self.model, self.problem,
+                                                                                    self.config, self.smoke,
+                                                                                    self.device)})
+        new_threads = [t.name for t in threading.enumerate() if t.ident not in threads_before]
+        if new_threads:
+            self.flags.append({"kind": "threads", "severity": "info",
+                               "message": f"the candidate started threads: {', '.join(new_threads[:5])}"})
+        modes_after = _numeric_modes()
+        changed = [f"{k}: {modes_before[k]} -> {v}" for k, v in modes_after.items() if modes_before.get(k) != v]
+        if changed:
+            self.flags.append({"kind": "numeric-modes", "severity": "info",
+                               "message": "the candidate changed global numeric modes: " + "; ".join(changed)})
+
+    def check(self, check: dict[str, Any]) -> bool:
+        kind, seed = check["kind"], int(check["seed"])
+        try:
+            values = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
+            with torch.no_grad():
+                out = self.model(*values)
+            _sync(self.device)
+            outputs = transfer.flatten_outputs(out)
+        except transfer.OutputTypeError as exc:
+            raise CandidateFailure("rejected", self.current, f"{check['name']}: {exc}")
+        except BaseException as exc:
+            raise CandidateFailure(_error_kind(exc, "runtime_error"), self.current,
+                                   f"{check['name']} raised:\n" + compact_traceback(exc, "candidate.py"))
+        aliased = _aliasing(outputs, _tensor_inputs(values))
+        if aliased:
+            raise CandidateFailure("rejected", self.current, f"{check['name']}: {aliased}")
+        use_ipc = self.device.type == "cuda" and self.job.get("ipc", True)
+        packed = transfer.pack(outputs + _tensor_inputs(values), use_ipc=use_ipc)
+        try:
+            channel.send(self.reference, {"op": "check", "name": check["name"], "kind": kind, "seed": seed,
+                                          "n_outputs": len(outputs)}, packed.payload)
+            reply, _ = channel.recv(self.reference)
+        finally:
+            transfer.release(packed)
+        return not reply.get("stop", False)
+
+    def finish(self) -> None:
+        channel.send(self.server, {"event": "done", "flags": self.flags})
+
+
+def _aliasing(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> str | None:
+    """Outputs must own their memory: one that shares storage with an input is refused."""
+    spans = []
+    for i, x in enumerate(inputs):
+        if x.numel():
+            start = x.untyped_storage().data_ptr()
+            spans.append((i, start, start + x.untyped_storage().nbytes()))
+    for j, y in enumerate(outputs):
+        if not y.numel():
+            continue
+        lo = y.untyped_storage().data_ptr()
+        hi = lo + y.untyped_storage().nbytes()
+        for i, start, end in spans:
+            if lo < end and start < hi:
+                return (f"output {j} shares memory with input {i}; return a new tensor "
+                        "(outputs may not alias inputs)")
+    return None
+
+
+def _error_kind(exc: BaseException, default: str) -> str:
+    text = str(exc).lower()
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text:
+        return "out_of_memory"
+    if "illegal memory access" in text or "misaligned address" in text or "device-side assert" in text:
+        return "cuda_fault"
+    return default
+
+
+def profile_kernels(model: Any, problem: Any, config: EvalConfig, smoke: bool, device: torch.device,
+                    top: int = 10) -> list[dict[str, Any]]:
+    """The candidate's top kernels by device time (CPU ops when there is no GPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    values = inputs_mod.make_inputs(problem, "main", config.seed + inputs_mod.SEED_TIMING, smoke, device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch.no_grad(), profile(activities=activities) as prof:
+        for _ in range(3):
+            model(*values)
+        _sync(device)
+    rows = []
+    for event in prof.key_averages():
+        if device.type == "cuda":
+            total_us = getattr(event, "self_device_time_total", None)
+            if total_us is None:
+                total_us = getattr(event, "self_cuda_time_total", 0)
+            if getattr(event, "device_type", None) is not None and str(event.device_type).endswith("CPU"):
+                continue
+        else:
+            total_us = event.self_cpu_time_total
+        if total_us and total_us > 0:
+            rows.append({"name": event.key, "total_ms": total_us / 1e3 / 3, "calls": event.count // 3 or 1})
+    total = sum(r["total_ms"] for r in rows) or 1.0
+    for row in rows:
+        row["share"] = row["total_ms"] / total
+    rows.sort(key=lambda r: -r["total_ms"])
+    return rows[:top]
+
+
+def candidate_main(job: dict[str, Any], server: Connection, reference: Connection, workdir: Path,
+                   close: list[Connection]) -> None:
+    child_setup(workdir / "candidate.log", workdir, close)
+    side = CandidateSide(job, server, reference, workdir)
+    try:
+        side.run()
+        side.finish()
+    except CandidateFailure as failure:
+        channel.send(server, {"event": "error", "kind": failure.kind, "stage": failure.stage,
+                              "message": failure.message, "flags": side.flags})
+    except BaseException as exc:
+        channel.send(server, {"event": "error", "kind": _error_kind(exc, "runtime_error"),
+                              "stage": getattr(side, "current", "start"),
+                              "message": compact_traceback(exc, "candidate.py")})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -1,0 +1,129 @@
+"""Problem and candidate files: static checks done in the caller's process.
+
+A problem is a KernelBench-format Python file: `class Model(nn.Module)`, `get_inputs()`
+and `get_init_inputs()`. These checks only parse the file (no import, no torch), so a
+broken problem is reported in one line before any process is started. Whatever the
+file does when it runs is checked again, in the harness's own processes.
+
+Optional module-level extras a problem may declare (all documented in the README):
+
+    ATOL, RTOL                 tolerance override (default: by output dtype, see
+                               kernelagent.harness.config.DEFAULT_TOLERANCES)
+    get_extra_inputs()         list of extra input lists, checked as generalisation
+                               tests (a kernel that passes only the main shape is flagged)
+    get_smoke_inputs()         small inputs used on the CPU / Triton interpreter
+    get_smoke_init_inputs()    constructor arguments to go with the smoke inputs
+    get_flops(*inputs)         floating-point operations for those inputs (roofline)
+    ALT_DISTRIBUTION = False   opt out of the signed-normal input check
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelagent.errors import UserError
+
+REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
+
+
+class ProblemError(UserError):
+    """The problem file is missing or malformed."""
+
+
+class CandidateFileError(UserError):
+    """The candidate file cannot be read (a missing candidate is bad usage)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: Path
+    source: str
+    sha256: str
+    name: str  # file stem, e.g. "19_ReLU"
+    level: str | None  # "level1" when the file sits in a folder of that name
+
+    @property
+    def display(self) -> str:
+        return f"{self.level}/{self.name}" if self.level else self.name
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def top_level_names(tree: ast.Module) -> set[str]:
+    """Names a module binds at top level: defs, classes, assignments and imports."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Name):
+                        names.add(sub.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.add((alias.asname or alias.name).split(".")[0])
+    return names
+
+
+def parse_source(source: str, filename: str) -> ast.Module:
+    """Parse, turning a SyntaxError into a one-line message with the line number."""
+    try:
+        return ast.parse(source, filename=filename)
+    except SyntaxError as exc:
+        where = f"line {exc.lineno}" if exc.lineno else "unknown line"
+        text = (exc.text or "").strip()
+        detail = f": {text}" if text else ""
+        raise ProblemError(f"{filename}: syntax error at {where}: {exc.msg}{detail}") from None
+
+
+def load_problem(path: str | Path) -> Problem:
+    """Read and statically validate a problem file. Raises ProblemError with one line."""
+    path = Path(path)
+    if not path.exists():
+        raise ProblemError(f"problem file not found: {path}")
+    if not path.is_file():
+        raise ProblemError(f"problem path is not a file: {path}")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProblemError(f"cannot read problem file {path}: {exc}") from None
+    tree = parse_source(source, str(path))
+    missing = [n for n in REQUIRED_PROBLEM_NAMES if n not in top_level_names(tree)]
+    if missing:
+        raise ProblemError(
+            f"{path}: not a KernelBench problem: missing {', '.join(missing)} "
+            "(a problem defines class Model(nn.Module), get_inputs() and get_init_inputs())"
+        )
+    level = path.parent.name if path.parent.name.startswith("level") else None
+    return Problem(path=path.resolve(), source=source, sha256=sha256_text(source),
+                   name=path.stem, level=level)
+
+
+def read_candidate(path: str | Path) -> str:
+    """Read a candidate file. Its content is judged by the harness, not here."""
+    path = Path(path)
+    if not path.is_file():
+        raise CandidateFileError(f"candidate file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CandidateFileError(f"cannot read candidate file {path}: {exc}") from None
+
+
+def candidate_static_problem(source: str) -> str | None:
+    """A one-line reason why `source` cannot be a candidate, or None if it may be one."""
+    try:
+        tree = ast.parse(source, filename="candidate.py")
+    except SyntaxError as exc:
+        text = (exc.text or "").strip()
+        return f"syntax error at line {exc.lineno}: {exc.msg}" + (f": {text}" if text else "")
+    if "ModelNew" not in top_level_names(tree):
+        return "the candidate defines no top-level `ModelNew` (class ModelNew(nn.Module) is required)"
+    return None
