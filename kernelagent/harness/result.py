@@ -142,8 +142,9 @@ class EvalResult:
                 f"time {name}: median {timing.median_ms:.4f} ms, IQR {timing.iqr_ms:.4f} ms, "
                 f"{timing.reps} reps{label}"
             )
+        meaningful = all(t.meaningful for t in self.timings.values())
         for name, value in self.speedups.items():
-            lines.append(f"speedup vs {name}: {value:.3f}x")
+            lines.append(f"speedup vs {name}: {value:.3f}x" + ("" if meaningful else " [not meaningful]"))
         for flag in self.flags:
             label = {"reject": "REJECTED", "review": "FLAGGED FOR REVIEW"}.get(flag.severity, "note")
             lines.append(f"{label} [{flag.kind}]: {flag.message}")

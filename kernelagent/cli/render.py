@@ -1,0 +1,46 @@
+"""Rich rendering of harness results for people."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kernelagent.harness.result import EvalResult, Status
+
+STATUS_STYLE = {Status.CORRECT: "bold green", Status.COMPILED: "green", Status.INCORRECT: "bold red",
+                Status.REJECTED: "bold magenta", Status.TIMEOUT: "bold yellow", Status.CRASHED: "bold red",
+                Status.BAD_PROBLEM: "bold red"}
+
+
+def render_result(result: EvalResult, console: Console | None = None) -> None:
+    console = console or Console()
+    style = STATUS_STYLE.get(result.status, "bold")
+    verdict = "PASS" if result.passed else "FAIL"
+    console.print(f"[{style}]{verdict}: {result.status}[/]" + (f" (stage: {result.stage})" if result.stage else ""))
+    if result.reason:
+        console.print(result.reason, markup=False, highlight=False)
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_row("device", f"{result.device or '?'}  inputs: {result.input_set}")
+    table.add_row("compiled", "yes" if result.compiled else "no")
+    passed = sum(t.passed for t in result.trials)
+    table.add_row("correct", f"{'yes' if result.correct else 'no'} ({passed}/{len(result.trials)} checks)")
+    for name, timing in result.timings.items():
+        note = "" if timing.meaningful else "  (not meaningful: CPU/interpreter)"
+        table.add_row(f"time {name}", f"{timing.median_ms:.4f} ms median, IQR {timing.iqr_ms:.4f}, "
+                                      f"{timing.reps} reps{note}")
+    meaningful = all(t.meaningful for t in result.timings.values())
+    for name, value in result.speedups.items():
+        table.add_row(f"speedup vs {name}", f"{value:.3f}x" + ("" if meaningful else "  (not meaningful)"))
+    if result.baselines_cached:
+        table.add_row("baselines", "from cache")
+    console.print(table)
+    for trial in result.trials:
+        if not trial.passed:
+            console.print(f"[red]{escape(trial.name)}[/] (seed {trial.seed}): {escape(trial.message)}", highlight=False)
+    for flag in result.flags:
+        label = {"reject": "[magenta]rejected[/]", "review": "[yellow]review[/]"}.get(flag.severity, "[dim]note[/]")
+        console.print(f"{label} {escape('[' + flag.kind + ']')} {escape(flag.message)}", highlight=False)
+    secs = result.stage_seconds
+    if secs:
+        console.print("[dim]" + "  ".join(f"{k} {v:.2f}s" for k, v in secs.items()) + "[/]", highlight=False)

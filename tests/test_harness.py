@@ -1,0 +1,143 @@
+"""The evaluation harness on the CPU (Triton interpreter): verdicts, isolation, survival."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from kernelagent.harness import EvalConfig, Status, StageTimeouts
+from kernelagent.problem import ProblemError
+from tests.conftest import CANDIDATES, read
+
+
+def evaluate(evaluator, problem, name, config):
+    return evaluator.evaluate(problem, read(CANDIDATES / name), config)
+
+
+def test_correct_triton_candidate_passes(evaluator, relu_problem, fast_config):
+    result = evaluate(evaluator, relu_problem, "relu_good.py", fast_config)
+    assert result.status == Status.CORRECT, result.feedback() + result.log
+    assert result.passed and result.compiled and result.correct
+    names = [t.name for t in result.trials]
+    # 3 trials, the signed-normal check, two extra input sets, the post-timing check.
+    assert names == ["trial 0", "trial 1", "trial 2", "signed-normal inputs", "extra input set 0",
+                     "extra input set 1", "post-timing check"]
+    assert all(t.passed for t in result.trials)
+    assert [t.seed for t in result.trials[:3]] == [42, 43, 44]
+    assert result.input_set == "smoke"
+    candidate_time = result.timings["candidate"]
+    assert candidate_time.reps >= 1 and not candidate_time.meaningful
+    assert "eager" in result.timings and "eager" in result.speedups
+    assert result.fingerprint["torch"] and result.fingerprint["python"]
+    assert result.isolation["secrets_scrubbed"] is True
+
+
+def test_wrong_candidate_fails_with_actionable_message(evaluator, relu_problem, fast_config):
+    result = evaluate(evaluator, relu_problem, "relu_wrong.py", fast_config)
+    assert result.status == Status.INCORRECT
+    assert result.stage == "correctness"
+    assert not result.passed
+    message = result.trials[0].message
+    assert result.trials[0].name == "trial 0" and not result.trials[0].passed
+    for expected in ("mismatch", "first at [", "expected", "got", "max abs err", "rel L2 err"):
+        assert expected in message, message
+    assert result.trials[0].max_abs_err > 0.01
+    assert "timings" not in result.feedback() and "trial 0" in result.feedback()
+    assert "candidate" not in result.timings  # no timing for an incorrect kernel
+
+
+def test_candidate_raising_at_import_is_compile_error(evaluator, relu_problem, fast_config):
+    result = evaluate(evaluator, relu_problem, "raises_at_import.py", fast_config)
+    assert result.status == Status.COMPILE_ERROR and result.stage == "load"
+    assert "ZeroDivisionError" in result.reason and "candidate.py:4" in result.reason
+    assert not result.compiled
+
+
+def test_syntax_error_is_reported_with_line_without_starting_a_process(evaluator, relu_problem, fast_config):
+    result = evaluate(evaluator, relu_problem, "syntax_error.py", fast_config)
+    assert result.status == Status.COMPILE_ERROR
+    assert "line 4" in result.reason
+
+
+def test_missing_modelnew_is_compile_error(evaluator, relu_problem, fast_config):
+    result = evaluator.evaluate(relu_problem, "import torch\nclass Model2: pass\n", fast_config)
+    assert result.status == Status.COMPILE_ERROR and "ModelNew" in result.reason
+
+
+def test_hang_times_out_and_next_evaluation_still_works(evaluator, relu_problem):
+    config = EvalConfig(trials=2, timing=False,
+                        timeouts=StageTimeouts(start=60, load=30, compile=3, correctness=30))
+    result = evaluate(evaluator, relu_problem, "hangs.py", config)
+    assert result.status == Status.TIMEOUT and result.stage == "compile"
+    assert "limit" in result.reason and "killed" in result.reason
+    assert result.stage_seconds["total"] < 30
+    follow_up = evaluate(evaluator, relu_problem, "relu_good.py", config)
+    assert follow_up.status == Status.CORRECT, follow_up.feedback()
+
+
+@pytest.mark.parametrize("name, expected", [("exits_process.py", "exited with code 7"),
+                                            ("segfaults.py", "SIGSEGV")])
+def test_process_death_is_a_verdict_and_harness_survives(evaluator, relu_problem, fast_config, name, expected):
+    result = evaluate(evaluator, relu_problem, name, fast_config)
+    assert result.status == Status.CRASHED, result.feedback()
+    assert expected in result.reason and result.stage == "compile"
+    follow_up = evaluate(evaluator, relu_problem, "relu_good.py", fast_config)
+    assert follow_up.status == Status.CORRECT
+
+
+def test_input_mutation_is_rejected(evaluator, relu_problem, fast_config):
+    result = evaluate(evaluator, relu_problem, "mutates_input.py", fast_config)
+    assert result.status == Status.REJECTED, result.feedback()
+    assert "modified in place" in result.reason
+    assert any(f.kind == "input-mutation" and f.severity == "reject" for f in result.flags)
+
+
+def test_candidate_sees_no_secrets_and_runs_in_scratch(relu_problem, fast_config, cache_dir, monkeypatch):
+    from kernelagent.harness import Evaluator
+
+    monkeypatch.setenv("KERNELAGENT_TEST_API_KEY", "sk-must-not-leak")
+    monkeypatch.setenv("MY_SECRET", "hunter2")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_x")
+    with Evaluator(cache_dir=cache_dir) as evaluator:
+        result = evaluate(evaluator, relu_problem, "reads_secret.py", fast_config)
+    assert result.status == Status.CORRECT, result.reason + result.log
+
+
+def test_problem_errors_are_one_line(tmp_path):
+    from kernelagent.problem import load_problem
+
+    with pytest.raises(ProblemError, match="not found"):
+        load_problem(tmp_path / "missing.py")
+    with pytest.raises(ProblemError, match="missing Model"):
+        load_problem(CANDIDATES / "bad_problem_no_model.py")
+    broken = tmp_path / "broken.py"
+    broken.write_text("class Model(:\n")
+    with pytest.raises(ProblemError, match="syntax error at line 1"):
+        load_problem(broken)
+
+
+def test_problem_that_raises_at_run_time_is_bad_problem(evaluator, fast_config):
+    result = evaluate(evaluator, CANDIDATES / "bad_problem_raises.py", "relu_good.py", fast_config)
+    assert result.status == Status.BAD_PROBLEM
+    assert "broken get_inputs" in result.reason and "problem.py" in result.reason
+
+
+def test_baselines_are_cached_between_candidates(evaluator, relu_problem, fast_config):
+    first = evaluate(evaluator, relu_problem, "relu_good.py", fast_config)
+    second = evaluate(evaluator, relu_problem, "reads_secret.py", fast_config)
+    assert first.status == second.status == Status.CORRECT
+    assert second.baselines_cached
+    assert second.timings["eager"] == first.timings["eager"] or first.baselines_cached
+
+
+def test_caller_process_never_imports_candidate(evaluator, relu_problem, fast_config):
+    evaluate(evaluator, relu_problem, "relu_good.py", fast_config)
+    assert "candidate" not in sys.modules
+    assert not any(m.startswith("kernelagent_problem") for m in sys.modules)
+
+
+def test_compile_only(evaluator, relu_problem):
+    result = evaluate(evaluator, relu_problem, "relu_good.py", EvalConfig(compile_only=True))
+    assert result.status == Status.COMPILED and result.compiled and not result.trials
