@@ -140,6 +140,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
         ("torch", "Tensor"),
         ("torch", "UntypedStorage"),
         ("torch.storage", "UntypedStorage"),
+        ("torch", "TypedStorage"),
+        ("torch.storage", "TypedStorage"),
         ("torch", "device"),
         ("torch", "Size"),
     }

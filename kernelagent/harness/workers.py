@@ -70,7 +70,17 @@ def compact_traceback(exc: BaseException, focus_file: str | None = None, limit: 
     return "\n".join(lines + [message])
 
 
+def clean_numeric_modes() -> None:
+    """Full fp32 everywhere: no TF32 in cuBLAS or cuDNN (cuDNN allows it for convolutions by
+    default). The reference is computed, and the baselines timed, this way; the candidate's
+    process starts this way too, and any change it makes is reported."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
 def _device(job: dict[str, Any]) -> torch.device:
+    clean_numeric_modes()
     device = torch.device(job["device"])
     if device.type == "cuda":
         torch.cuda.set_device(device)

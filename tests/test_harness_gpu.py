@@ -1,0 +1,59 @@
+"""The harness on a real GPU. Run on the device machine: `pytest -m gpu tests/test_harness_gpu.py`."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelagent.harness import EvalConfig, Evaluator, Status
+from tests.conftest import BENCHMARKS, CANDIDATES, read
+
+pytestmark = pytest.mark.gpu
+
+SOLUTIONS = sorted((BENCHMARKS / "solutions").glob("level*/*.py"))
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator(cache_dir):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    with Evaluator(device="cuda", cache_dir=cache_dir) as ev:
+        yield ev
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_known_good_solutions_pass(gpu_evaluator, solution):
+    problem = BENCHMARKS / solution.parent.name / solution.name
+    result = gpu_evaluator.evaluate(problem, read(solution), EvalConfig(baselines=False))
+    print(f"\n{solution.parent.name}/{solution.stem}: {result.status} "
+          + " ".join(f"{k}={v.median_ms:.4f}ms" for k, v in result.timings.items())
+          + " " + " ".join(f"x{k}={v:.2f}" for k, v in result.speedups.items()))
+    assert result.status == Status.CORRECT, result.feedback() + "\n" + result.log
+    assert result.timings["candidate"].meaningful
+    assert result.device and "cpu" not in result.device.lower()
+
+
+def test_illegal_memory_access_is_a_verdict_and_next_evaluation_succeeds(gpu_evaluator):
+    problem = CANDIDATES / "relu_problem.py"
+    bad = gpu_evaluator.evaluate(problem, read(CANDIDATES / "gpu_oob_store.py"), EvalConfig(trials=2))
+    print("\nOOB:", bad.status, bad.stage, bad.reason[:300])
+    assert bad.status in (Status.RUNTIME_ERROR, Status.CRASHED, Status.COMPILE_ERROR)
+    assert "illegal memory access" in (bad.reason + bad.log).lower()
+    good = gpu_evaluator.evaluate(problem, read(CANDIDATES / "relu_good.py"), EvalConfig(trials=2))
+    assert good.status == Status.CORRECT, good.feedback()
+
+
+def test_side_stream_work_is_timed(gpu_evaluator):
+    problem = CANDIDATES / "gpu_big_relu_problem.py"
+    config = EvalConfig(trials=2)
+    honest = gpu_evaluator.evaluate(problem, read(CANDIDATES / "gpu_same_stream.py"), config)
+    hidden = gpu_evaluator.evaluate(problem, read(CANDIDATES / "gpu_side_stream.py"), config)
+    assert honest.status == hidden.status == Status.CORRECT, hidden.feedback()
+    t_honest = honest.timings["candidate"].median_ms
+    t_hidden = hidden.timings["candidate"].median_ms
+    print(f"\nsame stream {t_honest:.4f} ms, side stream {t_hidden:.4f} ms, "
+          f"eager {honest.timings['eager'].median_ms:.4f} ms")
+    assert t_honest > 0.2  # 1 GiB read + 1 GiB written cannot take less on an H100/H200
+    assert t_hidden >= 0.8 * t_honest
+    assert any(f.kind == "timer-escape" for f in hidden.flags)
+    assert not any(f.kind == "timer-escape" for f in honest.flags)
