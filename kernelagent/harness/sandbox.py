@@ -41,15 +41,17 @@ def bubblewrap_command(scratch_root: Path, extra_ro: list[Path] | None = None) -
     """The bwrap prefix that runs the harness server in a real sandbox, or None when
     bubblewrap is missing or cannot create namespaces here.
 
-    Read-only root, a writable scratch root, a private /tmp, no network, the GPU device
-    nodes bound, and death with the parent.
+    Read-only root, a writable scratch root, no network, the GPU device nodes bound, and
+    death with the parent.
     """
     bwrap = shutil.which("bwrap")
     if not bwrap:
         return None
     cmd = [
         bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-        "--tmpfs", "/tmp", "--bind", str(scratch_root), str(scratch_root),
+        # No private /tmp: the interpreter or a virtualenv may live there (CI clones do).
+        # TMPDIR points into the scratch directory instead, the only writable place.
+        "--bind", str(scratch_root), str(scratch_root),
         "--unshare-net", "--unshare-ipc", "--die-with-parent",
     ]
     try:

@@ -1,0 +1,198 @@
+"""The agent: a model proposes Triton kernels, the harness judges them, the loop iterates.
+
+    from kernelagent.agent import optimize
+    from kernelagent.models import LitellmModel
+    run = optimize("problem.py", LitellmModel("openai/gpt-4o"), out="runs/x")
+    run.exit_code  # 0 success, 3 correct but short of target, 1 no correct kernel
+
+`optimize` wires the pieces (problem, harness, tools, prompts, budget, trajectory) and
+writes kernel.py, trajectory.json and summary.json; the loop itself is in loop.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelagent.agent.budget import Budget, LimitsExceeded
+from kernelagent.agent.loop import (
+    Agent,
+    AgentConfig,
+    FormatError,
+    Observation,
+    RunResult,
+    Submitted,
+    ToolExecutor,
+    check_target,
+    extract_code,
+)
+from kernelagent.agent.prompts import Prompts, truncate
+from kernelagent.agent.tools import HarnessTools, describe_inputs
+from kernelagent.agent.trajectory import Trajectory, write_json_atomic
+from kernelagent.models.base import Model
+
+__all__ = ["Agent", "AgentConfig", "Budget", "FormatError", "HarnessTools", "LimitsExceeded",
+           "Observation",
+           "OptimizeRun", "Prompts", "RunResult", "Submitted", "ToolExecutor", "Trajectory",
+           "check_target", "default_out_dir", "extract_code", "optimize", "truncate"]
+
+MODES = ("tools", "text", "auto")
+BACKEND = "triton"
+
+
+@dataclass
+class OptimizeRun:
+    result: RunResult
+    out_dir: Path
+    summary: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
+
+
+def default_out_dir(problem_path: str | Path, root: str | Path = "runs") -> Path:
+    """A fresh runs/<timestamp>-<problem-stem> folder (suffixed if it exists)."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(root) / f"{stamp}-{Path(problem_path).stem}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def describe(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """Device facts for the prompt, from kernelagent.hardware when it is there."""
+    try:
+        from kernelagent.hardware import describe_device
+
+        return describe_device(fingerprint)
+    except Exception:  # an older or broken hardware table must not stop a run
+        cuda = bool(fingerprint.get("cuda"))
+        return {"name": fingerprint.get("gpu_name") if cuda else "CPU (Triton interpreter)",
+                "kind": "cuda" if cuda else "cpu", "sm_count": fingerprint.get("sm_count"),
+                "l2_bytes": fingerprint.get("l2_bytes"), "mem_bytes": None,
+                "mem_bandwidth_gbs": None, "peak_tflops": {}}
+
+
+def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_turns: int = 20,
+             max_tokens: int | None = None, max_cost: float | None = None,
+             timeout: float | None = None, target_speedup: float = 1.0,
+             out: str | Path | None = None, device: str = "auto", trials: int = 5,
+             quick_trials: int = 2, eval_overrides: dict[str, Any] | None = None,
+             evaluator: Any = None, observer: Callable[..., None] | None = None,
+             model_info: dict[str, Any] | None = None,
+             budget: Budget | None = None) -> OptimizeRun:
+    """Run the agent on one problem. Raises ProblemError / UserError for bad input.
+
+    `budget`, when given, replaces max_turns/max_tokens/max_cost/timeout (a live view can
+    hold the same object); `evaluator`, when given, is used and left open."""
+    from kernelagent.problem import load_problem
+
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
+    problem = load_problem(problem_path)
+    out_dir = Path(out) if out else default_out_dir(problem.path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    notify = observer or (lambda event, **data: None)
+    prompts = Prompts()
+    started = time.monotonic()
+    with ExitStack() as stack:
+        # Inspecting the inputs starts torch in a child process: overlap it with the harness start.
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+        inputs = pool.submit(describe_inputs, str(problem.path))
+        if evaluator is None:
+            from kernelagent.harness import Evaluator
+
+            evaluator = stack.enter_context(Evaluator(device=device))
+        fingerprint = evaluator.fingerprint()
+        device_info = describe(fingerprint)
+        cpu = not fingerprint.get("cuda")
+        budget = budget or Budget(max_turns=max_turns, max_tokens=max_tokens,
+                                  max_cost=max_cost, timeout=timeout)
+        config = {"mode": mode, "backend": BACKEND, "target_speedup": target_speedup,
+                  "max_turns": budget.max_turns, "max_tokens": budget.max_tokens,
+                  "max_cost": budget.max_cost, "timeout": budget.timeout, "trials": trials, "quick_trials": quick_trials,
+                  "device": device, "eval_overrides": eval_overrides or {},
+                  "model": {"name": getattr(model, "name", type(model).__name__),
+                            **(model_info or {})}}
+        trajectory = Trajectory(out_dir / "trajectory.json", config=config,
+                                environment={**fingerprint, "device_info": device_info},
+                                problem={"name": problem.name, "path": str(problem.path),
+                                         "sha256": problem.sha256})
+        tools = HarnessTools(evaluator, problem, prompts, trials=trials, quick_trials=quick_trials,
+                             target_speedup=target_speedup, eval_overrides=eval_overrides,
+                             inputs=inputs.result())
+        context = dict(mode=mode, backend=BACKEND, problem_name=problem.display,
+                       reference_source=problem.source.strip(), inputs=tools.inputs,
+                       device=device_info, cpu=cpu, target_speedup=target_speedup,
+                       max_turns=budget.max_turns, max_tokens=budget.max_tokens,
+                       max_cost=budget.max_cost, timeout=budget.timeout)
+        agent = Agent(model, tools, prompts, budget, trajectory,
+                      AgentConfig(mode=mode, target_speedup=target_speedup), observer=notify)
+        notify("start", problem=problem.display, model=config["model"]["name"], mode=mode,
+               device=device_info.get("name") or "?", out=str(out_dir))
+        budget.started = time.monotonic()  # the wall-clock budget covers the loop
+        try:
+            result = agent.run(prompts.render("system", **context), prompts.render("task", **context))
+        except BaseException as exc:
+            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
+            trajectory.finish(status, {"error": f"{type(exc).__name__}: {exc}"})
+            raise
+    summary = build_summary(result, problem, out_dir, budget, trajectory, config, device_info,
+                            time.monotonic() - started)
+    if result.best is not None and result.best.code:
+        (out_dir / "kernel.py").write_text(result.best.code, encoding="utf-8")
+    write_json_atomic(out_dir / "summary.json", summary)
+    trajectory.finish("finished", summary)
+    return OptimizeRun(result=result, out_dir=out_dir, summary=summary)
+
+
+def build_summary(result: RunResult, problem: Any, out_dir: Path, budget: Budget,
+                  trajectory: Trajectory, config: dict, device_info: dict,
+                  wall_s: float) -> dict[str, Any]:
+    best = result.best
+    measurable = bool(best and best.measurable)
+    speedups = best.speedups if best else {}
+    costs_known = [s["model"].get("cost_known", False) for s in trajectory.steps]
+    return {
+        "format_version": 1,
+        "outcome": result.outcome,
+        "exit_code": result.exit_code,
+        "stop_reason": result.stop_reason,
+        "stop_detail": result.stop_detail,
+        "problem": {"name": problem.name, "path": str(problem.path), "sha256": problem.sha256},
+        "model": config["model"]["name"],
+        "mode": config["mode"],
+        "device": device_info.get("name"),
+        "target_speedup": config["target_speedup"],
+        "target_check": result.target_check,
+        "best": None if best is None else {
+            "kernel": str(out_dir / "kernel.py"),
+            "candidate_sha256": hashlib.sha256((best.code or "").encode()).hexdigest(),
+            "verdict": best.verdict,
+            "speedup_vs_eager": speedups.get("eager") if measurable else None,
+            "speedup_vs_inductor": speedups.get("compile") if measurable else None,
+            "raw_speedups": speedups,
+            "timings_meaningful": measurable,
+            "timings_ms": {k: v.get("median_ms") for k, v in best.data.get("timings", {}).items()},
+        },
+        "turns": budget.turns,
+        "tokens": {"prompt": budget.prompt_tokens, "completion": budget.completion_tokens,
+                   "total": budget.tokens},
+        "cost_usd": round(budget.cost, 6),
+        "cost_known": bool(costs_known) and all(costs_known),
+        "wall_time_s": round(wall_s, 3),
+        "tool_time_s": {k: round(v, 3) for k, v in result.tool_seconds.items()},
+        "tool_calls": result.tool_calls,
+        "out_dir": str(out_dir),
+    }
+

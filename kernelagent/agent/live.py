@@ -1,0 +1,118 @@
+"""Progress display for a run: a rich Live panel on a terminal, one plain line per event
+otherwise (CI logs, pipes, tests). Receives the loop's `notify(event, **data)` calls."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from kernelagent.agent.budget import Budget
+
+
+def describe_obs(obs: Any) -> str:
+    """'correct, 1.23x vs inductor' / 'compile_error' / 'correct (timing not meaningful)'."""
+    text = "correct" if obs.passed else obs.verdict
+    if obs.passed and obs.timed:
+        if not obs.measurable:
+            text += " (timing not meaningful on CPU)"
+        elif "compile" in obs.speedups:
+            text += f", {obs.speedups['compile']:.2f}x vs inductor"
+        elif "eager" in obs.speedups:
+            text += f", {obs.speedups['eager']:.2f}x vs eager"
+    return text
+
+
+def _limit(value: Any, limit: Any, fmt: str = "{}") -> str:
+    return fmt.format(value) + (f" / {fmt.format(limit)}" if limit else "")
+
+
+class LiveView:
+    def __init__(self, budget: Budget, console: Console | None = None,
+                 live: bool | None = None, quiet: bool = False) -> None:
+        self.console = console or Console(stderr=True)
+        self.budget = budget
+        self.quiet = quiet
+        self.use_live = (self.console.is_terminal and not quiet) if live is None else live
+        self.events: deque[str] = deque(maxlen=8)
+        self.header = ""
+        self.last_tool = "-"
+        self.best = "-"
+        self._live: Live | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def __enter__(self) -> "LiveView":
+        if self.use_live:
+            self._live = Live(get_renderable=self.render, console=self.console,
+                              refresh_per_second=4, transient=False)
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._live is not None:
+            self._live.refresh()
+            self._live.stop()
+            self._live = None
+
+    # -- events ------------------------------------------------------------------------
+    def __call__(self, event: str, **data: Any) -> None:
+        line = getattr(self, f"on_{event}", lambda **_: None)(**data)
+        if not line:
+            return
+        self.events.append(line)
+        if self._live is not None:
+            self._live.refresh()
+        elif not self.quiet:
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def on_start(self, problem: str, model: str, mode: str, device: str, out: str) -> str:
+        self.header = f"{problem} | {model} | mode {mode} | {device}"
+        return f"kernelagent: optimizing {problem} with {model} (mode {mode}) on {device}; output in {out}"
+
+    def on_model(self, turn: int, reply: Any, budget: dict) -> str:
+        calls = ", ".join(c.name for c in reply.tool_calls) or "text reply"
+        return (f"turn {turn}{'/' + str(budget['max_turns']) if budget.get('max_turns') else ''}: "
+                f"model -> {calls} ({reply.usage.total_tokens} tokens, "
+                f"${reply.cost_usd:.4f}, {reply.latency_s:.1f} s)")
+
+    def on_tool(self, tool: str, obs: Any, best: Any, turn: int) -> str:
+        self.last_tool = f"{tool} -> {describe_obs(obs)}"
+        if best is not None:
+            self.best = describe_obs(best)
+        return f"turn {turn}: {tool} -> {describe_obs(obs)} ({obs.seconds:.1f} s)"
+
+    def on_warning(self, **warning: Any) -> str:
+        if warning.get("last_turn"):
+            return "budget: last turn"
+        return f"budget: {warning.get('percent')}% of the {warning.get('limit')} budget used"
+
+    def on_stop(self, reason: str, detail: str) -> str:
+        return f"stopped: {reason}: {detail}"
+
+    def on_verify(self, code_sha: str) -> str:
+        return f"re-verifying candidate {code_sha} with the full trial count"
+
+    def on_end(self, result: Any) -> str:
+        best = describe_obs(result.best) if result.best else "none"
+        return f"result: {result.outcome} (exit {result.exit_code}); best: {best}; target: {result.target_check}"
+
+    # -- the live panel ----------------------------------------------------------------
+    def render(self) -> Panel:
+        b = self.budget
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("turn", _limit(b.turns, b.max_turns))
+        table.add_row("last tool", self.last_tool)
+        table.add_row("best", self.best)
+        table.add_row("tokens", _limit(b.tokens, b.max_tokens))
+        table.add_row("cost", _limit(b.cost, b.max_cost, "${:.4f}"))
+        table.add_row("elapsed", _limit(round(b.elapsed), b.timeout and round(b.timeout), "{} s"))
+        log = Text("\n".join(self.events), style="dim")
+        return Panel(Group(table, Text(""), log), title=f"kernelagent: {self.header}",
+                     title_align="left")

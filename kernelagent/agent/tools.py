@@ -1,0 +1,189 @@
+"""The agent's tools, built on the evaluation harness, and their function-calling schemas.
+
+`HarnessTools` is the `ToolExecutor` the loop uses (and the RL environment can reuse):
+every tool that takes a candidate evaluates it in the harness's isolated processes, and the
+model sees the harness's real verdict rendered through `prompts/tool_result.j2`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from kernelagent.agent.loop import FormatError, Observation, check_target
+from kernelagent.agent.prompts import Prompts
+from kernelagent.problem import ProblemError
+
+CODE_PARAM = {
+    "type": "string",
+    "description": "The complete Python module defining `class ModelNew(nn.Module)` and its "
+                   "Triton kernels. Leave out to reuse your most recent candidate.",
+}
+
+
+def _schema(name: str, description: str, with_code: bool = True) -> dict:
+    params: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
+    if with_code:
+        params["properties"]["code"] = CODE_PARAM
+    return {"type": "function", "function": {"name": name, "description": description,
+                                             "parameters": params}}
+
+
+TOOL_SCHEMAS = [
+    _schema("read_reference", "Show the reference PyTorch problem: its source, and the shapes "
+            "and dtypes of its inputs and constructor arguments.", with_code=False),
+    _schema("compile", "Load the candidate and run its first forward call (Triton compiles "
+            "here). Fast; reports import, syntax and compile errors compactly. No correctness "
+            "check."),
+    _schema("run_tests", "Check the candidate's outputs against the reference on several "
+            "random inputs (and other distributions); reports each trial."),
+    _schema("profile", "Time the candidate against eager PyTorch and TorchInductor "
+            "(torch.compile) and list its top kernels with their share of the time."),
+    _schema("submit", "Submit the candidate as your final answer. It is verified with the "
+            "full number of correctness trials and timed; if it passes, the run ends."),
+]
+TOOL_NAMES = [s["function"]["name"] for s in TOOL_SCHEMAS]
+
+# Shapes and dtypes of the problem's inputs, computed on the meta device in a child process
+# (no memory is allocated and the user's file never runs in the agent's process).
+_DESCRIBE_INPUTS = r"""
+import importlib.util, json, sys
+import torch
+spec = importlib.util.spec_from_file_location("kernelagent_reference", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+def desc(x):
+    if isinstance(x, torch.Tensor):
+        return f"Tensor(shape={tuple(x.shape)}, dtype={str(x.dtype).replace('torch.', '')})"
+    if isinstance(x, (list, tuple)):
+        return "[" + ", ".join(desc(v) for v in x) + "]"
+    return repr(x)[:80]
+out = {}
+for fn in ("get_inputs", "get_init_inputs", "get_smoke_inputs", "get_smoke_init_inputs"):
+    if hasattr(mod, fn):
+        try:
+            with torch.device("meta"):
+                out[fn] = [desc(v) for v in getattr(mod, fn)()]
+        except Exception as exc:
+            out[fn] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+print("KERNELAGENT_INPUTS " + json.dumps(out))
+"""
+
+
+def describe_inputs(problem_path: str, timeout: float = 120.0) -> dict[str, Any]:
+    """{"get_inputs": ["Tensor(shape=(..), dtype=float32)", ...], ...}, or {"error": ...}."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _DESCRIBE_INPUTS, str(problem_path)],
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"inputs": {"error": f"could not inspect the inputs: {exc}"}}
+    for line in proc.stdout.splitlines():
+        if line.startswith("KERNELAGENT_INPUTS "):
+            return json.loads(line.split(" ", 1)[1])
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"inputs": {"error": f"could not inspect the inputs: {tail[:300]}"}}
+
+
+class HarnessTools:
+    """Tools over an `Evaluator` and one problem. Keeps the last candidate, so `code` may
+    be left out. `eval_overrides` are EvalConfig fields applied to every evaluation."""
+
+    def __init__(self, evaluator: Any, problem: Any, prompts: Prompts, *, trials: int = 5,
+                 quick_trials: int = 2, target_speedup: float = 1.0,
+                 eval_overrides: dict[str, Any] | None = None,
+                 inputs: dict[str, Any] | None = None) -> None:
+        self.evaluator, self.problem, self.prompts = evaluator, problem, prompts
+        self.trials, self.quick_trials = trials, min(quick_trials, trials)
+        self.target_speedup = target_speedup
+        self.eval_overrides = dict(eval_overrides or {})
+        self._inputs = inputs
+        self.last_code: str | None = None
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        if self._inputs is None:
+            self._inputs = describe_inputs(str(self.problem.path))
+        return self._inputs
+
+    def schemas(self) -> list[dict]:
+        return TOOL_SCHEMAS
+
+    # -- ToolExecutor ------------------------------------------------------------------
+    def run(self, name: str, arguments: dict) -> Observation:
+        if name not in TOOL_NAMES:
+            raise FormatError(f"unknown tool `{name}`; the tools are: {', '.join(TOOL_NAMES)}",
+                              kind="unknown_tool")
+        if name == "read_reference":
+            text = self.prompts.render("tool_result", tool=name, problem_name=self.problem.name,
+                                       reference_source=self.problem.source, inputs=self.inputs)
+            return Observation(text=text)
+        code = arguments.get("code")
+        if code is not None and not isinstance(code, str):
+            raise FormatError("`code` must be a string holding the complete module",
+                              kind="bad_arguments")
+        if not code:
+            if self.last_code is None:
+                raise FormatError(f"`{name}` needs `code`: no candidate has been given yet",
+                                  kind="bad_arguments")
+            code = self.last_code
+        self.last_code = code
+        settings = {
+            "compile": dict(trials=1, compile_only=True, timing=False, baselines=False),
+            "run_tests": dict(trials=self.quick_trials, timing=False, baselines=False),
+            "profile": dict(trials=self.quick_trials, timing=True, baselines=True, profile=True),
+            "submit": dict(trials=self.trials, timing=True, baselines=True),
+        }[name]
+        return self._evaluate(name, code, settings, submitted=(name == "submit"))
+
+    def evaluate(self, code: str) -> Observation:
+        """Text mode: everything at once (compile, full correctness, timing)."""
+        self.last_code = code
+        return self._evaluate("evaluate", code, dict(trials=self.trials, timing=True,
+                                                     baselines=True))
+
+    def verify(self, code: str) -> Observation:
+        return self._evaluate("verify", code, dict(trials=self.trials, timing=True,
+                                                   baselines=True))
+
+    # -- internals ---------------------------------------------------------------------
+    def _evaluate(self, tool: str, code: str, settings: dict, submitted: bool = False) -> Observation:
+        from kernelagent.harness import EvalConfig, Status
+
+        config = EvalConfig(**{**self.eval_overrides, **settings})
+        start = time.monotonic()
+        try:
+            result = self.evaluator.evaluate(self.problem, code, config)
+        except Exception as exc:  # the harness's fault, not the candidate's: tell, go on
+            seconds = time.monotonic() - start
+            return Observation(text=f"[{tool}] harness error (not your fault): "
+                               f"{type(exc).__name__}: {exc}", verdict="harness_error",
+                               code=code, seconds=seconds)
+        seconds = time.monotonic() - start
+        if result.status == Status.BAD_PROBLEM:
+            raise ProblemError(f"{self.problem.path}: {result.reason or 'the problem is broken'}")
+        timed = "candidate" in result.timings
+        obs = Observation(
+            text="", verdict=result.status, code=code, passed=bool(result.passed), timed=timed,
+            measurable=timed and all(t.meaningful for t in result.timings.values()),
+            speedups=dict(result.speedups), full=config.trials >= self.trials and timed,
+            submitted=submitted, seconds=seconds, data=result.to_dict())
+        target = None
+        if obs.passed and timed:
+            met, label = check_target(obs, self.target_speedup)
+            target = {"met": met, "label": label}
+        log = "" if result.passed or not result.log else _tail(result.log, 40)
+        template = "feedback" if tool == "evaluate" else "tool_result"
+        obs.text = self.prompts.render(template, tool=tool if tool != "verify" else "submit",
+                                       result=result, log=log, target=target, note="",
+                                       error="")
+        return obs
+
+
+def _tail(text: str, lines: int) -> str:
+    rows = text.rstrip().splitlines()
+    if len(rows) <= lines:
+        return "\n".join(rows)
+    return "\n".join([f"[... {len(rows) - lines} earlier lines cut ...]"] + rows[-lines:])

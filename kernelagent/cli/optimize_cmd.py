@@ -1,0 +1,103 @@
+"""`kernelagent optimize PROBLEM`: run the agent on one problem.
+
+A plain function with typer options; kernelagent/cli/__init__.py registers it with
+`app.command("optimize")(optimize)`. Exit codes: 0 correct and meets the target, 3 correct
+but short of it, 1 no correct kernel, 2 bad input or configuration (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kernelagent.errors import EXIT_USAGE, UserError
+
+
+class Mode(str, Enum):
+    tools = "tools"
+    text = "text"
+    auto = "auto"
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(EXIT_USAGE)
+
+
+def optimize(
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file (class Model, get_inputs, get_init_inputs).", show_default=False)],
+    model: Annotated[Optional[str], typer.Option("--model", "-m", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, or openai/<name> with --api-base.", show_default=False)] = None,
+    api_base: Annotated[Optional[str], typer.Option("--api-base", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...), e.g. http://localhost:8000/v1.", show_default=False)] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable, e.g. OPENAI_API_KEY).", show_default=False)] = None,
+    mode: Annotated[Mode, typer.Option("--mode", help="tools: function calling; text: code blocks only; auto: tools, and code blocks are evaluated too.")] = Mode.auto,
+    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Most model calls.")] = 20,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="Most prompt+completion tokens over the run.", show_default=False)] = None,
+    max_cost: Annotated[Optional[float], typer.Option("--max-cost", min=0.0, help="Most USD spent (litellm prices; 0 for unknown models).", show_default=False)] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", min=1.0, help="Wall-clock seconds for the loop (the final verification runs after it).", show_default=False)] = None,
+    target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, help="Speedup over TorchInductor that counts as success.")] = 1.0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: runs/<timestamp>-<problem>).", show_default=False)] = None,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    trials: Annotated[int, typer.Option("--trials", min=1, help="Correctness trials for submit and the final verification.")] = 5,
+    quick_trials: Annotated[int, typer.Option("--quick-trials", min=1, help="Correctness trials for run_tests and profile.")] = 2,
+    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, help="Seconds to wait for one model reply.")] = 300.0,
+    max_retries: Annotated[int, typer.Option("--max-retries", min=0, help="Retries of a model call on rate limits, timeouts, connection errors and 5xx.")] = 6,
+    retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, help="Base seconds of the exponential retry backoff.")] = 2.0,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature (provider default if unset).", show_default=False)] = None,
+    live: Annotated[Optional[bool], typer.Option("--live/--no-live", help="Live progress panel (default: on a terminal).", show_default=False)] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final result line.")] = False,
+) -> None:
+    """Turn a PyTorch reference module into a verified, faster Triton kernel."""
+    from kernelagent.agent import optimize as run_optimize
+    from kernelagent.agent.budget import Budget
+    from kernelagent.agent.live import LiveView
+    from kernelagent.models.litellm_model import LitellmModel
+    from kernelagent.problem import load_problem
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                            format="%(levelname)s %(name)s: %(message)s")
+    try:
+        load_problem(problem)  # bad input first, before the slow parts
+        llm = LitellmModel(model, api_base=api_base, api_key=api_key, timeout=model_timeout,
+                           max_retries=max_retries, backoff_base=retry_backoff,
+                           temperature=temperature)
+    except UserError as exc:
+        raise _fail(str(exc)) from None
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise _fail(f"--device must be auto, cpu, cuda or cuda:N (got {device!r})")
+    if out is not None and out.exists() and not out.is_dir():
+        raise _fail(f"--out {out} exists and is not a folder")
+
+    budget = Budget(max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost,
+                    timeout=timeout)
+    view = LiveView(budget, live=live, quiet=quiet)
+    try:
+        with view:
+            run = run_optimize(
+                problem, llm, mode=mode.value, budget=budget, target_speedup=target_speedup,
+                out=out, device=device, trials=trials, quick_trials=min(quick_trials, trials),
+                observer=view, model_info={"api_base": api_base, "temperature": temperature})
+    except UserError as exc:
+        raise _fail(str(exc)) from None
+    except Exception as exc:
+        from kernelagent.harness import HarnessStartError
+
+        if isinstance(exc, HarnessStartError):
+            raise _fail(f"the evaluation harness could not start: {str(exc).splitlines()[0]}") from None
+        raise
+
+    summary = run.summary
+    best = summary.get("best") or {}
+    words = {"success": "correct kernel, meets the target",
+             "short_of_target": "correct kernel, short of the target",
+             "no_correct_kernel": "no correct kernel found"}[run.result.outcome]
+    detail = f" ({summary['target_check']})" if best else ""
+    kernel = f"; kernel: {best['kernel']}" if best else ""
+    typer.echo(f"{words}{detail}{kernel}; summary: {run.out_dir / 'summary.json'}")
+    raise typer.Exit(run.exit_code)

@@ -1,0 +1,223 @@
+"""A Model backed by litellm: any hosted provider, or an OpenAI-compatible server
+(`openai/<name>` with `api_base`).
+
+litellm is imported lazily (it is slow to import and optional). Its own retries, and
+the OpenAI client's, are turned off: tenacity here is the only retry layer, so the
+number of requests a call makes is bounded and every retry is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from kernelagent.models.base import ModelConfigError, ModelError, ModelReply, ToolCall, Usage
+
+if TYPE_CHECKING:
+    import tenacity
+
+log = logging.getLogger(__name__)
+
+ENV_MODEL = "KERNELAGENT_MODEL"
+# OpenAI-compatible servers (vLLM, SGLang, llama.cpp, ...) mostly ignore the key, but the
+# client refuses to send a request without one.
+DUMMY_KEY = "sk-no-key-required"
+RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
+
+
+def import_litellm() -> Any:
+    """Import litellm quietly: local price table (no network fetch), no banners on stdout."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    litellm.num_retries = 0
+    return litellm
+
+
+def _has_mcp_gateway() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("litellm.responses.mcp") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    if status is None:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Rate limits, timeouts, dropped connections and 5xx: worth another try."""
+    import openai
+
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
+        return True
+    status = _status(exc)
+    return status is not None and (status in RETRY_STATUS or status >= 500)
+
+
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """The server's Retry-After (seconds form), if the error carries a response."""
+    # litellm keeps the provider's headers in `litellm_response_headers`; its `response`
+    # is often a synthetic one without them.
+    for headers in (getattr(exc, "litellm_response_headers", None),
+                    getattr(exc, "headers", None),
+                    getattr(getattr(exc, "response", None), "headers", None)):
+        try:
+            value = headers.get("retry-after") if headers else None
+            if value is not None:
+                return max(0.0, float(value))
+        except (TypeError, ValueError, AttributeError):
+            continue
+    return None
+
+
+def describe_error(exc: BaseException, limit: int = 300) -> str:
+    status = _status(exc)
+    text = " ".join(str(exc).split())
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "") + f": {text}"
+
+
+class LitellmModel:
+    """`query()` sends one chat completion through litellm.completion, with retries."""
+
+    def __init__(self, model: str | None = None, api_base: str | None = None,
+                 api_key: str | None = None, timeout: float = 300.0, max_retries: int = 6,
+                 backoff_base: float = 2.0, backoff_max: float = 60.0,
+                 temperature: float | None = None, **extra: Any) -> None:
+        model = model or os.environ.get(ENV_MODEL) or None
+        if not model:
+            raise ModelConfigError(
+                f"no model given: pass --model (e.g. --model openai/gpt-4o) or set {ENV_MODEL}")
+        self.name = model
+        self.api_base = api_base
+        self.timeout = timeout
+        self.max_retries = max(0, int(max_retries))
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.temperature = temperature
+        self.extra = extra
+        self.api_key = self._resolve_key(api_key)
+
+    def _resolve_key(self, api_key: str | None) -> str | None:
+        """Fail now, in one line, when the provider needs a key that is not there."""
+        if api_key:
+            return api_key
+        litellm = import_litellm()
+        try:
+            _, provider, dynamic_key, _ = litellm.get_llm_provider(
+                model=self.name, api_base=self.api_base)
+        except Exception:
+            raise ModelConfigError(
+                f"unknown model provider for '{self.name}': use a litellm model string such as "
+                "openai/<name>, anthropic/<name>, or openai/<name> with --api-base") from None
+        if dynamic_key:
+            return dynamic_key
+        if self.api_base and provider in ("openai", "hosted_vllm", "openai_like", "lm_studio"):
+            return os.environ.get("OPENAI_API_KEY") or DUMMY_KEY
+        missing = litellm.validate_environment(model=self.name, api_base=self.api_base).get(
+            "missing_keys") or []
+        if missing:
+            raise ModelConfigError(
+                f"model '{self.name}' needs an API key: set {' or '.join(missing)} "
+                "(or pass --api-key)")
+        return None
+
+    # -- retries -----------------------------------------------------------------------
+    def _wait(self, state: "tenacity.RetryCallState") -> float:
+        exponential = self.backoff_base * 2 ** (state.attempt_number - 1)
+        exponential *= 1 + 0.1 * random.random()  # a little jitter
+        exc = state.outcome.exception() if state.outcome else None
+        advised = retry_after_seconds(exc) if exc else None
+        return min(max(exponential, advised or 0.0), self.backoff_max)
+
+    def _log_retry(self, state: "tenacity.RetryCallState") -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.warning("model call failed (%s); retry %d/%d in %.1fs", describe_error(exc),
+                    state.attempt_number, self.max_retries, wait)
+
+    def query(self, messages: list[dict[str, Any]],
+              tools: list[dict[str, Any]] | None = None) -> ModelReply:
+        import tenacity
+
+        litellm = import_litellm()
+        kwargs: dict[str, Any] = dict(
+            model=self.name, messages=messages, timeout=self.timeout,
+            num_retries=0, max_retries=0,  # tenacity is the only retry layer
+            **self.extra)
+        if tools:
+            kwargs["tools"] = tools
+            if _has_mcp_gateway():
+                # litellm >= 1.7x routes every tools call through its MCP gateway check,
+                # which imports the optional `mcp` package; our tools are plain functions.
+                kwargs["_skip_mcp_handler"] = True
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        if self.api_key:
+            kwargs["api_key"] = self.api_key
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(is_retryable),
+            stop=tenacity.stop_after_attempt(self.max_retries + 1),
+            wait=self._wait, before_sleep=self._log_retry, reraise=True)
+        start = time.monotonic()
+        try:
+            response = retrying(litellm.completion, **kwargs)
+        except Exception as exc:  # every failure leaves here as one ModelError line
+            status = _status(exc)
+            if status in (401, 403):
+                raise ModelConfigError(
+                    f"model '{self.name}' refused the API key (HTTP {status}): set a valid key "
+                    "(--api-key or the provider's variable)") from exc
+            if status == 404:
+                raise ModelConfigError(
+                    f"model '{self.name}' was not found (HTTP 404): check --model and "
+                    "--api-base") from exc
+            attempts = "" if not is_retryable(exc) else f" after {self.max_retries + 1} attempts"
+            raise ModelError(f"model call failed{attempts}: {describe_error(exc)}") from exc
+        latency = time.monotonic() - start
+        return self._parse(litellm, response, latency)
+
+    def _parse(self, litellm: Any, response: Any, latency: float) -> ModelReply:
+        try:
+            message = response.choices[0].message
+        except (AttributeError, IndexError) as exc:
+            raise ModelError(f"model returned no choices: {str(response)[:200]}") from exc
+        calls = []
+        for i, call in enumerate(getattr(message, "tool_calls", None) or []):
+            function = getattr(call, "function", None)
+            calls.append(ToolCall(id=getattr(call, "id", None) or f"call_{i}",
+                                  name=getattr(function, "name", None) or "",
+                                  arguments_json=getattr(function, "arguments", None) or ""))
+        usage = getattr(response, "usage", None)
+        tokens = Usage(prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                       completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0))
+        cost, known = 0.0, False
+        try:
+            value = litellm.completion_cost(completion_response=response)
+            if value is not None:
+                cost, known = float(value), True
+        except Exception:  # litellm has no price for this model: report 0.0, say so
+            pass
+        try:
+            raw = response.model_dump()
+        except Exception:
+            raw = {"repr": repr(response)[:2000]}
+        raw["cost_known"] = known
+        return ModelReply(content=getattr(message, "content", None) or "", tool_calls=calls,
+                          usage=tokens, cost_usd=cost, cost_known=known, latency_s=latency,
+                          raw=raw)
