@@ -1,0 +1,113 @@
+"""A pool of evaluators: one harness server per GPU, used from many threads.
+
+Each Evaluator runs one job at a time, so two timings on the same GPU never overlap;
+jobs go to whichever evaluator is free. Without a GPU the pool has `cpu_workers` CPU
+evaluators (timings there mean nothing anyway, so running several at once costs nothing
+but cores).
+
+    with EvaluatorPool() as pool:                       # all visible GPUs
+        results = pool.map([(problem, source, config), ...])   # order kept
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import subprocess
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable
+
+from kernelagent.harness.config import EvalConfig
+from kernelagent.harness.evaluator import Evaluator
+from kernelagent.harness.result import EvalResult
+from kernelagent.problem import Problem
+
+
+def visible_gpus() -> list[int]:
+    """GPU indices this process may use, without initialising CUDA here."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        env = env.strip()
+        if not env or env == "-1":
+            return []
+        return [int(x) for x in env.split(",") if x.strip().isdigit()]
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    return [int(line) for line in out.stdout.split() if line.strip().isdigit()]
+
+
+def parse_gpus(spec: str | None) -> list[str] | None:
+    """'0,1' -> ['cuda:0', 'cuda:1']; 'cpu' -> ['cpu']; None/'all' -> None (all visible)."""
+    if spec is None or spec.strip().lower() in ("", "all"):
+        return None
+    if spec.strip().lower() == "cpu":
+        return ["cpu"]
+    devices = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise ValueError(f"--gpus takes indices like 0,1 (or 'cpu' / 'all'), got {spec!r}")
+        devices.append(f"cuda:{part}")
+    return devices
+
+
+class EvaluatorPool:
+    def __init__(self, devices: list[str] | None = None, cache_dir: str | Path | None = None,
+                 isolation: str = "auto", cpu_workers: int = 1):
+        if devices is None:
+            gpus = visible_gpus()
+            devices = [f"cuda:{i}" for i in gpus] if gpus else ["cpu"] * max(1, cpu_workers)
+        self.devices = devices
+        self.evaluators = [Evaluator(device=d, cache_dir=cache_dir, isolation=isolation) for d in devices]
+        self._free: queue.Queue[Evaluator] = queue.Queue()
+        for evaluator in self.evaluators:
+            self._free.put(evaluator)
+        self._executor = ThreadPoolExecutor(max_workers=len(self.evaluators), thread_name_prefix="kernelagent-eval")
+
+    def __enter__(self) -> "EvaluatorPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def size(self) -> int:
+        return len(self.evaluators)
+
+    def fingerprint(self) -> dict[str, Any]:
+        evaluator = self._free.get()
+        try:
+            return evaluator.fingerprint()
+        finally:
+            self._free.put(evaluator)
+
+    def evaluate(self, problem: Problem | str | Path, candidate_source: str,
+                 config: EvalConfig | None = None) -> EvalResult:
+        """Blocks until an evaluator is free, then evaluates on it."""
+        evaluator = self._free.get()
+        try:
+            return evaluator.evaluate(problem, candidate_source, config)
+        finally:
+            self._free.put(evaluator)
+
+    def submit(self, problem: Problem | str | Path, candidate_source: str,
+               config: EvalConfig | None = None) -> Future:
+        return self._executor.submit(self.evaluate, problem, candidate_source, config)
+
+    def map(self, jobs: Iterable[tuple[Problem | str | Path, str, EvalConfig | None]]) -> list[EvalResult]:
+        futures = [self.submit(*job) for job in jobs]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        for evaluator in self.evaluators:
+            evaluator.close()
