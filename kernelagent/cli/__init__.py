@@ -53,15 +53,33 @@ def _root(
     setup_logging(verbose)
 
 
-def _register() -> None:
-    from kernelagent.cli.eval_cmd import eval_command
+# (module, attribute, command name). A module may hold a command function or a typer
+# sub-app (`typer.Typer`, added as a command group). Command modules stay light: heavy
+# imports happen inside the command bodies, so `kernelagent --help` is instant.
+COMMANDS = [
+    ("kernelagent.cli.eval_cmd", "eval_command", "eval"),
+    ("kernelagent.cli.optimize_cmd", "optimize", "optimize"),
+    ("kernelagent.cli.bench_cmd", "bench", "bench"),
+    ("kernelagent.cli.report_cmd", "report", "report"),
+    ("kernelagent.cli.profile_cmd", "profile", "profile"),
+    ("kernelagent.cli.dataset_cmd", "dataset_app", "dataset"),
+    ("kernelagent.cli.export_cmd", "export_app", "export"),
+    ("kernelagent.cli.serve_cmd", "serve", "serve"),
+]
 
-    app.command("eval")(eval_command)
-    try:
-        from kernelagent.cli.optimize_cmd import optimize
-    except ImportError:  # pragma: no cover - optional while the agent is absent
-        return
-    app.command("optimize")(optimize)
+
+def _register() -> None:
+    import importlib
+    import importlib.util
+
+    for module_name, attribute, command in COMMANDS:
+        if importlib.util.find_spec(module_name) is None:
+            continue  # a command whose module is not written yet
+        target = getattr(importlib.import_module(module_name), attribute)
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=command)
+        else:
+            app.command(command)(target)
 
 
 _register()
