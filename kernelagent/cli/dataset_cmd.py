@@ -1,0 +1,55 @@
+"""`kernelagent dataset prompts DIR --out prompts.jsonl [--split 0.8 --seed 0]`."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+dataset_app = typer.Typer(help="Datasets for training kernel models.", no_args_is_help=True,
+                          add_completion=False, pretty_exceptions_enable=False)
+
+
+class Mode(str, Enum):
+    text = "text"
+    tools = "tools"
+    auto = "auto"
+
+
+@dataset_app.command("prompts")
+def prompts(
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="A folder of problem files (searched recursively; solutions/ is skipped), or one problem file.")],
+    out: Annotated[Path, typer.Option("--out", help="JSONL file to write (one row per problem).")] = Path("prompts.jsonl"),
+    split: Annotated[Optional[float], typer.Option("--split", min=0.0, max=1.0, help="Train fraction; each problem's side is fixed by a hash of (seed, problem id). Also writes <stem>.train.jsonl and <stem>.test.jsonl.", show_default=False)] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the split.")] = 0,
+    mode: Annotated[Mode, typer.Option("--mode", help="Prompt variant: text (one code block per answer), tools or auto, as in optimize.")] = Mode.text,
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU named in the prompt (e.g. 'NVIDIA H200'), or 'cpu'.")] = "NVIDIA H100 80GB HBM3",
+    target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, help="Target named in the prompt.")] = 1.0,
+    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Turn budget named in the prompt.")] = 1,
+    inputs: Annotated[bool, typer.Option("--inputs/--no-inputs", help="Describe input shapes and dtypes in the prompt (inspects each problem in a child process).")] = True,
+) -> None:
+    """Write one chat prompt per problem (TRL's conversational prompt format), with the
+    problem id and source as columns for the reward function."""
+    from kernelagent.cli import run_guarded
+
+    run_guarded(_prompts, directory, out, split, seed, mode.value, gpu, target_speedup, max_turns, inputs)
+
+
+def _prompts(directory, out, split, seed, mode, gpu, target_speedup, max_turns, inputs) -> None:
+    from kernelagent.errors import UserError
+    from kernelagent.rl.dataset import write_prompts
+
+    if not directory.exists():
+        raise UserError(f"not found: {directory}")
+    try:
+        info = write_prompts(directory, out, split=split, seed=seed, mode=mode, gpu=gpu,
+                             target_speedup=target_speedup, max_turns=max_turns,
+                             inspect_inputs=inputs)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if not info["rows"]:
+        raise UserError(f"no problem files under {directory}")
+    detail = f" (train {info['train']}, test {info['test']}, seed {seed})" if split is not None else ""
+    typer.echo(f"{info['rows']} prompts{detail}: {', '.join(info['files'])}")

@@ -1,0 +1,116 @@
+"""`kernelagent serve --gpus 0,1 --port 8000`: the HTTP reward service (see kernelagent.rl.service)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+class Backend(str, Enum):
+    pool = "pool"
+    ray = "ray"
+
+
+class Baseline(str, Enum):
+    compile = "compile"
+    eager = "eager"
+
+
+def serve(
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU indices (0,1,...), 'all' (default: every visible GPU), or 'cpu'.", show_default=False)] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (0.0.0.0 for other machines).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one; the line printed at start names it).")] = 8000,
+    max_pending: Annotated[int, typer.Option("--max-pending", min=1, help="Completions admitted at once (queued + running); more is answered 429.")] = 256,
+    request_timeout: Annotated[float, typer.Option("--request-timeout", min=1.0, help="Seconds a request may take before it is answered 504.")] = 900.0,
+    cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, help="Evaluators when there is no GPU.")] = 1,
+    backend: Annotated[Backend, typer.Option("--backend", help="pool: one harness per local GPU; ray: actors over a Ray cluster's GPUs.")] = Backend.pool,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address for --backend ray (default: start or join a local one).", show_default=False)] = None,
+    trials: Annotated[int, typer.Option("--trials", min=1, help="Correctness trials per completion.")] = 5,
+    eval_config: Annotated[Optional[str], typer.Option("--eval-config", help="JSON object of EvalConfig fields, e.g. '{\"target_ms\": 50}'.", show_default=False)] = None,
+    compile_weight: Annotated[float, typer.Option("--compile-weight", help="α: reward for compiling.")] = 0.5,
+    correct_weight: Annotated[float, typer.Option("--correct-weight", help="β: reward for being correct.")] = 1.0,
+    speed_weight: Annotated[float, typer.Option("--speed-weight", help="γ: weight of min(t_base/t, r_max).")] = 1.0,
+    r_max: Annotated[float, typer.Option("--r-max", min=0.0, help="Cap on the speedup term.")] = 3.0,
+    baseline: Annotated[Baseline, typer.Option("--baseline", help="compile (TorchInductor) or eager.")] = Baseline.compile,
+    isolation: Annotated[str, typer.Option("--isolation", help="auto, bwrap or none.")] = "auto",
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Baseline cache (default ~/.cache/kernelagent).", show_default=False)] = None,
+) -> None:
+    """Serve rewards over HTTP: POST /reward with a batch, GET /health."""
+    from kernelagent.cli import run_guarded
+
+    run_guarded(_serve, gpus, host, port, max_pending, request_timeout, cpu_workers, backend.value,
+                ray_address, trials, eval_config, compile_weight, correct_weight, speed_weight,
+                r_max, baseline.value, isolation, cache_dir)
+
+
+def _serve(gpus, host, port, max_pending, request_timeout, cpu_workers, backend, ray_address,
+           trials, eval_config, compile_weight, correct_weight, speed_weight, r_max, baseline,
+           isolation, cache_dir) -> None:
+    import json
+    import signal
+    import sys
+    import threading
+
+    from kernelagent.errors import UserError
+    from kernelagent.harness import EvalConfig
+    from kernelagent.rl.reward import RewardConfig
+    from kernelagent.rl.service import RewardService
+    from kernelagent.rl.trl import KernelReward
+
+    try:
+        overrides = json.loads(eval_config) if eval_config else {}
+        if not isinstance(overrides, dict):
+            raise ValueError("not a JSON object")
+        config = EvalConfig.from_dict({"trials": trials, **overrides})
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"--eval-config: {exc}") from None
+    reward_config = RewardConfig(compile_weight=compile_weight, correct_weight=correct_weight,
+                                 speed_weight=speed_weight, r_max=r_max, baseline=baseline)
+    if backend == "ray":
+        try:
+            from kernelagent.rl.ray_backend import RayBackend
+        except ImportError:
+            raise UserError("--backend ray needs ray (pip install 'ray[default]')") from None
+        engine = RayBackend(address=ray_address, cpu_actors=cpu_workers,
+                            cache_dir=str(cache_dir) if cache_dir else None, isolation=isolation)
+    else:
+        from kernelagent.harness.pool import EvaluatorPool, parse_gpus
+
+        try:
+            devices = parse_gpus(gpus)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        if devices == ["cpu"]:
+            devices = ["cpu"] * cpu_workers
+        engine = EvaluatorPool(devices=devices, cache_dir=cache_dir, isolation=isolation,
+                               cpu_workers=cpu_workers)
+    reward = KernelReward(engine, config=reward_config, eval_config=config)
+    reward._own_backend = True  # the service closes it
+    service = RewardService(reward, max_pending=max_pending, request_timeout=request_timeout)
+    try:
+        httpd = service.make_server(host, port)
+    except OSError as exc:
+        service.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc}") from None
+    bound_host, bound_port = httpd.server_address[:2]
+    devices_text = ",".join(getattr(engine, "devices", [])) or "?"
+    typer.echo(f"kernelagent serve: listening on http://{bound_host}:{bound_port} "
+               f"(backend {backend}, devices {devices_text}, capacity {max_pending})")
+    sys.stdout.flush()
+
+    def stop(*_args) -> None:
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        httpd.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        httpd.server_close()
+        service.httpd = None
+        service.close()
+    typer.echo("kernelagent serve: stopped")

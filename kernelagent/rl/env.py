@@ -1,0 +1,232 @@
+"""A multi-turn environment over the agent's own loop, tools and prompts.
+
+    env = KernelEnv(pool, mode="tools")
+    messages = env.reset("benchmarks/level1/1_relu.py")   # [system, task], as optimize sends
+    obs, reward, done = env.step(policy(messages, env.tools_schema))   # ... until done
+
+`step(action)` hands the policy's reply to the same `Agent.step` that `kernelagent optimize`
+runs: the action is an assistant reply (a string in text/auto mode, or an assistant message
+dict with OpenAI `tool_calls`, or a ModelReply), the tools are `HarnessTools`, the feedback
+is rendered from the same templates, the budget warnings, format errors, short-submit push
+back and stopping rules are the loop's. `env.messages` is the conversation exactly as the
+model would see it next. When the episode ends (a correct kernel meets the target, a
+correct one is submitted, or the turn budget is spent) the loop's final verification runs
+and the terminal reward is `reward_from_result` of the verified best kernel; with none, the
+best reward any evaluation in the episode earned (compile credit, at most).
+
+`reward_mode="terminal"` (default) gives 0 on intermediate steps; `"per_step"` gives each
+step the reward of the evaluations it ran (their maximum), and the terminal reward at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kernelagent.rl.reward import RewardBreakdown, RewardConfig, reward_from_result
+
+
+class _ActionModel:
+    """A Model whose next reply is the policy's action (set by `KernelEnv.step`)."""
+
+    name = "policy"
+
+    def __init__(self) -> None:
+        self.pending: Any = None
+
+    def query(self, messages: list[dict], tools: list[dict] | None = None) -> Any:
+        reply, self.pending = self.pending, None
+        if reply is None:
+            from kernelagent.models.base import ModelError
+
+            raise ModelError("no action given")
+        return reply
+
+
+def to_reply(action: Any, usage: dict | None = None) -> Any:
+    """A ModelReply from a string, an assistant message dict, or a ModelReply."""
+    from kernelagent.models.base import ModelReply, ToolCall, Usage
+
+    if isinstance(action, ModelReply):
+        return action
+    u = Usage(**(usage or {}))
+    if isinstance(action, str):
+        return ModelReply(content=action, usage=u, cost_known=True)
+    if isinstance(action, dict):
+        calls = []
+        for i, call in enumerate(action.get("tool_calls") or []):
+            fn = call.get("function") or call
+            args = fn.get("arguments", fn.get("arguments_json", "{}"))
+            if not isinstance(args, str):
+                args = json.dumps(args)
+            calls.append(ToolCall(id=call.get("id") or f"call_{i}", name=fn.get("name", ""),
+                                  arguments_json=args))
+        return ModelReply(content=action.get("content") or "", tool_calls=calls, usage=u,
+                          cost_known=True)
+    raise TypeError(f"an action is a string, an assistant message dict or a ModelReply, not {type(action).__name__}")
+
+
+class KernelEnv:
+    """`reset(problem) -> prompt messages`; `step(action) -> (observation, reward, done)`.
+
+    `evaluator`: an Evaluator or EvaluatorPool (anything with `.evaluate` and
+    `.fingerprint`), shared between environments; it is not closed here."""
+
+    def __init__(self, evaluator: Any, *, mode: str = "auto", max_turns: int = 10,
+                 target_speedup: float = 1.0, trials: int = 5, quick_trials: int = 2,
+                 eval_overrides: dict[str, Any] | None = None,
+                 reward_config: RewardConfig | None = None, reward_mode: str = "terminal",
+                 out_dir: str | Path | None = None) -> None:
+        if mode not in ("tools", "text", "auto"):
+            raise ValueError("mode must be tools, text or auto")
+        if reward_mode not in ("terminal", "per_step"):
+            raise ValueError("reward_mode must be terminal or per_step")
+        self.evaluator = evaluator
+        self.mode, self.max_turns, self.target_speedup = mode, max_turns, target_speedup
+        self.trials, self.quick_trials = trials, min(quick_trials, trials)
+        self.eval_overrides = dict(eval_overrides or {})
+        self.reward_config = reward_config or RewardConfig()
+        self.reward_mode = reward_mode
+        self.out_dir = Path(out_dir) if out_dir else None
+        self.agent: Any = None
+        self.done = True
+        self.final: RewardBreakdown | None = None
+        self.run_result: Any = None
+        self._best_seen: RewardBreakdown | None = None
+
+    # -- episode -----------------------------------------------------------------------
+    def reset(self, problem: Any, *, problem_id: str | None = None) -> list[dict]:
+        """Start an episode on `problem` (a path, a Problem, or source text with
+        `problem_id`). Returns the prompt: the system and task messages."""
+        from kernelagent.agent import (
+            BACKEND,
+            Agent,
+            AgentConfig,
+            Budget,
+            HarnessTools,
+            Prompts,
+            Trajectory,
+            describe,
+        )
+        from kernelagent.agent.tools import describe_inputs
+        from kernelagent.problem import Problem
+        from kernelagent.rl.problems import resolve_problem
+
+        if not isinstance(problem, Problem):
+            text = str(problem)
+            problem = (resolve_problem(source=text, problem_id=problem_id) if "\n" in text
+                       else resolve_problem(path=text))
+        prompts = Prompts()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            inputs = pool.submit(describe_inputs, str(problem.path))
+            fingerprint = self.evaluator.fingerprint()
+            inputs = inputs.result()
+        device_info = describe(fingerprint)
+        budget = Budget(max_turns=self.max_turns)
+        config = {"mode": self.mode, "backend": BACKEND, "target_speedup": self.target_speedup,
+                  "max_turns": self.max_turns, "trials": self.trials,
+                  "quick_trials": self.quick_trials, "eval_overrides": self.eval_overrides,
+                  "model": {"name": "policy"}, "source": "kernelagent.rl.env"}
+        trajectory = Trajectory(self.out_dir / "trajectory.json" if self.out_dir else None,
+                                config=config, environment={**fingerprint, "device_info": device_info},
+                                problem={"name": problem.name, "path": str(problem.path),
+                                         "sha256": problem.sha256})
+        tools = HarnessTools(self.evaluator, problem, prompts, trials=self.trials,
+                             quick_trials=self.quick_trials, target_speedup=self.target_speedup,
+                             eval_overrides=self.eval_overrides, inputs=inputs)
+        # The same context `kernelagent.agent.optimize` renders its prompts with.
+        context = dict(mode=self.mode, backend=BACKEND, problem_name=problem.display,
+                       reference_source=problem.source.strip(), inputs=tools.inputs,
+                       device=device_info, cpu=not fingerprint.get("cuda"),
+                       target_speedup=self.target_speedup, max_turns=budget.max_turns,
+                       max_tokens=budget.max_tokens, max_cost=budget.max_cost,
+                       timeout=budget.timeout)
+        self._model = _ActionModel()
+        self.agent = Agent(self._model, tools, prompts, budget, trajectory,
+                           AgentConfig(mode=self.mode, target_speedup=self.target_speedup))
+        self.problem, self.tools, self.prompts = problem, tools, prompts
+        system, task = prompts.render("system", **context), prompts.render("task", **context)
+        self.agent.add("system", system)
+        self.agent.add("user", task)
+        trajectory.save()
+        budget.started = time.monotonic()
+        self.done, self.final, self.run_result, self._best_seen = False, None, None, None
+        return [dict(m) for m in self.agent.messages]
+
+    @property
+    def messages(self) -> list[dict]:
+        return [dict(m) for m in self.agent.messages] if self.agent else []
+
+    @property
+    def tools_schema(self) -> list[dict] | None:
+        """Function-calling schemas to give the policy (None in text mode)."""
+        return None if self.mode == "text" or self.agent is None else self.tools.schemas()
+
+    def step(self, action: Any, usage: dict | None = None) -> tuple[str, float, bool]:
+        """Apply one policy reply. Returns (observation text, reward, done)."""
+        from kernelagent.agent import LimitsExceeded, Submitted
+
+        if self.agent is None or self.done:
+            raise RuntimeError("call reset() before step(), and again after an episode ends")
+        self._model.pending = to_reply(action, usage)
+        before = len(self.agent.messages)
+        steps_before = len(self.agent.trajectory.steps)
+        stop = None
+        try:
+            self.agent.step()
+        except Submitted as exc:
+            stop = (exc.reason, str(exc))
+        except LimitsExceeded as exc:  # the budget was spent before this step
+            stop = ("limits", str(exc))
+        if stop is None:
+            try:
+                self.agent.budget.check()
+            except LimitsExceeded as exc:
+                stop = ("limits", str(exc))
+        new = self.agent.messages[before:]
+        observation = "\n\n".join(str(m.get("content") or "") for m in new
+                                  if m.get("role") in ("user", "tool"))
+        step_reward = self._step_reward(self.agent.trajectory.steps[steps_before:])
+        if stop is None:
+            return observation, (step_reward if self.reward_mode == "per_step" else 0.0), False
+        self.run_result = self.agent.finish(*stop)
+        self.agent.trajectory.finish("finished", {"outcome": self.run_result.outcome,
+                                                  "stop_reason": stop[0]})
+        self.done = True
+        self.final = self._terminal()
+        return observation, self.final.value or 0.0, True
+
+    # -- rewards -----------------------------------------------------------------------
+    def _step_reward(self, steps: list[dict]) -> float:
+        best = None
+        for step in steps:
+            for obs in step.get("observations", []):
+                if not obs.get("harness"):
+                    continue
+                breakdown = reward_from_result(obs["harness"], self.reward_config)
+                if breakdown.infra_error:
+                    continue
+                if best is None or breakdown.reward > best.reward:
+                    best = breakdown
+        if best is not None and (self._best_seen is None or best.reward > self._best_seen.reward):
+            self._best_seen = best
+        return best.reward if best else 0.0
+
+    def _terminal(self) -> RewardBreakdown:
+        best = self.run_result.best if self.run_result else None
+        if best is not None and best.data:
+            return reward_from_result(best.data, self.reward_config)
+        seen = self._best_seen
+        if seen is not None and seen.compiled:
+            # Nothing survived the final verification: at most the compile credit (a quick
+            # check that passed and a full one that did not must not earn more).
+            cfg = self.reward_config
+            return RewardBreakdown(reward=cfg.compile_weight, verifiable=cfg.compile_weight,
+                                   status="no_verified_kernel", compiled=True,
+                                   compile_term=cfg.compile_weight,
+                                   notes=["no kernel passed the final verification: compile credit only"])
+        return RewardBreakdown(reward=0.0, verifiable=0.0, status="no_candidate",
+                               notes=["the episode evaluated no candidate"])
