@@ -5,7 +5,7 @@ default settings: once cold (an empty baseline cache: eager and torch.compile ar
 compiled) and once with the baselines cached. Prints each stage's wall time and writes the
 rows, with the GPU and library versions, as JSON.
 
-    python benchmarks/harness_overhead.py --out overhead.json [--filter 'level1/*'] [--device cuda]
+    python benchmarks/harness_overhead.py --out overhead.json [--filter 'level1/*'] [--device cuda] [--no-defences]
 
 Target (issue 2): a level-1 candidate with cached baselines is fully evaluated in < 5 s wall.
 On the CPU the script runs too, but its figures are those of the Triton interpreter.
@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from kernelagent.harness import EvalConfig, Evaluator  # noqa: E402
 
-STAGES = ("start", "load", "compile", "correctness", "timing", "post-check", "baselines")
+STAGES = ("start", "load", "compile", "correctness", "timing", "post-check", "profile", "baselines")
 
 
 def solution_pairs(pattern: str) -> list[tuple[Path, Path]]:
@@ -57,6 +57,8 @@ def main() -> None:
     parser.add_argument("--filter", default="*", help="glob over level/stem, e.g. 'level1/*'")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--no-defences", action="store_true",
+                        help="turn the reward-hacking defences off (EvalConfig.defences=False), for before/after")
     args = parser.parse_args()
 
     rows = []
@@ -78,7 +80,7 @@ def main() -> None:
                 source = solution.read_text()
                 for phase in ("cold", "cached"):
                     t0 = time.perf_counter()
-                    result = evaluator.evaluate(problem, source, EvalConfig(trials=args.trials))
+                    result = evaluator.evaluate(problem, source, EvalConfig(trials=args.trials, defences=not args.no_defences))
                     row = row_for(name, phase, result, time.perf_counter() - t0)
                     rows.append(row)
                     print(f"{name:38} {phase:6} {row['status'][:8]:8} {row['wall_s']:6.2f} "
@@ -96,6 +98,7 @@ def main() -> None:
         "cached_level1_max_s": round(max(cached_l1), 3) if cached_l1 else None,
         "cached_all_median_s": round(statistics.median(cached_all), 3) if cached_all else None,
         "target_s": 5.0,
+        "defences": not args.no_defences,
     }
     print(json.dumps({k: v for k, v in summary.items() if k != "fingerprint"}))
     if args.out:

@@ -45,7 +45,8 @@ def test_illegal_memory_access_is_a_verdict_and_next_evaluation_succeeds(gpu_eva
 
 def test_side_stream_work_is_timed(gpu_evaluator):
     problem = CANDIDATES / "gpu_big_relu_problem.py"
-    config = EvalConfig(trials=2)
+    # The static pass would reject the side stream before it runs; here we test the timer.
+    config = EvalConfig(trials=2, static_check="off")
     honest = gpu_evaluator.evaluate(problem, read(CANDIDATES / "gpu_same_stream.py"), config)
     hidden = gpu_evaluator.evaluate(problem, read(CANDIDATES / "gpu_side_stream.py"), config)
     assert honest.status == hidden.status == Status.CORRECT, hidden.feedback()

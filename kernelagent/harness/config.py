@@ -69,6 +69,22 @@ class EvalConfig:
     use_baseline_cache: bool = True
     # Also run the candidate under torch.profiler and report its top kernels.
     profile: bool = False
+    # Reward-hacking defences (see kernelagent/harness/defences.py for each class and its
+    # verdict). False turns off the run-time evidence, the static pass, fresh inputs per timed
+    # iteration, the timed-output check, memory poisoning and the roofline check: the harness
+    # then behaves as before the defences (for overhead comparisons, never for real runs).
+    defences: bool = True
+    # The static pass (static_check.py): "reject" (findings of reject severity end the
+    # evaluation before any process starts), "warn" (reported as info flags) or "off".
+    static_check: str = "reject"
+    # Heavy PyTorch ops (GEMM, conv, softmax, norms, reductions, activations... and the
+    # reference's own non-glue ops) on at least this many elements mean torch did the work.
+    heavy_op_min_elements: int = 4096
+    # On CUDA, the candidate's own kernels must hold at least this share of device time in
+    # one profiled call (None: skip the profiled call).
+    min_own_device_share: float | None = 0.5
+    # A candidate median below this fraction of the roofline floor is flagged for review.
+    roofline_margin: float = 0.9
     timeouts: StageTimeouts = field(default_factory=StageTimeouts)
 
     def to_dict(self) -> dict:

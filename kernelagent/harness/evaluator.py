@@ -70,6 +70,10 @@ class Evaluator:
 
     def _server_env(self) -> dict[str, str]:
         env = sandbox.scrubbed_environ()
+        if self._scratch_root is not None:
+            # The only writable place under bubblewrap; torch's and Triton's caches go there.
+            env["TMPDIR"] = str(self._scratch_root)
+            env["TORCHINDUCTOR_CACHE_DIR"] = str(self._scratch_root / "inductor")
         if self.visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_devices
         if self.requested_device == "cpu":
@@ -96,8 +100,13 @@ class Evaluator:
                                         "create namespaces here")
         self.isolation = {
             "process": "one forked process per candidate; reference outputs in a separate process",
-            "sandbox": "bubblewrap (read-only root, private /tmp, no network)" if prefix else
-                       "none (bubblewrap unavailable): scrubbed environment, scratch cwd/HOME/TMPDIR",
+            "sandbox": "bubblewrap: read-only root, the user's home hidden, private /dev/shm, no network; "
+                       "writable: the scratch root only" if prefix else
+                       "none (bubblewrap unavailable or refused here): scrubbed environment, scratch "
+                       "cwd/HOME/TMPDIR; the candidate could write wherever this user can",
+            "bubblewrap": bool(prefix),
+            "audit_hook": "candidate writes outside scratch, sockets, processes, gc/frame access and "
+                          "patching of torch/triton/harness types are rejected (EvalConfig.defences)",
             "secrets_scrubbed": True,
         }
         log_path = self._scratch_root / "server.log"
@@ -170,6 +179,22 @@ class Evaluator:
             base.status, base.stage, base.reason = Status.COMPILE_ERROR, "load", static
             base.stage_seconds["total"] = time.monotonic() - started
             return base
+        static_flags: list[Flag] = []
+        if config.defences and config.static_check != "off":
+            from kernelagent.harness import static_check
+
+            findings = static_check.check_source(candidate_source)
+            rejects = [f for f in findings if f.severity == "reject"]
+            if rejects and config.static_check == "reject":
+                base.status, base.stage = Status.REJECTED, "static"
+                base.reason = static_check.summary(rejects)
+                base.flags = [Flag(f"static:{f.kind}", f.message_with_line(), "reject") for f in rejects]
+                base.flags += [Flag(f"static:{f.kind}", f.message_with_line(), "info")
+                               for f in findings if f.severity != "reject"]
+                base.isolation = {"static_pass": "rejected before any process started"}
+                base.stage_seconds["total"] = time.monotonic() - started
+                return base
+            static_flags = [Flag(f"static:{f.kind}", f.message_with_line(), "info") for f in findings]
         with self._lock:
             try:
                 self.start()
@@ -195,6 +220,7 @@ class Evaluator:
             base.reason = reply["error"]
             return base
         result = self._merge(base, reply["result"], cached, cache_key, config)
+        result.flags.extend(static_flags)
         result.stage_seconds["total"] = time.monotonic() - started
         return result
 
@@ -242,6 +268,8 @@ class Evaluator:
         for name, t in timings.items():
             result.timings[name] = Timing(**t)
         candidate = result.timings.get("candidate")
+        if any(f.kind == "impossible-speed" for f in result.flags):
+            candidate = None  # a time the hardware cannot deliver is never a speedup
         if candidate and candidate.median_ms > 0:
             for name, t in result.timings.items():
                 if name != "candidate":

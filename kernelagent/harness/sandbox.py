@@ -37,6 +37,36 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _hide_home(scratch_root: Path, extra_ro: list[Path]) -> list[str]:
+    """bwrap arguments that replace the user's home with an empty tmpfs (its keys, tokens and
+    config files are out of reach), binding back read-only what Python needs from it: the
+    interpreter, its packages and this package, when they live there."""
+    import sys
+
+    home = Path(os.path.expanduser("~")).resolve()
+    if str(home) in ("/", "") or not home.is_dir():
+        return []
+    needed = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(__file__).resolve().parents[2],
+              *extra_ro, *(Path(p) for p in sys.path if p)]
+    keep: list[Path] = []
+    for path in needed:
+        try:
+            path = path.resolve()
+        except OSError:
+            continue
+        if path.exists() and (path == home or home in path.parents):
+            if path == home:
+                return []  # Python or this package lives in the home directory itself
+            if not any(k == path or k in path.parents for k in keep):
+                keep = [k for k in keep if path not in k.parents] + [path]
+    if scratch_root.resolve() == home or home in scratch_root.resolve().parents:
+        keep.append(scratch_root.resolve())
+    args = ["--tmpfs", str(home)]
+    for path in sorted(keep, key=lambda p: len(p.parts)):
+        args += ["--ro-bind", str(path), str(path)]
+    return args + ["--remount-ro", str(home)]
+
+
 def bubblewrap_command(scratch_root: Path, extra_ro: list[Path] | None = None) -> list[str] | None:
     """The bwrap prefix that runs the harness server in a real sandbox, or None when
     bubblewrap is missing or cannot create namespaces here.
@@ -49,6 +79,11 @@ def bubblewrap_command(scratch_root: Path, extra_ro: list[Path] | None = None) -
         return None
     cmd = [
         bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+        # A private /dev/shm: the harness's processes share tensors through it, nobody else.
+        "--tmpfs", "/dev/shm",
+    ]
+    cmd += _hide_home(scratch_root, extra_ro or [])
+    cmd += [
         # No private /tmp: the interpreter or a virtualenv may live there (CI clones do).
         # TMPDIR points into the scratch directory instead, the only writable place.
         "--bind", str(scratch_root), str(scratch_root),

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from kernelagent.harness import channel, workers
+from kernelagent.harness import channel, defences, workers
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.inputs import SEED_ALT, SEED_EXTRA, SEED_POST_TIMING
 from kernelagent.harness.result import Status
@@ -180,7 +180,8 @@ class Job:
         smoke = not self.fingerprint.get("cuda") and self.config.smoke_inputs_on_cpu and \
             _static_flags(self.request["problem_source"])["has_smoke"]
         job = {"config": self.request["config"], "device": "cuda:0" if self.fingerprint.get("cuda") else "cpu",
-               "smoke": smoke, "ipc": self.request.get("ipc", True)}
+               "smoke": smoke, "ipc": self.request.get("ipc", True),
+               "problem_source": self.request["problem_source"]}
         self.result["input_set"] = "smoke" if smoke else "main"
         self.result["device"] = self.fingerprint.get("gpu_name", "cpu") if self.fingerprint.get("cuda") else "cpu"
 
@@ -284,8 +285,12 @@ class Job:
                         if message.get("escaped"):
                             self.flag("timer-escape",
                                       f"about {message.get('escaped_ms', 0):.3f} ms per call ran outside the "
-                                      "timed stream (side streams, threads or deferred work); it was counted",
-                                      "info")
+                                      "timed stream (side streams, threads or deferred work); it was counted"
+                                      + ("; finish all work on the current stream before returning"
+                                         if self.config.defences else ""),
+                                      defences.SEVERITY["timer-escape"] if self.config.defences else "info")
+                        if self.config.defences:
+                            self.check_roofline(message["timing"])
                     elif kind == "kernels":
                         self.result["kernels"] = message.get("kernels", [])
                     elif kind == "error":
@@ -338,11 +343,27 @@ class Job:
                 self.record_check(message)
         self.conclude()
         if self.result["status"] == Status.CORRECT and self.request.get("want_baselines"):
+            # Nothing of the candidate may still run (or write caches) while baselines are timed.
+            _kill_group(self.cand)
+            self.cand.join(5)
             self.run_baselines(to_ref)
         try:
             channel.send(to_ref, {"op": "exit"})
         except (OSError, BrokenPipeError):
             pass
+
+    def check_roofline(self, timing: dict[str, Any]) -> None:
+        """Class 16: a time below what the hardware allows for the bytes and FLOPs involved."""
+        floor_ms, how = defences.roofline_floor(self.fingerprint, getattr(self, "ready", {}))
+        if floor_ms is None:
+            self.flag("roofline", f"impossible-speed check skipped: {how}", "info")
+            return
+        median = float(timing.get("median_ms", 0.0))
+        if median < self.config.roofline_margin * floor_ms:
+            self.flag("impossible-speed",
+                      f"median {median:.4f} ms is below the roofline floor of {floor_ms:.4f} ms ({how}) on "
+                      f"{self.fingerprint.get('gpu_name', 'this GPU')}: the timing cannot be real (clock patched, "
+                      "work skipped or hidden); not counted as a speedup", defences.SEVERITY["impossible-speed"])
 
     def plan(self) -> dict[str, Any]:
         seed = self.config.seed
@@ -355,12 +376,19 @@ class Job:
         post = None
         if self.config.timing and self.config.post_timing_check:
             post = {"name": "post-timing check", "kind": "main", "seed": seed + SEED_POST_TIMING}
-        self.planned = [c["name"] for c in checks] + ([post["name"]] if post else [])
-        return {"checks": checks, "timing": self.config.timing, "post_check": post,
-                "l2_bytes": self.fingerprint.get("l2_bytes")}
+        timed = None
+        if self.config.timing and self.config.defences:
+            timed = {"name": "timed-output check", "kind": "main", "seed": 0}
+        self.planned = [c["name"] for c in checks] + ([timed["name"]] if timed else []) + \
+            ([post["name"]] if post else [])
+        return {"checks": checks, "timing": self.config.timing, "post_check": post, "timed_check": timed,
+                "l2_bytes": self.fingerprint.get("l2_bytes"),
+                "reference_ops": self.ready.get("reference_ops", []) if self.config.defences else []}
 
     def record_check(self, message: dict[str, Any]) -> None:
         self.checks[message["name"]] = message
+        if message["name"] == "timed-output check" and message.get("passed"):
+            return  # listed among the trials only when it fails (the trial list stays stable)
         self.result["trials"].append({
             "name": message["name"], "seed": message["seed"], "passed": bool(message.get("passed")),
             "max_abs_err": message.get("max_abs_err"), "max_rel_err": message.get("max_rel_err"),
@@ -377,8 +405,10 @@ class Job:
         if kind == "compile_error":
             self.fail(Status.COMPILE_ERROR, text, stage)
         elif kind == "rejected":
-            self.flag("output-type" if "output" in text else "rejected", text, "reject")
-            self.fail(Status.REJECTED, text, stage)
+            flag_kind = ("output-alias" if "shares memory" in text else
+                         "output-type" if "output" in text else "rejected")
+            self.flag(flag_kind, text, "reject")
+            self.fail(Status.REJECTED, f"[{flag_kind}] {text}", stage)
         elif kind == "out_of_memory":
             self.fail(Status.RUNTIME_ERROR, "out of memory on the device: " + text, stage)
         elif kind == "cuda_fault":
@@ -387,6 +417,20 @@ class Job:
             self.fail(Status.RUNTIME_ERROR, text, stage)
 
     def conclude(self) -> None:
+        self._conclude()
+        # Explicit evidence of an exploit outranks the comparison's verdict.
+        rejects = [f for f in self.result["flags"] if f["severity"] == "reject"]
+        if rejects and self.result["status"] in (Status.CORRECT, Status.INCORRECT, Status.RUNTIME_ERROR,
+                                                 Status.COMPILE_ERROR, Status.CRASHED, None):
+            first = rejects[0]
+            also = ""
+            if self.result["status"] != Status.CORRECT and self.result.get("reason"):
+                also = f" (it was also {self.result['status']}: {self.result['reason'].splitlines()[0][:300]})"
+            self.result.update(status=Status.REJECTED, correct=False,
+                               reason=f"[{first['kind']}] {first['message']}{also}",
+                               stage=self.result.get("stage") or "evidence")
+
+    def _conclude(self) -> None:
         if self.result["status"] is not None:
             self.result["correct"] = False
             return
@@ -410,12 +454,20 @@ class Job:
             self.fail(Status.HARNESS_ERROR, harness[0]["message"], "correctness")
         elif rejected:
             self.flag(rejected[0]["rejected"], rejected[0]["message"], "reject")
-            self.fail(Status.REJECTED, f"{rejected[0]['name']}: {rejected[0]['message']}", "correctness")
+            self.fail(Status.REJECTED, f"[{rejected[0]['rejected']}] {rejected[0]['name']}: {rejected[0]['message']}",
+                      "correctness")
         elif main_failures:
             first = main_failures[0]
-            stage = "post-check" if first["name"] == "post-timing check" else "correctness"
+            stage = "post-check" if first["name"] in ("post-timing check", "timed-output check") else "correctness"
             hint = (" (it passed before timing: are outputs cached between calls?)"
                     if stage == "post-check" else "")
+            ran = [c for c in main_failures if "kind" in c]
+            if ran and ran[0].get("kind") == "alt":
+                first = ran[0]
+                hint = (" (it passes on the problem's own inputs but not on signed normal ones: does the kernel "
+                        "rely on the input distribution?)")
+                self.flag("input-distribution", f"{first['name']}: {first.get('message', '')}"[:600] + hint,
+                          "info")
             self.fail(Status.INCORRECT, f"{first['name']}: {first['message']}{hint}", stage)
         else:
             self.result.update(status=Status.CORRECT, correct=True, reason="")
@@ -428,8 +480,10 @@ class Job:
         modes = list(self.config.compile_modes) if (self.fingerprint.get("cuda") or
                                                     self.config.compile_baseline_on_cpu) else []
         started = time.monotonic()
+        # A fresh inductor cache that did not exist while the candidate ran.
+        inductor_dir = self.root / f"baseline-inductor-{uuid.uuid4().hex[:8]}"
         channel.send(to_ref, {"op": "baselines", "compile_modes": modes,
-                              "l2_bytes": self.fingerprint.get("l2_bytes")})
+                              "l2_bytes": self.fingerprint.get("l2_bytes"), "inductor_dir": str(inductor_dir)})
         remaining = self.config.timeouts.baselines
         ready = wait([to_ref, self.ref.sentinel], timeout=remaining)
         if to_ref in ready:
@@ -458,6 +512,12 @@ def serve(conn: Connection, requested_device: str, scratch_root: Path) -> None:
         import triton  # noqa: F401 - pre-import once, so each fork starts warm
     except ImportError:
         pass
+    try:
+        # Imported lazily by torch otherwise, at which point it rebinds torch.manual_seed and
+        # friends inside the candidate's process (the tampering check would see it).
+        import torch._dynamo  # noqa: F401
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
     conn.send({"event": "ready", "fingerprint": fingerprint, "pid": os.getpid()})
     while True:
         try:

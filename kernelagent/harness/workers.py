@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from kernelagent import hardware
-from kernelagent.harness import channel, compare, inputs as inputs_mod, timing, transfer
+from kernelagent.harness import channel, compare, defences, inputs as inputs_mod, timing, transfer
 from kernelagent.harness.config import EvalConfig
 
 _perf_counter = timing._perf_counter  # bound before any candidate code exists
@@ -53,6 +53,10 @@ def child_setup(log_path: Path, workdir: Path, close: list[Connection]) -> None:
     os.environ["HOME"] = str(workdir)
     os.environ["TMPDIR"] = str(workdir)
     os.environ["TRITON_CACHE_DIR"] = str(workdir / ".triton")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / ".inductor")
+    import tempfile
+
+    tempfile.tempdir = str(workdir)  # not the server's cached choice (the shared scratch root)
 
 
 def compact_traceback(exc: BaseException, focus_file: str | None = None, limit: int = 6) -> str:
@@ -92,6 +96,39 @@ def _sync(device: torch.device) -> None:
         timing._cuda_synchronize()
 
 
+def import_problem(job: dict[str, Any], workdir: Path) -> Any:
+    """The problem module, executed from the source the caller sent (trusted) rather than
+    from the file on disk, which a candidate sharing the scratch root could rewrite. The file
+    is still there for tracebacks."""
+    import types as types_mod
+
+    source = job.get("problem_source")
+    path = workdir / "problem.py"
+    if source is None:
+        return inputs_mod.import_file(path, "kernelagent_problem")
+    module = types_mod.ModuleType("kernelagent_problem")
+    module.__file__ = str(path)
+    sys.modules["kernelagent_problem"] = module
+    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the problem is trusted
+    return module
+
+
+def _op_names(model: Any, values: list[Any]) -> list[str]:
+    """The aten ops (other than views and allocation) that one call of the reference runs."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: set[str] = set()
+
+    class Names(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            seen.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Names():
+        model(*values)
+    return sorted(seen - defences.GLUE_OPS)
+
+
 def _tensor_inputs(values: list[Any]) -> list[torch.Tensor]:
     return [v for v in values if isinstance(v, torch.Tensor)]
 
@@ -113,14 +150,17 @@ class ReferenceSide:
 
     def setup(self) -> None:
         try:
-            self.problem = inputs_mod.import_file(self.workdir / "problem.py", "kernelagent_problem")
+            self.problem = import_problem(self.job, self.workdir)
             init = inputs_mod.init_inputs(self.problem, self.smoke, self.device, self.config.weight_seed)
             self.model = inputs_mod.build_model(self.problem.Model, init, self.device,
                                                 self.config.weight_seed)
             first = inputs_mod.make_inputs(self.problem, "main", self.config.seed, self.smoke, self.device)
             with torch.no_grad():
                 outputs = transfer.flatten_outputs(self.model(*[_clone(x) for x in first]))
+            reference_ops = _op_names(self.model, [_clone(x) for x in first]) if self.config.defences else []
             n_extra = inputs_mod.count_extra_sets(self.problem, self.device) if self.config.extra_inputs else 0
+            if self.smoke and hasattr(self.problem, "get_smoke_init_inputs"):
+                n_extra = 0  # extra sets fit get_init_inputs(), not the smoke constructor arguments
             flops = None
             if hasattr(self.problem, "get_flops"):
                 flops = float(self.problem.get_flops(*first))
@@ -139,6 +179,8 @@ class ReferenceSide:
             "output_bytes": inputs_mod.tensor_bytes(outputs),
             "output_dtype": str(outputs[0].dtype).removeprefix("torch.") if outputs else "float32",
             "flops": flops,
+            "param_bytes": _param_bytes(self.model),
+            "reference_ops": reference_ops,
         })
 
     def serve(self) -> None:
@@ -202,6 +244,8 @@ class ReferenceSide:
 
     def baselines(self, message: dict[str, Any]) -> None:
         out: dict[str, Any] = {"event": "baselines", "timings": {}, "errors": {}}
+        if message.get("inductor_dir"):
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(message["inductor_dir"])
         try:
             input_sets = make_timing_sets(self.problem, self.config, self.smoke, self.device)
             timer = make_timer(self.device, self.config, message.get("l2_bytes"))
@@ -226,6 +270,13 @@ class ReferenceSide:
         except BaseException as exc:
             out["errors"]["setup"] = compact_traceback(exc)
         channel.send(self.server, out)
+
+
+def _param_bytes(model: Any) -> int:
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    tensors = list(model.parameters()) + list(model.buffers())
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _clone(value: Any) -> Any:
@@ -298,6 +349,37 @@ class CandidateFailure(Exception):
         self.kind, self.stage, self.message = kind, stage, message
 
 
+class FreshInputs:
+    """Timing inputs as a sequence: item i is a freshly generated input set (its own seed), so
+    that no timed iteration sees inputs an earlier call has seen (defeats output caching by
+    pointer, shape, identity or content). The timer indexes it like a list of sets."""
+
+    def __init__(self, problem: Any, config: EvalConfig, smoke: bool, device: torch.device):
+        self.problem, self.config, self.smoke, self.device = problem, config, smoke, device
+        self.last_seed: int | None = None
+        self.base = config.seed + inputs_mod.SEED_TIMING + 100
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, index: int) -> list[Any]:
+        self.last_seed = self.base + int(index)
+        return inputs_mod.make_inputs(self.problem, "main", self.last_seed, self.smoke, self.device)
+
+
+class _Capture:
+    """Calls the model and keeps the latest output with its inputs and seed."""
+
+    def __init__(self, model: Any, sets: FreshInputs):
+        self.model, self.sets = model, sets
+        self.last: tuple[int | None, tuple, Any] | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        out = self.model(*args)
+        self.last = (self.sets.last_seed, args, out)
+        return out
+
+
 class CandidateSide:
     def __init__(self, job: dict[str, Any], server: Connection, reference: Connection, workdir: Path):
         self.job = job
@@ -307,6 +389,10 @@ class CandidateSide:
         self.workdir = workdir
         self.smoke = job["smoke"]
         self.flags: list[dict[str, Any]] = []
+        self.monitor: defences.Monitor | None = None
+        self.modes_before: dict[str, str] | None = None
+        self.device_share: dict[str, Any] | None = None
+        self.poison_bytes = 0
 
     def stage(self, name: str) -> None:
         self.current = name
@@ -317,9 +403,15 @@ class CandidateSide:
         self.device = _device(self.job)
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)  # create the context now, not inside "load"
-        self.problem = inputs_mod.import_file(self.workdir / "problem.py", "kernelagent_problem")
+        self.problem = import_problem(self.job, self.workdir)
+        # The candidate gets no handle on the problem module through sys.modules.
+        sys.modules.pop("kernelagent_problem", None)
         threads_before = {t.ident for t in threading.enumerate()}
-        modes_before = _numeric_modes()
+        self.modes_before = _numeric_modes()
+        if self.config.defences:
+            self.monitor = defences.Monitor(self.workdir / "candidate.py", self.workdir, self.config,
+                                            protected=[self.workdir.parent / "reference"])
+            self.monitor.install()
 
         self.stage("load")
         try:
@@ -336,26 +428,31 @@ class CandidateSide:
         except BaseException as exc:
             raise CandidateFailure("compile_error", "load",
                                    "ModelNew(*get_init_inputs()) raised:\n" + compact_traceback(exc, "candidate.py"))
+        if self.monitor is not None:
+            self.monitor.check_tampering("after import")
 
         self.stage("compile")
         first = inputs_mod.make_inputs(self.problem, "main", self.config.seed, self.smoke, self.device)
         try:
-            with torch.no_grad():
+            with torch.no_grad(), self._watch("first call", first):
                 out = self.model(*first)
-            _sync(self.device)
+                _sync(self.device)
         except BaseException as exc:
             raise CandidateFailure(_error_kind(exc, "compile_error"), "compile",
                                    "the first forward call raised:\n" + compact_traceback(exc, "candidate.py"))
         try:
-            transfer.flatten_outputs(out)
+            outputs = transfer.flatten_outputs(out)
         except transfer.OutputTypeError as exc:
             raise CandidateFailure("rejected", "compile", str(exc))
-        del out, first
+        self.poison_bytes = 2 * (inputs_mod.tensor_bytes(outputs) + inputs_mod.tensor_bytes(first)) + (64 << 20)
+        del out, first, outputs
         channel.send(self.server, {"event": "compiled"})
         if self.config.compile_only:
             return
 
         message, _ = channel.recv(self.server)  # the plan of checks, from the server
+        if self.monitor is not None:
+            self.monitor.set_reference_ops(message.get("reference_ops", []))
         self.stage("correctness")
         for check in message["checks"]:
             if not self.check(check) and check.get("stop_on_failure", True):
@@ -364,51 +461,87 @@ class CandidateSide:
             return
 
         self.stage("timing")
+        capture = None
         try:
-            sets = make_timing_sets(self.problem, self.config, self.smoke, self.device)
+            if self.config.defences:
+                sets: Any = FreshInputs(self.problem, self.config, self.smoke, self.device)
+                capture = _Capture(self.model, sets)
+                fn: Any = capture
+            else:
+                sets = make_timing_sets(self.problem, self.config, self.smoke, self.device)
+                fn = self.model
             timer = make_timer(self.device, self.config, message.get("l2_bytes"))
-            report = timer.measure(self.model, sets, self.config.warmup_ms, self.config.target_ms,
+            report = timer.measure(fn, sets, self.config.warmup_ms, self.config.target_ms,
                                    self.config.min_reps, self.config.max_reps,
                                    budget_s=self.config.timeouts.timing * 0.6)
             del sets
         except BaseException as exc:
             raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
                                    "the timed calls raised:\n" + compact_traceback(exc, "candidate.py"))
+        tampered = self.monitor.check_tampering("during timing") if self.monitor is not None else []
         channel.send(self.server, {"event": "timing", "timing": report.timing.__dict__,
-                                   "escaped_ms": report.escaped_ms,
+                                   "escaped_ms": report.escaped_ms, "tampered": tampered,
                                    "escaped": timing.escaped_work_is_significant(report)})
+        if capture is not None and capture.last is not None and message.get("timed_check"):
+            self.stage("post-check")
+            seed, args, out = capture.last
+            capture.last = None
+            check = dict(message["timed_check"], seed=seed)
+            if not self.send_check(check, list(args), out):
+                return
         if message.get("post_check"):
             self.stage("post-check")
             if not self.check(message["post_check"]):
                 return
+        if self.monitor is not None and self.device.type == "cuda" and self.config.min_own_device_share:
+            self.stage("profile")
+            values = inputs_mod.make_inputs(self.problem, "main", self.config.seed + inputs_mod.SEED_TIMING,
+                                            self.smoke, self.device)
+            try:
+                self.device_share = defences.device_time_share(self.model, values, self.monitor.state.own_names,
+                                                               self.device)
+            except Exception as exc:  # noqa: BLE001 - the profiler is evidence, not a gate
+                self.flags.append({"kind": "profile", "severity": "info",
+                                   "message": f"the profiled call failed: {exc}"})
+            del values
         if self.config.profile:
             self.stage("profile")
             channel.send(self.server, {"event": "kernels", "kernels": profile_kernels(self.model, self.problem,
                                                                                     self.config, self.smoke,
                                                                                     self.device)})
-        new_threads = [t.name for t in threading.enumerate() if t.ident not in threads_before]
-        if new_threads:
-            self.flags.append({"kind": "threads", "severity": "info",
-                               "message": f"the candidate started threads: {', '.join(new_threads[:5])}"})
-        modes_after = _numeric_modes()
-        changed = [f"{k}: {modes_before[k]} -> {v}" for k, v in modes_after.items() if modes_before.get(k) != v]
-        if changed:
-            self.flags.append({"kind": "numeric-modes", "severity": "info",
-                               "message": "the candidate changed global numeric modes: " + "; ".join(changed)})
+        if self.monitor is None:
+            new_threads = [t.name for t in threading.enumerate() if t.ident not in threads_before]
+            if new_threads:
+                self.flags.append({"kind": "threads", "severity": "info",
+                                   "message": f"the candidate started threads: {', '.join(new_threads[:5])}"})
+
+    def _watch(self, name: str, values: Any = ()) -> Any:
+        if self.monitor is None:
+            from contextlib import nullcontext
+
+            return nullcontext()
+        return self.monitor.watch(name, values)
 
     def check(self, check: dict[str, Any]) -> bool:
         kind, seed = check["kind"], int(check["seed"])
         try:
             values = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
-            with torch.no_grad():
+            if self.monitor is not None and self.device.type == "cuda":
+                defences.poison_cuda_memory(self.device, self.poison_bytes)
+            with torch.no_grad(), self._watch(check["name"], values):
                 out = self.model(*values)
-            _sync(self.device)
-            outputs = transfer.flatten_outputs(out)
-        except transfer.OutputTypeError as exc:
-            raise CandidateFailure("rejected", self.current, f"{check['name']}: {exc}")
+                _sync(self.device)
         except BaseException as exc:
             raise CandidateFailure(_error_kind(exc, "runtime_error"), self.current,
                                    f"{check['name']} raised:\n" + compact_traceback(exc, "candidate.py"))
+        return self.send_check(check, values, out)
+
+    def send_check(self, check: dict[str, Any], values: list[Any], out: Any) -> bool:
+        kind, seed = check["kind"], int(check["seed"])
+        try:
+            outputs = transfer.flatten_outputs(out)
+        except transfer.OutputTypeError as exc:
+            raise CandidateFailure("rejected", self.current, f"{check['name']}: {exc}")
         aliased = _aliasing(outputs, _tensor_inputs(values))
         if aliased:
             raise CandidateFailure("rejected", self.current, f"{check['name']}: {aliased}")
@@ -422,8 +555,24 @@ class CandidateSide:
             transfer.release(packed)
         return not reply.get("stop", False)
 
+    def final_flags(self) -> list[dict[str, Any]]:
+        flags = list(self.flags)
+        modes_after = _numeric_modes()
+        if self.monitor is not None:
+            try:
+                flags += self.monitor.flags(self.modes_before, modes_after, self.device_share)
+            except Exception as exc:  # noqa: BLE001
+                flags.append({"kind": "defences", "severity": "info", "message": f"evidence failed: {exc}"})
+        elif self.modes_before is not None:
+            changed = [f"{k}: {self.modes_before[k]} -> {v}" for k, v in modes_after.items()
+                       if self.modes_before.get(k) != v]
+            if changed:
+                flags.append({"kind": "numeric-modes", "severity": "info",
+                              "message": "the candidate changed global numeric modes: " + "; ".join(changed)})
+        return flags
+
     def finish(self) -> None:
-        channel.send(self.server, {"event": "done", "flags": self.flags})
+        channel.send(self.server, {"event": "done", "flags": self.final_flags()})
 
 
 def _aliasing(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> str | None:
@@ -493,7 +642,7 @@ def candidate_main(job: dict[str, Any], server: Connection, reference: Connectio
         side.finish()
     except CandidateFailure as failure:
         channel.send(server, {"event": "error", "kind": failure.kind, "stage": failure.stage,
-                              "message": failure.message, "flags": side.flags})
+                              "message": failure.message, "flags": side.final_flags()})
     except BaseException as exc:
         channel.send(server, {"event": "error", "kind": _error_kind(exc, "runtime_error"),
                               "stage": getattr(side, "current", "start"),

@@ -1,0 +1,663 @@
+"""Reward-hacking defences: the exploit classes kernelagent defends against, and the run-time
+evidence it gathers in the candidate's process.
+
+Every class below has at least one adversarial candidate in `tests/adversarial/` and a test
+that checks its verdict (`tests/test_adversarial.py` on the CPU, `tests/test_adversarial_gpu.py`
+on a GPU). `EvalConfig(defences=False)` turns off everything marked "(defences)" so that the
+harness's overhead can be measured before and after (`benchmarks/harness_overhead.py
+--no-defences`). Verdicts: `rejected` (status REJECTED, a reject flag naming the class),
+`incorrect` (the comparison itself catches it), `review` (status may be correct, but the
+result is flagged and `EvalResult.passed` is False: never counted as a win).
+
+| # | class | defence | verdict (flag kind) |
+|---|-------|---------|---------------------|
+| 1 | no custom kernel: the candidate computes with PyTorch ops | (defences) a TorchDispatchMode records every aten op the candidate runs during each correctness check; the candidate's own `@triton.jit` launches are counted; on CUDA one extra profiled call measures each device kernel's share of device time. Heavy ops (GEMM, conv, softmax, norms, attention, scans, activations, reductions, and any op the reference itself runs other than views, allocation and dtype conversion) on more than `heavy_op_min_elements` elements, no own launch at all, or own kernels under `min_own_device_share` of device time: rejected | rejected (`no-custom-kernel`) |
+| 2 | fallback to the reference (try/except, a condition routing to PyTorch) | as 1, per check, so a fallback taken on some inputs only is seen; the static pass flags try/except around launches | rejected (`fallback-to-reference`) |
+| 3 | caching across calls (by pointer, shape, identity) | every check uses fresh inputs from its own seed; (defences) every timed iteration gets freshly generated inputs, the output of the last timed iteration is checked against the reference, and a post-timing check runs on fresh inputs | incorrect (post-check / timed-output check) |
+| 4 | hiding work from the timer (side streams, threads, deferred work) | device-wide synchronise in the timer, host time counted; (defences) threads started by the candidate are tracked: one still running when forward() returns, or left alive at the end, is rejected; work the events miss is flagged for review; the static pass rejects stream and thread creation | rejected (`hidden-work`) / review (`timer-escape`) |
+| 5 | tampering (patching the timer, `torch.allclose`, harness functions, `time`) | clocks bound before the candidate is imported; comparison in the reference process; (defences) identities of time/torch/triton/harness functions and classes are snapshotted before the import and checked after the import, after timing and at the end; a Python audit hook (which cannot be removed) sees class-attribute patching of torch/triton/harness types, ctypes, and sys.settrace; the static pass flags assignments to attributes of those modules | rejected (`tampering`) |
+| 6 | global numeric modes (TF32, matmul precision, reduced-precision reductions, default dtype) | the reference runs in its own process with clean fp32 modes; (defences) a change of a precision mode by the candidate is rejected (cudnn.benchmark/deterministic only noted) | rejected (`numeric-modes`) |
+| 7 | inputs: mutation, outputs aliasing inputs | inputs regenerated from seeds in both processes; the candidate's post-call inputs compared bitwise; outputs sharing storage with an input refused | rejected (`input-mutation`, `output-alias`) |
+| 8 | stale memory (an uninitialised buffer holding the reference's result) | the reference's outputs never exist in the candidate's process; (defences) on CUDA the caching allocator's free memory is filled with NaN before every check. On the CPU freed memory goes back to the C allocator and cannot be poisoned cheaply: the process split is the defence | incorrect |
+| 9 | lazy and odd outputs (tensor subclasses, proxies, sparse/meta tensors) | only exact dense `torch.Tensor` outputs cross, rebuilt from raw memory | rejected (`output-type`) |
+| 10 | reading the reference's answer (frames, gc, files) | the answer only exists in the reference process; (defences) the audit hook rejects `gc.get_objects/get_referrers/get_referents`, frame access (`sys._getframe`, `inspect.currentframe`) from candidate code and reads of the harness's or the reference's files; the problem module is removed from `sys.modules`; the static pass flags imports of gc/inspect/kernelagent/the problem | rejected (`reading-reference`) |
+| 11 | exploiting the input distribution (ReLU as identity on rand() inputs) | an extra check on signed normal inputs wherever the reference is finite there | incorrect (`input-distribution`) |
+| 12 | precision downgrade (bf16/fp16/TF32 inside an fp32 problem) | fp32 held at atol=rtol=1e-4 against an fp32 reference computed without TF32 | incorrect |
+| 13 | shape specialisation | the problem's `get_extra_inputs()` are checked too; passing only the main shape is flagged | review (`shape-specialisation`) |
+| 14 | tolerance blind spots (outputs smaller than atol) | the elementwise atol is at least rtol*RMS(ref) and the relative L2 error must be <= rtol | incorrect |
+| 15 | escaping the sandbox (writes outside scratch, network, processes) | the server runs under bubblewrap where it works (read-only root, private /tmp and /dev/shm, the user's home hidden, no network; the scratch root is the only shared writable place); otherwise a scrubbed environment and scratch cwd/HOME/TMPDIR; (defences) the audit hook rejects writes outside the scratch directory, sockets, and processes started by candidate code, with or without bubblewrap; `result.isolation` says which isolation was in force | rejected (`sandbox-escape`) |
+| 16 | impossible speed | (defences) the server computes a roofline floor from the reference's input, output and parameter bytes, the problem's `get_flops()` and the device's datasheet peaks (kernelagent/hardware.py); a median under 0.9x the floor is flagged and never counted as a win. Not applicable on the CPU (noted) | review (`impossible-speed`) |
+| - | static pass (static_check.py): banned calls, try/except around launches, streams, threads, processes, patching, imports of kernelagent/gc/inspect/ctypes, reading the problem | AST with line numbers, run in the caller before any process starts; `EvalConfig.static_check` = "reject" (default), "warn" or "off" | rejected (`static:<class>`) |
+
+Everything in this module that runs in the candidate's process is, in the end, code the
+candidate shares a process with: a candidate that deliberately disables it from the inside
+(ctypes, memory pokes) is still caught by the parts that live elsewhere (the reference
+process's comparison, the server's roofline bound, the static pass, the sandbox).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+# Severity of each flag kind, in one place (see the table above).
+SEVERITY: dict[str, str] = {
+    "no-custom-kernel": "reject",
+    "fallback-to-reference": "reject",
+    "hidden-work": "reject",
+    "output-caching": "reject",
+    "timer-escape": "review",
+    "tampering": "reject",
+    "numeric-modes": "reject",
+    "input-mutation": "reject",
+    "output-alias": "reject",
+    "output-type": "reject",
+    "reading-reference": "reject",
+    "input-distribution": "info",
+    "shape-specialisation": "review",
+    "sandbox-escape": "reject",
+    "impossible-speed": "review",
+    "threads": "info",
+    "numeric-modes-info": "info",
+    "roofline": "info",
+}
+
+# Ops that never do a problem's work: views, metadata, allocation, dtype/device conversion.
+GLUE_OPS = frozenset("""
+view _unsafe_view reshape _reshape_alias as_strided alias detach lift_fresh t transpose permute
+expand squeeze unsqueeze select slice narrow split split_with_sizes unbind chunk flatten unflatten
+view_as_real view_as_complex real imag contiguous empty empty_like empty_strided new_empty
+new_empty_strided zeros zeros_like ones ones_like full full_like new_zeros new_ones new_full
+fill_ zero_ _to_copy to _copy_from _copy_from_and_resize copy_ resize_ set_ arange
+lift scalar_tensor _local_scalar_dense item is_same_size sym_size sym_stride sym_numel
+sym_storage_offset stride size numel dim is_contiguous _has_compatible_shallow_copy_type
+record_stream clone_ randn rand normal_ uniform_ random_ manual_seed
+""".split())
+
+# Ops that do the work of typical problems: computing them in torch is not a custom kernel.
+HEAVY_OPS = frozenset("""
+mm bmm addmm addbmm baddbmm addmv mv matmul linear dot vdot einsum tensordot _addmm_activation
+convolution _convolution conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d
+cudnn_convolution mkldnn_convolution _convolution_mode slow_conv2d_forward thnn_conv2d
+_nnpack_spatial_convolution convolution_overrideable
+_softmax softmax _log_softmax log_softmax _safe_softmax
+native_layer_norm layer_norm native_group_norm group_norm native_batch_norm batch_norm
+_native_batch_norm_legit _native_batch_norm_legit_no_training _fused_rms_norm rms_norm
+_scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention
+_scaled_dot_product_cudnn_attention _scaled_dot_product_attention_math
+_scaled_dot_product_flash_attention_for_cpu scaled_dot_product_attention _flash_attention_forward
+_efficient_attention_forward
+cumsum cumprod cummax cummin logcumsumexp _cumsum _cumprod
+gelu relu relu_ silu sigmoid tanh hardtanh leaky_relu elu selu celu softplus mish hardswish
+hardsigmoid threshold clamp clamp_min clamp_max prelu _prelu_kernel glu log_sigmoid_forward
+sum mean amax amin max min var std var_mean std_mean norm linalg_vector_norm logsumexp prod
+argmax argmin sort topk
+nll_loss nll_loss_forward nll_loss2d_forward cross_entropy_loss mse_loss l1_loss
+""".split())
+
+PRECISION_MODES = (
+    "torch.backends.cuda.matmul.allow_tf32",
+    "torch.backends.cudnn.allow_tf32",
+    "torch.get_float32_matmul_precision()",
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+    "torch.get_default_dtype()",
+)
+
+_STDLIB_PREFIXES = tuple(p + os.sep for p in {os.path.dirname(os.__file__)} - {""})
+_HARNESS_DIR = str(Path(__file__).resolve().parent)
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def _tensors(value: Any) -> Iterator[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+@dataclass
+class CallEvidence:
+    """What one forward call did (a correctness check, or the first call)."""
+
+    name: str
+    own_launches: int = 0
+    other_launches: int = 0
+    ops: dict[str, dict[str, Any]] = field(default_factory=dict)  # non-glue op -> {numel, count, where}
+    heavy: dict[str, dict[str, Any]] = field(default_factory=dict)  # filled in by Monitor.flags
+    hidden_threads: list[str] = field(default_factory=list)
+    failed_launches: list[str] = field(default_factory=list)  # own kernels whose launch raised
+    size: int = 0  # elements of the call's largest input
+
+
+class _State:
+    def __init__(self) -> None:
+        self.in_launch = 0
+        self.recording: CallEvidence | None = None
+        self.own_names: set[str] = set()
+        self.threads: list[tuple[threading.Thread, str, bool]] = []  # (thread, where, in a call)
+        self.violations: dict[str, list[str]] = {}
+        self.in_call = False
+
+
+class Monitor:
+    """Installed in the candidate's process before the candidate is imported."""
+
+    def __init__(self, candidate_file: Path, scratch: Path, config: Any, reference_ops: list[str] | None = None,
+                 protected: list[Path] | None = None):
+        self.candidate_file = str(candidate_file)
+        self.scratch = str(Path(scratch).resolve())
+        self.config = config
+        self.state = _State()
+        self.calls: list[CallEvidence] = []
+        self.reference_ops: set[str] = set()
+        self.set_reference_ops(reference_ops or [])
+        self.protected = [str(Path(p).resolve()) for p in (protected or [])]
+        self.snapshot: dict[str, Any] = {}
+        self.tampered: list[str] = []
+
+    def set_reference_ops(self, ops: list[str]) -> None:
+        """Ops the reference itself runs (other than glue) count as heavy too: a transpose
+        problem's reference is a copy, so a copy in torch is the reference's work."""
+        self.reference_ops = set(ops) - GLUE_OPS
+
+    # -- installation ------------------------------------------------------------------
+    def install(self) -> None:
+        self._hook_triton()
+        self._hook_threads()
+        self._install_audit_hook()
+        self.snapshot = self._take_snapshot()
+
+    def _hook_triton(self) -> None:
+        state, cand = self.state, self.candidate_file
+        classes = []
+        try:
+            from triton.runtime.jit import JITFunction
+
+            classes.append(JITFunction)
+        except Exception:  # noqa: BLE001 - no triton: nothing to count
+            pass
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            classes.append(InterpretedFunction)
+        except Exception:  # noqa: BLE001
+            pass
+        for cls in classes:
+            original = cls.run
+
+            def run(self, *args, __original=original, **kwargs):
+                state.in_launch += 1
+                try:
+                    result = __original(self, *args, **kwargs)
+                except BaseException:
+                    code = getattr(getattr(self, "fn", None), "__code__", None)
+                    if state.recording is not None and code is not None and code.co_filename == cand:
+                        state.recording.failed_launches.append(self.fn.__name__)
+                    raise
+                finally:
+                    state.in_launch -= 1
+                if not kwargs.get("warmup", False):  # count launches that went through
+                    fn = getattr(self, "fn", None)
+                    code = getattr(fn, "__code__", None)
+                    rec = state.recording
+                    if code is not None and code.co_filename == cand:
+                        state.own_names.add(fn.__name__)
+                        if rec is not None:
+                            rec.own_launches += 1
+                    elif rec is not None:
+                        rec.other_launches += 1
+                return result
+
+            run.__kernelagent_hook__ = True
+            cls.run = run
+
+    def _hook_threads(self) -> None:
+        state, cand = self.state, self.candidate_file
+        original = threading.Thread.start
+
+        def start(thread, *args, **kwargs):
+            where = ""
+            frame = sys._getframe(1)
+            depth = 0
+            while frame is not None and depth < 25:
+                if frame.f_code.co_filename == cand:
+                    where = f"candidate.py:{frame.f_lineno}"
+                    break
+                frame = frame.f_back
+                depth += 1
+            target = getattr(thread, "_target", None)
+            if not where and getattr(getattr(target, "__code__", None), "co_filename", None) == cand:
+                where = "candidate.py"
+            if where:
+                state.threads.append((thread, where, state.in_call))
+            return original(thread, *args, **kwargs)
+
+        threading.Thread.start = start
+
+    def _install_audit_hook(self) -> None:
+        state, cand, scratch = self.state, self.candidate_file, self.scratch
+        protected = tuple(self.protected) + (_PACKAGE_DIR,)
+        allowed_write = (scratch, "/dev/shm", "/dev/null", "/proc/self", "/dev/nvidia", "/sys/")
+        getframe = sys._getframe
+        stdlib = _STDLIB_PREFIXES
+        busy = [False]
+        blocked: list[str | None] = [None]
+        write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+        events_any = {"open", "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.truncate", "os.chmod",
+                      "os.chown", "os.symlink", "os.link", "shutil.rmtree", "os.utime"}
+        events_net = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
+                      "socket.gethostbyname", "socket.gethostbyaddr", "urllib.Request", "http.client.connect"}
+        events_proc = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+                       "os.forkpty", "os.kill", "os.killpg", "pty.spawn", "os.startfile"}
+        events_read = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+                       "sys._getframe"}
+        events_tamper = {"ctypes.dlopen", "ctypes.dlsym", "ctypes.string_at", "ctypes.cdata", "ctypes.addressof",
+                         "sys.settrace", "sys.setprofile", "object.__setattr__", "object.__delattr__",
+                         "sys.addaudithook", "ctypes.cdata/buffer", "ctypes.set_errno"}
+        watched = events_any | events_net | events_proc | events_read | events_tamper
+
+        def record(kind: str, text: str) -> None:
+            items = state.violations.setdefault(kind, [])
+            if len(items) < 20 and text not in items:
+                items.append(text)
+            if kind == "sandbox-escape":
+                blocked[0] = text
+
+        def caller() -> tuple[str, int, str]:
+            """(file, line) of the innermost frame outside the stdlib and this module, and the
+            file of the innermost frame outside this module (the audited call's direct caller)."""
+            frame = getframe(2)
+            if frame is not None and frame.f_code.co_filename == __file__:
+                return "", 0, ""  # raised by this module's own bookkeeping
+            immediate = ""
+            while frame is not None:
+                name = frame.f_code.co_filename
+                if name != __file__ and not immediate:
+                    immediate = name
+                if name == __file__ or name.startswith("<frozen") or (
+                        name.startswith(stdlib) and "-packages" not in name):
+                    frame = frame.f_back
+                    continue
+                return name, frame.f_lineno, immediate
+            return "", 0, immediate
+
+        def hook(event: str, args: tuple) -> None:
+            if event not in watched or busy[0]:
+                return
+            busy[0] = True
+            try:
+                if event in events_any:
+                    path = args[0] if args else None
+                    if isinstance(path, bytes):
+                        path = path.decode(errors="replace")
+                    if not isinstance(path, str):
+                        return
+                    full = os.path.abspath(path)
+                    writes = event != "open"
+                    if event == "open":
+                        mode = args[1] if len(args) > 1 else None
+                        flags = args[2] if len(args) > 2 else 0
+                        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
+                            (isinstance(flags, int) and bool(flags & write_flags))
+                    if writes and not full.startswith(allowed_write):
+                        file, line, _ = caller()
+                        record("sandbox-escape", f"wrote to {full} ({event}"
+                               + (f", {Path(file).name}:{line})" if file else ")"))
+                    elif not writes and full.startswith(protected) and not full.startswith(scratch):
+                        file, line, _ = caller()
+                        if file == cand:
+                            record("reading-reference", f"read {full} (candidate.py:{line})")
+                    return
+                if event in events_net:
+                    file, line, _ = caller()
+                    record("sandbox-escape", f"network access {event}{args[1:2]!r} "
+                           f"({Path(file).name}:{line})")
+                    return
+                file, line, immediate = caller()
+                if file != cand:
+                    return
+                where = f"candidate.py:{line}"
+                if event in events_proc:
+                    record("sandbox-escape", f"{event} from {where}")
+                elif event in ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"):
+                    record("reading-reference", f"{event}() at {where}")
+                elif event == "sys._getframe":
+                    if immediate != cand and not immediate.endswith(os.sep + "inspect.py"):
+                        return  # namedtuple, typing, enum... find their caller's module this way
+                    record("reading-reference", f"frame inspection (sys._getframe/inspect) at {where}")
+                elif event in ("object.__setattr__", "object.__delattr__"):
+                    target = args[0] if args else None
+                    module = getattr(target, "__module__", "") or ""
+                    if isinstance(target, type) and isinstance(module, str) and \
+                            module.split(".")[0] in ("torch", "triton", "kernelagent", "time", "builtins"):
+                        record("tampering", f"patched {module}.{target.__qualname__}.{args[1]} at {where}")
+                else:
+                    record("tampering", f"{event} at {where}")
+            except Exception:  # noqa: BLE001 - the hook's own errors must never reach the program
+                pass
+            finally:
+                busy[0] = False
+                if blocked[0] is not None:
+                    text, blocked[0] = blocked[0], None
+                    # Enforced, not only reported: the write, connection or process does not happen.
+                    raise PermissionError(f"kernelagent sandbox: {text} is not allowed")  # noqa: B012
+
+        sys.addaudithook(hook)
+
+    # -- identity snapshot (tampering) ---------------------------------------------------
+    def _watched_namespaces(self) -> dict[str, Any]:
+        import builtins
+        import time
+
+        import torch
+
+        from kernelagent.harness import channel, compare, inputs, timing, transfer, workers
+
+        spaces: dict[str, Any] = {
+            "time": time, "builtins": builtins, "torch": torch, "torch.cuda": torch.cuda,
+            "torch.nn.functional": torch.nn.functional, "torch.testing": torch.testing,
+            "threading": threading, "torch.Tensor": torch.Tensor, "torch._C.TensorBase": torch._C.TensorBase,
+            "torch.cuda.Event": torch.cuda.Event,
+            "kernelagent.harness.timing": timing, "kernelagent.harness.timing.Timer": timing.Timer,
+            "kernelagent.harness.compare": compare, "kernelagent.harness.transfer": transfer,
+            "kernelagent.harness.channel": channel, "kernelagent.harness.inputs": inputs,
+            "kernelagent.harness.workers": workers, "kernelagent.harness.defences": sys.modules[__name__],
+            "kernelagent.harness.workers.CandidateSide": workers.CandidateSide,
+            "kernelagent.harness.defences.Monitor": Monitor,
+        }
+        try:
+            import triton
+            from triton.runtime import jit
+
+            spaces["triton"] = triton
+            spaces["triton.runtime.jit.JITFunction"] = jit.JITFunction
+            from triton.runtime.interpreter import InterpretedFunction
+
+            spaces["triton.runtime.interpreter.InterpretedFunction"] = InterpretedFunction
+        except Exception:  # noqa: BLE001
+            pass
+        return spaces
+
+    def _take_snapshot(self) -> dict[str, Any]:
+        snap = {}
+        for prefix, space in self._watched_namespaces().items():
+            for key, value in list(vars(space).items()):
+                if key.startswith("__") and key.endswith("__"):
+                    continue
+                if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
+                                      staticmethod, classmethod, property, types.MethodDescriptorType,
+                                      types.WrapperDescriptorType, types.GetSetDescriptorType,
+                                      types.ModuleType)) or callable(value):
+                    snap[f"{prefix}.{key}"] = (space, key, value)
+        return snap
+
+    def check_tampering(self, when: str) -> list[str]:
+        changed = []
+        for name, (space, key, value) in self.snapshot.items():
+            current = vars(space).get(key, _MISSING)
+            if current is not value and not _library_rebinding(value, current):
+                changed.append(name)
+        for name in changed:
+            if name not in self.tampered:
+                self.tampered.append(name)
+                self.state.violations.setdefault("tampering", []).append(f"{name} was replaced ({when})")
+        return changed
+
+    # -- per-call recording --------------------------------------------------------------
+    @contextmanager
+    def watch(self, name: str, inputs: Any = ()) -> Iterator[CallEvidence]:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        evidence = CallEvidence(name)
+        evidence.size = max((t.numel() for t in _tensors(inputs)), default=0)
+        state, cand = self.state, self.candidate_file
+        # Small inputs (extra sets) count too: an op over half the call's largest input is work.
+        min_elements = min(int(getattr(self.config, "heavy_op_min_elements", 4096)), max(evidence.size // 2, 1))
+
+        class Recorder(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if state.in_launch:
+                    return out
+                op = func.overloadpacket.__name__
+                if op not in GLUE_OPS:
+                    numel = max((t.numel() for t in _tensors((args, kwargs, out))), default=0)
+                    if numel >= min_elements:
+                        entry = evidence.ops.setdefault(op, {"numel": 0, "count": 0, "where": ""})
+                        entry["numel"] = max(entry["numel"], numel)
+                        entry["count"] += 1
+                        if not entry["where"]:
+                            frame = sys._getframe(1)
+                            while frame is not None:
+                                if frame.f_code.co_filename == cand:
+                                    entry["where"] = f"candidate.py:{frame.f_lineno}"
+                                    break
+                                frame = frame.f_back
+                return out
+
+        threads_before = len(state.threads)
+        state.recording = evidence
+        state.in_call = True
+        completed = False
+        try:
+            with Recorder():
+                yield evidence
+            completed = True
+        finally:
+            state.recording = None
+            state.in_call = False
+            for thread, where, _ in state.threads[threads_before:]:
+                if thread.is_alive():
+                    evidence.hidden_threads.append(f"{thread.name} ({where})")
+            if completed or evidence.hidden_threads:  # a call that raised is judged by its error
+                self.calls.append(evidence)
+
+    # -- verdict -------------------------------------------------------------------------
+    def flags(self, modes_before: dict[str, str] | None = None, modes_after: dict[str, str] | None = None,
+              device_share: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+
+        def flag(kind: str, message: str, severity: str | None = None) -> None:
+            out.append({"kind": kind, "message": message, "severity": severity or SEVERITY.get(kind, "reject")})
+
+        self.check_tampering("at the end")
+        violations = self.state.violations
+        for kind in ("tampering", "sandbox-escape", "reading-reference"):
+            if violations.get(kind):
+                items = violations[kind]
+                flag(kind, "; ".join(items[:4]) + (f" (+{len(items) - 4} more)" if len(items) > 4 else ""))
+        # Threads: running after forward() returned, or left alive.
+        hidden = [t for call in self.calls for t in call.hidden_threads]
+        alive = [f"{t.name} ({where})" for t, where, _ in self.state.threads if t.is_alive()]
+        if hidden or alive:
+            what = hidden[0] if hidden else alive[0]
+            flag("hidden-work", f"a thread started by the candidate, {what}, was still running after forward() "
+                                "returned" + (" and at the end of the evaluation" if alive else "")
+                 + ": work done behind the timer's back is not allowed; finish all work before returning")
+        elif self.state.threads:
+            flag("threads", "the candidate started threads (all finished before forward() returned): "
+                 + ", ".join(f"{t.name} ({w})" for t, w, _ in self.state.threads[:3]), "info")
+        # Numeric modes.
+        if modes_before is not None and modes_after is not None:
+            changed = [k for k, v in modes_after.items() if modes_before.get(k) != v]
+            precision = [k for k in changed if k in PRECISION_MODES]
+            text = "; ".join(f"{k}: {modes_before.get(k)} -> {modes_after[k]}" for k in changed)
+            if precision:
+                flag("numeric-modes", "the candidate changed global numeric modes (" + text + "); the problem "
+                     "is judged in full fp32: compute in the problem's precision inside the kernel instead")
+            elif changed:
+                flag("numeric-modes-info", "the candidate changed global modes: " + text, "info")
+        # Who did the work.
+        calls = [c for c in self.calls]
+        heavy_names = HEAVY_OPS | self.reference_ops
+        for call in calls:
+            call.heavy = {op: info for op, info in call.ops.items() if op in heavy_names}
+        if calls:
+            with_heavy = [c for c in calls if c.heavy]
+            no_own = [c for c in calls if c.own_launches == 0]
+            total_own = sum(c.own_launches for c in calls)
+            if with_heavy:
+                worst = with_heavy[0]
+                op, info = max(worst.heavy.items(), key=lambda kv: kv[1]["numel"])
+                ops = sorted({o for c in with_heavy for o in c.heavy})
+                some_clean = [c for c in calls if not c.heavy and c.own_launches]
+                failed = sorted({k for c in with_heavy for k in c.failed_launches})
+                kind = "fallback-to-reference" if some_clean or failed else "no-custom-kernel"
+                where = f" at {info['where']}" if info["where"] else ""
+                message = (f"PyTorch ran aten::{op}{where} on {info['numel']:,} elements in {len(with_heavy)} of "
+                           f"{len(calls)} calls (ops: {', '.join('aten::' + o for o in ops[:6])}); the candidate's "
+                           f"own Triton kernels ran {total_own} times")
+                if failed:
+                    message += (f"; the launch of the candidate's kernel {', '.join(failed[:3])} raised and the "
+                                "exception was swallowed: a failing kernel must fail, not fall back to PyTorch")
+                elif kind == "fallback-to-reference":
+                    message += (f"; the PyTorch path was taken in '{worst.name}' but not in '{some_clean[0].name}' "
+                                "(a fallback or a condition routing to PyTorch)")
+                else:
+                    message += "; the heavy work must be done by the candidate's own kernels, torch only for glue"
+                flag(kind, message)
+            elif no_own:
+                some_own = [c for c in calls if c.own_launches]
+                idle = [c for c in no_own if set(c.ops) <= {"clone"} and not c.other_launches]
+                kind = "fallback-to-reference" if some_own else "no-custom-kernel"
+                if idle and some_own:
+                    flag("output-caching", f"'{idle[0].name}' returned its output without running any kernel or "
+                         f"PyTorch op ({len(idle)} of {len(calls)} calls; the candidate's kernels did run in "
+                         f"'{some_own[0].name}'): outputs served from a cache or from memory of an earlier call "
+                         "are not computed results")
+                    return out
+                message = (f"none of the candidate's own @triton.jit kernels ran in '{no_own[0].name}'"
+                           + (f" (they did in '{some_own[0].name}')" if some_own else
+                              " (nor in any other call)")
+                           + f"; {len(no_own)} of {len(calls)} calls computed their output without them")
+                flag(kind, message)
+        if device_share is not None and device_share.get("share") is not None:
+            share = device_share["share"]
+            if share < float(getattr(self.config, "min_own_device_share", 0.5)):
+                top = ", ".join(f"{k['name'][:60]} {k['share']:.0%}" for k in device_share.get("top", [])[:3])
+                flag("no-custom-kernel", f"the candidate's own kernels held only {share:.0%} of device time in a "
+                                         f"profiled call (top kernels: {top})")
+        return out
+
+
+_MISSING = object()
+_LIBRARY_DIRS: tuple[str, ...] | None = None
+
+
+def _library_rebinding(old: Any, new: Any) -> bool:
+    """True when torch or Triton itself rebound a name (torch._dynamo wraps torch.manual_seed
+    when it is first imported, for example): the new value wraps the old one and its code
+    lives in the library's own files."""
+    global _LIBRARY_DIRS
+    if _LIBRARY_DIRS is None:
+        dirs = []
+        for mod in ("torch", "triton"):
+            module = sys.modules.get(mod)
+            if module is not None and getattr(module, "__file__", None):
+                dirs.append(str(Path(module.__file__).resolve().parent) + os.sep)
+        _LIBRARY_DIRS = tuple(dirs)
+    if new is _MISSING:
+        return False
+    inner = new
+    for _ in range(4):
+        if getattr(inner, "__wrapped__", None) is old:
+            break
+        inner = getattr(inner, "__wrapped__", None)
+        if inner is None:
+            return False
+    code = getattr(new, "__code__", None)
+    filename = str(Path(code.co_filename).resolve()) if code is not None else ""
+    return bool(filename) and filename.startswith(_LIBRARY_DIRS)
+
+
+# --------------------------------------------------------------------------------------
+# CUDA-only helpers
+# --------------------------------------------------------------------------------------
+
+def poison_cuda_memory(device: Any, nbytes: int) -> None:
+    """Fill the caching allocator's free memory with NaN bytes (0xFF), so that an output
+    that is allocated and never written reads as NaN rather than as an older result."""
+    import torch
+
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info(device)
+    size = int(min(max(nbytes, 1 << 20), free * 0.25))
+    if size > 0:
+        filler = torch.empty(size, dtype=torch.uint8, device=device)
+        filler.fill_(0xFF)
+        del filler
+    small = [torch.empty(1 << 20, dtype=torch.uint8, device=device).fill_(0xFF) for _ in range(8)]
+    del small
+
+
+def device_time_share(model: Any, values: list[Any], own_names: set[str], device: Any) -> dict[str, Any]:
+    """One profiled call: the share of device time in the candidate's own kernels."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        model(*values)
+        torch.cuda.synchronize(device)
+    rows: dict[str, float] = {}
+    for event in prof.events():  # kernels, memcpy and memset on the device
+        if not str(getattr(event, "device_type", "")).endswith("CUDA"):
+            continue
+        try:
+            us = float(event.time_range.elapsed_us())
+        except Exception:  # noqa: BLE001
+            us = float(getattr(event, "device_time_total", 0.0) or 0.0)
+        rows[event.name] = rows.get(event.name, 0.0) + us
+    total = sum(rows.values())
+    if total <= 0:
+        return {"share": None, "top": []}
+
+    def own(name: str) -> bool:
+        return any(name == n or name.startswith(n + "_") or name.startswith(n + "(") for n in own_names)
+
+    own_us = sum(v for k, v in rows.items() if own(k))
+    top = [{"name": k, "share": v / total, "own": own(k)} for k, v in sorted(rows.items(), key=lambda kv: -kv[1])]
+    return {"share": own_us / total, "top": top[:5], "total_us": total}
+
+
+# --------------------------------------------------------------------------------------
+# Server side: impossible speed
+# --------------------------------------------------------------------------------------
+
+def roofline_floor(fingerprint: dict[str, Any], ready: dict[str, Any]) -> tuple[float | None, str]:
+    """(floor in ms, how it was computed) for the problem's main inputs on this device."""
+    from kernelagent import hardware
+
+    device = hardware.describe_device(fingerprint)
+    if device.get("kind") != "cuda":
+        return None, "not applicable on the CPU"
+    bandwidth = device.get("mem_bandwidth_gbs")
+    if not bandwidth:
+        return None, f"no datasheet bandwidth for {device.get('name')}"
+    nbytes = float(ready.get("input_bytes", 0) + ready.get("output_bytes", 0) + ready.get("param_bytes", 0))
+    floor_s = nbytes / (bandwidth * 1e9)
+    how = f"{nbytes / 1e6:.1f} MB at {bandwidth:.0f} GB/s"
+    flops = ready.get("flops")
+    peak = device.get("peak_tflops", {})
+    dtype = str(ready.get("output_dtype", "float32"))
+    if flops and peak:
+        rate = peak.get(dtype)
+        if dtype == "float32":  # split-TF32 (3xTF32) reaches fp32 accuracy at a third of TF32's rate
+            rate = max(rate or 0.0, peak.get("tf32", 0.0) / 3)
+        rate = rate or max(peak.values())
+        if flops / (rate * 1e12) > floor_s:
+            floor_s = flops / (rate * 1e12)
+            how = f"{flops / 1e9:.2f} GFLOP at {rate:.0f} TFLOP/s ({dtype})"
+    return floor_s * 1e3, how

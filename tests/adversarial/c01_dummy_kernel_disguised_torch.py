@@ -1,0 +1,17 @@
+"""Class 1: launches a token Triton kernel, but PyTorch does the work, through a name the
+static pass cannot read (getattr with a computed string)."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def touch_kernel(x_ptr, BLOCK: tl.constexpr):
+    tl.load(x_ptr + tl.arange(0, BLOCK))
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        touch_kernel[(1,)](x, BLOCK=16)
+        return getattr(torch, "re" + "lu")(x)

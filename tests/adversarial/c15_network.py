@@ -1,0 +1,31 @@
+"""Class 15: opens a socket to the outside world at import."""
+import socket
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(y_ptr + offsets, tl.maximum(tl.load(x_ptr + offsets, mask=mask), 0.0), mask=mask)
+
+
+def relu(x):
+    y = torch.empty_like(x)
+    relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+try:
+    _s = socket.create_connection(("1.1.1.1", 53), timeout=2)
+    _s.close()
+    print("network: reached")
+except OSError as _exc:
+    print("network:", repr(_exc))
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu(x)

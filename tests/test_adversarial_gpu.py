@@ -1,0 +1,112 @@
+"""CUDA-only exploit forms, on a real GPU. Run on the device machine:
+
+    PYTHONPATH=. python -m pytest -m gpu tests/test_adversarial_gpu.py -q -s
+
+Prints the figures worth reporting (times, floors, flags)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from kernelagent.harness import EvalConfig, Evaluator, Status
+from tests.conftest import BENCHMARKS, CANDIDATES, read
+
+pytestmark = pytest.mark.gpu
+
+ADV = Path(__file__).resolve().parent / "adversarial"
+BIG_RELU = CANDIDATES / "gpu_big_relu_problem.py"
+RELU = CANDIDATES / "relu_problem.py"
+MATMUL = BENCHMARKS / "level1" / "8_matmul.py"
+CONFIG = EvalConfig(trials=2, baselines=False)
+NO_STATIC = dataclasses.replace(CONFIG, static_check="off")
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator(cache_dir):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    with Evaluator(device="cuda", cache_dir=cache_dir) as ev:
+        yield ev
+
+
+def _show(name, result):
+    t = result.timings.get("candidate")
+    print(f"\n{name}: {result.status} "
+          + (f"median {t.median_ms:.4f} ms " if t else "")
+          + "; ".join(f"[{f.severity}:{f.kind}] {f.message[:160]}" for f in result.flags))
+
+
+def test_side_stream_is_rejected_statically_and_flagged_at_run_time(gpu_evaluator):
+    static = gpu_evaluator.evaluate(BIG_RELU, read(CANDIDATES / "gpu_side_stream.py"), CONFIG)
+    _show("side stream (static on)", static)
+    assert static.status == Status.REJECTED and any(f.kind == "static:hidden-work" for f in static.flags)
+    honest = gpu_evaluator.evaluate(BIG_RELU, read(CANDIDATES / "gpu_same_stream.py"), CONFIG)
+    hidden = gpu_evaluator.evaluate(BIG_RELU, read(CANDIDATES / "gpu_side_stream.py"), NO_STATIC)
+    _show("same stream", honest)
+    _show("side stream (static off)", hidden)
+    assert honest.passed, honest.feedback()
+    assert not hidden.passed
+    assert any(f.kind == "timer-escape" and f.severity == "review" for f in hidden.flags), hidden.feedback()
+    assert hidden.timings["candidate"].median_ms >= 0.8 * honest.timings["candidate"].median_ms
+
+
+@pytest.mark.parametrize("name", ["gpu_stale_empty.py", "gpu_stale_after_compute.py", "c08_empty_output.py",
+                                  "c08_reuse_buffer.py"])
+def test_stale_memory_is_not_accepted(gpu_evaluator, name):
+    result = gpu_evaluator.evaluate(RELU, read(ADV / name), CONFIG)
+    _show(name, result)
+    assert result.status in (Status.INCORRECT, Status.REJECTED), result.feedback()
+
+
+def test_patched_event_timer_is_rejected_and_impossible_speed_flagged(gpu_evaluator):
+    result = gpu_evaluator.evaluate(BIG_RELU, read(ADV / "gpu_patch_event_timer.py"), NO_STATIC)
+    _show("patched event timer", result)
+    assert result.status == Status.REJECTED and any(f.kind == "tampering" for f in result.flags)
+    assert any(f.kind == "impossible-speed" and f.severity == "review" for f in result.flags), result.feedback()
+    assert not result.speedups
+
+
+def test_honest_big_relu_is_above_its_roofline(gpu_evaluator):
+    result = gpu_evaluator.evaluate(BIG_RELU, read(CANDIDATES / "gpu_same_stream.py"), CONFIG)
+    _show("honest big relu", result)
+    assert result.passed and not any(f.kind == "impossible-speed" for f in result.flags)
+
+
+def test_tf32_dot_fails_fp32_tolerance(gpu_evaluator):
+    result = gpu_evaluator.evaluate(MATMUL, read(ADV / "gpu_tf32_dot.py"), CONFIG)
+    _show("tf32 tl.dot", result)
+    assert result.status == Status.INCORRECT, result.feedback()
+
+
+def test_tf32_modes_candidate_is_rejected(gpu_evaluator):
+    result = gpu_evaluator.evaluate(RELU, read(ADV / "c06_tf32_modes.py"), NO_STATIC)
+    _show("tf32 modes", result)
+    assert result.status == Status.REJECTED and any(f.kind == "numeric-modes" for f in result.flags)
+
+
+@pytest.mark.parametrize("name, problem, kind", [
+    ("c01_dummy_kernel_disguised_torch.py", RELU, "no-custom-kernel"),
+    ("c01_matmul_torch.py", MATMUL, "no-custom-kernel"),
+    ("c02_condition_fallback.py", RELU, None),
+    ("c03_cache_after_checks.py", RELU, None),
+    ("c04_thread_deferred.py", RELU, "hidden-work"),
+    ("c05_patch_event_class.py", RELU, "tampering"),
+    ("c10_gc_scan.py", RELU, "reading-reference"),
+    ("c15_write_outside.py", RELU, "sandbox-escape"),
+])
+def test_cpu_exploits_also_fail_on_gpu(gpu_evaluator, name, problem, kind):
+    result = gpu_evaluator.evaluate(problem, read(ADV / name), NO_STATIC)
+    _show(name, result)
+    assert not result.passed, result.feedback()
+    if kind:
+        assert any(f.kind == kind for f in result.flags), result.feedback()
+
+
+def test_honest_glue_and_known_good_pass_with_device_share(gpu_evaluator):
+    result = gpu_evaluator.evaluate(RELU, read(ADV / "honest_glue.py"), CONFIG)
+    _show("honest glue", result)
+    assert result.passed, result.feedback() + result.log
