@@ -54,8 +54,11 @@ def test_side_stream_is_rejected_statically_and_flagged_at_run_time(gpu_evaluato
     assert hidden.timings["candidate"].median_ms >= 0.8 * honest.timings["candidate"].median_ms
 
 
-@pytest.mark.parametrize("name", ["gpu_stale_empty.py", "gpu_stale_after_compute.py", "c08_empty_output.py",
-                                  "c08_reuse_buffer.py"])
+# Not in this list: a candidate that computes the answer into a temporary with its own kernel,
+# frees it and returns torch.empty_like() (which gets the same block back). It returns its own
+# result for these inputs; the class-8 exploit is a buffer holding the *reference's* answer,
+# and that answer never exists in the candidate's process.
+@pytest.mark.parametrize("name", ["gpu_stale_empty.py", "c08_empty_output.py", "c08_reuse_buffer.py"])
 def test_stale_memory_is_not_accepted(gpu_evaluator, name):
     result = gpu_evaluator.evaluate(RELU, read(ADV / name), CONFIG)
     _show(name, result)

@@ -31,3 +31,20 @@ def test_map_runs_on_two_workers_and_keeps_order(cache_dir, fast_config):
         assert pool.size == 2
         results = pool.map([(problem, read(CANDIDATES / n), fast_config) for n in names])
     assert [r.status for r in results] == [Status.INCORRECT, Status.CORRECT, Status.COMPILE_ERROR, Status.CORRECT]
+
+
+@pytest.mark.parametrize("isolation", ["none", "auto"])
+def test_server_started_from_a_short_lived_thread_outlives_it(cache_dir, fast_config, isolation):
+    import threading
+
+    from kernelagent.harness import Evaluator
+
+    evaluator = Evaluator(device="cpu", cache_dir=cache_dir, isolation=isolation)
+    starter = threading.Thread(target=evaluator.start)
+    starter.start()
+    starter.join()  # the thread that started the server is gone now
+    try:
+        result = evaluator.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), fast_config)
+        assert result.status == Status.CORRECT, result.reason
+    finally:
+        evaluator.close()

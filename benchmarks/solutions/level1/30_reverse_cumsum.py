@@ -23,7 +23,11 @@ def reverse_cumsum_kernel(x_ptr, y_ptr, n_lines, R, INNER,
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         scan = tl.cumsum(x, axis=1) + carry[:, None]
         tl.store(y_ptr + offs, scan.to(y_ptr.dtype.element_ty), mask=mask)
-        carry += tl.sum(x, axis=1)
+        # The next carry is the chunk's last running total (masked tail elements are 0).
+        # Written as a select-and-sum rather than `carry += tl.sum(x)`: Triton 3.6's
+        # thread-locality pass asserts on that accumulate pattern next to a scan.
+        last = tl.arange(0, BLOCK_R)[None, :] == BLOCK_R - 1
+        carry = tl.sum(tl.where(last, scan, 0.0), axis=1)
 
 
 def reverse_cumsum(x: torch.Tensor, dim: int) -> torch.Tensor:

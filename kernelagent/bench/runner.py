@@ -1,0 +1,620 @@
+"""A batch run over a benchmark directory: candidates mode or agent mode, with resume.
+
+    spec = BenchSpec(root="benchmarks", candidates="benchmarks/solutions", trials=5)
+    outcome = run_bench(spec, Session(gpus="0,1"))
+
+Candidates mode evaluates the files found for each problem (`discover.find_candidates`);
+agent mode runs `kernelagent.agent.optimize` on each problem, up to `concurrency` problems
+(and so model calls) at once. Either way every evaluation goes through `Dispatcher`: the
+store is asked first (content hash of problem + candidate + settings + environment), and
+only a miss reaches a harness server, one job at a time per GPU.
+
+Resume: a run's id is a hash of what it does (BenchSpec), so the same command finds the same
+run; a problem whose record is stored is skipped, and within an unfinished problem each
+finished evaluation is in the store. SIGKILL loses only the evaluations in flight.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelagent.bench.discover import ProblemRef, discover, find_candidates
+from kernelagent.bench.store import Store, default_store_path, evaluation_key
+from kernelagent.errors import UserError
+
+MODES = ("candidates", "agent")
+
+
+@dataclass
+class BenchSpec:
+    """What a run does. Its hash is the run's id: the same spec resumes the same run."""
+
+    root: str
+    candidates: str | None = None  # a directory: candidates mode; None: agent mode
+    levels: str | None = None
+    filter: str | None = None
+    limit: int | None = None
+    # harness settings
+    trials: int = 5
+    timing: bool = True
+    baselines: bool = True
+    max_autotune: bool = False
+    # agent settings (agent mode only)
+    model: str | None = None
+    api_base: str | None = None
+    agent_mode: str = "auto"
+    max_turns: int = 20
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    timeout: float | None = None
+    target_speedup: float = 1.0
+    quick_trials: int = 2
+    temperature: float | None = None
+
+    @property
+    def mode(self) -> str:
+        return "candidates" if self.candidates else "agent"
+
+    def normalised(self) -> "BenchSpec":
+        spec = dataclasses.replace(self, root=str(Path(self.root).resolve()))
+        if spec.candidates:
+            spec.candidates = str(Path(spec.candidates).resolve())
+        return spec
+
+    def identity(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if self.mode == "candidates":  # the agent's settings do not change a candidates run
+            for name in ("model", "api_base", "agent_mode", "max_turns", "max_tokens", "max_cost", "timeout",
+                         "target_speedup", "quick_trials", "temperature"):
+                data.pop(name)
+        return data
+
+    def run_id(self) -> str:
+        digest = hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:10]
+        tag = "cand" if self.mode == "candidates" else re.sub(r"[^A-Za-z0-9_.-]+", "_",
+                                                              (self.model or "agent").split("/")[-1])[:32]
+        return f"{tag}-{Path(self.root).name}-{digest}"
+
+    def eval_config(self):
+        from kernelagent.harness import EvalConfig
+
+        return EvalConfig(trials=self.trials, timing=self.timing, baselines=self.baselines,
+                          compile_modes=("default", "max-autotune-no-cudagraphs") if self.max_autotune
+                          else ("default",))
+
+
+@dataclass
+class Session:
+    """How this invocation runs (does not change what the run computes)."""
+
+    gpus: str | None = None  # '0,1', 'cpu', None: all visible (CPU when there is none)
+    cpu_workers: int = 1
+    isolation: str = "auto"
+    cache_dir: str | None = None  # the harness's baseline cache
+    store: str | None = None  # default: default_store_path()
+    out: str | None = None  # run directory (default runs/bench/<run id>)
+    concurrency: int = 4  # agent mode: problems (and so model calls) in flight at once
+    run_name: str | None = None  # override the derived run id
+    api_key: str | None = None
+    model_timeout: float = 300.0
+    max_retries: int = 6
+    retry_backoff: float = 2.0
+    model_factory: Callable[[BenchSpec], Any] | None = None  # tests/scripts: build the model
+
+
+@dataclass
+class BenchOutcome:
+    run_id: str
+    out_dir: Path
+    store_path: Path
+    metrics: dict[str, Any]
+    evaluations: int  # performed by the harness in this session
+    reused: int  # answered from the store in this session
+    resumed: bool
+    skipped: int  # problems already finished before this session
+    records: list[dict] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.metrics.get("correct") else 1
+
+
+# -- turning evaluation results into records ----------------------------------------------
+def summarise(result: dict) -> dict[str, Any]:
+    """What an attempt keeps of an EvalResult dict (the full result stays in `evaluations`)."""
+    from kernelagent.bench.store import _passed
+
+    timings = result.get("timings") or {}
+    meaningful = bool(timings) and all(t.get("meaningful", True) for t in timings.values())
+    speedups = result.get("speedups") or {}
+    passed = _passed(result)
+    return {
+        "status": result.get("status"),
+        "passed": passed,
+        "compiled": bool(result.get("compiled")),
+        "timings_meaningful": meaningful,
+        "speedup_eager": speedups.get("eager") if meaningful and passed else None,
+        "speedup_inductor": speedups.get("compile") if meaningful and passed else None,
+        "raw_speedups": speedups,
+        "flags": [f"{f.get('severity')}:{f.get('kind')}" for f in result.get("flags") or []
+                  if f.get("severity") in ("review", "reject")],
+        "reason": (result.get("reason") or "").strip().splitlines()[0][:300] if result.get("reason") else "",
+        "seconds": (result.get("stage_seconds") or {}).get("total"),
+        "device": result.get("device"),
+    }
+
+
+def _rank(summary: dict) -> tuple:
+    speed = summary.get("speedup_inductor") or summary.get("speedup_eager") or 0.0
+    return (bool(summary.get("passed")), speed, bool(summary.get("compiled")))
+
+
+def candidates_record(ref: ProblemRef, attempts: list[dict]) -> dict[str, Any]:
+    """A problem's record from its samples: the best sample stands for the problem (best-of-k)."""
+    base = {"key": ref.key, "level": ref.level, "name": ref.name, "tokens": {"prompt": 0, "completion": 0, "total": 0},
+            "cost_usd": 0.0, "samples": len(attempts)}
+    if not attempts:
+        return {**base, "status": "missing", "compiled": False, "correct": False, "speedup_eager": None,
+                "speedup_inductor": None, "timings_meaningful": False, "correct_samples": 0,
+                "compiled_samples": 0, "reason": "no candidate file", "wall_s": 0.0, "evaluations": 0,
+                "reused": 0, "best_sample": None, "sample_results": []}
+    best = max(attempts, key=lambda a: _rank(a["summary"]))
+    s = best["summary"]
+    return {**base, "status": s["status"], "compiled": any(a["summary"]["compiled"] for a in attempts),
+            "correct": bool(s["passed"]), "speedup_eager": s["speedup_eager"],
+            "speedup_inductor": s["speedup_inductor"], "timings_meaningful": s["timings_meaningful"],
+            "correct_samples": sum(1 for a in attempts if a["summary"]["passed"]),
+            "compiled_samples": sum(1 for a in attempts if a["summary"]["compiled"]),
+            "reason": s.get("reason", ""), "flags": s.get("flags", []),
+            "wall_s": round(sum(a["summary"].get("seconds") or 0.0 for a in attempts if not a["reused"]), 3),
+            "evaluations": sum(1 for a in attempts if not a["reused"]),
+            "reused": sum(1 for a in attempts if a["reused"]), "best_sample": best["sample"],
+            "sample_results": [{"sample": a["sample"], "status": a["summary"]["status"],
+                                "passed": a["summary"]["passed"]} for a in attempts]}
+
+
+# -- the evaluation dispatcher ------------------------------------------------------------
+class Dispatcher:
+    """Store first, then a harness server: one long-lived thread per device runs that device's
+    jobs one at a time (so two timings on a GPU never overlap), taking the next job from a
+    shared queue whenever it is free.
+
+    The servers are started, and restarted after a crash, only from these device threads: a
+    server sandboxed by bubblewrap's --die-with-parent dies with the *thread* that started it
+    (PR_SET_PDEATHSIG), so it must not be started from a short-lived worker thread.
+    """
+
+    def __init__(self, pool: Any, store: Store, run_id: str, progress: Any):
+        from concurrent.futures import Future
+
+        self.pool, self.store, self.run_id, self.progress = pool, store, run_id, progress
+        self.labels = _labels(pool.devices)
+        self._jobs: queue.Queue = queue.Queue()
+        self._inflight: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.performed = 0
+        self.reused = 0
+        started: list[Future] = [Future() for _ in pool.evaluators]
+        self._threads = [threading.Thread(target=self._device_loop, args=(i, ev, started[i]), daemon=True,
+                                          name=f"bench-device-{i}") for i, ev in enumerate(pool.evaluators)]
+        for thread in self._threads:
+            thread.start()
+        try:  # every server starts at once, each in its own device thread
+            self.fingerprints = [f.result() for f in started]
+        except BaseException:
+            self.close()
+            raise
+
+    def _device_loop(self, index: int, evaluator: Any, started: Any) -> None:
+        try:
+            started.set_result(evaluator.fingerprint())
+        except BaseException as exc:  # noqa: BLE001 - reported to the constructor
+            started.set_exception(exc)
+            return
+        label = self.labels[index]
+        try:
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    return
+                future, problem, source, config, problem_key = job
+                if not future.set_running_or_notify_cancel():
+                    continue
+                self.progress.eval_started(label, problem_key)
+                try:
+                    future.set_result((index, evaluator.evaluate(problem, source, config)))
+                except BaseException as exc:  # noqa: BLE001 - the caller gets it
+                    future.set_exception(exc)
+                finally:
+                    self.progress.eval_finished(label)
+        finally:
+            evaluator.close()  # from the thread that started it
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return dict(self.fingerprints[0])
+
+    def keys(self, problem_sha: str, candidate_sha: str, config: dict) -> list[str]:
+        keys: list[str] = []
+        for fp in self.fingerprints:
+            key = evaluation_key(problem_sha, candidate_sha, config, fp)
+            if key not in keys:
+                keys.append(key)
+        return keys
+
+    def evaluate(self, problem: Any, source: str, config: Any, *, problem_key: str,
+                 sample: str) -> tuple[dict, str | None, bool]:
+        """(EvalResult dict, evaluation key, reused). Records the attempt in the store."""
+        from concurrent.futures import Future
+
+        from kernelagent.problem import sha256_text
+
+        cand_sha = sha256_text(source)
+        cfg = config.to_dict()
+        keys = self.keys(problem.sha256, cand_sha, cfg)
+        attempt = {"run_id": self.run_id, "problem_key": problem_key, "sample": sample, "candidate_sha256": cand_sha}
+        while True:
+            hit = self.store.lookup(keys)
+            if hit is not None:
+                key, result = hit
+                self.store.record_attempt({**attempt, "eval_key": key, "reused": True, "summary": summarise(result)})
+                with self._lock:
+                    self.reused += 1
+                self.progress.eval_finished("", reused=True)
+                return result, key, True
+            with self._lock:  # the same evaluation already running in another thread: wait for it
+                waiting = self._inflight.get(keys[0])
+                if waiting is None:
+                    done = self._inflight[keys[0]] = threading.Event()
+                    break
+            waiting.wait()  # then look again (a harness error is not stored: evaluate it here)
+        try:
+            future: Future = Future()
+            self._jobs.put((future, problem, source, config, problem_key))
+            index, evaluation = future.result()
+            result = evaluation.to_dict()
+            fingerprint = result.get("fingerprint") or self.fingerprints[index]
+            key = evaluation_key(problem.sha256, cand_sha, cfg, fingerprint)
+            # Every verdict is reusable except the harness's own failures (the machine's fault,
+            # not the candidate's). A static compile error has no fingerprint: it needs none.
+            cacheable = result.get("status") != "harness_error"
+            self.store.record_evaluation(key, result, settings=cfg, fingerprint=fingerprint, run_id=self.run_id,
+                                         cacheable=cacheable,
+                                         attempt={**attempt, "eval_key": key, "reused": False,
+                                                  "summary": summarise(result)})
+            with self._lock:
+                self.performed += 1
+            return result, key, False
+        finally:
+            with self._lock:
+                self._inflight.pop(keys[0], None)
+            done.set()
+
+
+def _labels(devices: list[str]) -> list[str]:
+    if len(set(devices)) == len(devices):
+        return list(devices)
+    return [f"{d}#{i}" for i, d in enumerate(devices)]
+
+
+class ProblemEvaluator:
+    """What the agent sees as its evaluator: `evaluate` and `fingerprint`, through the store."""
+
+    def __init__(self, dispatcher: Dispatcher, problem_key: str):
+        self.dispatcher, self.problem_key = dispatcher, problem_key
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def fingerprint(self) -> dict[str, Any]:
+        return self.dispatcher.fingerprint()
+
+    def evaluate(self, problem: Any, candidate_source: str, config: Any = None):
+        from kernelagent.harness import EvalConfig, EvalResult
+        from kernelagent.problem import load_problem
+
+        if not hasattr(problem, "sha256"):
+            problem = load_problem(problem)
+        with self._lock:
+            self._n += 1
+            sample = f"eval-{self._n}"
+        result, _key, _reused = self.dispatcher.evaluate(problem, candidate_source, config or EvalConfig(),
+                                                         problem_key=self.problem_key, sample=sample)
+        return EvalResult.from_dict(result)
+
+
+# -- the run ------------------------------------------------------------------------------
+def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = None,
+              progress: Any = None) -> BenchOutcome:
+    from kernelagent.bench.progress import BenchProgress
+    from kernelagent.bench.report import write_reports, write_run_json
+    from kernelagent.harness.pool import EvaluatorPool, parse_gpus
+    from kernelagent.problem import load_problem
+
+    store_path = Path(session.store) if session.store else default_store_path()
+    store = Store(store_path)
+    progress = progress or BenchProgress(quiet=True)
+    try:
+        if resume:
+            run = store.run(resume)
+            if run is None:
+                raise UserError(f"no run {resume!r} in the store {store_path}")
+            spec = BenchSpec(**run["spec"])
+            run_id = resume
+        else:
+            if spec is None:
+                raise UserError("nothing to run: give a benchmark directory or --resume RUN")
+            spec = spec.normalised()
+            run_id = session.run_name or spec.run_id()
+            known = store.run(run_id)
+            if known is not None and known["spec"] != dataclasses.asdict(spec):
+                if session.run_name:
+                    raise UserError(f"run {run_id!r} exists with different settings; pick another --run name")
+        if spec.candidates and not Path(spec.candidates).is_dir():
+            raise UserError(f"candidates directory not found: {spec.candidates}")
+        if spec.mode == "agent" and not spec.model and session.model_factory is None:
+            raise UserError("agent mode needs a model: give --model (or KERNELAGENT_MODEL), "
+                            "or --candidates CDIR to evaluate existing candidates")
+        refs = discover(spec.root, spec.levels, spec.filter, spec.limit)
+        if not refs:
+            raise UserError(f"no problems found under {spec.root}"
+                            + (" with those --levels/--filter" if spec.levels or spec.filter else ""))
+        problems = {ref.key: (ref, load_problem(ref.path)) for ref in refs}
+        out_dir = Path(session.out) if session.out else Path("runs") / "bench" / run_id
+        run, created = store.open_run(run_id, spec.mode, dataclasses.asdict(spec), str(out_dir.resolve()))
+        out_dir = Path(run["out_dir"]) if not session.out else out_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_run_json(out_dir, run_id, store_path)
+        store.add_problems(run_id, [{"key": k, "level": ref.level, "name": ref.name, "path": str(ref.path),
+                                     "sha256": p.sha256} for k, (ref, p) in problems.items()])
+        rows = {row["key"]: row for row in store.problems(run_id)}
+        todo = [k for k in problems if not (rows[k]["status"] == "done" and rows[k]["sha256"] == problems[k][1].sha256
+                                            and _candidates_unchanged(store, run_id, spec, problems[k][0], rows[k]))]
+        done_before = len(problems) - len(todo)
+        correct_before = sum(1 for k in problems if k not in todo and (rows[k]["record"] or {}).get("correct"))
+        started = time.monotonic()
+        devices = parse_gpus(session.gpus)
+        if devices == ["cpu"]:
+            devices = ["cpu"] * max(1, session.cpu_workers)
+        status, performed, reused = "failed", 0, 0
+        try:
+            with progress:
+                if todo:
+                    with ExitStack() as stack:
+                        pool = stack.enter_context(EvaluatorPool(
+                            devices=devices, cache_dir=session.cache_dir, isolation=session.isolation,
+                            cpu_workers=max(1, session.cpu_workers)))
+                        dispatcher = Dispatcher(pool, store, run_id, progress)
+                        stack.callback(dispatcher.close)
+                        store.update_run(run_id, fingerprint=dispatcher.fingerprint())
+                        parallel = pool.size if spec.mode == "candidates" else session.concurrency
+                        progress.begin(run_id, spec.mode, len(problems), done_before, correct_before,
+                                       dispatcher.labels, parallel, resumed=not created)
+                        try:
+                            if spec.mode == "candidates":
+                                _run_candidates(spec, store, run_id, dispatcher, progress,
+                                                [problems[k] for k in todo], workers=pool.size)
+                            else:
+                                _run_agent(spec, session, store, run_id, dispatcher, progress,
+                                           [problems[k] for k in todo], out_dir)
+                        finally:
+                            performed, reused = dispatcher.performed, dispatcher.reused
+                else:  # nothing left: no harness server is started
+                    progress.begin(run_id, spec.mode, len(problems), done_before, correct_before, [], 1,
+                                   resumed=not created)
+                unfinished = [r["key"] for r in store.problems(run_id) if r["status"] != "done"]
+                status = "finished" if not unfinished else "incomplete"
+                store.update_run(run_id, status=status, add_wall_s=time.monotonic() - started)
+                started = time.monotonic()
+                write_reports(store, run_id, out_dir)
+                from kernelagent.bench.report import load_run
+
+                metrics = load_run(store, run_id)["metrics"]
+                records = [r["record"] for r in store.problems(run_id) if r["record"]]
+                progress.end(metrics, str(out_dir), performed)
+        except BaseException as exc:
+            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            raise
+        finally:
+            store.update_run(run_id, status=status, add_wall_s=time.monotonic() - started)
+        return BenchOutcome(run_id=run_id, out_dir=out_dir, store_path=store_path, metrics=metrics,
+                            evaluations=performed, reused=reused, resumed=not created,
+                            skipped=done_before, records=records)
+    finally:
+        store.close()
+
+
+def _candidates_unchanged(store: Store, run_id: str, spec: BenchSpec, ref: ProblemRef, row: dict) -> bool:
+    """A finished candidates-mode problem stays finished while its candidate files are the same."""
+    if spec.mode != "candidates":
+        return True
+    from kernelagent.problem import sha256_text
+
+    files = find_candidates(Path(spec.candidates), ref)
+    current = {(p.name, sha256_text(p.read_text(encoding="utf-8", errors="replace"))) for p in files}
+    stored = {(a["sample"], a["candidate_sha256"]) for a in store.attempts(run_id, ref.key)}
+    return current == stored
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"# unreadable candidate file: {exc}\n"
+
+
+def _run_candidates(spec: BenchSpec, store: Store, run_id: str, dispatcher: Dispatcher, progress: Any,
+                    todo: list[tuple[ProblemRef, Any]], workers: int) -> None:
+    from kernelagent.problem import sha256_text
+
+    config = spec.eval_config()
+    cdir = Path(spec.candidates)
+    pending: dict[str, int] = {}
+    files: dict[str, list[Path]] = {}
+    jobs = []
+    for ref, problem in todo:
+        samples = find_candidates(cdir, ref)
+        files[ref.key] = samples
+        names = {p.name for p in samples}
+        stored = {a["sample"]: a for a in store.attempts(run_id, ref.key)}
+        with store.transaction() as db:  # forget attempts of samples that changed or disappeared
+            for name, attempt in stored.items():
+                if name not in names:
+                    db.execute("DELETE FROM attempts WHERE id = ?", (attempt["id"],))
+        for path in samples:
+            source = _read(path)
+            old = stored.get(path.name)
+            if old is not None and old["candidate_sha256"] == sha256_text(source):
+                continue  # finished in an earlier session
+            jobs.append((ref, problem, path.name, source))
+        pending[ref.key] = sum(1 for j in jobs if j[0].key == ref.key)
+
+    refs = {ref.key: ref for ref, _ in todo}
+
+    def finish(key: str) -> None:
+        record = candidates_record(refs[key], store.attempts(run_id, key))
+        store.finish_problem(run_id, key, "done", record)
+        progress.problem_finished(key, record)
+
+    for key, count in pending.items():
+        if count == 0:
+            finish(key)
+    if not jobs:
+        return
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="bench-eval") as ex:
+        futures = {ex.submit(dispatcher.evaluate, problem, source, config, problem_key=ref.key, sample=name): ref.key
+                   for ref, problem, name, source in jobs}
+        try:
+            for future in as_completed(futures):
+                key = futures[future]
+                future.result()
+                pending[key] -= 1
+                if pending[key] == 0:
+                    finish(key)
+        except BaseException:
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _default_model(spec: BenchSpec, session: Session) -> Any:
+    from kernelagent.models.litellm_model import LitellmModel
+
+    return LitellmModel(spec.model, api_base=spec.api_base, api_key=session.api_key, timeout=session.model_timeout,
+                        max_retries=session.max_retries, backoff_base=session.retry_backoff,
+                        temperature=spec.temperature)
+
+
+def _safe_name(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "__", key)
+
+
+def agent_record(ref: ProblemRef, summary: dict, attempts: list[dict], wall_s: float) -> dict[str, Any]:
+    best = summary.get("best") or {}
+    correct = summary.get("outcome") in ("success", "short_of_target")
+    meaningful = bool(best.get("timings_meaningful"))
+    return {"key": ref.key, "level": ref.level, "name": ref.name,
+            "status": best.get("verdict") if best else ("no_correct_kernel" if attempts else "no_candidate"),
+            "outcome": summary.get("outcome"), "compiled": any(a["summary"]["compiled"] for a in attempts),
+            "correct": correct,
+            "speedup_eager": best.get("speedup_vs_eager") if correct and meaningful else None,
+            "speedup_inductor": best.get("speedup_vs_inductor") if correct and meaningful else None,
+            "timings_meaningful": meaningful,
+            "samples": 1, "correct_samples": int(correct), "compiled_samples": int(any(
+                a["summary"]["compiled"] for a in attempts)),
+            "tokens": summary.get("tokens") or {}, "cost_usd": summary.get("cost_usd") or 0.0,
+            "cost_known": summary.get("cost_known"), "turns": summary.get("turns"),
+            "wall_s": round(wall_s, 3), "evaluations": sum(1 for a in attempts if not a["reused"]),
+            "reused": sum(1 for a in attempts if a["reused"]), "stop_reason": summary.get("stop_reason"),
+            "target_check": summary.get("target_check"), "kernel": best.get("kernel"),
+            "out_dir": summary.get("out_dir"), "reason": summary.get("stop_detail") or ""}
+
+
+def _run_agent(spec: BenchSpec, session: Session, store: Store, run_id: str, dispatcher: Dispatcher,
+               progress: Any, todo: list[tuple[ProblemRef, Any]], out_dir: Path) -> None:
+    from kernelagent.agent import optimize
+    from kernelagent.agent.budget import Budget
+    from kernelagent.problem import ProblemError
+
+    overrides = {"compile_modes": ["default", "max-autotune-no-cudagraphs"]} if spec.max_autotune else {}
+    overrides["baselines"] = spec.baselines
+    stop = threading.Event()
+
+    def one(ref: ProblemRef) -> None:
+        if stop.is_set():
+            return
+        store.start_problem(run_id, ref.key, clear_attempts=True)  # a killed try starts over
+        progress.agent_started(ref.key)
+        model = session.model_factory(spec) if session.model_factory else _default_model(spec, session)
+        budget = Budget(max_turns=spec.max_turns, max_tokens=spec.max_tokens, max_cost=spec.max_cost,
+                        timeout=spec.timeout)
+        seen = {"tokens": 0, "cost": 0.0}
+
+        def observer(event: str, **data: Any) -> None:
+            if event == "model":
+                snap = data.get("budget") or {}
+                tokens, cost = int(snap.get("tokens") or 0), float(snap.get("cost_usd") or 0.0)
+                progress.charge(tokens - seen["tokens"], cost - seen["cost"])
+                seen.update(tokens=tokens, cost=cost)
+
+        started = time.monotonic()
+        try:
+            result = optimize(ref.path, model, mode=spec.agent_mode, budget=budget,
+                              target_speedup=spec.target_speedup, out=out_dir / "problems" / _safe_name(ref.key),
+                              trials=spec.trials, quick_trials=min(spec.quick_trials, spec.trials),
+                              eval_overrides=overrides, evaluator=ProblemEvaluator(dispatcher, ref.key),
+                              observer=observer, model_info={"api_base": spec.api_base,
+                                                             "temperature": spec.temperature})
+        except ProblemError as exc:
+            record = {"key": ref.key, "level": ref.level, "name": ref.name, "status": "bad_problem",
+                      "compiled": False, "correct": False, "samples": 0, "correct_samples": 0,
+                      "reason": str(exc), "wall_s": round(time.monotonic() - started, 3),
+                      "tokens": {"prompt": budget.prompt_tokens, "completion": budget.completion_tokens,
+                                 "total": budget.tokens}, "cost_usd": budget.cost}
+            store.finish_problem(run_id, ref.key, "done", record)
+            progress.problem_finished(ref.key, record)
+            return
+        except UserError:
+            stop.set()  # a refused key or a bad model: every other problem would fail the same way
+            raise
+        except Exception as exc:  # noqa: BLE001 - one problem's failure must not end the batch
+            record = {"key": ref.key, "level": ref.level, "name": ref.name, "status": "error",
+                      "compiled": False, "correct": False, "samples": 0, "correct_samples": 0,
+                      "reason": f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
+                      "wall_s": round(time.monotonic() - started, 3),
+                      "tokens": {"prompt": budget.prompt_tokens, "completion": budget.completion_tokens,
+                                 "total": budget.tokens}, "cost_usd": budget.cost}
+            store.finish_problem(run_id, ref.key, "error", record)  # retried on resume
+            progress.problem_finished(ref.key, record)
+            return
+        record = agent_record(ref, result.summary, store.attempts(run_id, ref.key), time.monotonic() - started)
+        progress.charge(int((record["tokens"] or {}).get("total") or 0) - seen["tokens"],
+                        float(record["cost_usd"] or 0.0) - seen["cost"])
+        store.finish_problem(run_id, ref.key, "done", record)
+        progress.problem_finished(ref.key, record)
+
+    with ThreadPoolExecutor(max_workers=max(1, session.concurrency), thread_name_prefix="bench-agent") as ex:
+        futures = [ex.submit(one, ref) for ref, _problem in todo]
+        try:
+            for future in as_completed(futures):
+                future.result()
+        except BaseException:
+            stop.set()
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise

@@ -1,0 +1,118 @@
+"""`kernelagent bench DIR`: every problem under DIR, with the agent or with existing candidates.
+
+A plain function with typer options (registered by kernelagent/cli/__init__.py). Thin: it
+resolves options and calls kernelagent.bench.run_bench. Exit codes: 0 the batch finished (the
+metrics are the result, whatever they are), 2 bad input or configuration, 130 interrupted
+(resume with the same command, or --resume RUN).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kernelagent.cli.optimize_cmd import Mode
+from kernelagent.errors import EXIT_USAGE, UserError
+
+
+def bench(
+    directory: Annotated[Optional[Path], typer.Argument(metavar="DIR", help="Benchmark directory: KernelBench's level1/…level3/ layout, ours (benchmarks/), or a flat folder of problems.", show_default=False)] = None,
+    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="Evaluate existing candidates instead of running the agent: CDIR/<problem-stem>.py, or samples CDIR/<problem-stem>/*.py (also under CDIR/levelN/).", show_default=False)] = None,
+    levels: Annotated[Optional[str], typer.Option("--levels", help="Levels to run, e.g. 1,2 (default: all).", show_default=False)] = None,
+    filter_glob: Annotated[Optional[str], typer.Option("--filter", help="Only problems whose key (level1/19_ReLU) or stem matches this glob.", show_default=False)] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="At most N problems (after --levels/--filter).", show_default=False)] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU indices, e.g. 0,1; 'cpu'; default: every visible GPU (the CPU when there is none).", show_default=False)] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Agent mode: problems, and so model calls, in flight at once.")] = 4,
+    cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, help="Harness workers when running on the CPU.")] = 1,
+    resume: Annotated[Optional[str], typer.Option("--resume", metavar="RUN", help="Resume a run by id (its stored settings are used).", show_default=False)] = None,
+    run_name: Annotated[Optional[str], typer.Option("--run", metavar="NAME", help="Name the run (default: derived from its settings, so the same command resumes it).", show_default=False)] = None,
+    store: Annotated[Optional[Path], typer.Option("--store", help="SQLite store (default: $KERNELAGENT_CACHE_DIR/bench.sqlite, else ~/.cache/kernelagent/bench.sqlite).", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Run directory for reports and agent outputs (default: runs/bench/<run id>).", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, or openai/<name> with --api-base.", show_default=False)] = None,
+    api_base: Annotated[Optional[str], typer.Option("--api-base", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...).", show_default=False)] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
+    mode: Annotated[Mode, typer.Option("--mode", help="tools: function calling; text: code blocks only; auto: both.")] = Mode.auto,
+    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Most model calls per problem.")] = 20,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="Most prompt+completion tokens per problem.", show_default=False)] = None,
+    max_cost: Annotated[Optional[float], typer.Option("--max-cost", min=0.0, help="Most USD per problem.", show_default=False)] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", min=1.0, help="Wall-clock seconds per problem for the agent loop.", show_default=False)] = None,
+    target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, help="Speedup over TorchInductor that counts as success.")] = 1.0,
+    trials: Annotated[int, typer.Option("--trials", min=1, help="Correctness trials per evaluation.")] = 5,
+    quick_trials: Annotated[int, typer.Option("--quick-trials", min=1, help="Agent: correctness trials for run_tests and profile.")] = 2,
+    timing: Annotated[bool, typer.Option("--timing/--no-timing", help="Time candidates (and baselines).")] = True,
+    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Time eager and torch.compile baselines (cached).")] = True,
+    max_autotune: Annotated[bool, typer.Option("--max-autotune", help="Also time torch.compile max-autotune-no-cudagraphs.")] = False,
+    isolation: Annotated[str, typer.Option("--isolation", help="auto, bwrap or none.")] = "auto",
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Baseline cache directory (default ~/.cache/kernelagent).", show_default=False)] = None,
+    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, help="Seconds to wait for one model reply.")] = 300.0,
+    max_retries: Annotated[int, typer.Option("--max-retries", min=0, help="Retries of a model call on rate limits, timeouts and 5xx.")] = 6,
+    retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, help="Base seconds of the exponential retry backoff.")] = 2.0,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature.", show_default=False)] = None,
+    live: Annotated[Optional[bool], typer.Option("--live/--no-live", help="Live progress panel (default: on a terminal).", show_default=False)] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final lines.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run's metrics as one JSON object at the end.")] = False,
+) -> None:
+    """Run the agent (or evaluate existing candidates) on every problem under DIR, with resume and reports."""
+    from kernelagent.bench import BenchSpec, Session, run_bench
+    from kernelagent.bench.progress import BenchProgress
+    from kernelagent.harness import HarnessStartError
+
+    def fail(message: str) -> typer.Exit:
+        typer.echo(f"error: {message}", err=True)
+        return typer.Exit(EXIT_USAGE)
+
+    if directory is None and resume is None:
+        raise fail("give a benchmark directory DIR, or --resume RUN")
+    if isolation not in ("auto", "bwrap", "none"):
+        raise fail(f"--isolation must be auto, bwrap or none (got {isolation!r})")
+    spec = None
+    if directory is not None:
+        spec = BenchSpec(root=str(directory), candidates=str(candidates) if candidates else None, levels=levels,
+                         filter=filter_glob, limit=limit, trials=trials, timing=timing, baselines=baselines,
+                         max_autotune=max_autotune, model=model, api_base=api_base, agent_mode=mode.value,
+                         max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost, timeout=timeout,
+                         target_speedup=target_speedup, quick_trials=quick_trials, temperature=temperature)
+    session = Session(gpus=gpus, cpu_workers=cpu_workers, isolation=isolation,
+                      cache_dir=str(cache_dir) if cache_dir else None, store=str(store) if store else None,
+                      out=str(out) if out else None, concurrency=concurrency, run_name=run_name, api_key=api_key,
+                      model_timeout=model_timeout, max_retries=max_retries, retry_backoff=retry_backoff)
+    try:
+        if spec is not None and spec.mode == "agent":
+            _check_model(spec, session)  # a missing model or key: one line, before anything starts
+        progress = BenchProgress(live=live, quiet=quiet)
+        outcome = run_bench(spec, session, resume=resume, progress=progress)
+    except UserError as exc:
+        raise fail(str(exc)) from None
+    except ValueError as exc:  # a bad --gpus
+        raise fail(str(exc)) from None
+    except HarnessStartError as exc:
+        raise fail(f"the evaluation harness could not start: {str(exc).splitlines()[0]}") from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted: finished work is in the store; run the same command again (or --resume) "
+                   "to go on", err=True)
+        raise typer.Exit(130) from None
+    m = outcome.metrics
+    if as_json:
+        typer.echo(json.dumps({"run_id": outcome.run_id, "out_dir": str(outcome.out_dir),
+                               "evaluations": outcome.evaluations, "reused": outcome.reused,
+                               "skipped": outcome.skipped, "metrics": m}, default=str))
+    else:
+        rate = lambda v: "–" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+        geo = m["geomean_speedup"]["inductor"]
+        typer.echo(f"run {outcome.run_id}: {m['problems']} problems, compiled {rate(m['compile_rate'])}, "
+                   f"correct {rate(m['correctness_rate'])}, fast_1.0 vs inductor "
+                   f"{rate(m['fast_p']['inductor']['1.0'])}, geomean vs inductor "
+                   f"{'–' if geo is None else f'{geo:.3f}x'}; {outcome.evaluations} evaluations, "
+                   f"{outcome.reused} from the store, {outcome.skipped} problems already done")
+        typer.echo(f"report: {outcome.out_dir / 'report.html'}")
+    raise typer.Exit(0)
+
+
+def _check_model(spec, session) -> None:
+    from kernelagent.models.litellm_model import LitellmModel
+
+    LitellmModel(spec.model, api_base=spec.api_base, api_key=session.api_key, timeout=session.model_timeout,
+                 max_retries=session.max_retries, backoff_base=session.retry_backoff, temperature=spec.temperature)

@@ -1,0 +1,19 @@
+"""Right output, but it writes into its input: the harness rejects it."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(x_ptr + offsets, tl.maximum(x, 0.0) * 0.5, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        _kernel[(triton.cdiv(x.numel(), 1024),)](x, x.numel(), BLOCK=1024)
+        return x.clone()

@@ -1,0 +1,2 @@
+"""Not a problem (no Model): discovery must skip it."""
+VALUE = 1
