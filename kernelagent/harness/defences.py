@@ -645,11 +645,27 @@ def device_time_share(model: Any, values: list[Any], own_names: set[str], device
 # --------------------------------------------------------------------------------------
 
 def roofline_floor(fingerprint: dict[str, Any], ready: dict[str, Any]) -> tuple[float | None, str]:
-    """(floor in ms, how it was computed) for the problem's main inputs on this device: the
-    reference's input, output and parameter bytes and the problem's FLOPs against the peaks in
-    kernelagent/hardware.py (the one implementation of the bound)."""
+    """(floor in ms, how it was computed) for the problem's main inputs on this device."""
     from kernelagent import hardware
 
     device = hardware.describe_device(fingerprint)
+    if device.get("kind") != "cuda":
+        return None, "not applicable on the CPU"
+    bandwidth = device.get("mem_bandwidth_gbs")
+    if not bandwidth:
+        return None, f"no datasheet bandwidth for {device.get('name')}"
     nbytes = float(ready.get("input_bytes", 0) + ready.get("output_bytes", 0) + ready.get("param_bytes", 0))
-    return hardware.roofline_floor(device, nbytes, ready.get("flops"), str(ready.get("output_dtype", "float32")))
+    floor_s = nbytes / (bandwidth * 1e9)
+    how = f"{nbytes / 1e6:.1f} MB at {bandwidth:.0f} GB/s"
+    flops = ready.get("flops")
+    peak = device.get("peak_tflops", {})
+    dtype = str(ready.get("output_dtype", "float32"))
+    if flops and peak:
+        rate = peak.get(dtype)
+        if dtype == "float32":  # split-TF32 (3xTF32) reaches fp32 accuracy at a third of TF32's rate
+            rate = max(rate or 0.0, peak.get("tf32", 0.0) / 3)
+        rate = rate or max(peak.values())
+        if flops / (rate * 1e12) > floor_s:
+            floor_s = flops / (rate * 1e12)
+            how = f"{flops / 1e9:.2f} GFLOP at {rate:.0f} TFLOP/s ({dtype})"
+    return floor_s * 1e3, how
