@@ -44,7 +44,8 @@ __all__ = ["Agent", "AgentConfig", "Budget", "FormatError", "HarnessTools", "Lim
            "check_target", "default_out_dir", "extract_code", "optimize", "truncate"]
 
 MODES = ("tools", "text", "auto")
-BACKEND = "triton"
+BACKEND = "triton"  # the default; "cuda" for CUDA C++ candidates (load_inline)
+BACKENDS = ("triton", "cuda")
 
 
 @dataclass
@@ -90,7 +91,7 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
              quick_trials: int = 2, eval_overrides: dict[str, Any] | None = None,
              evaluator: Any = None, observer: Callable[..., None] | None = None,
              model_info: dict[str, Any] | None = None,
-             budget: Budget | None = None) -> OptimizeRun:
+             budget: Budget | None = None, backend: str = BACKEND) -> OptimizeRun:
     """Run the agent on one problem. Raises ProblemError / UserError for bad input.
 
     `budget`, when given, replaces max_turns/max_tokens/max_cost/timeout (a live view can
@@ -99,6 +100,8 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
     problem = load_problem(problem_path)
     out_dir = Path(out) if out else default_out_dir(problem.path)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -118,7 +121,7 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
         cpu = not fingerprint.get("cuda")
         budget = budget or Budget(max_turns=max_turns, max_tokens=max_tokens,
                                   max_cost=max_cost, timeout=timeout)
-        config = {"mode": mode, "backend": BACKEND, "target_speedup": target_speedup,
+        config = {"mode": mode, "backend": backend, "target_speedup": target_speedup,
                   "max_turns": budget.max_turns, "max_tokens": budget.max_tokens,
                   "max_cost": budget.max_cost, "timeout": budget.timeout, "trials": trials, "quick_trials": quick_trials,
                   "device": device, "eval_overrides": eval_overrides or {},
@@ -128,10 +131,13 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
                                 environment={**fingerprint, "device_info": device_info},
                                 problem={"name": problem.name, "path": str(problem.path),
                                          "sha256": problem.sha256})
+        overrides = dict(eval_overrides or {})
+        if backend != "triton":
+            overrides["backend"] = backend
         tools = HarnessTools(evaluator, problem, prompts, trials=trials, quick_trials=quick_trials,
-                             target_speedup=target_speedup, eval_overrides=eval_overrides,
+                             target_speedup=target_speedup, eval_overrides=overrides,
                              inputs=inputs.result())
-        context = dict(mode=mode, backend=BACKEND, problem_name=problem.display,
+        context = dict(mode=mode, backend=backend, problem_name=problem.display,
                        reference_source=problem.source.strip(), inputs=tools.inputs,
                        device=device_info, cpu=cpu, target_speedup=target_speedup,
                        max_turns=budget.max_turns, max_tokens=budget.max_tokens,

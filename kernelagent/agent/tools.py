@@ -41,11 +41,35 @@ TOOL_SCHEMAS = [
     _schema("run_tests", "Check the candidate's outputs against the reference on several "
             "random inputs (and other distributions); reports each trial."),
     _schema("profile", "Time the candidate against eager PyTorch and TorchInductor "
-            "(torch.compile) and list its top kernels with their share of the time."),
+            "(torch.compile), list its top kernels with their share of the time, and say how close it "
+            "is to the roofline (achieved bandwidth / FLOP/s vs the GPU's peaks) plus Nsight Compute "
+            "metrics (DRAM/SM throughput, occupancy, registers, shared memory, stall reasons) where "
+            "available."),
     _schema("submit", "Submit the candidate as your final answer. It is verified with the "
             "full number of correctness trials and timed; if it passes, the run ends."),
 ]
 TOOL_NAMES = [s["function"]["name"] for s in TOOL_SCHEMAS]
+
+
+def tool_schemas(backend: str = "triton") -> list[dict]:
+    """The schemas for a backend: the same tools, worded for CUDA C++ when backend is cuda."""
+    if backend != "cuda":
+        return TOOL_SCHEMAS
+    import copy
+
+    schemas = copy.deepcopy(TOOL_SCHEMAS)
+    for schema in schemas:
+        fn = schema["function"]
+        code = fn["parameters"]["properties"].get("code")
+        if code is not None:
+            code["description"] = ("The complete Python module defining `class ModelNew(nn.Module)` and "
+                                   "building its CUDA kernels with torch.utils.cpp_extension.load_inline. "
+                                   "Leave out to reuse your most recent candidate.")
+        if fn["name"] == "compile":
+            fn["description"] = ("Build the candidate's CUDA extension (nvcc; cached by source) and run its "
+                                 "first forward call. Reports compiler errors compactly (first errors with "
+                                 "their source lines). No correctness check.")
+    return schemas
 
 # Shapes and dtypes of the problem's inputs, computed on the meta device in a child process
 # (no memory is allocated and the user's file never runs in the agent's process).
@@ -94,13 +118,16 @@ class HarnessTools:
     def __init__(self, evaluator: Any, problem: Any, prompts: Prompts, *, trials: int = 5,
                  quick_trials: int = 2, target_speedup: float = 1.0,
                  eval_overrides: dict[str, Any] | None = None,
-                 inputs: dict[str, Any] | None = None) -> None:
+                 inputs: dict[str, Any] | None = None, use_ncu: bool | str = "auto",
+                 ncu_timeout: float = 120.0) -> None:
         self.evaluator, self.problem, self.prompts = evaluator, problem, prompts
         self.trials, self.quick_trials = trials, min(quick_trials, trials)
         self.target_speedup = target_speedup
         self.eval_overrides = dict(eval_overrides or {})
         self._inputs = inputs
         self.last_code: str | None = None
+        self.backend = str(self.eval_overrides.get("backend", "triton"))
+        self.use_ncu, self.ncu_timeout = use_ncu, ncu_timeout
 
     @property
     def inputs(self) -> dict[str, Any]:
@@ -109,7 +136,7 @@ class HarnessTools:
         return self._inputs
 
     def schemas(self) -> list[dict]:
-        return TOOL_SCHEMAS
+        return tool_schemas(self.backend)
 
     # -- ToolExecutor ------------------------------------------------------------------
     def run(self, name: str, arguments: dict) -> Observation:
@@ -176,10 +203,41 @@ class HarnessTools:
             target = {"met": met, "label": label}
         log = "" if result.passed or not result.log else _tail(result.log, 40)
         template = "feedback" if tool == "evaluate" else "tool_result"
+        note = self._analysis(result, code) if tool == "profile" else ""
         obs.text = self.prompts.render(template, tool=tool if tool != "verify" else "submit",
-                                       result=result, log=log, target=target, note="",
+                                       result=result, log=log, target=target, note=note,
                                        error="")
         return obs
+
+
+    def _analysis(self, result: Any, code: str) -> str:
+        """The profile tool's few lines: roofline fraction and, where possible, ncu metrics."""
+        try:
+            from kernelagent.harness import Status, profiling
+            from kernelagent.harness.cuda_build import kernel_base_name
+
+            roof = profiling.roofline(result)
+            ncu = None
+            if self.use_ncu and (result.fingerprint or {}).get("cuda"):
+                if result.status == Status.CORRECT and result.passed:
+                    names = [k["name"] for k in result.kernels if k.get("own")][:3] or \
+                        [k["name"] for k in result.kernels[:2]]
+                    dev = getattr(self.evaluator, "visible_devices", None)
+                    ncu = profiling.run_ncu(self.problem.path, code, backend=self.backend,
+                                            device=f"cuda:{dev}" if dev is not None else "cuda:0",
+                                            kernel_names=sorted({kernel_base_name(n) for n in names}),
+                                            timeout=self.ncu_timeout,
+                                            cache_dir=getattr(self.evaluator, "cuda_cache_dir", None),
+                                            candidate_sha=result.candidate_sha256)
+                else:
+                    ncu = {"unavailable": "skipped: Nsight Compute runs only on correct, unflagged candidates"}
+            elif self.use_ncu:
+                ncu = {"unavailable": "no GPU here: Nsight Compute metrics need one"}
+            lines = [line for line in profiling.summary_lines(result, roof, ncu)
+                     if not line.startswith(("time:", "top "))]  # those are in the verdict above
+            return "analysis:\n" + "\n".join(lines) if lines else ""
+        except Exception as exc:  # noqa: BLE001 - the analysis must never break the tool
+            return f"analysis unavailable: {type(exc).__name__}: {exc}"
 
 
 def _tail(text: str, lines: int) -> str:

@@ -26,26 +26,29 @@ def eval_command(
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
     isolation: Annotated[str, typer.Option(help="auto, bwrap or none.")] = "auto",
     cache_dir: Annotated[Optional[Path], typer.Option(help="Cache directory (default ~/.cache/kernelagent).")] = None,
+    backend: Annotated[str, typer.Option(help="triton, or cuda (CUDA C++ built with torch.utils.cpp_extension.load_inline).")] = "triton",
 ) -> None:
     """Evaluate CANDIDATE against PROBLEM: compile, correctness, timing vs eager and torch.compile."""
     from kernelagent.cli import run_guarded
 
     code = run_guarded(_run, problem, candidate, trials, device, as_json, timing, baselines, max_autotune,
-                       profile, seed, atol, rtol, isolation, cache_dir)
+                       profile, seed, atol, rtol, isolation, cache_dir, backend)
     raise typer.Exit(code)
 
 
 def _run(problem, candidate, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
-         isolation, cache_dir) -> int:
+         isolation, cache_dir, backend="triton") -> int:
     from kernelagent.harness import EvalConfig, Evaluator, Status
     from kernelagent.problem import load_problem, read_candidate
 
     if isolation not in ("auto", "bwrap", "none"):
         raise UserError(f"--isolation must be auto, bwrap or none (got {isolation!r})")
+    if backend not in ("triton", "cuda"):
+        raise UserError(f"--backend must be triton or cuda (got {backend!r})")
     loaded = load_problem(problem)
     source = read_candidate(candidate)
     config = EvalConfig(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed, atol=atol,
-                        rtol=rtol, compile_modes=("default", "max-autotune-no-cudagraphs") if max_autotune
+                        rtol=rtol, backend=backend, compile_modes=("default", "max-autotune-no-cudagraphs") if max_autotune
                         else ("default",))
     try:
         with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation) as evaluator:

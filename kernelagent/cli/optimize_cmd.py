@@ -51,8 +51,9 @@ def optimize(
     temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature (provider default if unset).", show_default=False)] = None,
     live: Annotated[Optional[bool], typer.Option("--live/--no-live", help="Live progress panel (default: on a terminal).", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final result line.")] = False,
+    backend: Annotated[str, typer.Option("--backend", help="triton, or cuda (CUDA C++ kernels built with load_inline).")] = "triton",
 ) -> None:
-    """Turn a PyTorch reference module into a verified, faster Triton kernel."""
+    """Turn a PyTorch reference module into a verified, faster Triton (or CUDA C++) kernel."""
     from kernelagent.agent import optimize as run_optimize
     from kernelagent.agent.budget import Budget
     from kernelagent.agent.live import LiveView
@@ -69,6 +70,8 @@ def optimize(
                            temperature=temperature)
     except UserError as exc:
         raise _fail(str(exc)) from None
+    if backend not in ("triton", "cuda"):
+        raise _fail(f"--backend must be triton or cuda (got {backend!r})")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         raise _fail(f"--device must be auto, cpu, cuda or cuda:N (got {device!r})")
     if out is not None and out.exists() and not out.is_dir():
@@ -82,7 +85,8 @@ def optimize(
             run = run_optimize(
                 problem, llm, mode=mode.value, budget=budget, target_speedup=target_speedup,
                 out=out, device=device, trials=trials, quick_trials=min(quick_trials, trials),
-                observer=view, model_info={"api_base": api_base, "temperature": temperature})
+                observer=view, model_info={"api_base": api_base, "temperature": temperature},
+                backend=backend)
     except UserError as exc:
         raise _fail(str(exc)) from None
     except Exception as exc:

@@ -31,6 +31,18 @@ class StageTimeouts:
     correctness: float = 120.0  # all correctness trials
     timing: float = 120.0  # the candidate's timing loop
     baselines: float = 600.0  # eager + torch.compile baselines (compilation included)
+    # backend "cuda": the load and compile stages get at least this long (nvcc builds the
+    # candidate's extension there), and so does the compile-only nvcc check without a GPU.
+    cuda_build: float = 300.0
+
+    def limit(self, stage: str, backend: str = "triton") -> float:
+        """The hard limit of `stage` for an evaluation with this backend."""
+        value = {"start": self.start, "load": self.load, "compile": self.compile,
+                 "correctness": self.correctness, "post-check": self.correctness, "timing": self.timing,
+                 "profile": self.timing, "baselines": self.baselines}.get(stage, self.correctness)
+        if backend == "cuda" and stage in ("load", "compile"):
+            value = max(value, self.cuda_build)
+        return value
 
 
 @dataclass
@@ -85,6 +97,9 @@ class EvalConfig:
     min_own_device_share: float | None = 0.5
     # A candidate median below this fraction of the roofline floor is flagged for review.
     roofline_margin: float = 0.9
+    # "triton": kernels are @triton.jit functions. "cuda": kernels are CUDA C++ built with
+    # torch.utils.cpp_extension.load_inline (see kernelagent/harness/cuda_build.py).
+    backend: str = "triton"
     timeouts: StageTimeouts = field(default_factory=StageTimeouts)
 
     def to_dict(self) -> dict:

@@ -11,7 +11,7 @@ result is flagged and `EvalResult.passed` is False: never counted as a win).
 
 | # | class | defence | verdict (flag kind) |
 |---|-------|---------|---------------------|
-| 1 | no custom kernel: the candidate computes with PyTorch ops | (defences) a TorchDispatchMode records every aten op the candidate runs during each correctness check; the candidate's own `@triton.jit` launches are counted; on CUDA one extra profiled call measures each device kernel's share of device time. Heavy ops (GEMM, conv, softmax, norms, attention, scans, activations, reductions, and any op the reference itself runs other than views, allocation and dtype conversion) on more than `heavy_op_min_elements` elements, no own launch at all, or own kernels under `min_own_device_share` of device time: rejected | rejected (`no-custom-kernel`) |
+| 1 | no custom kernel: the candidate computes with PyTorch ops | (defences) a TorchDispatchMode records every aten op the candidate runs during each correctness check; the candidate's own `@triton.jit` launches (backend cuda: calls into its load_inline extension, see cuda_build.py) are counted; on CUDA one extra profiled call measures each device kernel's share of device time. Heavy ops (GEMM, conv, softmax, norms, attention, scans, activations, reductions, and any op the reference itself runs other than views, allocation and dtype conversion) on more than `heavy_op_min_elements` elements, no own launch at all, or own kernels under `min_own_device_share` of device time: rejected | rejected (`no-custom-kernel`) |
 | 2 | fallback to the reference (try/except, a condition routing to PyTorch) | as 1, per check, so a fallback taken on some inputs only is seen; the static pass flags try/except around launches | rejected (`fallback-to-reference`) |
 | 3 | caching across calls (by pointer, shape, identity) | every check uses fresh inputs from its own seed; (defences) every timed iteration gets freshly generated inputs, the output of the last timed iteration is checked against the reference, and a post-timing check runs on fresh inputs | incorrect (post-check / timed-output check) |
 | 4 | hiding work from the timer (side streams, threads, deferred work) | device-wide synchronise in the timer, host time counted; (defences) threads started by the candidate are tracked: one still running when forward() returns, or left alive at the end, is rejected; work the events miss is flagged for review; the static pass rejects stream and thread creation | rejected (`hidden-work`) / review (`timer-escape`) |
@@ -67,6 +67,7 @@ SEVERITY: dict[str, str] = {
     "numeric-modes-info": "info",
     "no-custom-kernel-info": "info",
     "roofline": "info",
+    "wrong-backend": "reject",
 }
 
 # Ops that never do a problem's work: views, metadata, allocation, dtype/device conversion.
@@ -157,7 +158,10 @@ class Monitor:
     """Installed in the candidate's process before the candidate is imported."""
 
     def __init__(self, candidate_file: Path, scratch: Path, config: Any, reference_ops: list[str] | None = None,
-                 protected: list[Path] | None = None):
+                 protected: list[Path] | None = None, builder: Any = None):
+        # builder: the cuda_build.BuildHook of a CUDA candidate (None for Triton): calls into its
+        # extension count as own launches, and its builds may start compilers.
+        self.builder = builder
         self.candidate_file = str(candidate_file)
         self.scratch = str(Path(scratch).resolve())
         self.config = config
@@ -176,6 +180,7 @@ class Monitor:
 
     # -- installation ------------------------------------------------------------------
     def install(self) -> None:
+        self._hook_extension()
         self._hook_triton()
         self._hook_threads()
         self._install_audit_hook()
@@ -224,6 +229,19 @@ class Monitor:
 
             run.__kernelagent_hook__ = True
             cls.run = run
+
+    def _hook_extension(self) -> None:
+        """A CUDA candidate's launches: each call into its load_inline extension (the kernels
+        run inside; torch ops the C++ code dispatches are still recorded as ops)."""
+        if self.builder is None:
+            return
+        state = self.state
+
+        def on_call(name: str) -> None:
+            if state.recording is not None:
+                state.recording.own_launches += 1
+
+        self.builder.on_call = on_call
 
     def _hook_threads(self) -> None:
         state, cand = self.state, self.candidate_file
@@ -295,6 +313,9 @@ class Monitor:
                 return name, frame.f_lineno, immediate
             return "", 0, immediate
 
+        builder = self.builder
+        cpp_extension = os.sep + os.path.join("torch", "utils", "cpp_extension.py")
+
         def hook(event: str, args: tuple) -> None:
             if event not in watched or busy[0]:
                 return
@@ -328,6 +349,14 @@ class Monitor:
                            f"({Path(file).name}:{line})")
                     return
                 file, line, immediate = caller()
+                if event in events_proc and file.endswith(cpp_extension):
+                    # torch's extension builder runs ninja, nvcc and the host compiler: allowed only
+                    # inside a build the harness's load_inline wrapper started (cuda_build.py), never
+                    # through torch's private build helpers called directly.
+                    if builder is None or not builder.in_build:
+                        record("sandbox-escape", f"{event} from torch.utils.cpp_extension outside a "
+                                                 "load_inline build (a direct call of its build helpers)")
+                    return
                 if file != cand:
                     return
                 where = f"candidate.py:{line}"
@@ -520,7 +549,7 @@ class Monitor:
                 where = f" at {info['where']}" if info["where"] else ""
                 message = (f"PyTorch ran aten::{op}{where} on {info['numel']:,} elements in {len(with_heavy)} of "
                            f"{len(calls)} calls (ops: {', '.join('aten::' + o for o in ops[:6])}); the candidate's "
-                           f"own Triton kernels ran {total_own} times")
+                           f"own kernels ran {total_own} times")
                 if failed:
                     message += (f"; the launch of the candidate's kernel {', '.join(failed[:3])} raised and the "
                                 "exception was swallowed: a failing kernel must fail, not fall back to PyTorch")
@@ -540,7 +569,8 @@ class Monitor:
                          f"'{some_own[0].name}'): outputs served from a cache or from memory of an earlier call "
                          "are not computed results")
                     return out
-                message = (f"none of the candidate's own @triton.jit kernels ran in '{no_own[0].name}'"
+                what = "CUDA extension functions" if self.builder is not None else "@triton.jit kernels"
+                message = (f"none of the candidate's own {what} ran in '{no_own[0].name}'"
                            + (f" (they did in '{some_own[0].name}')" if some_own else
                               " (nor in any other call)")
                            + f"; {len(no_own)} of {len(calls)} calls computed their output without them")
@@ -632,8 +662,10 @@ def device_time_share(model: Any, values: list[Any], own_names: set[str], device
     if total <= 0:
         return {"share": None, "top": []}
 
+    from kernelagent.harness.cuda_build import is_own_kernel
+
     def own(name: str) -> bool:
-        return any(name == n or name.startswith(n + "_") or name.startswith(n + "(") for n in own_names)
+        return is_own_kernel(name, own_names)
 
     own_us = sum(v for k, v in rows.items() if own(k))
     top = [{"name": k, "share": v / total, "own": own(k)} for k, v in sorted(rows.items(), key=lambda kv: -kv[1])]
@@ -645,27 +677,11 @@ def device_time_share(model: Any, values: list[Any], own_names: set[str], device
 # --------------------------------------------------------------------------------------
 
 def roofline_floor(fingerprint: dict[str, Any], ready: dict[str, Any]) -> tuple[float | None, str]:
-    """(floor in ms, how it was computed) for the problem's main inputs on this device."""
+    """(floor in ms, how it was computed) for the problem's main inputs on this device: the
+    reference's input, output and parameter bytes and the problem's FLOPs against the peaks in
+    kernelagent/hardware.py (the one implementation of the bound)."""
     from kernelagent import hardware
 
     device = hardware.describe_device(fingerprint)
-    if device.get("kind") != "cuda":
-        return None, "not applicable on the CPU"
-    bandwidth = device.get("mem_bandwidth_gbs")
-    if not bandwidth:
-        return None, f"no datasheet bandwidth for {device.get('name')}"
     nbytes = float(ready.get("input_bytes", 0) + ready.get("output_bytes", 0) + ready.get("param_bytes", 0))
-    floor_s = nbytes / (bandwidth * 1e9)
-    how = f"{nbytes / 1e6:.1f} MB at {bandwidth:.0f} GB/s"
-    flops = ready.get("flops")
-    peak = device.get("peak_tflops", {})
-    dtype = str(ready.get("output_dtype", "float32"))
-    if flops and peak:
-        rate = peak.get(dtype)
-        if dtype == "float32":  # split-TF32 (3xTF32) reaches fp32 accuracy at a third of TF32's rate
-            rate = max(rate or 0.0, peak.get("tf32", 0.0) / 3)
-        rate = rate or max(peak.values())
-        if flops / (rate * 1e12) > floor_s:
-            floor_s = flops / (rate * 1e12)
-            how = f"{flops / 1e9:.2f} GFLOP at {rate:.0f} TFLOP/s ({dtype})"
-    return floor_s * 1e3, how
+    return hardware.roofline_floor(device, nbytes, ready.get("flops"), str(ready.get("output_dtype", "float32")))

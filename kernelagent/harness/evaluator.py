@@ -60,6 +60,9 @@ class Evaluator:
         self._fingerprint: dict[str, Any] | None = None
         self._scratch_root: Path | None = None
         self.isolation: dict[str, Any] = {}
+        # Built CUDA extensions (cuda_build.py), shared by the evaluations of this evaluator and
+        # of later ones; None until the server has started (it must be writable there).
+        self.cuda_cache_dir: Path | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def __enter__(self) -> "Evaluator":
@@ -93,8 +96,19 @@ class Evaluator:
         cmd = [sys.executable, "-m", "kernelagent.harness.server", "--fd", str(child_sock.fileno()),
                "--device", self.requested_device, "--scratch-root", str(self._scratch_root)]
         prefix = None
+        persistent = self.cache.root / "cuda-ext"
+        try:
+            persistent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            persistent = None
+        self.cuda_cache_dir = persistent or self._scratch_root / "cuda-ext"
         if self.isolation_requested in ("auto", "bwrap"):
-            prefix = sandbox.bubblewrap_command(self._scratch_root)
+            prefix = sandbox.bubblewrap_command(self._scratch_root, extra_rw=[persistent] if persistent else None)
+            if prefix is None and persistent is not None:
+                # The cache could not be bound writable: keep it inside the scratch root.
+                prefix = sandbox.bubblewrap_command(self._scratch_root)
+                if prefix is not None:
+                    self.cuda_cache_dir = self._scratch_root / "cuda-ext"
             if prefix is None and self.isolation_requested == "bwrap":
                 raise HarnessStartError("bubblewrap isolation was requested but `bwrap` is missing or cannot "
                                         "create namespaces here")
@@ -167,6 +181,10 @@ class Evaluator:
         """Evaluate `candidate_source` against `problem`. Never raises for a bad candidate;
         raises ProblemError for a problem file that cannot be read or parsed."""
         config = config or EvalConfig()
+        from kernelagent.harness.cuda_build import BACKENDS
+
+        if config.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {config.backend!r}: use {' or '.join(BACKENDS)}")
         if not isinstance(problem, Problem):
             problem = load_problem(problem)
         started = time.monotonic()
@@ -183,7 +201,7 @@ class Evaluator:
         if config.defences and config.static_check != "off":
             from kernelagent.harness import static_check
 
-            findings = static_check.check_source(candidate_source)
+            findings = static_check.check_source(candidate_source, backend=config.backend)
             rejects = [f for f in findings if f.severity == "reject"]
             if rejects and config.static_check == "reject":
                 base.status, base.stage = Status.REJECTED, "static"
@@ -208,7 +226,8 @@ class Evaluator:
             want_baselines = config.timing and config.baselines and not config.compile_only and cached is None
             request = {"op": "evaluate", "id": base.candidate_sha256[:12], "config": config.to_dict(),
                        "problem_source": problem.source, "candidate_source": candidate_source,
-                       "want_baselines": want_baselines}
+                       "want_baselines": want_baselines, "candidate_sha256": base.candidate_sha256,
+                       "cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}
             reply = self._round_trip(request, self._deadline(config))
         base.stage_seconds["start_to_reply"] = time.monotonic() - started
         if reply is None:
@@ -226,7 +245,8 @@ class Evaluator:
 
     def _deadline(self, config: EvalConfig) -> float:
         t = config.timeouts
-        return t.start + t.load + t.compile + 2 * t.correctness + 2 * t.timing + t.baselines + 60
+        load, compile_ = t.limit("load", config.backend), t.limit("compile", config.backend)
+        return t.start + load + compile_ + 2 * t.correctness + 2 * t.timing + t.baselines + 60
 
     def _round_trip(self, request: dict[str, Any], deadline_s: float) -> dict[str, Any] | None:
         assert self._conn is not None

@@ -13,7 +13,8 @@ class Status:
     """Why an evaluation ended. Strings, so that JSON stays readable."""
 
     CORRECT = "correct"  # every trial passed (timing may still have been skipped)
-    COMPILED = "compiled"  # compile-only evaluation: loaded and ran its first call
+    COMPILED = "compiled"  # compile-only evaluation: loaded and ran its first call (or, for a
+    # CUDA candidate on a machine without a GPU: its sources compiled with nvcc, nothing ran)
     INCORRECT = "incorrect"  # ran, but an output did not match the reference
     COMPILE_ERROR = "compile_error"  # syntax error, import error, no ModelNew, first call failed
     RUNTIME_ERROR = "runtime_error"  # raised during a correctness trial or timing
@@ -80,6 +81,9 @@ class EvalResult:
     # Top kernels from torch.profiler when profiling was asked for:
     # [{"name", "total_ms", "calls", "share"}], largest first.
     kernels: list[dict[str, Any]] = field(default_factory=list)
+    # What one call of the problem moves and computes (for roofline fractions): input_bytes,
+    # output_bytes, param_bytes, flops (None without get_flops), dtype. Empty when unknown.
+    workload: dict[str, Any] = field(default_factory=dict)
     baselines_cached: bool = False
     input_set: str = "main"  # "main", or "smoke" when the problem's small CPU inputs were used
     device: str = ""

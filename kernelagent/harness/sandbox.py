@@ -67,7 +67,8 @@ def _hide_home(scratch_root: Path, extra_ro: list[Path]) -> list[str]:
     return args + ["--remount-ro", str(home)]
 
 
-def bubblewrap_command(scratch_root: Path, extra_ro: list[Path] | None = None) -> list[str] | None:
+def bubblewrap_command(scratch_root: Path, extra_ro: list[Path] | None = None,
+                       extra_rw: list[Path] | None = None) -> list[str] | None:
     """The bwrap prefix that runs the harness server in a real sandbox, or None when
     bubblewrap is missing or cannot create namespaces here.
 
@@ -82,7 +83,11 @@ def bubblewrap_command(scratch_root: Path, extra_ro: list[Path] | None = None) -
         # A private /dev/shm: the harness's processes share tensors through it, nobody else.
         "--tmpfs", "/dev/shm",
     ]
-    cmd += _hide_home(scratch_root, extra_ro or [])
+    extra_rw = [Path(p).resolve() for p in (extra_rw or [])]
+    # Writable places under the home directory get a mount point before the home turns read-only.
+    cmd += _hide_home(scratch_root, (extra_ro or []) + extra_rw)
+    for path in extra_rw:  # e.g. the cache of built CUDA extensions (written by the server only)
+        cmd += ["--bind", str(path), str(path)]
     cmd += [
         # No private /tmp: the interpreter or a virtualenv may live there (CI clones do).
         # TMPDIR points into the scratch directory instead, the only writable place.

@@ -58,16 +58,9 @@ def probe_device(requested: str) -> dict[str, Any]:
         info["triton"] = None
     if requested != "cpu" and torch.cuda.is_available():
         index = torch.device(requested).index or 0 if requested.startswith("cuda") else 0
-        props = torch.cuda.get_device_properties(index)
-        info.update(
-            cuda=True,
-            device=f"cuda:{index}",
-            gpu_name=props.name,
-            capability=f"{props.major}.{props.minor}",
-            sm_count=props.multi_processor_count,
-            l2_bytes=getattr(props, "L2_cache_size", None),
-            mem_bytes=props.total_memory,
-        )
+        from kernelagent import hardware
+
+        info.update(cuda=True, device=f"cuda:{index}", **hardware.torch_device_facts(index))
         try:
             import subprocess
 
@@ -180,7 +173,12 @@ class Job:
             _static_flags(self.request["problem_source"])["has_smoke"]
         job = {"config": self.request["config"], "device": "cuda:0" if self.fingerprint.get("cuda") else "cpu",
                "smoke": smoke, "ipc": self.request.get("ipc", True),
-               "problem_source": self.request["problem_source"]}
+               "problem_source": self.request["problem_source"],
+               "cuda_cache_dir": self.request.get("cuda_cache_dir"),
+               "candidate_sha256": self.request.get("candidate_sha256", ""),
+               "capability": self.fingerprint.get("capability")}
+        if self.config.backend == "cuda" and not self.fingerprint.get("cuda"):
+            return self.precompile_only(scratch, started)
         self.result["input_set"] = "smoke" if smoke else "main"
         self.result["device"] = self.fingerprint.get("gpu_name", "cpu") if self.fingerprint.get("cuda") else "cpu"
 
@@ -209,9 +207,38 @@ class Job:
             server_ref.close()
             server_cand.close()
         self.result["log"] = _tail(scratch / "candidate.log")
+        if self.config.backend == "cuda" and self.request.get("cuda_cache_dir"):
+            try:  # the candidate's process group is dead: nothing of it can race this copy
+                from kernelagent.harness import cuda_build
+
+                cuda_build.publish(scratch, self.request["cuda_cache_dir"], self.request.get("candidate_sha256", ""))
+            except Exception:  # noqa: BLE001 - the cache is an optimisation
+                traceback.print_exc()
         ref_log = _tail(refdir / "reference.log")
         if self.result["status"] in (Status.BAD_PROBLEM, Status.HARNESS_ERROR) and ref_log.strip():
             self.result["log"] += "\n--- reference process ---\n" + ref_log
+        self.result["stage_seconds"]["total_server"] = time.monotonic() - started
+        shutil.rmtree(self.root, ignore_errors=True)
+        return self.result
+
+    def precompile_only(self, scratch: Path, started: float) -> dict[str, Any]:
+        """A CUDA candidate without a GPU: compile its sources with nvcc (cuda_build.precompile);
+        nothing runs. Compiled is all that can be said here."""
+        from kernelagent.harness import cuda_build
+
+        result = cuda_build.precompile(self.request["candidate_source"], scratch / "precompile",
+                                       timeout=self.config.timeouts.cuda_build)
+        self.result["stage_seconds"]["nvcc"] = result.seconds
+        if result.ok:
+            self.result.update(status=Status.COMPILED, compiled=True, stage="compile",
+                               reason="the CUDA sources compiled with nvcc (compile-only: this machine has no GPU, "
+                                      "so the extension was not linked or run; correctness and timing need a GPU)")
+        elif result.skipped:
+            self.result.update(status=Status.HARNESS_ERROR, stage="compile",
+                               reason="cannot check this CUDA candidate without a GPU: " + result.skipped)
+        else:
+            self.result.update(status=Status.COMPILE_ERROR, stage="compile", reason=result.message)
+        self.result["log"] = "\n".join(result.commands)[-LOG_TAIL_BYTES:]
         self.result["stage_seconds"]["total_server"] = time.monotonic() - started
         shutil.rmtree(self.root, ignore_errors=True)
         return self.result
@@ -229,10 +256,7 @@ class Job:
             nonlocal stage, stage_started, deadline
             now = time.monotonic()
             self.result["stage_seconds"][stage] = self.result["stage_seconds"].get(stage, 0.0) + now - stage_started
-            limit = {"start": timeouts.start, "load": timeouts.load, "compile": timeouts.compile,
-                     "correctness": timeouts.correctness, "timing": timeouts.timing,
-                     "post-check": timeouts.correctness, "profile": timeouts.timing,
-                     "baselines": timeouts.baselines}.get(name, timeouts.correctness)
+            limit = timeouts.limit(name, self.config.backend)
             stage, stage_started, deadline = name, now, now + limit
 
         while not cand_done:
@@ -257,6 +281,10 @@ class Job:
                     if kind == "ready":
                         ref_ready = True
                         self.ready = message
+                        self.result["workload"] = {
+                            "input_bytes": message.get("input_bytes"), "output_bytes": message.get("output_bytes"),
+                            "param_bytes": message.get("param_bytes"), "flops": message.get("flops"),
+                            "dtype": message.get("output_dtype")}
                     elif kind == "check":
                         self.record_check(message)
                     elif kind == "error":

@@ -17,11 +17,20 @@ run-time evidence (defences.py) sees what the code actually does. What it looks 
 
 Code under `if __name__ == "__main__":` is ignored; so are the bodies of `@triton.jit`
 functions (their `tl.sum` or `x.to(...)` are Triton, not PyTorch).
+
+The backend decides what a kernel is. For "triton", building C++/CUDA extensions
+(`torch.utils.cpp_extension`) is rejected (wrong-backend: use --backend cuda). For "cuda",
+`load_inline` is the way kernels are built, and the C++/CUDA strings of the candidate are
+scanned too: heavy ATen calls (`at::matmul`, `torch::conv2d`, ...) and vendor libraries
+(cuBLAS, cuDNN) are no-custom-kernel; processes, sockets, files and dlopen from native code
+(which the Python audit hook cannot see) are sandbox-escape; try/except around the
+extension's calls or around the build is fallback-to-reference.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 HEAVY_TORCH_FUNCS = {
@@ -71,6 +80,22 @@ PROCESS_CALLS = {"system", "popen", "fork", "forkpty", "execv", "execve", "execv
                  "kill", "killpg"}
 
 
+# In C++/CUDA sources of a cuda candidate (comments removed first).
+CPP_HEAVY = re.compile(r"\b(?:at|torch)::(?:native::)?(matmul|mm|bmm|addmm|baddbmm|einsum|linear|conv\w*|"
+                       r"softmax|log_softmax|layer_norm|group_norm|batch_norm|rms_norm|scaled_dot_product_attention|"
+                       r"cumsum|cumprod|relu|gelu|silu|sigmoid|tanh|logsumexp|sum|mean|amax|amin|max|min|var|std|"
+                       r"norm|prod|sort|topk|argmax|argmin|clamp|mse_loss|cross_entropy|nll_loss|max_pool\w*|"
+                       r"avg_pool\w*)\s*\(|"
+                       r"\.(matmul|mm|bmm|softmax|log_softmax|cumsum|relu|sigmoid|tanh|sum|mean|amax|max|min|sort|"
+                       r"topk|argmax|clamp)\s*\(")
+CPP_VENDOR = re.compile(r"\b(cublas\w*|cublasLt\w*|cudnn\w*|cusparse\w*|cufft\w*)\b")
+CPP_ESCAPE = re.compile(r"\b(system|popen|fork|vfork|execv\w*|execl\w*|posix_spawn\w*|dlopen|dlsym|socket|"
+                        r"connect|fopen|freopen|creat|open|openat|unlink|remove|rename|mmap|ptrace|syscall|"
+                        r"setenv|putenv|kill)\s*\(|std::(?:i|o)?fstream|std::filesystem|<fstream>|<filesystem>|"
+                        r"<dlfcn\.h>|<sys/socket\.h>|<unistd\.h>|<spawn\.h>")
+_CPP_HINT = re.compile(r"__global__|#include|torch::|at::|<<<|PYBIND11_MODULE")
+
+
 @dataclass
 class Finding:
     kind: str  # the exploit class, as in defences.SEVERITY
@@ -110,10 +135,12 @@ def _is_launch(node: ast.AST) -> bool:
 
 
 class _Visitor(ast.NodeVisitor):
-    def __init__(self) -> None:
+    def __init__(self, backend: str = "triton") -> None:
+        self.backend = backend
         self.findings: list[Finding] = []
         self.aliases: dict[str, str] = {}  # local name -> module it names
         self.jit_names: set[str] = set()
+        self.ext_names: set[str] = set()  # names bound to load_inline(...) results
 
     def add(self, kind: str, message: str, node: ast.AST, severity: str = "reject") -> None:
         self.findings.append(Finding(kind, message, getattr(node, "lineno", 0), severity))
@@ -159,6 +186,10 @@ class _Visitor(ast.NodeVisitor):
                 self._check_heavy_name(f"{module}.{alias.name}", node, imported=True)
 
     def _check_import(self, module: str, node: ast.AST) -> None:
+        if module.startswith("torch.utils.cpp_extension") and self.backend != "cuda":
+            self.add("wrong-backend", "imports torch.utils.cpp_extension: this evaluation's backend is triton "
+                                      "(kernels are @triton.jit functions); CUDA C++ candidates are evaluated "
+                                      "with --backend cuda", node)
         root = module.split(".")[0]
         if root in BANNED_IMPORTS:
             kind, why = BANNED_IMPORTS[root]
@@ -166,7 +197,24 @@ class _Visitor(ast.NodeVisitor):
                      severity="info" if root in _INFO_IMPORTS else "reject")
 
     # -- try/except around launches ------------------------------------------------------------
+    def _is_ext_call(self, node: ast.AST) -> bool:
+        """A call into a CUDA extension (ext.fn(...), self.ext.fn(...)) or a load_inline build."""
+        if not isinstance(node, ast.Call):
+            return False
+        full = self.resolve(_dotted(node.func)) or ""
+        if full.split(".")[-1] in ("load_inline", "load") and ("cpp_extension" in full or full in ("load_inline",)):
+            return True
+        if isinstance(node.func, ast.Attribute):
+            base = _dotted(node.func.value) or ""
+            return base.split(".")[-1] in self.ext_names
+        return False
+
     def visit_Try(self, node: ast.Try) -> None:
+        if self.backend == "cuda" and node.handlers and \
+                any(self._is_ext_call(n) for stmt in node.body for n in ast.walk(stmt)):
+            self.add("fallback-to-reference", "try/except around a CUDA extension call or its build: a failing "
+                                              "kernel or build must fail, not fall back to another implementation",
+                     node)
         launches = any(_is_launch(n) for stmt in node.body for n in ast.walk(stmt))
         if launches and node.handlers:
             self.add("fallback-to-reference", "try/except around a kernel launch: a failing kernel must fail, "
@@ -253,7 +301,39 @@ class _Visitor(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
             self._check_target(target, node)
+        if isinstance(node.value, ast.Call) and (self.resolve(_dotted(node.value.func)) or "").split(".")[-1] in \
+                ("load_inline", "load"):
+            for target in node.targets:
+                name = _dotted(target)
+                if name:
+                    self.ext_names.add(name.split(".")[-1])
         self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if self.backend == "cuda" and isinstance(node.value, str) and _CPP_HINT.search(node.value):
+            self._scan_cpp(node.value, node.lineno)
+
+    def _scan_cpp(self, text: str, first_line: int) -> None:
+        """C++/CUDA source in a string: what the Python-level checks cannot see."""
+        code = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+        code = re.sub(r"//[^\n]*", "", code)
+        code = re.sub(r'"(?:\\.|[^"\\\n])*"', '""', code)  # string literals (TORCH_CHECK messages)
+        for offset, line in enumerate(code.splitlines()):
+            where = ast.Constant(value=None)
+            where.lineno = first_line + offset
+            heavy = CPP_HEAVY.search(line)
+            if heavy:
+                self.add("no-custom-kernel", f"C++ calls {heavy.group(0).strip().rstrip('(')}(): the heavy work must "
+                                             "run in the candidate's own __global__ kernels (torch only for glue "
+                                             "such as empty, empty_like, contiguous, view)", where)
+            vendor = CPP_VENDOR.search(line)
+            if vendor:
+                self.add("no-custom-kernel", f"C++ uses {vendor.group(1)}: vendor libraries are not the candidate's "
+                                             "own kernels", where)
+            escape = CPP_ESCAPE.search(line)
+            if escape:
+                self.add("sandbox-escape", f"C++ uses {escape.group(0).strip().rstrip('(')}: native code may not start "
+                                           "processes, open files or sockets, or load libraries", where)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._check_target(node.target, node)
@@ -273,14 +353,14 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def check_source(source: str) -> list[Finding]:
+def check_source(source: str, backend: str = "triton") -> list[Finding]:
     """Findings for `source`, in line order. A file that does not parse gives none (the
     harness reports the syntax error itself)."""
     try:
         tree = ast.parse(source, filename="candidate.py")
     except SyntaxError:
         return []
-    visitor = _Visitor()
+    visitor = _Visitor(backend)
     visitor.visit(tree)
     seen = set()
     out = []

@@ -54,6 +54,9 @@ def child_setup(log_path: Path, workdir: Path, close: list[Connection]) -> None:
     os.environ["TMPDIR"] = str(workdir)
     os.environ["TRITON_CACHE_DIR"] = str(workdir / ".triton")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / ".inductor")
+    # CUDA extensions (backend cuda) build here: one directory per job, so parallel builds
+    # never share a build directory or its lock (cuda_build.py).
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(workdir / ".torch_extensions")
     import tempfile
 
     tempfile.tempdir = str(workdir)  # not the server's cached choice (the shared scratch root)
@@ -393,6 +396,7 @@ class CandidateSide:
         self.modes_before: dict[str, str] | None = None
         self.device_share: dict[str, Any] | None = None
         self.poison_bytes = 0
+        self.builder: Any = None  # cuda_build.BuildHook for backend "cuda"
 
     def stage(self, name: str) -> None:
         self.current = name
@@ -408,15 +412,26 @@ class CandidateSide:
         sys.modules.pop("kernelagent_problem", None)
         threads_before = {t.ident for t in threading.enumerate()}
         self.modes_before = _numeric_modes()
+        if self.config.backend == "cuda":
+            from kernelagent.harness import cuda_build
+
+            capability = self.job.get("capability") or ""
+            if capability:  # build for this GPU only (faster, and part of the cache key)
+                os.environ["TORCH_CUDA_ARCH_LIST"] = capability
+            self.builder = cuda_build.BuildHook(self.workdir, self.job.get("cuda_cache_dir"),
+                                                self.job.get("candidate_sha256") or "unknown", capability)
+            self.builder.install()  # before the audit hook: importing cpp_extension may probe for nvcc
         if self.config.defences:
             self.monitor = defences.Monitor(self.workdir / "candidate.py", self.workdir, self.config,
-                                            protected=[self.workdir.parent / "reference"])
+                                            protected=[self.workdir.parent / "reference"], builder=self.builder)
             self.monitor.install()
 
         self.stage("load")
         try:
             module = inputs_mod.import_file(self.workdir / "candidate.py", "candidate")
         except BaseException as exc:
+            if self.builder is not None and self.builder.last_error:
+                raise CandidateFailure("compile_error", "load", self.builder.last_error)
             raise CandidateFailure("compile_error", "load",
                                    "importing the candidate raised:\n" + compact_traceback(exc, "candidate.py"))
         model_cls = getattr(module, "ModelNew", None)
@@ -426,6 +441,8 @@ class CandidateSide:
             init = inputs_mod.init_inputs(self.problem, self.smoke, self.device, self.config.weight_seed)
             self.model = inputs_mod.build_model(model_cls, init, self.device, self.config.weight_seed)
         except BaseException as exc:
+            if self.builder is not None and self.builder.last_error:
+                raise CandidateFailure("compile_error", "load", self.builder.last_error)
             raise CandidateFailure("compile_error", "load",
                                    "ModelNew(*get_init_inputs()) raised:\n" + compact_traceback(exc, "candidate.py"))
         if self.monitor is not None:
@@ -438,6 +455,8 @@ class CandidateSide:
                 out = self.model(*first)
                 _sync(self.device)
         except BaseException as exc:
+            if self.builder is not None and self.builder.last_error:
+                raise CandidateFailure("compile_error", "compile", self.builder.last_error)
             raise CandidateFailure(_error_kind(exc, "compile_error"), "compile",
                                    "the first forward call raised:\n" + compact_traceback(exc, "candidate.py"))
         try:
@@ -498,7 +517,7 @@ class CandidateSide:
             values = inputs_mod.make_inputs(self.problem, "main", self.config.seed + inputs_mod.SEED_TIMING,
                                             self.smoke, self.device)
             try:
-                self.device_share = defences.device_time_share(self.model, values, self.monitor.state.own_names,
+                self.device_share = defences.device_time_share(self.model, values, self.own_kernel_names(),
                                                                self.device)
             except Exception as exc:  # noqa: BLE001 - the profiler is evidence, not a gate
                 self.flags.append({"kind": "profile", "severity": "info",
@@ -506,14 +525,28 @@ class CandidateSide:
             del values
         if self.config.profile:
             self.stage("profile")
-            channel.send(self.server, {"event": "kernels", "kernels": profile_kernels(self.model, self.problem,
-                                                                                    self.config, self.smoke,
-                                                                                    self.device)})
+            try:
+                kernels = profile_kernels(self.model, self.problem, self.config, self.smoke, self.device,
+                                          own_names=self.own_kernel_names())
+            except Exception as exc:  # noqa: BLE001 - a profiler failure is not the candidate's verdict
+                kernels = []
+                self.flags.append({"kind": "profile", "severity": "info", "message": f"torch.profiler failed: {exc}"})
+            channel.send(self.server, {"event": "kernels", "kernels": kernels})
         if self.monitor is None:
             new_threads = [t.name for t in threading.enumerate() if t.ident not in threads_before]
             if new_threads:
                 self.flags.append({"kind": "threads", "severity": "info",
                                    "message": f"the candidate started threads: {', '.join(new_threads[:5])}"})
+
+    def own_kernel_names(self) -> set[str]:
+        """Names of the candidate's own kernels: its Triton kernels that ran, and the
+        __global__ functions of its CUDA extensions."""
+        names: set[str] = set()
+        if self.monitor is not None:
+            names |= self.monitor.state.own_names
+        if self.builder is not None:
+            names |= self.builder.own_names
+        return names
 
     def _watch(self, name: str, values: Any = ()) -> Any:
         if self.monitor is None:
@@ -604,8 +637,12 @@ def _error_kind(exc: BaseException, default: str) -> str:
 
 
 def profile_kernels(model: Any, problem: Any, config: EvalConfig, smoke: bool, device: torch.device,
-                    top: int = 10) -> list[dict[str, Any]]:
-    """The candidate's top kernels by device time (CPU ops when there is no GPU)."""
+                    top: int = 10, own_names: set[str] | None = None) -> list[dict[str, Any]]:
+    """The candidate's top kernels by device time (CPU ops when there is no GPU): name,
+    total_ms and calls per forward call, share of the total, and whether it is the
+    candidate's own kernel."""
+    from kernelagent.harness.cuda_build import is_own_kernel
+
     from torch.profiler import ProfilerActivity, profile
 
     values = inputs_mod.make_inputs(problem, "main", config.seed + inputs_mod.SEED_TIMING, smoke, device)
@@ -629,6 +666,8 @@ def profile_kernels(model: Any, problem: Any, config: EvalConfig, smoke: bool, d
     total = sum(r["total_ms"] for r in rows) or 1.0
     for row in rows:
         row["share"] = row["total_ms"] / total
+        row["own"] = is_own_kernel(row["name"], own_names or set())
+        row["kind"] = "device" if device.type == "cuda" else "cpu-op"
     rows.sort(key=lambda r: -r["total_ms"])
     return rows[:top]
 

@@ -1,0 +1,79 @@
+"""`kernelagent profile PROBLEM CANDIDATE`: why the candidate is as fast as it is.
+
+Kernels (torch.profiler), a roofline fraction from the problem's bytes and FLOPs, and
+Nsight Compute metrics for the top kernels where ncu and a GPU exist (see
+kernelagent/harness/profiling.py). Exit codes: 0 profiled (the candidate is correct), 1 the
+candidate failed or was flagged, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UserError
+
+
+def profile(
+    problem: Annotated[Path, typer.Argument(help="Problem file (KernelBench format).")],
+    candidate: Annotated[Path, typer.Argument(help="Candidate file defining class ModelNew.")],
+    backend: Annotated[str, typer.Option(help="triton or cuda (CUDA C++ built with load_inline).")] = "triton",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    ncu: Annotated[bool, typer.Option(help="Collect Nsight Compute metrics where ncu and a GPU exist.")] = True,
+    ncu_timeout: Annotated[float, typer.Option(min=10.0, help="Seconds for the ncu run.")] = 180.0,
+    trials: Annotated[int, typer.Option(min=1, max=100, help="Correctness trials before profiling.")] = 2,
+    baselines: Annotated[bool, typer.Option(help="Also time eager and torch.compile.")] = True,
+    isolation: Annotated[str, typer.Option(help="auto, bwrap or none.")] = "auto",
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache directory (default ~/.cache/kernelagent).")] = None,
+) -> None:
+    """Profile CANDIDATE on PROBLEM: top kernels, roofline fraction, Nsight Compute metrics."""
+    from kernelagent.cli import run_guarded
+
+    code = run_guarded(_run, problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines,
+                       isolation, cache_dir)
+    raise typer.Exit(code)
+
+
+def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines, isolation,
+         cache_dir) -> int:
+    from kernelagent.harness import Evaluator, Status, profiling
+    from kernelagent.harness.cuda_build import BACKENDS
+    from kernelagent.problem import load_problem, read_candidate
+
+    if backend not in BACKENDS:
+        raise UserError(f"--backend must be {' or '.join(BACKENDS)} (got {backend!r})")
+    if isolation not in ("auto", "bwrap", "none"):
+        raise UserError(f"--isolation must be auto, bwrap or none (got {isolation!r})")
+    loaded = load_problem(problem)
+    source = read_candidate(candidate)
+    try:
+        with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation) as evaluator:
+            report = profiling.profile(loaded, source, evaluator=evaluator, backend=backend, trials=trials,
+                                       use_ncu=ncu, ncu_timeout=ncu_timeout, baselines=baselines)
+    except ValueError as exc:  # a bad --device
+        raise UserError(str(exc)) from None
+    result = report["result"]
+    if as_json:
+        typer.echo(json.dumps({"status": result.status, "reason": result.reason, "passed": result.passed,
+                               "device": result.device, "backend": backend, "lines": report["lines"],
+                               "kernels": result.kernels, "roofline": report["roofline"], "ncu": report["ncu"],
+                               "timings": {k: v.__dict__ for k, v in result.timings.items()},
+                               "speedups": result.speedups, "workload": result.workload,
+                               "flags": [f.__dict__ for f in result.flags]}, default=str))
+    else:
+        typer.echo(f"{problem.name} / {candidate.name} [{backend}] on {result.device or '?'}: {result.status}"
+                   + (" (flagged)" if result.status == Status.CORRECT and not result.passed else ""))
+        if result.reason:
+            typer.echo(result.reason)
+        for line in report["lines"]:
+            typer.echo(line)
+        for flag in result.flags:
+            if flag.severity in ("reject", "review"):
+                typer.echo(f"{flag.severity}: [{flag.kind}] {flag.message}")
+    if result.status == Status.BAD_PROBLEM:
+        return EXIT_USAGE
+    return EXIT_OK if result.passed else EXIT_FAILED

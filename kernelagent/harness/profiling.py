@@ -1,0 +1,437 @@
+"""Why a kernel is slow, in a few lines a model can act on: `kernelagent profile` and the
+agent's `profile` tool.
+
+Three sources, each optional:
+1. torch.profiler (the harness's `EvalConfig(profile=True)` run, in the candidate's own
+   sandboxed process): the kernels launched, with time, launches per call and share of the
+   device time, and which of them are the candidate's own.
+2. A roofline from the problem's workload (input + output + parameter bytes, and FLOPs from
+   `get_flops()` when the problem has it) against the device's peaks (kernelagent/hardware.py):
+   achieved bandwidth and FLOP/s as fractions of peak, and which roof binds.
+3. Nsight Compute, where `ncu` exists and there is a GPU: a separate small process imports the
+   candidate (with the same audit hook as in the harness, and only once the harness has found
+   the candidate correct and not flagged), runs a few forward calls between
+   cudaProfilerStart/Stop, and ncu collects a handful of metrics for the top kernels only
+   (`--kernel-name`, `--launch-count`, time-boxed): DRAM and SM throughput as % of peak,
+   achieved and theoretical occupancy, the occupancy limiter, registers per thread, shared
+   memory per block, and the top warp stall reasons.
+
+Without a GPU or without ncu, the report says what it could not measure and why.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kernelagent import hardware
+
+NCU_METRICS = [
+    "gpu__time_duration.sum",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__maximum_warps_per_active_cycle_pct",
+    "launch__registers_per_thread",
+    "launch__shared_mem_per_block_static",
+    "launch__shared_mem_per_block_dynamic",
+    "launch__block_size",
+    "launch__grid_size",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_blocks",
+    "launch__occupancy_limit_warps",
+]
+NCU_STALLS = r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+_STALL_RE = re.compile(r"smsp__average_warps_issue_stalled_(.+)_per_issue_active\.ratio")
+
+
+def find_ncu() -> str | None:
+    for path in (os.environ.get("KERNELAGENT_NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Roofline from an EvalResult
+# --------------------------------------------------------------------------------------
+
+def roofline(result: Any, fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Roofline fractions for the candidate's median time, or {"unavailable": why}."""
+    fingerprint = fingerprint if fingerprint is not None else result.fingerprint
+    device = hardware.describe_device(fingerprint or {})
+    timing = result.timings.get("candidate")
+    work = result.workload or {}
+    if device.get("kind") != "cuda":
+        return {"unavailable": "no GPU: achieved bandwidth and FLOP/s cannot be measured on the CPU "
+                               "(interpreter timings are not meaningful)"}
+    if timing is None or not timing.meaningful:
+        return {"unavailable": "the candidate was not timed"}
+    if not work.get("output_bytes") and not work.get("input_bytes"):
+        return {"unavailable": "the problem's workload (bytes) is unknown"}
+    nbytes = float((work.get("input_bytes") or 0) + (work.get("output_bytes") or 0) + (work.get("param_bytes") or 0))
+    out = hardware.roofline_fractions(device, nbytes, work.get("flops"), str(work.get("dtype") or "float32"),
+                                      timing.median_ms)
+    out["device"] = device.get("name")
+    if out.get("peak_gbs") is None:
+        out["note"] = f"no datasheet peaks for {device.get('name')}: fractions unknown"
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Nsight Compute
+# --------------------------------------------------------------------------------------
+
+_NCU_RUNNER = r"""
+import os, sys, json
+sys.path.insert(0, sys.argv[1])
+problem_path, candidate_path, backend, calls, device = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
+import torch
+from kernelagent.harness import inputs as inputs_mod, workers
+from kernelagent.harness.config import EvalConfig
+config = EvalConfig(backend=backend)
+dev = torch.device(device)
+torch.cuda.set_device(dev)
+workers.clean_numeric_modes()
+torch.empty(1, device=dev)
+from pathlib import Path
+problem = inputs_mod.import_file(Path(problem_path), "kernelagent_problem")
+sys.modules.pop("kernelagent_problem", None)
+scratch = os.getcwd()
+builder = None
+if backend == "cuda":
+    from kernelagent.harness import cuda_build
+    cap = "%d.%d" % torch.cuda.get_device_capability(dev)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = cap
+    builder = cuda_build.BuildHook(scratch, os.environ.get("KERNELAGENT_CUDA_CACHE") or None,
+                                   os.environ.get("KERNELAGENT_CANDIDATE_SHA", "unknown"), cap)
+    builder.install()
+from kernelagent.harness import defences
+monitor = defences.Monitor(candidate_path, scratch, config, builder=builder)
+monitor.install()
+module = inputs_mod.import_file(Path(candidate_path), "candidate")
+init = inputs_mod.init_inputs(problem, False, dev, config.weight_seed)
+model = inputs_mod.build_model(module.ModelNew, init, dev, config.weight_seed)
+values = inputs_mod.make_inputs(problem, "main", config.seed, False, dev)
+with torch.no_grad():
+    for _ in range(3):  # compile, autotune and warm up outside the profiled range
+        model(*values)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for _ in range(calls):
+        model(*values)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+print("KERNELAGENT_NCU_DONE " + json.dumps({k: v for k, v in monitor.state.violations.items()}))
+"""
+
+
+def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
+    """Rows of `ncu --import R --csv --page raw`: one dict per profiled launch (metric -> value),
+    with "Kernel Name". The second row (units) is skipped."""
+    start = text.find('"ID"')
+    if start < 0:
+        return []
+    rows = list(csv.reader(io.StringIO(text[start:])))
+    if len(rows) < 2:
+        return []
+    header = rows[0]
+    out = []
+    for row in rows[1:]:
+        if len(row) != len(header):
+            continue
+        record = dict(zip(header, row))
+        if not record.get("ID", "").strip().isdigit():
+            continue  # the units row
+        out.append(record)
+    return out
+
+
+def _num(value: Any) -> float | None:
+    try:
+        return float(str(value).replace(",", ""))
+    except (TypeError, ValueError):
+        return None
+
+
+def summarise_ncu(records: list[dict[str, Any]], top: int = 3) -> list[dict[str, Any]]:
+    """Per kernel (by name): the metrics averaged over its launches, largest total time first."""
+    from kernelagent.harness.cuda_build import kernel_base_name
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        groups.setdefault(rec.get("Kernel Name") or rec.get("Function Name") or "?", []).append(rec)
+    kernels = []
+    for name, recs in groups.items():
+        def avg(metric: str) -> float | None:
+            values = [v for v in (_num(r.get(metric)) for r in recs) if v is not None]
+            return sum(values) / len(values) if values else None
+
+        stalls = {}
+        for metric in recs[0]:
+            m = _STALL_RE.fullmatch(metric)
+            if m and not m.group(1).endswith("_not_issued"):
+                value = avg(metric)
+                if value:
+                    stalls[m.group(1)] = value
+        total_stall = sum(stalls.values()) or 1.0
+        top_stalls = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
+        limits = {k: avg(f"launch__occupancy_limit_{k}") for k in ("registers", "shared_mem", "blocks", "warps")}
+        known = {k: v for k, v in limits.items() if v is not None}
+        limiter = min(known, key=lambda k: known[k]) if known else None
+        duration = avg("gpu__time_duration.sum")
+        kernels.append({
+            "name": name, "base_name": kernel_base_name(name), "launches": len(recs),
+            "time_ns": duration, "total_ns": (duration or 0) * len(recs),
+            "dram_pct": avg("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+            "sm_pct": avg("sm__throughput.avg.pct_of_peak_sustained_elapsed"),
+            "memory_pct": avg("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
+            "achieved_occupancy_pct": avg("sm__warps_active.avg.pct_of_peak_sustained_active"),
+            "theoretical_occupancy_pct": avg("sm__maximum_warps_per_active_cycle_pct"),
+            "registers_per_thread": avg("launch__registers_per_thread"),
+            "smem_per_block": (avg("launch__shared_mem_per_block_static") or 0)
+            + (avg("launch__shared_mem_per_block_dynamic") or 0),
+            "block_size": avg("launch__block_size"), "grid_size": avg("launch__grid_size"),
+            "occupancy_limiter": limiter, "occupancy_limits": known,
+            "top_stalls": [{"reason": r, "share": v / total_stall} for r, v in top_stalls],
+        })
+    kernels.sort(key=lambda k: -(k["total_ns"] or 0))
+    return kernels[:top]
+
+
+def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "triton", device: str = "cuda:0",
+            kernel_names: list[str] | None = None, calls: int = 2, timeout: float = 180.0,
+            cache_dir: str | Path | None = None, candidate_sha: str = "") -> dict[str, Any]:
+    """Nsight Compute metrics for the top kernels: {"kernels": [...]} or {"unavailable": why}."""
+    ncu = find_ncu()
+    if ncu is None:
+        return {"unavailable": "ncu (Nsight Compute) was not found (PATH, /usr/local/cuda/bin, $KERNELAGENT_NCU)"}
+    from kernelagent.harness import sandbox
+
+    scratch = Path(tempfile.mkdtemp(prefix="kernelagent-ncu-"))
+    started = time.monotonic()
+    try:
+        (scratch / "candidate.py").write_text(candidate_source)
+        report = scratch / "report"
+        env = sandbox.scrubbed_environ()
+        env.update(HOME=str(scratch), TMPDIR=str(scratch), TRITON_CACHE_DIR=str(scratch / ".triton"),
+                   TORCH_EXTENSIONS_DIR=str(scratch / ".torch_extensions"), KERNELAGENT_CANDIDATE_SHA=candidate_sha,
+                   KERNELAGENT_CUDA_CACHE=str(cache_dir or ""), PYTHONUNBUFFERED="1")
+        if device.startswith("cuda:"):
+            env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+        env.pop("TRITON_INTERPRET", None)
+        package_root = str(Path(__file__).resolve().parents[2])
+        app = [sys.executable, "-c", _NCU_RUNNER, package_root, str(Path(problem_path).resolve()),
+               str(scratch / "candidate.py"), backend, str(calls), "cuda:0"]
+        names = [re.escape(n) for n in (kernel_names or []) if n][:4]
+        base = [ncu, "--profile-from-start", "off", "--target-processes", "all", "-f", "-o", str(report)]
+        if names:
+            base += ["--kernel-name", "regex:" + "|".join(names)]
+        base += ["--launch-count", str(max(1, calls) * 8)]
+        attempts = [NCU_METRICS + [NCU_STALLS], NCU_METRICS]
+        last = ""
+        for metrics in attempts:
+            remaining = timeout - (time.monotonic() - started)
+            if remaining < 5:
+                return {"unavailable": f"ncu ran past its {timeout:.0f} s budget"}
+            try:
+                proc = subprocess.run(base + ["--metrics", ",".join(metrics)] + app, cwd=scratch, env=env,
+                                      capture_output=True, text=True, timeout=remaining)
+            except subprocess.TimeoutExpired:
+                return {"unavailable": f"ncu ran past its {timeout:.0f} s limit and was stopped"}
+            last = (proc.stdout + proc.stderr)[-3000:]
+            if "ERR_NVGPUCTRPERM" in last:
+                return {"unavailable": "ncu has no permission to read the GPU's performance counters "
+                                       "(ERR_NVGPUCTRPERM: needs NVreg_RestrictProfilingToAdminUsers=0 or root)"}
+            if "KERNELAGENT_NCU_DONE" not in proc.stdout + proc.stderr:
+                tail = [x for x in last.splitlines() if x.strip()][-4:]
+                if any("metric" in x.lower() for x in tail) and metrics is not attempts[-1]:
+                    continue  # an unknown metric name on this ncu: retry without the stall metrics
+                return {"unavailable": "the ncu run failed: " + " | ".join(tail)[-600:]}
+            done = [x for x in (proc.stdout + proc.stderr).splitlines() if x.startswith("KERNELAGENT_NCU_DONE")]
+            violations = json.loads(done[-1].split(" ", 1)[1]) if done else {}
+            if violations:
+                return {"unavailable": f"the candidate did something not allowed under ncu: {violations}"}
+            rep = report.with_suffix(".ncu-rep")
+            if not rep.exists():
+                return {"unavailable": "ncu profiled no kernel (kernel-name filter: "
+                                       f"{', '.join(kernel_names or []) or 'none'})"}
+            imported = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw"], capture_output=True,
+                                      text=True, timeout=60)
+            kernels = summarise_ncu(parse_ncu_csv(imported.stdout))
+            if not kernels:
+                return {"unavailable": "ncu returned no metrics: " + imported.stderr[-300:]}
+            return {"kernels": kernels, "seconds": time.monotonic() - started,
+                    "stalls_collected": metrics is attempts[0]}
+        return {"unavailable": "the ncu run failed: " + last[-600:]}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------
+# The few lines
+# --------------------------------------------------------------------------------------
+
+def _pct(x: float | None) -> str:
+    return "?" if x is None else f"{100 * x:.0f}%"
+
+
+def _stall_words(reason: str) -> str:
+    return {"long_scoreboard": "long scoreboard (waiting on global/local memory)",
+            "short_scoreboard": "short scoreboard (shared memory / MUFU)",
+            "mio_throttle": "MIO throttle (shared-memory instruction queue)",
+            "lg_throttle": "LG throttle (too many global memory instructions)",
+            "barrier": "barrier (__syncthreads)", "math_pipe_throttle": "math pipe throttle",
+            "wait": "fixed-latency wait", "not_selected": "not selected (enough eligible warps)",
+            "membar": "memory barrier", "tex_throttle": "texture throttle", "dispatch_stall": "dispatch stall",
+            "no_instruction": "no instruction (instruction cache)", "branch_resolving": "branch resolving",
+            "drain": "drain (stores at exit)", "imc_miss": "constant cache miss",
+            "sleeping": "sleeping", "selected": "selected (issuing)"}.get(reason, reason.replace("_", " "))
+
+
+def summary_lines(result: Any, roof: dict[str, Any], ncu: dict[str, Any] | None) -> list[str]:
+    """The report in a few lines a model can act on."""
+    lines: list[str] = []
+    timing = result.timings.get("candidate")
+    cpu = not (result.fingerprint or {}).get("cuda")
+    if timing is not None:
+        base = [f"{n if n != 'compile' else 'TorchInductor'} {t.median_ms:.4f} ms" for n, t in result.timings.items()
+                if n != "candidate"]
+        speed = [f"{v:.2f}x vs {'TorchInductor' if n == 'compile' else n}" for n, v in result.speedups.items()]
+        lines.append(f"time: candidate {timing.median_ms:.4f} ms median" + (f" ({', '.join(base)})" if base else "")
+                     + (f"; {', '.join(speed)}" if speed else "")
+                     + (" [CPU/interpreter: not meaningful]" if not timing.meaningful else ""))
+    if result.kernels:
+        what = "CPU ops (no GPU)" if cpu else "kernels"
+        parts = [f"{k['name'][:70]} {_pct(k.get('share'))} ({k.get('calls', '?')}x/call"
+                 + (", own" if k.get("own") else "") + ")" for k in result.kernels[:3]]
+        lines.append(f"top {what}: " + "; ".join(parts))
+        if not cpu and result.kernels and not result.kernels[0].get("own"):
+            lines.append(f"note: the top kernel ({result.kernels[0]['name'][:60]}) is not one of your own kernels")
+    if "unavailable" in roof:
+        lines.append(f"roofline: {roof['unavailable']}")
+    else:
+        bw, comp = roof.get("bandwidth_fraction"), roof.get("compute_fraction")
+        achieved = f"{roof['achieved_gbs']:.0f} GB/s"
+        if roof.get("bound") == "compute" and comp is not None:
+            lines.append(f"compute-bound at {_pct(comp)} of peak {roof['dtype']} FLOP/s "
+                         f"({roof['achieved_tflops']:.1f} of {roof['peak_tflops']:.0f} TFLOP/s; memory {_pct(bw)} of "
+                         f"peak bandwidth)")
+        elif bw is not None:
+            lines.append(f"memory-bound at {_pct(bw)} of peak DRAM bandwidth ({achieved} of "
+                         f"{roof['peak_gbs']:.0f} GB/s, counting {roof['bytes'] / 1e6:.1f} MB per call)"
+                         + (f"; compute {_pct(comp)} of peak" if comp is not None else ""))
+        else:
+            lines.append(f"roofline: achieved {achieved}; {roof.get('note', 'peaks unknown')}")
+        if roof.get("roofline_fraction") is not None:
+            lines.append(f"roofline: {_pct(roof['roofline_fraction'])} of the speed the roofline allows "
+                         f"(floor {roof['floor_ms']:.4f} ms)")
+    if ncu is None:
+        pass
+    elif "unavailable" in ncu:
+        lines.append(f"ncu: not measured: {ncu['unavailable']}")
+    else:
+        for k in ncu.get("kernels", [])[:2]:
+            parts = [f"DRAM {k['dram_pct']:.0f}% of peak" if k.get("dram_pct") is not None else None,
+                     f"SM {k['sm_pct']:.0f}%" if k.get("sm_pct") is not None else None]
+            occ = k.get("achieved_occupancy_pct")
+            if occ is not None:
+                theo = k.get("theoretical_occupancy_pct")
+                parts.append(f"occupancy {occ:.0f}%" + (f" (theoretical {theo:.0f}%)" if theo is not None else ""))
+            if k.get("registers_per_thread") is not None:
+                parts.append(f"{k['registers_per_thread']:.0f} regs/thread")
+            parts.append(f"{(k.get('smem_per_block') or 0) / 1024:.1f} KiB smem/block")
+            if k.get("block_size"):
+                parts.append(f"block {k['block_size']:.0f}, grid {k.get('grid_size') or 0:.0f}")
+            lines.append(f"ncu {k['base_name'][:50]}: " + ", ".join(p for p in parts if p))
+            limiter = k.get("occupancy_limiter")
+            theo = k.get("theoretical_occupancy_pct")
+            if limiter and theo is not None and theo < 99:
+                detail = {"registers": f"registers ({k.get('registers_per_thread') or 0:.0f}/thread)",
+                          "shared_mem": f"shared memory ({(k.get('smem_per_block') or 0) / 1024:.1f} KiB/block)",
+                          "blocks": "the blocks-per-SM limit (blocks too small)",
+                          "warps": "warps per SM (block size)"}[limiter]
+                lines.append(f"  occupancy limited by {detail}")
+            if k.get("top_stalls"):
+                lines.append("  top stalls: " + ", ".join(f"{_stall_words(s['reason'])} {s['share']:.0%}"
+                                                          for s in k["top_stalls"]))
+    lines += advice(roof, ncu)
+    return lines
+
+
+def advice(roof: dict[str, Any], ncu: dict[str, Any] | None) -> list[str]:
+    """One or two hints that follow from the numbers (never more)."""
+    hints = []
+    bw = roof.get("bandwidth_fraction")
+    if roof.get("bound") == "memory" and bw is not None and bw < 0.6:
+        hints.append("hint: memory-bound well below peak bandwidth: coalesce and vectorise loads/stores "
+                     "(128-bit), avoid re-reading inputs, fuse passes, and launch enough blocks to fill every SM")
+    comp = roof.get("compute_fraction")
+    if roof.get("bound") == "compute" and comp is not None and comp < 0.5:
+        hints.append("hint: compute-bound well below peak: use tensor cores (tl.dot / mma) where the dtype allows, "
+                     "tile for data reuse in shared memory/registers")
+    if ncu and ncu.get("kernels"):
+        k = ncu["kernels"][0]
+        stalls = [s["reason"] for s in k.get("top_stalls", [])]
+        if stalls and stalls[0] == "long_scoreboard" and (k.get("achieved_occupancy_pct") or 100) < 50:
+            hints.append("hint: warps wait on memory with low occupancy: raise occupancy (fewer registers, smaller "
+                         "shared-memory tiles) or add memory-level parallelism per thread")
+        elif stalls and stalls[0] == "barrier":
+            hints.append("hint: warps wait at barriers: use warp-level reductions (shuffles) instead of "
+                         "__syncthreads-heavy block reductions")
+    return hints[:2]
+
+
+def profile(problem: Any, candidate_source: str, *, evaluator: Any = None, device: str = "auto",
+            backend: str = "triton", trials: int = 2, use_ncu: bool | str = "auto", ncu_timeout: float = 180.0,
+            baselines: bool = True, config_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Evaluate with profiling, then the roofline and (where possible) ncu. Returns
+    {"result": EvalResult, "roofline": {...}, "ncu": {...} | None, "lines": [...]}."""
+    from contextlib import ExitStack
+
+    from kernelagent.harness import EvalConfig, Evaluator, Status
+    from kernelagent.problem import load_problem
+
+    if not hasattr(problem, "source"):
+        problem = load_problem(problem)
+    with ExitStack() as stack:
+        if evaluator is None:
+            evaluator = stack.enter_context(Evaluator(device=device))
+        config = EvalConfig(**{**(config_overrides or {}), "trials": trials, "timing": True, "baselines": baselines,
+                               "profile": True, "backend": backend})
+        result = evaluator.evaluate(problem, candidate_source, config)
+        fingerprint = result.fingerprint or evaluator.fingerprint()
+        roof = roofline(result, fingerprint)
+        ncu: dict[str, Any] | None
+        if use_ncu is False:
+            ncu = None
+        elif not fingerprint.get("cuda"):
+            ncu = {"unavailable": "no GPU: Nsight Compute metrics (DRAM/SM throughput, occupancy, registers, "
+                                  "shared memory, stalls) need one"}
+        elif result.status != Status.CORRECT or not result.passed:
+            ncu = {"unavailable": f"skipped: the candidate is {result.status}"
+                                  + ("" if result.status != Status.CORRECT else " but flagged")
+                                  + " (ncu runs only correct, unflagged candidates)"}
+        else:
+            names = [k["name"] for k in result.kernels if k.get("own")][:3] or [k["name"] for k in result.kernels[:2]]
+            from kernelagent.harness.cuda_build import kernel_base_name
+
+            dev = getattr(evaluator, "visible_devices", None)
+            ncu = run_ncu(problem.path, candidate_source, backend=backend,
+                          device=f"cuda:{dev}" if dev is not None else "cuda:0",
+                          kernel_names=sorted({kernel_base_name(n) for n in names}), timeout=ncu_timeout,
+                          cache_dir=getattr(evaluator, "cuda_cache_dir", None), candidate_sha=result.candidate_sha256)
+    lines = summary_lines(result, roof, ncu)
+    return {"result": result, "roofline": roof, "ncu": ncu, "lines": lines}

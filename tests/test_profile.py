@@ -1,0 +1,80 @@
+"""The profile tool without a GPU: it degrades with a clear message and still reports what
+it can (CPU ops, interpreter timing). Plus the roofline and ncu parsing on fixed data."""
+
+from __future__ import annotations
+
+import json
+
+from kernelagent import hardware
+from kernelagent.harness import profiling
+from tests.conftest import BENCHMARKS
+
+SOFTMAX = BENCHMARKS / "level1" / "5_softmax.py"
+SOFTMAX_SOL = BENCHMARKS / "solutions" / "level1" / "5_softmax.py"
+
+
+def test_profile_cli_on_cpu_degrades_clearly(tmp_path):
+    from typer.testing import CliRunner
+
+    from kernelagent.cli import app
+
+    out = CliRunner().invoke(app, ["profile", str(SOFTMAX), str(SOFTMAX_SOL), "--device", "cpu", "--json",
+                                   "--cache-dir", str(tmp_path), "--no-baselines"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output.strip().splitlines()[-1])
+    assert data["status"] == "correct" and data["kernels"]
+    assert "no GPU" in data["roofline"]["unavailable"] and "no GPU" in data["ncu"]["unavailable"]
+    text = "\n".join(data["lines"])
+    assert "roofline: no GPU" in text and "ncu: not measured: no GPU" in text and "top CPU ops" in text
+    plain = CliRunner().invoke(app, ["profile", str(SOFTMAX), str(SOFTMAX_SOL), "--device", "cpu",
+                                     "--cache-dir", str(tmp_path), "--no-baselines", "--no-ncu"])
+    assert plain.exit_code == 0 and "roofline: no GPU" in plain.output and "ncu" not in plain.output
+    bad = CliRunner().invoke(app, ["profile", str(SOFTMAX), str(SOFTMAX_SOL), "--backend", "opencl"])
+    assert bad.exit_code == 2
+
+
+def test_roofline_fractions_and_lines():
+    device = hardware.describe_device({"cuda": True, "gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132})
+    assert device["mem_bandwidth_gbs"] == 3350.0
+    assert hardware.lookup("NVIDIA H100 PCIe")["sm_count"] == 114
+    assert hardware.lookup("NVIDIA A100-SXM4-40GB")["mem_bandwidth_gbs"] == 1555.0
+    assert hardware.lookup("NVIDIA H200")["mem_bandwidth_gbs"] == 4800.0
+    # 2 x 268 MB at 1.0 ms: 537 GB/s... of 3350 -> 16%, memory-bound
+    nbytes = 2 * 4096 * 16384 * 4
+    roof = hardware.roofline_fractions(device, nbytes, None, "float32", 1.0)
+    assert abs(roof["bandwidth_fraction"] - nbytes / 1e-3 / 3350e9) < 1e-9 and roof["bound"] == "memory"
+    gemm = hardware.roofline_fractions(device, 3 * 4096 * 4096 * 4, 2 * 4096**3, "float32", 10.0)
+    assert gemm["bound"] == "compute" and 0 < gemm["compute_fraction"] < 1
+    floor, how = hardware.roofline_floor(device, nbytes, None, "float32")
+    assert floor is not None and "GB/s" in how
+    assert hardware.roofline_floor(hardware.describe_device({"cuda": False}), 1e6, None, "float32")[0] is None
+
+
+NCU_CSV = '''"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","dram__throughput.avg.pct_of_peak_sustained_elapsed","sm__throughput.avg.pct_of_peak_sustained_elapsed","sm__warps_active.avg.pct_of_peak_sustained_active","sm__maximum_warps_per_active_cycle_pct","launch__registers_per_thread","launch__shared_mem_per_block_static","launch__shared_mem_per_block_dynamic","launch__occupancy_limit_registers","launch__occupancy_limit_shared_mem","launch__occupancy_limit_blocks","launch__occupancy_limit_warps","gpu__time_duration.sum","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
+"","","","","","","","%","%","%","%","register/thread","byte/block","byte/block","block","block","block","block","nsecond","ratio","ratio","ratio"
+"0","1","python","h","softmax_row_kernel(const float *, float *, long)","1","7","41.2","20.5","45.0","50.0","128","4096","0","1","8","32","4","1,000","6.0","1.5","0.5"
+"1","1","python","h","softmax_row_kernel(const float *, float *, long)","1","7","40.8","21.5","47.0","50.0","128","4096","0","1","8","32","4","1,100","6.0","1.5","0.5"
+'''
+
+
+def test_ncu_parsing_and_summary():
+    kernels = profiling.summarise_ncu(profiling.parse_ncu_csv("==PROF== noise\n" + NCU_CSV))
+    assert len(kernels) == 1
+    k = kernels[0]
+    assert k["base_name"] == "softmax_row_kernel" and k["launches"] == 2
+    assert abs(k["dram_pct"] - 41.0) < 1e-9 and k["registers_per_thread"] == 128
+    assert k["occupancy_limiter"] == "registers" and k["top_stalls"][0]["reason"] == "long_scoreboard"
+    roof = {"bound": "memory", "bandwidth_fraction": 0.41, "compute_fraction": None, "achieved_gbs": 1373.5,
+            "peak_gbs": 3350.0, "bytes": 536870912.0, "dtype": "float32", "roofline_fraction": 0.41,
+            "floor_ms": 0.16}
+
+    class R:  # the parts of an EvalResult the summary reads
+        timings, speedups, kernels, fingerprint = {}, {}, [], {"cuda": True}
+
+    lines = profiling.summary_lines(R(), roof, {"kernels": kernels})
+    text = "\n".join(lines)
+    print("\n" + text)
+    assert "memory-bound at 41% of peak DRAM bandwidth" in text
+    assert "occupancy limited by registers (128/thread)" in text
+    assert "top stalls: long scoreboard" in text
+    assert len(lines) <= 8

@@ -1,0 +1,63 @@
+"""`kernelagent profile` on a GPU: the right top kernel and a roofline fraction, for a Triton
+solution and a CUDA solution, with Nsight Compute metrics where ncu works."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kernelagent.harness import Status
+from tests.conftest import BENCHMARKS, read
+
+pytestmark = pytest.mark.gpu
+
+SOFTMAX = BENCHMARKS / "level1" / "5_softmax.py"
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    import shutil
+
+    if not shutil.which("ninja"):
+        pytest.skip("NINJA MISSING: torch's load_inline needs `ninja` on PATH (pip install ninja, or carry a "
+                    "ninja binary and prepend its folder to PATH)")
+    from kernelagent.harness import Evaluator
+
+    with Evaluator(device="cuda", cache_dir=tmp_path_factory.mktemp("profile-cache")) as ev:
+        yield ev
+
+
+@pytest.mark.parametrize("backend,solution,kernel", [
+    ("triton", BENCHMARKS / "solutions" / "level1" / "5_softmax.py", None),
+    ("cuda", BENCHMARKS / "solutions_cuda" / "level1" / "5_softmax.py", "softmax_row_kernel"),
+])
+def test_profile_names_the_top_kernel_and_a_roofline_fraction(gpu_evaluator, backend, solution, kernel):
+    from kernelagent.harness import profiling
+
+    start = time.monotonic()
+    report = profiling.profile(SOFTMAX, read(solution), evaluator=gpu_evaluator, backend=backend, ncu_timeout=240)
+    result = report["result"]
+    print(f"\n[profile {backend} {solution.name}] {result.status} in {time.monotonic() - start:.1f} s")
+    for line in report["lines"]:
+        print("  " + line)
+    for k in result.kernels[:4]:
+        print(f"  kernel {k['share']:.1%} own={k.get('own')} {k['name'][:90]}")
+    assert result.status == Status.CORRECT, result.reason
+    top = result.kernels[0]
+    assert top["own"] and top["share"] > 0.5, result.kernels
+    if kernel:
+        assert kernel in top["name"]
+    roof = report["roofline"]
+    assert "unavailable" not in roof, roof
+    assert 0.05 < roof["bandwidth_fraction"] < 1.1 and roof["bound"] == "memory"
+    assert any(line.startswith("memory-bound at") for line in report["lines"])
+    ncu = report["ncu"]
+    print(f"  ncu: {ncu if 'unavailable' in ncu else {k: v for k, v in ncu.items() if k != 'kernels'}}")
+    if "kernels" in ncu:  # ncu present and allowed to read the counters
+        first = ncu["kernels"][0]
+        assert first["dram_pct"] is not None and first["registers_per_thread"]
+        assert any(line.startswith("ncu ") for line in report["lines"])
