@@ -231,3 +231,18 @@ def test_partial_run_report(tmp_path):
         assert data["pending"] == ["b"] and data["metrics"]["problems"] == 1
         write_reports(store, "p", tmp_path / "p")
     assert "1 problem(s) not finished yet" in (tmp_path / "p" / "report.html").read_text()
+
+
+def test_backend_reaches_the_harness_and_the_run_id():
+    from typer.testing import CliRunner
+
+    from kernelagent.bench import BenchSpec
+    from kernelagent.cli import app
+
+    triton_spec = BenchSpec(root=str(BENCHMARKS), candidates=str(BENCHMARKS / "solutions"))
+    cuda_spec = BenchSpec(root=str(BENCHMARKS), candidates=str(BENCHMARKS / "solutions_cuda"), backend="cuda")
+    assert triton_spec.eval_config().backend == "triton"
+    assert cuda_spec.eval_config().backend == "cuda"
+    assert BenchSpec(root=str(BENCHMARKS), backend="cuda").run_id() != BenchSpec(root=str(BENCHMARKS)).run_id()
+    result = CliRunner().invoke(app, ["bench", str(BENCHMARKS), "--backend", "hip"], env={"COLUMNS": "120"})
+    assert result.exit_code == 2 and "--backend must be triton or cuda" in result.output

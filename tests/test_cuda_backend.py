@@ -263,3 +263,15 @@ def test_build_hook_allows_its_builds_only_and_caches(tmp_path):
     cuda_build.publish(tmp_path / "job3", cache, "d" * 64)
     assert (cache / ("d" * 32) / ("f" * 64) / "victim.so").exists()
     assert not (cache / ("c" * 32) / ("f" * 64)).exists()
+
+
+def test_run_time_build_errors_are_located_in_candidate_py_by_their_source_line():
+    # At run time the sources arrive as strings with no line numbers, and the generated file's
+    # layout depends on the torch version: the echoed source line locates the error instead.
+    candidate = (TESTS / "cuda_candidates" / "relu_typo.py").read_text()
+    log = ("/scratch/ext/ka_relu_typo/cuda.cu(9): error: identifier \"blockIdxx\" is undefined\n"
+           "      long i = (long)blockIdxx.x * blockDim.x + threadIdx.x;\n"
+           "                     ^\n\n1 error detected in the compilation of \"cuda.cu\".\n")
+    text = cuda_build.compact_errors(log, {}, name="ka_relu_typo", candidate_source=candidate)
+    assert "candidate.py:8: error: identifier \"blockIdxx\" is undefined" in text
+    assert len(text.splitlines()) <= 8

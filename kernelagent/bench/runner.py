@@ -52,6 +52,7 @@ class BenchSpec:
     timing: bool = True
     baselines: bool = True
     max_autotune: bool = False
+    backend: str = "triton"  # "triton" or "cuda" (CUDA C++ through load_inline)
     # agent settings (agent mode only)
     model: str | None = None
     api_base: str | None = None
@@ -91,7 +92,7 @@ class BenchSpec:
     def eval_config(self):
         from kernelagent.harness import EvalConfig
 
-        return EvalConfig(trials=self.trials, timing=self.timing, baselines=self.baselines,
+        return EvalConfig(trials=self.trials, timing=self.timing, baselines=self.baselines, backend=self.backend,
                           compile_modes=("default", "max-autotune-no-cudagraphs") if self.max_autotune
                           else ("default",))
 
@@ -575,7 +576,7 @@ def _run_agent(spec: BenchSpec, session: Session, store: Store, run_id: str, dis
 
         started = time.monotonic()
         try:
-            result = optimize(ref.path, model, mode=spec.agent_mode, budget=budget,
+            result = optimize(ref.path, model, mode=spec.agent_mode, budget=budget, backend=spec.backend,
                               target_speedup=spec.target_speedup, out=out_dir / "problems" / _safe_name(ref.key),
                               trials=spec.trials, quick_trials=min(spec.quick_trials, spec.trials),
                               eval_overrides=overrides, evaluator=ProblemEvaluator(dispatcher, ref.key),

@@ -45,6 +45,7 @@ def bench(
     timing: Annotated[bool, typer.Option("--timing/--no-timing", help="Time candidates (and baselines).")] = True,
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Time eager and torch.compile baselines (cached).")] = True,
     max_autotune: Annotated[bool, typer.Option("--max-autotune", help="Also time torch.compile max-autotune-no-cudagraphs.")] = False,
+    backend: Annotated[str, typer.Option("--backend", help="triton, or cuda (CUDA C++ candidates built with load_inline).")] = "triton",
     isolation: Annotated[str, typer.Option("--isolation", help="auto, bwrap or none.")] = "auto",
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Baseline cache directory (default ~/.cache/kernelagent).", show_default=False)] = None,
     model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, help="Seconds to wait for one model reply.")] = 300.0,
@@ -68,11 +69,13 @@ def bench(
         raise fail("give a benchmark directory DIR, or --resume RUN")
     if isolation not in ("auto", "bwrap", "none"):
         raise fail(f"--isolation must be auto, bwrap or none (got {isolation!r})")
+    if backend not in ("triton", "cuda"):
+        raise fail(f"--backend must be triton or cuda (got {backend!r})")
     spec = None
     if directory is not None:
         spec = BenchSpec(root=str(directory), candidates=str(candidates) if candidates else None, levels=levels,
                          filter=filter_glob, limit=limit, trials=trials, timing=timing, baselines=baselines,
-                         max_autotune=max_autotune, model=model, api_base=api_base, agent_mode=mode.value,
+                         max_autotune=max_autotune, backend=backend, model=model, api_base=api_base, agent_mode=mode.value,
                          max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost, timeout=timeout,
                          target_speedup=target_speedup, quick_trials=quick_trials, temperature=temperature)
     session = Session(gpus=gpus, cpu_workers=cpu_workers, isolation=isolation,

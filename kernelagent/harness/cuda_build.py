@@ -192,8 +192,18 @@ def _short(line: str, width: int = 220) -> str:
     return line if len(line) <= width else line[:width] + " ..."
 
 
+def _line_in_candidate(echoed: str, candidate_source: str | None) -> int | None:
+    """The candidate.py line that holds `echoed` (the source line a compiler prints under an
+    error), when exactly one line does. Robust to however the build laid out its files."""
+    text = echoed.strip()
+    if not candidate_source or len(text) < 8:
+        return None
+    hits = [n for n, line in enumerate(candidate_source.splitlines(), 1) if line.strip() == text]
+    return hits[0] if len(hits) == 1 else None
+
+
 def compact_errors(log: str, maps: dict[str, SourceMap] | None = None, limit: int = MAX_ERRORS,
-                   name: str | None = None) -> str:
+                   name: str | None = None, candidate_source: str | None = None) -> str:
     """The first `limit` errors of a build log, each with its source line and caret, locations
     mapped to candidate.py where possible, and a count of the rest. Falls back to the log's
     last lines when it holds no recognisable error."""
@@ -230,6 +240,11 @@ def compact_errors(log: str, maps: dict[str, SourceMap] | None = None, limit: in
                     continue
                 context.append(_short(nxt))
                 j += 1
+            if context and (where is None or "candidate.py" not in where):
+                cand_line = _line_in_candidate(context[0], candidate_source)
+                if cand_line is not None:
+                    head = f"candidate.py:{cand_line}: error: {m.group('msg').strip()}"
+                    own = True
             blocks.append((own, [_short(head)] + context))
             i = j
             continue
@@ -727,7 +742,11 @@ class BuildHook:
             if isinstance(exc, ImportError) or "undefined symbol" in text:
                 message = f"CUDA extension {name!r} built but failed to load: {demangle(text)[-800:]}"
             else:
-                message = compact_errors(text, maps, name=name)
+                try:
+                    candidate_source = (self.scratch / "candidate.py").read_text(errors="replace")
+                except OSError:
+                    candidate_source = None
+                message = compact_errors(text, maps, name=name, candidate_source=candidate_source)
             self.last_error = message
             raise CudaBuildError(message) from None
         finally:
