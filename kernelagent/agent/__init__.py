@@ -41,7 +41,7 @@ from kernelagent.models.base import Model
 __all__ = ["Agent", "AgentConfig", "Budget", "FormatError", "HarnessTools", "LimitsExceeded",
            "Observation",
            "OptimizeRun", "Prompts", "RunResult", "Submitted", "ToolExecutor", "Trajectory",
-           "check_target", "default_out_dir", "extract_code", "optimize", "truncate"]
+           "check_target", "default_out_dir", "describe", "prompt_context", "BACKEND", "extract_code", "optimize", "truncate"]
 
 MODES = ("tools", "text", "auto")
 BACKEND = "triton"  # the default; "cuda" for CUDA C++ candidates (load_inline)
@@ -82,6 +82,17 @@ def describe(fingerprint: dict[str, Any]) -> dict[str, Any]:
                 "kind": "cuda" if cuda else "cpu", "sm_count": fingerprint.get("sm_count"),
                 "l2_bytes": fingerprint.get("l2_bytes"), "mem_bytes": None,
                 "mem_bandwidth_gbs": None, "peak_tflops": {}}
+
+
+def prompt_context(problem: Any, *, mode: str, backend: str, inputs: Any, device: dict[str, Any], cpu: bool,
+                   target_speedup: float, max_turns: int | None, max_tokens: int | None = None,
+                   max_cost: float | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """The variables the system and task templates are rendered with. One place, so that
+    `optimize`, the RL environment and the prompt datasets show a model the same prompts."""
+    return dict(mode=mode, backend=backend, problem_name=problem.display,
+                reference_source=problem.source.strip(), inputs=inputs, device=device, cpu=cpu,
+                target_speedup=target_speedup, max_turns=max_turns, max_tokens=max_tokens,
+                max_cost=max_cost, timeout=timeout)
 
 
 def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_turns: int = 20,
@@ -137,11 +148,9 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
         tools = HarnessTools(evaluator, problem, prompts, trials=trials, quick_trials=quick_trials,
                              target_speedup=target_speedup, eval_overrides=overrides,
                              inputs=inputs.result())
-        context = dict(mode=mode, backend=backend, problem_name=problem.display,
-                       reference_source=problem.source.strip(), inputs=tools.inputs,
-                       device=device_info, cpu=cpu, target_speedup=target_speedup,
-                       max_turns=budget.max_turns, max_tokens=budget.max_tokens,
-                       max_cost=budget.max_cost, timeout=budget.timeout)
+        context = prompt_context(problem, mode=mode, backend=backend, inputs=tools.inputs, device=device_info,
+                                 cpu=cpu, target_speedup=target_speedup, max_turns=budget.max_turns,
+                                 max_tokens=budget.max_tokens, max_cost=budget.max_cost, timeout=budget.timeout)
         agent = Agent(model, tools, prompts, budget, trajectory,
                       AgentConfig(mode=mode, target_speedup=target_speedup), observer=notify)
         notify("start", problem=problem.display, model=config["model"]["name"], mode=mode,

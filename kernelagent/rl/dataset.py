@@ -75,7 +75,7 @@ def build_rows(root: str | Path, *, mode: str = "text", gpu: str | None = DEFAUL
                target_speedup: float = 1.0, max_turns: int = 1, split: float | None = None,
                seed: int = 0, inspect_inputs: bool = True, workers: int = 4) -> list[dict]:
     """One row per problem under `root`, sorted by problem id."""
-    from kernelagent.agent import BACKEND, Prompts
+    from kernelagent.agent import BACKEND, Prompts, prompt_context
     from kernelagent.agent.tools import describe_inputs
     from kernelagent.problem import load_problem
     from kernelagent.rl.problems import problem_id_for
@@ -97,10 +97,8 @@ def build_rows(root: str | Path, *, mode: str = "text", gpu: str | None = DEFAUL
     prompts = Prompts()
     rows = []
     for pid, problem, inp in sorted(zip(ids, problems, inputs), key=lambda x: x[0]):
-        context = dict(mode=mode, backend=BACKEND, problem_name=problem.display,
-                       reference_source=problem.source.strip(), inputs=inp, device=device,
-                       cpu=cpu, target_speedup=target_speedup, max_turns=max_turns,
-                       max_tokens=None, max_cost=None, timeout=None)
+        context = prompt_context(problem, mode=mode, backend=BACKEND, inputs=inp, device=device, cpu=cpu,
+                                 target_speedup=target_speedup, max_turns=max_turns)
         row = {"prompt": [{"role": "system", "content": prompts.render("system", **context)},
                           {"role": "user", "content": prompts.render("task", **context)}],
                "problem_id": pid, "problem_source": problem.source,

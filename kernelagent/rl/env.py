@@ -110,6 +110,7 @@ class KernelEnv:
             Prompts,
             Trajectory,
             describe,
+            prompt_context,
         )
         from kernelagent.agent.tools import describe_inputs
         from kernelagent.problem import Problem
@@ -138,12 +139,11 @@ class KernelEnv:
                              quick_trials=self.quick_trials, target_speedup=self.target_speedup,
                              eval_overrides=self.eval_overrides, inputs=inputs)
         # The same context `kernelagent.agent.optimize` renders its prompts with.
-        context = dict(mode=self.mode, backend=BACKEND, problem_name=problem.display,
-                       reference_source=problem.source.strip(), inputs=tools.inputs,
-                       device=device_info, cpu=not fingerprint.get("cuda"),
-                       target_speedup=self.target_speedup, max_turns=budget.max_turns,
-                       max_tokens=budget.max_tokens, max_cost=budget.max_cost,
-                       timeout=budget.timeout)
+        context = prompt_context(problem, mode=self.mode, backend=BACKEND, inputs=tools.inputs,
+                                 device=device_info, cpu=not fingerprint.get("cuda"),
+                                 target_speedup=self.target_speedup, max_turns=budget.max_turns,
+                                 max_tokens=budget.max_tokens, max_cost=budget.max_cost,
+                                 timeout=budget.timeout)
         self._model = _ActionModel()
         self.agent = Agent(self._model, tools, prompts, budget, trajectory,
                            AgentConfig(mode=self.mode, target_speedup=self.target_speedup))
