@@ -124,6 +124,17 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with code {code} (os._exit / sys.exit in candidate code?)"
 
 
+def _pending(conn: Connection, timeout: float):
+    """The messages `conn` still holds (waiting up to `timeout` for each), until it is
+    empty, closed, or sends something that is not a message of ours."""
+    while conn.poll(timeout):
+        try:
+            message, _ = channel.recv(conn)
+        except (EOFError, OSError, ValueError):
+            return
+        yield message
+
+
 def _tail(path: Path) -> str:
     try:
         with open(path, "rb") as f:
@@ -332,11 +343,7 @@ class Job:
                 plan_sent = True
             if self.ref.sentinel in ready and not self.ref.is_alive() and not cand_done:
                 # Drain what it said before it went.
-                while ref_alive and to_ref.poll(0):
-                    try:
-                        message, _ = channel.recv(to_ref)
-                    except (EOFError, OSError):
-                        break
+                for message in (_pending(to_ref, 0) if ref_alive else ()):
                     if message.get("event") == "check":
                         self.record_check(message)
                     elif message.get("event") == "error" and message.get("kind") == "bad_problem":
@@ -349,11 +356,7 @@ class Job:
             if self.cand.sentinel in ready and not cand_done:
                 self.cand.join(1)
                 if not self.cand.is_alive():
-                    while to_cand.poll(0):  # anything it managed to say
-                        try:
-                            message, _ = channel.recv(to_cand)
-                        except (EOFError, OSError, ValueError):
-                            break
+                    for message in _pending(to_cand, 0):  # anything it managed to say
                         if message.get("event") == "error":
                             self.candidate_error(message)
                     self.fail(Status.CRASHED, f"the candidate's process {_describe_exit(self.cand.exitcode)} "
@@ -361,11 +364,7 @@ class Job:
                     cand_done = True
         enter("finished")
         # Verdicts the reference process sent before the candidate's last message.
-        while to_ref.poll(0.2):
-            try:
-                message, _ = channel.recv(to_ref)
-            except (EOFError, OSError):
-                break
+        for message in _pending(to_ref, 0.2):
             if message.get("event") == "check":
                 self.record_check(message)
         self.conclude()

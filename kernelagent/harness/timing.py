@@ -31,7 +31,6 @@ _CudaEvent = torch.cuda.Event
 _event_record = torch.cuda.Event.record
 _event_elapsed = torch.cuda.Event.elapsed_time
 _no_grad = torch.no_grad
-_median_of = sorted
 
 
 @dataclass

@@ -149,7 +149,6 @@ class ReferenceSide:
         self.workdir = workdir
         self.device = _device(job)
         self.smoke = job["smoke"]
-        self.inputs_cache: dict[tuple[str, int], list[Any]] = {}
 
     def setup(self) -> None:
         try:
