@@ -93,13 +93,19 @@ class Timer:
     def measure(self, fn: Callable[..., Any], input_sets: list[list[Any]], warmup_ms: float,
                 target_ms: float, min_reps: int, max_reps: int, budget_s: float) -> TimingReport:
         """Warm up, choose the repetition count from the warm-up's speed, then measure,
-        cycling through `input_sets`. Stops early (with fewer reps) past `budget_s`."""
+        cycling through `input_sets`. Stops early (with fewer reps) past `budget_s`.
+
+        One running index covers the warm-up and the measured calls, so a sequence that
+        hands out a new set per index (workers.FreshInputs) never repeats one: a warm-up
+        call cannot prime an output cache for the measured calls."""
         started = _perf_counter()
         with _no_grad():
+            calls = 0
             warm: list[float] = []
             warm_started = _perf_counter()
             while len(warm) < 2 or ((_perf_counter() - warm_started) * 1e3 < warmup_ms and len(warm) < 100):
-                event, host = self._one(fn, input_sets[len(warm) % len(input_sets)])
+                event, host = self._one(fn, input_sets[calls % len(input_sets)])
+                calls += 1
                 warm.append(max(event, host - self.overhead_ms))
                 if _perf_counter() - started > budget_s / 2:
                     break
@@ -107,8 +113,9 @@ class Timer:
             reps = int(min(max(math.ceil(target_ms / estimate), min_reps), max_reps))
             samples: list[float] = []
             gaps: list[float] = []
-            for i in range(reps):
-                event, host = self._one(fn, input_sets[i % len(input_sets)])
+            for _ in range(reps):
+                event, host = self._one(fn, input_sets[calls % len(input_sets)])
+                calls += 1
                 gap = host - self.overhead_ms - event
                 samples.append(max(event, host - self.overhead_ms))
                 gaps.append(gap)

@@ -354,19 +354,50 @@ class CandidateFailure(Exception):
 class FreshInputs:
     """Timing inputs as a sequence: item i is a freshly generated input set (its own seed), so
     that no timed iteration sees inputs an earlier call has seen (defeats output caching by
-    pointer, shape, identity or content). The timer indexes it like a list of sets."""
+    pointer, shape, identity or content). The timer indexes it like a list of sets.
+
+    Sets are made in batches, as many as a fifth of free device memory holds (at most
+    MAX_BATCH): the host enqueues a batch's generators in one go and the device runs them
+    back to back, instead of an idle device waiting on the host's Python for every timed
+    call. Each set is handed out once and dropped by this object when handed out."""
+
+    MAX_BATCH = 64
 
     def __init__(self, problem: Any, config: EvalConfig, smoke: bool, device: torch.device):
         self.problem, self.config, self.smoke, self.device = problem, config, smoke, device
         self.last_seed: int | None = None
         self.base = config.seed + inputs_mod.SEED_TIMING + 100
+        self.batch: dict[int, list[Any]] = {}
+        self.batch_size: int | None = None
+        self.generated = 0
 
     def __len__(self) -> int:
         return 1 << 30
 
+    def _make(self, index: int) -> list[Any]:
+        self.generated += 1
+        return inputs_mod.make_inputs(self.problem, "main", self.base + index, self.smoke, self.device)
+
+    def _choose_batch_size(self, per_set: int) -> int:
+        if self.device.type == "cuda":
+            free, _total = torch.cuda.mem_get_info(self.device)
+            budget = free * 0.2
+        else:
+            budget = 1 << 28
+        return int(max(1, min(self.MAX_BATCH, budget // max(per_set, 1))))
+
     def __getitem__(self, index: int) -> list[Any]:
-        self.last_seed = self.base + int(index)
-        return inputs_mod.make_inputs(self.problem, "main", self.last_seed, self.smoke, self.device)
+        index = int(index)
+        if index not in self.batch:
+            self.batch.clear()  # free the unused rest of the last batch before making more
+            first = self._make(index)
+            if self.batch_size is None:
+                self.batch_size = self._choose_batch_size(inputs_mod.tensor_bytes(first))
+            self.batch[index] = first
+            for j in range(index + 1, index + self.batch_size):
+                self.batch[j] = self._make(j)
+        self.last_seed = self.base + index
+        return self.batch.pop(index)
 
 
 class _Capture:
