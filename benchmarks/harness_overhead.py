@@ -132,6 +132,8 @@ def main() -> None:
                     row["defences"] = defences
                     rows.append(row)
                     print_row(row)
+                    if args.out:  # after every row: a run cut short keeps what it measured
+                        args.out.write_text(json.dumps({"summary": None, "rows": rows}, indent=1))
         finally:
             evaluator.close()
 
