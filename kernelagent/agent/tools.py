@@ -213,8 +213,9 @@ class HarnessTools:
     def _analysis(self, result: Any, code: str) -> str:
         """The profile tool's few lines: roofline fraction and, where possible, ncu metrics."""
         try:
-            from kernelagent.harness import Status, profiling
-            from kernelagent.harness.cuda_build import kernel_base_name
+            from kernelagent.harness import Status
+            from kernelagent.harness.caller import profiling
+            from kernelagent.harness.cuda_source import kernel_base_name
 
             roof = profiling.roofline(result)
             ncu = None

@@ -346,7 +346,7 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
               progress: Any = None) -> BenchOutcome:
     from kernelagent.bench.progress import BenchProgress
     from kernelagent.bench.report import write_reports, write_run_json
-    from kernelagent.harness.pool import EvaluatorPool, parse_gpus
+    from kernelagent.harness.caller.pool import EvaluatorPool, parse_gpus
     from kernelagent.problem import load_problem
 
     store_path = Path(session.store) if session.store else default_store_path()

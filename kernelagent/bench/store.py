@@ -106,7 +106,7 @@ ENV_FIELDS = ("python", "torch", "torch_cuda", "triton", "platform", "cuda", "gp
 
 
 def default_store_path() -> Path:
-    from kernelagent.harness.baseline_cache import default_cache_dir
+    from kernelagent.harness.caller.baseline_cache import default_cache_dir
 
     return default_cache_dir() / "bench.sqlite"
 

@@ -40,8 +40,9 @@ def profile(
 
 def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines, isolation,
          cache_dir) -> int:
-    from kernelagent.harness import Evaluator, Status, profiling
-    from kernelagent.harness.cuda_build import BACKENDS
+    from kernelagent.harness import Evaluator, Status
+    from kernelagent.harness.caller import profiling
+    from kernelagent.harness.cuda_source import BACKENDS
     from kernelagent.problem import load_problem, read_candidate
 
     if backend not in BACKENDS:

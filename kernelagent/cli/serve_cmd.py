@@ -77,7 +77,7 @@ def _serve(gpus, host, port, max_pending, request_timeout, cpu_workers, backend,
         engine = RayBackend(address=ray_address, cpu_actors=cpu_workers,
                             cache_dir=str(cache_dir) if cache_dir else None, isolation=isolation)
     else:
-        from kernelagent.harness.pool import EvaluatorPool, parse_gpus
+        from kernelagent.harness.caller.pool import EvaluatorPool, parse_gpus
 
         try:
             devices = parse_gpus(gpus)

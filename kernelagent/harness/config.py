@@ -50,7 +50,10 @@ class EvalConfig:
     """What one evaluation does. Defaults are the documented, trusted settings."""
 
     trials: int = 5
-    seed: int = 42  # inputs of trial i use seed + i; weights use `weight_seed`
+    # None (the default): the server draws a secret base seed per evaluation with os.urandom, after
+    # the candidate's process exists, and reveals each check's seed only when that check runs; the
+    # result reports them afterwards. An int fixes them (for debugging: then they are predictable).
+    seed: int | None = None
     weight_seed: int = 0
     atol: float | None = None  # None: the problem's ATOL, else the dtype table
     rtol: float | None = None

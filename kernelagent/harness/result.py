@@ -6,7 +6,35 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+
+# Severity of each flag kind, in one place (the threat table is in child/defences.py). The server
+# assigns severities from this table: a severity claimed by the candidate's process is ignored.
+SEVERITY: dict[str, str] = {
+    "no-custom-kernel": "reject",
+    "fallback-to-reference": "reject",
+    "hidden-work": "reject",
+    "output-caching": "reject",
+    "timer-escape": "review",
+    "tampering": "reject",
+    "numeric-modes": "reject",
+    "input-mutation": "reject",
+    "output-alias": "reject",
+    "output-type": "reject",
+    "reading-reference": "reject",
+    "input-distribution": "info",
+    "shape-specialisation": "review",
+    "sandbox-escape": "reject",
+    "impossible-speed": "review",
+    "threads": "info",
+    "numeric-modes-info": "info",
+    "no-custom-kernel-info": "info",
+    "roofline": "info",
+    "wrong-backend": "reject",
+    "protocol": "reject",  # the candidate's process broke the protocol (forged or malformed messages)
+    "clock-mismatch": "review",  # its in-process timings disagree with the server's clock
+    "isolation": "info",
+}
 
 
 class Status:
@@ -47,6 +75,10 @@ class Timing:
     reps: int
     meaningful: bool = True  # False on the CPU / Triton interpreter
     note: str = ""
+    # The per-call samples behind the quantiles (for confidence intervals), and where the
+    # numbers come from: "in-process" (checked against the server's clock) or "server".
+    samples_ms: list[float] = field(default_factory=list)
+    source: str = "in-process"
 
     @property
     def iqr_ms(self) -> float:
@@ -84,6 +116,15 @@ class EvalResult:
     # What one call of the problem moves and computes (for roofline fractions): input_bytes,
     # output_bytes, param_bytes, flops (None without get_flops), dtype. Empty when unknown.
     workload: dict[str, Any] = field(default_factory=dict)
+    # Confidence interval of each speedup (baseline name -> [low, high]), from the timing samples
+    # (harness/stats.py). Decisions that must not be fooled by noise use the low end.
+    speedup_intervals: dict[str, list[float]] = field(default_factory=dict)
+    # Bytes the problem moves (io_bytes = inputs + outputs of one call) and the peak device memory
+    # of each process (peak_reference_bytes, peak_candidate_bytes; the latter is the candidate's
+    # claim). Empty on the CPU where no peak is measured.
+    memory: dict[str, Any] = field(default_factory=dict)
+    # The timed loop as the server ran it: calls, kept outputs, its own clock, the source of the time.
+    timed_loop: dict[str, Any] = field(default_factory=dict)
     baselines_cached: bool = False
     input_set: str = "main"  # "main", or "smoke" when the problem's small CPU inputs were used
     device: str = ""
@@ -121,8 +162,9 @@ class EvalResult:
     def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
         data = dict(data)
         data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
+        timing_fields = {f.name for f in dataclasses.fields(Timing)}
         data["timings"] = {
-            k: Timing(**{f: v for f, v in t.items() if f != "iqr_ms"})
+            k: Timing(**{f: v for f, v in t.items() if f in timing_fields})
             for k, t in data.get("timings", {}).items()
         }
         data["flags"] = [Flag(**f) for f in data.get("flags", [])]

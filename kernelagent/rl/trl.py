@@ -187,7 +187,7 @@ class KernelReward:
     def backend(self) -> Any:
         with self._lock:
             if self._backend is None:
-                from kernelagent.harness.pool import EvaluatorPool
+                from kernelagent.harness.caller.pool import EvaluatorPool
 
                 self._backend = EvaluatorPool(**self._backend_args)
             return self._backend

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -19,8 +20,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from kernelagent.harness import sandbox
-from kernelagent.harness.baseline_cache import BaselineCache
+from kernelagent.harness import protocol
+from kernelagent.harness.caller import sandbox
+from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import EvalResult, Flag, Status, Timing
 from kernelagent.problem import Problem, candidate_static_problem, load_problem, sha256_text
@@ -94,35 +96,26 @@ class Evaluator:
         self._scratch_root = sandbox.make_scratch_root()
         parent_sock, child_sock = socket.socketpair()
         cmd = [sys.executable, "-m", "kernelagent.harness.server", "--fd", str(child_sock.fileno()),
-               "--device", self.requested_device, "--scratch-root", str(self._scratch_root)]
+               "--device", self.requested_device, "--scratch-root", str(self._scratch_root),
+               "--isolation", "none" if self.isolation_requested == "none" else
+               "namespaces" if self.isolation_requested == "namespaces" else "auto"]
         prefix = None
         persistent = self.cache.root / "cuda-ext"
         try:
             persistent.mkdir(parents=True, exist_ok=True)
         except OSError:
             persistent = None
+        # Only the server reads and writes the build cache; jobs get verified copies of their entries.
         self.cuda_cache_dir = persistent or self._scratch_root / "cuda-ext"
         if self.isolation_requested in ("auto", "bwrap"):
             prefix = sandbox.bubblewrap_command(self._scratch_root, extra_rw=[persistent] if persistent else None)
             if prefix is None and persistent is not None:
-                # The cache could not be bound writable: keep it inside the scratch root.
                 prefix = sandbox.bubblewrap_command(self._scratch_root)
                 if prefix is not None:
                     self.cuda_cache_dir = self._scratch_root / "cuda-ext"
             if prefix is None and self.isolation_requested == "bwrap":
                 raise HarnessStartError("bubblewrap isolation was requested but `bwrap` is missing or cannot "
                                         "create namespaces here")
-        self.isolation = {
-            "process": "one forked process per candidate; reference outputs in a separate process",
-            "sandbox": "bubblewrap: read-only root, the user's home hidden, private /dev/shm, no network; "
-                       "writable: the scratch root only" if prefix else
-                       "none (bubblewrap unavailable or refused here): scrubbed environment, scratch "
-                       "cwd/HOME/TMPDIR; the candidate could write wherever this user can",
-            "bubblewrap": bool(prefix),
-            "audit_hook": "candidate writes outside scratch, sockets, processes, gc/frame access and "
-                          "patching of torch/triton/harness types are rejected (EvalConfig.defences)",
-            "secrets_scrubbed": True,
-        }
         log_path = self._scratch_root / "server.log"
         with open(log_path, "ab") as server_log:
             self._proc = subprocess.Popen((prefix or []) + cmd, env=self._server_env(), pass_fds=[child_sock.fileno()],
@@ -135,14 +128,30 @@ class Evaluator:
             raise HarnessStartError(f"the harness server did not start within {self.start_timeout:.0f} s "
                                     f"(log: {log_path})")
         try:
-            hello = self._conn.recv()
-        except (EOFError, OSError):
+            hello = protocol.recv(self._conn, {"hello"}, max_bytes=protocol.MAX_CALLER_FRAME)
+        except (EOFError, OSError, protocol.ProtocolError):
             tail = log_path.read_text(errors="replace")[-2000:]
             self._kill_server()
             raise HarnessStartError(f"the harness server exited at start:\n{tail}") from None
         self._fingerprint = hello["fingerprint"]
         if "error" in self._fingerprint:
             log.warning("device probe: %s", self._fingerprint["error"])
+        if self.requested_device == "cuda" and not self._fingerprint.get("cuda"):
+            which = f"cuda:{self.visible_devices}" if self.visible_devices is not None else "cuda"
+            self._kill_server()
+            raise HarnessStartError(f"device {which} was asked for, but no such CUDA GPU is visible here")
+        jail = dict(self._fingerprint.get("isolation") or {})
+        self.isolation = {
+            "bubblewrap": bool(prefix),
+            "server": ("bubblewrap: read-only root, the user's home hidden, no network; writable: the scratch "
+                       "root only" if prefix else "no bubblewrap around the server"),
+            "jail": jail,
+            "mode": ("bwrap+" if prefix else "") + str(jail.get("mode", "none")),
+            "secrets_scrubbed": True,
+        }
+        if not prefix and jail.get("mode", "none") == "none":
+            self.isolation["warning"] = ("no isolation: candidate code runs as this user, without namespaces "
+                                         "(install bubblewrap, or allow user namespaces)")
 
     def _kill_server(self) -> None:
         if self._proc is not None:
@@ -160,7 +169,7 @@ class Evaluator:
         with self._lock:
             if self._conn is not None and self._proc is not None and self._proc.poll() is None:
                 try:
-                    self._conn.send({"op": "shutdown"})
+                    protocol.send(self._conn, "shutdown", "-")
                     self._proc.wait(timeout=10)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
@@ -181,7 +190,7 @@ class Evaluator:
         """Evaluate `candidate_source` against `problem`. Never raises for a bad candidate;
         raises ProblemError for a problem file that cannot be read or parsed."""
         config = config or EvalConfig()
-        from kernelagent.harness.cuda_build import BACKENDS
+        from kernelagent.harness.cuda_source import BACKENDS
 
         if config.backend not in BACKENDS:
             raise ValueError(f"unknown backend {config.backend!r}: use {' or '.join(BACKENDS)}")
@@ -190,8 +199,8 @@ class Evaluator:
         started = time.monotonic()
         base = EvalResult(status=Status.HARNESS_ERROR, problem=str(problem.path), problem_sha256=problem.sha256,
                           candidate_sha256=sha256_text(candidate_source), config=config.to_dict(),
-                          seeds={"inputs": config.seed, "weights": config.weight_seed,
-                                 "trials": [config.seed + i for i in range(config.trials)]})
+                          seeds={"secret": config.seed is None, "base": config.seed,
+                                 "weights": config.weight_seed})
         static = candidate_static_problem(candidate_source)
         if static:
             base.status, base.stage, base.reason = Status.COMPILE_ERROR, "load", static
@@ -199,7 +208,7 @@ class Evaluator:
             return base
         static_flags: list[Flag] = []
         if config.defences and config.static_check != "off":
-            from kernelagent.harness import static_check
+            from kernelagent.harness.caller import static_check
 
             findings = static_check.check_source(candidate_source, backend=config.backend)
             rejects = [f for f in findings if f.severity == "reject"]
@@ -224,10 +233,10 @@ class Evaluator:
             cache_key = self.cache.key(problem.sha256, base.fingerprint, config)
             cached = self.cache.get(cache_key) if config.use_baseline_cache else None
             want_baselines = config.timing and config.baselines and not config.compile_only and cached is None
-            request = {"op": "evaluate", "id": base.candidate_sha256[:12], "config": config.to_dict(),
-                       "problem_source": problem.source, "candidate_source": candidate_source,
-                       "want_baselines": want_baselines, "candidate_sha256": base.candidate_sha256,
-                       "cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}
+            request = {"config": config.to_dict(), "problem_source": problem.source,
+                       "candidate_source": candidate_source, "want_baselines": want_baselines,
+                       "candidate_sha256": base.candidate_sha256,
+                       "options": {"cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}}
             reply = self._round_trip(request, self._deadline(config))
         base.stage_seconds["start_to_reply"] = time.monotonic() - started
         if reply is None:
@@ -249,16 +258,32 @@ class Evaluator:
         return t.start + load + compile_ + 2 * t.correctness + 2 * t.timing + t.baselines + 60
 
     def _round_trip(self, request: dict[str, Any], deadline_s: float) -> dict[str, Any] | None:
+        """Send one job, give it its nonce once the server has forked it, and wait for the
+        result that carries both. Anything else on the socket is a broken server: it is
+        killed (and restarted for the next evaluation), and this job is a harness error."""
         assert self._conn is not None
+        job = secrets.token_hex(8)
+        nonce = secrets.token_hex(16)
+        until = time.monotonic() + deadline_s
         try:
-            self._conn.send(request)
-            if not self._conn.poll(deadline_s):
+            protocol.send(self._conn, "evaluate", job, **request)
+            if not self._conn.poll(max(0.0, until - time.monotonic())):
                 self._kill_server()
                 return None
-            return self._conn.recv()
+            protocol.recv(self._conn, {"started"}, job)
+            protocol.send(self._conn, "nonce", job, nonce=nonce)
+            if not self._conn.poll(max(0.0, until - time.monotonic())):
+                self._kill_server()
+                return None
+            message = protocol.recv(self._conn, {"result"}, job, nonce, max_bytes=protocol.MAX_CALLER_FRAME)
+            return {"result": message["result"]}
         except (EOFError, OSError) as exc:
             self._kill_server()
             return {"error": f"the harness server died ({exc}); it will be restarted for the next evaluation"}
+        except protocol.ProtocolError as exc:
+            self._kill_server()
+            return {"error": f"the harness server sent something that is not a result for this job ({exc}); "
+                             "it was killed and will be restarted"}
 
     def _merge(self, base: EvalResult, raw: dict[str, Any], cached: dict[str, Any] | None, cache_key: str,
                config: EvalConfig) -> EvalResult:
@@ -285,15 +310,27 @@ class Evaluator:
                                            "problem_sha256": result.problem_sha256})
         else:
             timings = {}
+        import dataclasses
+
+        from kernelagent.harness import stats
+
+        fields = {f.name for f in dataclasses.fields(Timing)}
         for name, t in timings.items():
-            result.timings[name] = Timing(**t)
+            result.timings[name] = Timing(**{k: v for k, v in t.items() if k in fields})
         candidate = result.timings.get("candidate")
         if any(f.kind == "impossible-speed" for f in result.flags):
             candidate = None  # a time the hardware cannot deliver is never a speedup
         if candidate and candidate.median_ms > 0:
             for name, t in result.timings.items():
-                if name != "candidate":
-                    result.speedups[name] = t.median_ms / candidate.median_ms
+                if name == "candidate":
+                    continue
+                result.speedups[name] = t.median_ms / candidate.median_ms
+                if candidate.source == "server":  # no samples behind the server's number
+                    interval = stats.point_interval(result.speedups[name])
+                else:
+                    interval = stats.speedup_interval(t.samples_ms, candidate.samples_ms)
+                if interval is not None:
+                    result.speedup_intervals[name] = interval
         return result
 
 

@@ -81,6 +81,24 @@ class Timer:
         host = (_perf_counter() - t0) * 1e3
         return _event_elapsed(start, end), host
 
+    def _one_out(self, fn: Callable[..., Any], inputs: list[Any]) -> tuple[float, float, Any]:
+        """(event ms, host ms, output) of one call."""
+        if not self.cuda:
+            t0 = _perf_counter()
+            out = fn(*inputs)
+            host = (_perf_counter() - t0) * 1e3
+            return host, host, out
+        self._flush()
+        _cuda_synchronize()
+        start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
+        t0 = _perf_counter()
+        _event_record(start)
+        out = fn(*inputs)
+        _event_record(end)
+        _cuda_synchronize()
+        host = (_perf_counter() - t0) * 1e3
+        return _event_elapsed(start, end), host, out
+
     def _calibrate(self) -> float:
         """Host time of an empty timed iteration (clock, two events, one synchronize)."""
         samples = []
@@ -96,7 +114,7 @@ class Timer:
         cycling through `input_sets`. Stops early (with fewer reps) past `budget_s`.
 
         One running index covers the warm-up and the measured calls, so a sequence that
-        hands out a new set per index (workers.FreshInputs) never repeats one: a warm-up
+        hands out a new set per index (inputs.FreshInputs) never repeats one: a warm-up
         call cannot prime an output cache for the measured calls."""
         started = _perf_counter()
         with _no_grad():
@@ -132,6 +150,43 @@ class Timer:
             note="" if self.cuda else "CPU wall clock (Triton interpreter): not meaningful",
         )
         escaped = _quantile(sorted(gaps), 0.5) if self.cuda else 0.0
+        return TimingReport(timing=timing, escaped_ms=max(escaped, 0.0), samples_ms=samples)
+
+
+class FixedLoop:
+    """The timed loop of the candidate (and, with an empty model, its calibration in the
+    reference process): exactly `warmup_calls + calls` calls, a fresh input set each, and
+    after each measured call `after_call(index, output)` outside the timed region (the harness
+    copies the output aside there so the server can have it verified).
+
+    The server clocks this whole loop from the outside and subtracts the calibration loop's
+    time, so the per-call times this loop reports are claims it can check."""
+
+    def __init__(self, timer: "Timer"):
+        self.timer = timer
+
+    def run(self, fn: Callable[..., Any], input_sets: Any, warmup_calls: int, calls: int,
+            after_call: Callable[[int, Any], None] | None = None) -> TimingReport:
+        samples: list[float] = []
+        gaps: list[float] = []
+        timer = self.timer
+        with _no_grad():
+            for index in range(warmup_calls + calls):
+                inputs = input_sets[index]
+                event, host, out = timer._one_out(fn, inputs)
+                if index < warmup_calls:
+                    continue
+                samples.append(max(event, host - timer.overhead_ms))
+                gaps.append(host - timer.overhead_ms - event)
+                if after_call is not None:
+                    after_call(index - warmup_calls, out)
+                del out
+        ordered = sorted(samples)
+        timing = Timing(median_ms=_quantile(ordered, 0.5), q1_ms=_quantile(ordered, 0.25),
+                        q3_ms=_quantile(ordered, 0.75), min_ms=ordered[0] if ordered else float("nan"),
+                        reps=len(ordered), meaningful=timer.cuda,
+                        note="" if timer.cuda else "CPU wall clock (Triton interpreter): not meaningful")
+        escaped = _quantile(sorted(gaps), 0.5) if timer.cuda and gaps else 0.0
         return TimingReport(timing=timing, escaped_ms=max(escaped, 0.0), samples_ms=samples)
 
 

@@ -88,6 +88,58 @@ def make_inputs(problem: ModuleType, kind: str, seed: int, smoke: bool,
     return [_to_device(x, device) for x in inputs]
 
 
+class FreshInputs:
+    """Input sets as a sequence: item i is a freshly generated set (seed `base + i`), so that no
+    call sees inputs an earlier call has seen (defeats output caching by pointer, shape, identity
+    or content). The timed loop indexes it like a list of sets.
+
+    Sets are made in batches, as many as a fifth of free device memory holds (at most
+    MAX_BATCH): the host enqueues a batch's generators in one go and the device runs them back to
+    back, instead of idling on the host's Python for every call. Each set is handed out once and
+    dropped when handed out. The reference process uses the same class for the calibration loop,
+    so both loops generate alike."""
+
+    MAX_BATCH = 64
+
+    def __init__(self, problem: ModuleType, base_seed: int, smoke: bool, device: torch.device,
+                 budget_bytes: int | None = None):
+        self.problem, self.smoke, self.device = problem, smoke, device
+        self.base = base_seed
+        self.budget_bytes = budget_bytes
+        self.batch: dict[int, list[Any]] = {}
+        self.batch_size: int | None = None
+        self.generated = 0
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def _make(self, index: int) -> list[Any]:
+        self.generated += 1
+        return make_inputs(self.problem, "main", self.base + index, self.smoke, self.device)
+
+    def _choose_batch_size(self, per_set: int) -> int:
+        if self.budget_bytes is not None:
+            budget = self.budget_bytes
+        elif self.device.type == "cuda":
+            free, _total = torch.cuda.mem_get_info(self.device)
+            budget = free * 0.2
+        else:
+            budget = 1 << 28
+        return int(max(1, min(self.MAX_BATCH, budget // max(per_set, 1))))
+
+    def __getitem__(self, index: int) -> list[Any]:
+        index = int(index)
+        if index not in self.batch:
+            self.batch.clear()  # free the unused rest of the last batch before making more
+            first = self._make(index)
+            if self.batch_size is None:
+                self.batch_size = self._choose_batch_size(tensor_bytes(first))
+            self.batch[index] = first
+            for j in range(index + 1, index + self.batch_size):
+                self.batch[j] = self._make(j)
+        return self.batch.pop(index)
+
+
 def tensor_bytes(values: Any) -> int:
     if isinstance(values, torch.Tensor):
         return values.numel() * values.element_size()

@@ -94,48 +94,6 @@ def roofline(result: Any, fingerprint: dict[str, Any] | None = None) -> dict[str
 # Nsight Compute
 # --------------------------------------------------------------------------------------
 
-_NCU_RUNNER = r"""
-import os, sys, json
-sys.path.insert(0, sys.argv[1])
-problem_path, candidate_path, backend, calls, device = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
-import torch
-from kernelagent.harness import inputs as inputs_mod, workers
-from kernelagent.harness.config import EvalConfig
-config = EvalConfig(backend=backend)
-dev = torch.device(device)
-torch.cuda.set_device(dev)
-workers.clean_numeric_modes()
-torch.empty(1, device=dev)
-from pathlib import Path
-problem = inputs_mod.import_file(Path(problem_path), "kernelagent_problem")
-sys.modules.pop("kernelagent_problem", None)
-scratch = os.getcwd()
-builder = None
-if backend == "cuda":
-    from kernelagent.harness import cuda_build
-    cap = "%d.%d" % torch.cuda.get_device_capability(dev)
-    os.environ["TORCH_CUDA_ARCH_LIST"] = cap
-    builder = cuda_build.BuildHook(scratch, os.environ.get("KERNELAGENT_CUDA_CACHE") or None,
-                                   os.environ.get("KERNELAGENT_CANDIDATE_SHA", "unknown"), cap)
-    builder.install()
-from kernelagent.harness import defences
-monitor = defences.Monitor(candidate_path, scratch, config, builder=builder)
-monitor.install()
-module = inputs_mod.import_file(Path(candidate_path), "candidate")
-init = inputs_mod.init_inputs(problem, False, dev, config.weight_seed)
-model = inputs_mod.build_model(module.ModelNew, init, dev, config.weight_seed)
-values = inputs_mod.make_inputs(problem, "main", config.seed, False, dev)
-with torch.no_grad():
-    for _ in range(3):  # compile, autotune and warm up outside the profiled range
-        model(*values)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for _ in range(calls):
-        model(*values)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
-print("KERNELAGENT_NCU_DONE " + json.dumps({k: v for k, v in monitor.state.violations.items()}))
-"""
 
 
 def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
@@ -168,7 +126,7 @@ def _num(value: Any) -> float | None:
 
 def summarise_ncu(records: list[dict[str, Any]], top: int = 3) -> list[dict[str, Any]]:
     """Per kernel (by name): the metrics averaged over its launches, largest total time first."""
-    from kernelagent.harness.cuda_build import kernel_base_name
+    from kernelagent.harness.cuda_source import kernel_base_name
 
     groups: dict[str, list[dict[str, Any]]] = {}
     for rec in records:
@@ -218,7 +176,7 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
     ncu = find_ncu()
     if ncu is None:
         return {"unavailable": "ncu (Nsight Compute) was not found (PATH, /usr/local/cuda/bin, $KERNELAGENT_NCU)"}
-    from kernelagent.harness import sandbox
+    from kernelagent.harness.caller import sandbox
 
     scratch = Path(tempfile.mkdtemp(prefix="kernelagent-ncu-"))
     started = time.monotonic()
@@ -228,13 +186,19 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
         env = sandbox.scrubbed_environ()
         env.update(HOME=str(scratch), TMPDIR=str(scratch), TRITON_CACHE_DIR=str(scratch / ".triton"),
                    TORCH_EXTENSIONS_DIR=str(scratch / ".torch_extensions"), KERNELAGENT_CANDIDATE_SHA=candidate_sha,
-                   KERNELAGENT_CUDA_CACHE=str(cache_dir or ""), PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1")
+        if backend == "cuda" and cache_dir:
+            # A verified copy of this candidate's cached builds, never the cache itself.
+            from kernelagent.harness.server import build_cache
+
+            build_cache.stage(cache_dir, candidate_sha, scratch / ".ka-build-cache")
         if device.startswith("cuda:"):
             env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
         env.pop("TRITON_INTERPRET", None)
-        package_root = str(Path(__file__).resolve().parents[2])
-        app = [sys.executable, "-c", _NCU_RUNNER, package_root, str(Path(problem_path).resolve()),
-               str(scratch / "candidate.py"), backend, str(calls), "cuda:0"]
+        package_root = str(Path(__file__).resolve().parents[3])
+        env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        app = [sys.executable, "-m", "kernelagent.harness.child.ncu_entry", str(Path(problem_path).resolve()),
+               str(scratch / "candidate.py"), backend, str(calls)]
         names = [re.escape(n) for n in (kernel_names or []) if n][:4]
         base = [ncu, "--profile-from-start", "off", "--target-processes", "all", "-f", "-o", str(report)]
         if names:
@@ -426,7 +390,7 @@ def profile(problem: Any, candidate_source: str, *, evaluator: Any = None, devic
                                   + " (ncu runs only correct, unflagged candidates)"}
         else:
             names = [k["name"] for k in result.kernels if k.get("own")][:3] or [k["name"] for k in result.kernels[:2]]
-            from kernelagent.harness.cuda_build import kernel_base_name
+            from kernelagent.harness.cuda_source import kernel_base_name
 
             dev = getattr(evaluator, "visible_devices", None)
             ncu = run_ncu(problem.path, candidate_source, backend=backend,

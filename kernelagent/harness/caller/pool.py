@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from kernelagent.harness.config import EvalConfig
-from kernelagent.harness.evaluator import Evaluator
+from kernelagent.harness.caller.evaluator import Evaluator
 from kernelagent.harness.result import EvalResult
 from kernelagent.problem import Problem
 

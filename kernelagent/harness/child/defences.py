@@ -11,7 +11,7 @@ result is flagged and `EvalResult.passed` is False: never counted as a win).
 
 | # | class | defence | verdict (flag kind) |
 |---|-------|---------|---------------------|
-| 1 | no custom kernel: the candidate computes with PyTorch ops | (defences) a TorchDispatchMode records every aten op the candidate runs during each correctness check; the candidate's own `@triton.jit` launches (backend cuda: calls into its load_inline extension, see cuda_build.py) are counted; on CUDA one extra profiled call measures each device kernel's share of device time. Heavy ops (GEMM, conv, softmax, norms, attention, scans, activations, reductions, and any op the reference itself runs other than views, allocation and dtype conversion) on more than `heavy_op_min_elements` elements, no own launch at all, or own kernels under `min_own_device_share` of device time: rejected | rejected (`no-custom-kernel`) |
+| 1 | no custom kernel: the candidate computes with PyTorch ops | (defences) a TorchDispatchMode records every aten op the candidate runs during each correctness check; the candidate's own `@triton.jit` launches (backend cuda: calls into its load_inline extension, see child/cuda_build.py) are counted; on CUDA one extra profiled call measures each device kernel's share of device time. Heavy ops (GEMM, conv, softmax, norms, attention, scans, activations, reductions, and any op the reference itself runs other than views, allocation and dtype conversion) on more than `heavy_op_min_elements` elements, no own launch at all, or own kernels under `min_own_device_share` of device time: rejected | rejected (`no-custom-kernel`) |
 | 2 | fallback to the reference (try/except, a condition routing to PyTorch) | as 1, per check, so a fallback taken on some inputs only is seen; the static pass flags try/except around launches | rejected (`fallback-to-reference`) |
 | 3 | caching across calls (by pointer, shape, identity, content) | every check uses fresh inputs from its own seed; (defences) every timed call, warm-up included, gets a freshly generated input set no call saw before, the output of the last timed iteration is checked against the reference, and a post-timing check runs on fresh inputs | incorrect (post-check / timed-output check) |
 | 4 | hiding work from the timer (side streams, threads, deferred work) | device-wide synchronise in the timer, host time counted; (defences) threads started by the candidate are tracked: one still running when forward() returns, or left alive at the end, is rejected; work the events miss is flagged for review; the static pass rejects stream and thread creation | rejected (`hidden-work`) / review (`timer-escape`) |
@@ -46,29 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-# Severity of each flag kind, in one place (see the table above).
-SEVERITY: dict[str, str] = {
-    "no-custom-kernel": "reject",
-    "fallback-to-reference": "reject",
-    "hidden-work": "reject",
-    "output-caching": "reject",
-    "timer-escape": "review",
-    "tampering": "reject",
-    "numeric-modes": "reject",
-    "input-mutation": "reject",
-    "output-alias": "reject",
-    "output-type": "reject",
-    "reading-reference": "reject",
-    "input-distribution": "info",
-    "shape-specialisation": "review",
-    "sandbox-escape": "reject",
-    "impossible-speed": "review",
-    "threads": "info",
-    "numeric-modes-info": "info",
-    "no-custom-kernel-info": "info",
-    "roofline": "info",
-    "wrong-backend": "reject",
-}
+from kernelagent.harness.result import SEVERITY
+
 
 # Ops that never do a problem's work: views, metadata, allocation, dtype/device conversion.
 GLUE_OPS = frozenset("""
@@ -113,8 +92,8 @@ PRECISION_MODES = (
 )
 
 _STDLIB_PREFIXES = tuple(p + os.sep for p in {os.path.dirname(os.__file__)} - {""})
-_HARNESS_DIR = str(Path(__file__).resolve().parent)
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+_HARNESS_DIR = str(Path(__file__).resolve().parents[1])
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[2])
 
 
 def _tensors(value: Any) -> Iterator[Any]:
@@ -158,7 +137,10 @@ class Monitor:
     """Installed in the candidate's process before the candidate is imported."""
 
     def __init__(self, candidate_file: Path, scratch: Path, config: Any, reference_ops: list[str] | None = None,
-                 protected: list[Path] | None = None, builder: Any = None):
+                 protected: list[Path] | None = None, builder: Any = None,
+                 watched: dict[str, Any] | None = None):
+        # watched: the harness's own objects whose identity the tamper snapshot covers, passed
+        # in by the process that installs the monitor (so this module imports none of them).
         # builder: the cuda_build.BuildHook of a CUDA candidate (None for Triton): calls into its
         # extension count as own launches, and its builds may start compilers.
         self.builder = builder
@@ -172,6 +154,7 @@ class Monitor:
         self.protected = [str(Path(p).resolve()) for p in (protected or [])]
         self.snapshot: dict[str, Any] = {}
         self.tampered: list[str] = []
+        self.watched = dict(watched or {})
 
     def set_reference_ops(self, ops: list[str]) -> None:
         """Ops the reference itself runs (other than glue) count as heavy too: a transpose
@@ -394,19 +377,14 @@ class Monitor:
 
         import torch
 
-        from kernelagent.harness import channel, compare, inputs, timing, transfer, workers
-
         spaces: dict[str, Any] = {
             "time": time, "builtins": builtins, "torch": torch, "torch.cuda": torch.cuda,
             "torch.nn.functional": torch.nn.functional, "torch.testing": torch.testing,
             "threading": threading, "torch.Tensor": torch.Tensor, "torch._C.TensorBase": torch._C.TensorBase,
             "torch.cuda.Event": torch.cuda.Event,
-            "kernelagent.harness.timing": timing, "kernelagent.harness.timing.Timer": timing.Timer,
-            "kernelagent.harness.compare": compare, "kernelagent.harness.transfer": transfer,
-            "kernelagent.harness.channel": channel, "kernelagent.harness.inputs": inputs,
-            "kernelagent.harness.workers": workers, "kernelagent.harness.defences": sys.modules[__name__],
-            "kernelagent.harness.workers.CandidateSide": workers.CandidateSide,
-            "kernelagent.harness.defences.Monitor": Monitor,
+            "kernelagent.harness.child.defences": sys.modules[__name__],
+            "kernelagent.harness.child.defences.Monitor": Monitor,
+            **self.watched,
         }
         try:
             import triton
@@ -662,7 +640,7 @@ def device_time_share(model: Any, values: list[Any], own_names: set[str], device
     if total <= 0:
         return {"share": None, "top": []}
 
-    from kernelagent.harness.cuda_build import is_own_kernel
+    from kernelagent.harness.cuda_source import is_own_kernel
 
     def own(name: str) -> bool:
         return is_own_kernel(name, own_names)
@@ -671,17 +649,3 @@ def device_time_share(model: Any, values: list[Any], own_names: set[str], device
     top = [{"name": k, "share": v / total, "own": own(k)} for k, v in sorted(rows.items(), key=lambda kv: -kv[1])]
     return {"share": own_us / total, "top": top[:5], "total_us": total}
 
-
-# --------------------------------------------------------------------------------------
-# Server side: impossible speed
-# --------------------------------------------------------------------------------------
-
-def roofline_floor(fingerprint: dict[str, Any], ready: dict[str, Any]) -> tuple[float | None, str]:
-    """(floor in ms, how it was computed) for the problem's main inputs on this device: the
-    reference's input, output and parameter bytes and the problem's FLOPs against the peaks in
-    kernelagent/hardware.py (the one implementation of the bound)."""
-    from kernelagent import hardware
-
-    device = hardware.describe_device(fingerprint)
-    nbytes = float(ready.get("input_bytes", 0) + ready.get("output_bytes", 0) + ready.get("param_bytes", 0))
-    return hardware.roofline_floor(device, nbytes, ready.get("flops"), str(ready.get("output_dtype", "float32")))

@@ -1,0 +1,423 @@
+"""The candidate's process (untrusted): imports the candidate, builds `ModelNew`, runs it on
+inputs made from the seeds the server hands out, and sends its outputs to the reference process
+for comparison. It also runs the in-process timing loop.
+
+Everything this process says is a claim. The evidence gathered here (defences.Monitor, the
+in-process timer) is honest feedback for honest kernels; no verdict rests on it alone: the
+comparison happens in the reference process and the time is checked against the server's clock.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelagent.harness import protocol
+from kernelagent.harness.child import defences, inputs as inputs_mod, timing, transfer
+from kernelagent.harness.child.common import (_aliasing, _device, _error_kind, _sync, _tensor_inputs,
+                                               compact_traceback, import_problem, make_timer)
+from kernelagent.harness.config import EvalConfig
+
+NUMERIC_MODES = {
+    "torch.backends.cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+    "torch.backends.cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+    "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision,
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+        lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+        lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    "torch.backends.cudnn.benchmark": lambda: torch.backends.cudnn.benchmark,
+    "torch.backends.cudnn.deterministic": lambda: torch.backends.cudnn.deterministic,
+    "torch.get_default_dtype()": torch.get_default_dtype,
+}
+
+
+def _numeric_modes() -> dict[str, str]:
+    out = {}
+    for name, read in NUMERIC_MODES.items():
+        try:
+            out[name] = str(read())
+        except Exception as exc:  # noqa: BLE001 - report, never fail on a probe
+            out[name] = f"<unreadable: {exc}>"
+    return out
+
+
+class CandidateFailure(Exception):
+    def __init__(self, kind: str, stage: str, message: str):
+        super().__init__(message)
+        self.kind, self.stage, self.message = kind, stage, message
+
+
+
+# What the server may ask of this process once its first call has run.
+_ASKS = frozenset({"plan", "run_check", "time", "finish"})
+
+
+class CandidateSide:
+    """Runs the candidate as the server directs, one message at a time."""
+
+    def __init__(self, job: dict[str, Any], server: Connection, workdir: Path):
+        self.job = job
+        self.job_id = job["job_id"]
+        self.config = EvalConfig.from_dict(job["config"])
+        self.server = server
+        self.workdir = workdir
+        self.smoke = job["smoke"]
+        self.current = "start"
+        self.flags: list[dict[str, Any]] = []
+        self.monitor: defences.Monitor | None = None
+        self.modes_before: dict[str, str] | None = None
+        self.device_share: dict[str, Any] | None = None
+        self.poison_bytes = 0
+        self.builder: Any = None  # child/cuda_build.BuildHook for backend "cuda"
+        self.output_shapes: list[tuple[tuple[int, ...], torch.dtype]] = []
+
+    # -- the channel -------------------------------------------------------------------
+    def send(self, msg_type: str, /, **fields: Any) -> None:
+        protocol.send(self.server, msg_type, self.job_id, None, **fields)
+
+    def stage(self, name: str) -> None:
+        self.current = name
+        self.send("stage", stage=name)
+
+    # -- the run -----------------------------------------------------------------------
+    def run(self) -> None:
+        self.stage("start")
+        self.device = _device(self.job)
+        if self.device.type == "cuda":
+            torch.empty(1, device=self.device)  # create the context now, not inside "load"
+        self.problem = import_problem(self.job, self.workdir)
+        # The candidate gets no handle on the problem module through sys.modules.
+        sys.modules.pop("kernelagent_problem", None)
+        self.threads_before = {t.ident for t in threading.enumerate()}
+        self.modes_before = _numeric_modes()
+        if self.config.backend == "cuda":
+            from kernelagent.harness.child import cuda_build
+
+            capability = self.job.get("capability") or ""
+            if capability:  # build for this GPU only (faster, and part of the cache key)
+                os.environ["TORCH_CUDA_ARCH_LIST"] = capability
+            # The job's own copy of its cache entries, staged and hash-checked by the server.
+            self.builder = cuda_build.BuildHook(self.workdir, self.workdir / ".ka-build-cache",
+                                                self.job.get("candidate_sha256") or "unknown", capability)
+            self.builder.install()  # before the audit hook: importing cpp_extension may probe for nvcc
+        if self.config.defences:
+            from kernelagent.harness.child import common, compare, inputs, timing
+
+            watched = {"kernelagent.harness.child.timing": timing,
+                       "kernelagent.harness.child.timing.Timer": timing.Timer,
+                       "kernelagent.harness.child.timing.FixedLoop": timing.FixedLoop,
+                       "kernelagent.harness.child.compare": compare,
+                       "kernelagent.harness.child.transfer": transfer,
+                       "kernelagent.harness.child.inputs": inputs,
+                       "kernelagent.harness.child.common": common,
+                       "kernelagent.harness.protocol": protocol,
+                       "kernelagent.harness.child.candidate_side": sys.modules[__name__],
+                       "kernelagent.harness.child.candidate_side.CandidateSide": CandidateSide}
+            self.monitor = defences.Monitor(self.workdir / "candidate.py", self.workdir, self.config,
+                                            builder=self.builder, watched=watched)
+            self.monitor.install()
+
+        self.stage("load")
+        try:
+            module = inputs_mod.import_file(self.workdir / "candidate.py", "candidate")
+        except BaseException as exc:
+            if self.builder is not None and self.builder.last_error:
+                raise CandidateFailure("compile_error", "load", self.builder.last_error)
+            raise CandidateFailure("compile_error", "load",
+                                   "importing the candidate raised:\n" + compact_traceback(exc, "candidate.py"))
+        model_cls = getattr(module, "ModelNew", None)
+        if not isinstance(model_cls, type):
+            raise CandidateFailure("compile_error", "load", "the candidate defines no class ModelNew")
+        try:
+            init = inputs_mod.init_inputs(self.problem, self.smoke, self.device, self.config.weight_seed)
+            self.model = inputs_mod.build_model(model_cls, init, self.device, self.config.weight_seed)
+        except BaseException as exc:
+            if self.builder is not None and self.builder.last_error:
+                raise CandidateFailure("compile_error", "load", self.builder.last_error)
+            raise CandidateFailure("compile_error", "load",
+                                   "ModelNew(*get_init_inputs()) raised:\n" + compact_traceback(exc, "candidate.py"))
+        if self.monitor is not None:
+            self.monitor.check_tampering("after import")
+
+        self.stage("compile")
+        first = inputs_mod.make_inputs(self.problem, "main", int(self.job["compile_seed"]), self.smoke, self.device)
+        try:
+            with torch.no_grad(), self._watch("first call", first):
+                out = self.model(*first)
+                _sync(self.device)
+        except BaseException as exc:
+            if self.builder is not None and self.builder.last_error:
+                raise CandidateFailure("compile_error", "compile", self.builder.last_error)
+            raise CandidateFailure(_error_kind(exc, "compile_error"), "compile",
+                                   "the first forward call raised:\n" + compact_traceback(exc, "candidate.py"))
+        try:
+            outputs = transfer.flatten_outputs(out)
+        except transfer.OutputTypeError as exc:
+            raise CandidateFailure("rejected", "compile", str(exc))
+        self.output_shapes = [(tuple(o.shape), o.dtype) for o in outputs]
+        self.poison_bytes = 2 * (inputs_mod.tensor_bytes(outputs) + inputs_mod.tensor_bytes(first)) + (64 << 20)
+        del out, first, outputs
+        self.send("compiled")
+        if self.config.compile_only:
+            self.finish({"profile": False, "device_share": False})
+            return
+        while True:
+            message = protocol.recv(self.server, _ASKS, self.job_id)
+            kind = message["type"]
+            if kind == "plan":
+                if self.monitor is not None:
+                    self.monitor.set_reference_ops([str(op) for op in message["reference_ops"]])
+                self.stage("correctness")
+            elif kind == "run_check":
+                if message["name"].startswith("post-timing"):
+                    self.stage("post-check")
+                self.check(message)
+            elif kind == "time":
+                self.time(message)
+            elif kind == "finish":
+                self.finish(message)
+                return
+
+    def own_kernel_names(self) -> set[str]:
+        """Names of the candidate's own kernels: its Triton kernels that ran, and the
+        __global__ functions of its CUDA extensions."""
+        names: set[str] = set()
+        if self.monitor is not None:
+            names |= self.monitor.state.own_names
+        if self.builder is not None:
+            names |= self.builder.own_names
+        return names
+
+    def _watch(self, name: str, values: Any = ()) -> Any:
+        if self.monitor is None:
+            from contextlib import nullcontext
+
+            return nullcontext()
+        return self.monitor.watch(name, values)
+
+    # -- correctness -------------------------------------------------------------------
+    def check(self, check: dict[str, Any]) -> None:
+        kind, seed = check["kind"], int(check["seed"])
+        try:
+            values = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
+            if self.monitor is not None and self.device.type == "cuda":
+                defences.poison_cuda_memory(self.device, self.poison_bytes)
+            with torch.no_grad(), self._watch(check["name"], values):
+                out = self.model(*values)
+                _sync(self.device)
+        except BaseException as exc:
+            raise CandidateFailure(_error_kind(exc, "runtime_error"), self.current,
+                                   f"{check['name']} raised:\n" + compact_traceback(exc, "candidate.py"))
+        try:
+            outputs = transfer.flatten_outputs(out)
+        except transfer.OutputTypeError as exc:
+            raise CandidateFailure("rejected", self.current, f"{check['name']}: {exc}")
+        aliased = _aliasing(outputs, _tensor_inputs(values))
+        if aliased:
+            raise CandidateFailure("rejected", self.current, f"{check['name']}: {aliased}")
+        use_ipc = self.device.type == "cuda" and self.job.get("ipc", True)
+        sent_out = transfer.describe(outputs, use_ipc)
+        sent_in = transfer.describe(_tensor_inputs(values), use_ipc)
+        try:
+            self.send("outputs", name=check["name"], n_outputs=len(outputs), outputs=sent_out.records,
+                      inputs=sent_in.records)
+            for data in sent_out.payloads + sent_in.payloads:
+                protocol.send_payload(self.server, data)
+            # The answer comes after the reference has compared (the server relays it).
+            protocol.recv(self.server, {"check_reply"}, self.job_id)
+        finally:
+            transfer.release(sent_out)
+            transfer.release(sent_in)
+
+    # -- timing ------------------------------------------------------------------------
+    def time(self, order: dict[str, Any]) -> None:
+        """The timed loop, exactly as the server ordered it: `warmup_calls + calls` calls, each
+        on a fresh input set from the server's seed, the outputs of the last `keep` measured
+        calls copied aside (outside the timed region) and handed over for verification."""
+        self.stage("timing")
+        calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
+        try:
+            sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device)
+            slots = [[torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.output_shapes]
+                     for _ in range(max(keep, 0))]
+            kept_index: list[int] = [-1] * len(slots)
+            first_kept = calls - len(slots)
+
+            def after_call(index: int, out: Any) -> None:
+                if index < first_kept:
+                    return
+                outputs = transfer.flatten_outputs(out)
+                slot = index - first_kept
+                for target, value in zip(slots[slot], outputs):
+                    target.copy_(value)
+                kept_index[slot] = index
+
+            timer = make_timer(self.device, self.config, order.get("l2_bytes"))
+            report = timing.FixedLoop(timer).run(self.model, sets, warmup, calls, after_call)
+            _sync(self.device)
+            del sets
+        except transfer.OutputTypeError as exc:
+            raise CandidateFailure("rejected", "timing", f"a timed call: {exc}")
+        except BaseException as exc:
+            raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
+                                   "the timed calls raised:\n" + compact_traceback(exc, "candidate.py"))
+        if self.monitor is not None:
+            self.monitor.check_tampering("during timing")
+        use_ipc = self.device.type == "cuda" and self.job.get("ipc", True)
+        described = [transfer.describe(slot, use_ipc) for slot in slots]
+        kept = [{"index": index, "outputs": d.records} for index, d in zip(kept_index, described)]
+        event_ms = [float(x) for x in report.samples_ms]
+        try:
+            self.send("timing", samples_ms=event_ms, event_ms=[], overhead_ms=float(timer.overhead_ms),
+                      calls=calls, kept=kept, meaningful=bool(report.timing.meaningful))
+            for d in described:
+                for data in d.payloads:
+                    protocol.send_payload(self.server, data)
+            # The kept outputs stay alive until the server has had them verified.
+            protocol.recv(self.server, {"check_reply"}, self.job_id)
+        finally:
+            for d in described:
+                transfer.release(d)
+        del described
+        if timing.escaped_work_is_significant(report):
+            self.flags.append({"kind": "timer-escape", "severity": "review",
+                               "message": f"about {report.escaped_ms:.3f} ms per call ran outside the timed "
+                                          "stream (side streams, threads or deferred work); it was counted"})
+
+    # -- the end -----------------------------------------------------------------------
+    def finish(self, order: dict[str, Any]) -> None:
+        if order.get("device_share") and self.monitor is not None and self.device.type == "cuda" \
+                and self.config.min_own_device_share:
+            self.stage("profile")
+            values = inputs_mod.make_inputs(self.problem, "main", int(self.job["compile_seed"]) + 1, self.smoke,
+                                            self.device)
+            try:
+                self.device_share = defences.device_time_share(self.model, values, self.own_kernel_names(),
+                                                               self.device)
+            except Exception as exc:  # noqa: BLE001 - the profiler is evidence, not a gate
+                self.flags.append({"kind": "profile", "severity": "info",
+                                   "message": f"the profiled call failed: {exc}"})
+            del values
+        if order.get("profile"):
+            self.stage("profile")
+            try:
+                kernels = profile_kernels(self.model, self.problem, int(self.job["compile_seed"]) + 2, self.smoke,
+                                          self.device, own_names=self.own_kernel_names())
+            except Exception as exc:  # noqa: BLE001 - a profiler failure is not the candidate's verdict
+                kernels = []
+                self.flags.append({"kind": "profile", "severity": "info", "message": f"torch.profiler failed: {exc}"})
+            self.send("kernels", kernels=_plain(kernels))
+        if self.monitor is None and hasattr(self, "threads_before"):
+            new_threads = [t.name for t in threading.enumerate() if t.ident not in self.threads_before]
+            if new_threads:
+                self.flags.append({"kind": "threads", "severity": "info",
+                                   "message": f"the candidate started threads: {', '.join(new_threads[:5])}"})
+        self.send("done", flags=_plain(self.final_flags()), memory=self.memory())
+
+    def memory(self) -> dict[str, Any]:
+        if getattr(self, "device", None) is not None and self.device.type == "cuda":
+            return {"peak_bytes": int(torch.cuda.max_memory_allocated(self.device))}
+        return {}
+
+    def final_flags(self) -> list[dict[str, Any]]:
+        flags = list(self.flags)
+        modes_after = _numeric_modes()
+        if self.monitor is not None:
+            try:
+                flags += self.monitor.flags(self.modes_before, modes_after, self.device_share)
+            except Exception as exc:  # noqa: BLE001
+                flags.append({"kind": "defences", "severity": "info", "message": f"evidence failed: {exc}"})
+        elif self.modes_before is not None:
+            changed = [f"{k}: {self.modes_before[k]} -> {v}" for k, v in modes_after.items()
+                       if self.modes_before.get(k) != v]
+            if changed:
+                flags.append({"kind": "numeric-modes", "severity": "info",
+                              "message": "the candidate changed global numeric modes: " + "; ".join(changed)})
+        return flags
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe copy (non-finite floats become None, odd objects strings)."""
+    import math
+
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return str(value)
+
+
+def profile_kernels(model: Any, problem: Any, seed: int, smoke: bool, device: torch.device,
+                    top: int = 10, own_names: set[str] | None = None) -> list[dict[str, Any]]:
+    """The candidate's top kernels by device time (CPU ops when there is no GPU): name,
+    total_ms and calls per forward call, share of the total, and whether it is the
+    candidate's own kernel."""
+    from kernelagent.harness.cuda_source import is_own_kernel
+
+    from torch.profiler import ProfilerActivity, profile
+
+    values = inputs_mod.make_inputs(problem, "main", seed, smoke, device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch.no_grad(), profile(activities=activities) as prof:
+        for _ in range(3):
+            model(*values)
+        _sync(device)
+    rows = []
+    for event in prof.key_averages():
+        if device.type == "cuda":
+            total_us = getattr(event, "self_device_time_total", None)
+            if total_us is None:
+                total_us = getattr(event, "self_cuda_time_total", 0)
+            if getattr(event, "device_type", None) is not None and str(event.device_type).endswith("CPU"):
+                continue
+        else:
+            total_us = event.self_cpu_time_total
+        if total_us and total_us > 0:
+            rows.append({"name": event.key, "total_ms": total_us / 1e3 / 3, "calls": event.count // 3 or 1})
+    total = sum(r["total_ms"] for r in rows) or 1.0
+    for row in rows:
+        row["share"] = row["total_ms"] / total
+        row["own"] = is_own_kernel(row["name"], own_names or set())
+        row["kind"] = "device" if device.type == "cuda" else "cpu-op"
+    rows.sort(key=lambda r: -r["total_ms"])
+    return rows[:top]
+
+
+def candidate_main(job: dict[str, Any], server: Connection, workdir: Path) -> None:
+    """Entry point of the candidate's process (forked by the server; jailed before this runs)."""
+    side = CandidateSide(job, server, workdir)
+    try:
+        side.run()
+    except CandidateFailure as failure:
+        _report_failure(side, failure.kind, failure.stage, failure.message)
+    except protocol.ProtocolError as exc:
+        _report_failure(side, "protocol", side.current, f"the harness sent something unexpected: {exc}")
+    except (EOFError, OSError):
+        pass  # the server went away: nothing to report to
+    except BaseException as exc:
+        _report_failure(side, _error_kind(exc, "runtime_error"), side.current, compact_traceback(exc, "candidate.py"))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _report_failure(side: CandidateSide, kind: str, stage: str, message: str) -> None:
+    try:
+        flags = side.final_flags()
+    except Exception:  # noqa: BLE001
+        flags = []
+    try:
+        side.send("failure", kind=kind, stage=stage, message=message[:20000], flags=_plain(flags))
+    except (OSError, ValueError):
+        pass

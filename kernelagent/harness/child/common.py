@@ -1,0 +1,203 @@
+"""Helpers shared by the two processes of one job (the reference's and the candidate's),
+both forked from the harness server. Nothing here trusts the candidate; the candidate's process
+runs this code too, so nothing here may be relied on to hold once candidate code has run there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelagent import hardware
+from kernelagent.harness.child import inputs as inputs_mod, timing
+from kernelagent.harness.child.defences import GLUE_OPS
+from kernelagent.harness.config import EvalConfig
+
+def close_other_fds(keep: set[int]) -> None:
+    """Close every inherited file descriptor except `keep` and stdin/stdout/stderr: a process
+    forked from the server holds exactly the channel it was given, never the caller's socket,
+    another job's pipes or the other process's ends."""
+    keep = set(keep) | {0, 1, 2}
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 1024))
+    for fd in fds:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def child_setup(log_path: Path, workdir: Path, keep_fds: list[int]) -> None:
+    """First thing in a process forked from the server: stdout/stderr to its own log, every other
+    inherited descriptor closed, own process group, death with the server, its own working
+    directory and caches."""
+    log_fd = os.open(str(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    close_other_fds(set(keep_fds))
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass  # already a group leader (pid 1 of its own namespace)
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    os.chdir(workdir)
+    os.environ["HOME"] = str(workdir)
+    os.environ["TMPDIR"] = str(workdir)
+    os.environ["TRITON_CACHE_DIR"] = str(workdir / ".triton")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / ".inductor")
+    # CUDA extensions (backend cuda) build here: one directory per job, so parallel builds
+    # never share a build directory or its lock (child/cuda_build.py).
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(workdir / ".torch_extensions")
+    import tempfile
+
+    tempfile.tempdir = str(workdir)  # not the server's cached choice (the shared scratch root)
+
+
+def compact_traceback(exc: BaseException, focus_file: str | None = None, limit: int = 6) -> str:
+    """The exception with the frames that matter: those in `focus_file` when given."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if focus_file:
+        mine = [f for f in frames if f.filename.endswith(focus_file)]
+        frames = traceback.StackSummary.from_list(mine[-limit:] or frames[-2:])
+    else:
+        frames = traceback.StackSummary.from_list(frames[-limit:])
+    lines = [f"  {Path(f.filename).name}:{f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames]
+    message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if len(message) > 1500:
+        message = message[:1200] + "\n... [cut] ...\n" + message[-300:]
+    return "\n".join(lines + [message])
+
+
+def clean_numeric_modes() -> None:
+    """Full fp32 everywhere: no TF32 in cuBLAS or cuDNN (cuDNN allows it for convolutions by
+    default). The reference is computed, and the baselines timed, this way; the candidate's
+    process starts this way too, and any change it makes is reported."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
+def _device(job: dict[str, Any]) -> torch.device:
+    clean_numeric_modes()
+    device = torch.device(job["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        timing._cuda_synchronize()
+
+
+def import_problem(job: dict[str, Any], workdir: Path) -> Any:
+    """The problem module, executed from the source the caller sent (trusted) rather than
+    from the file on disk, which a candidate sharing the scratch root could rewrite. The file
+    is still there for tracebacks."""
+    import types as types_mod
+
+    source = job.get("problem_source")
+    path = workdir / "problem.py"
+    if source is None:
+        return inputs_mod.import_file(path, "kernelagent_problem")
+    module = types_mod.ModuleType("kernelagent_problem")
+    module.__file__ = str(path)
+    sys.modules["kernelagent_problem"] = module
+    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the problem is trusted
+    return module
+
+
+def _op_names(model: Any, values: list[Any]) -> list[str]:
+    """The aten ops (other than views and allocation) that one call of the reference runs."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: set[str] = set()
+
+    class Names(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            seen.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Names():
+        model(*values)
+    return sorted(seen - GLUE_OPS)
+
+
+def _tensor_inputs(values: list[Any]) -> list[torch.Tensor]:
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def _param_bytes(model: Any) -> int:
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    tensors = list(model.parameters()) + list(model.buffers())
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _clone(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def make_timing_sets(problem: Any, seed: int, config: EvalConfig, smoke: bool,
+                     device: torch.device) -> list[list[Any]]:
+    """Rotating input sets for timing the baselines, as many as memory comfortably allows."""
+    sets = [inputs_mod.make_inputs(problem, "main", seed, smoke, device)]
+    per_set = max(inputs_mod.tensor_bytes(sets[0]), 1)
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        affordable = int(free * 0.2 // per_set)
+    else:
+        affordable = int((1 << 30) // per_set)
+    for j in range(1, min(config.rotating_input_sets, max(affordable, 1))):
+        sets.append(inputs_mod.make_inputs(problem, "main", seed + j,
+                                           smoke, device))
+    return sets
+
+
+def make_timer(device: torch.device, config: EvalConfig, l2_bytes: int | None) -> timing.Timer:
+    flush = max(2 * (l2_bytes or 0), hardware.DEFAULT_L2_FLUSH_BYTES if not l2_bytes else 0)
+    return timing.Timer(device, flush_bytes=flush, flush_l2=config.flush_l2)
+
+
+def _aliasing(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> str | None:
+    """Outputs must own their memory: one that shares storage with an input is refused."""
+    spans = []
+    for i, x in enumerate(inputs):
+        if x.numel():
+            start = x.untyped_storage().data_ptr()
+            spans.append((i, start, start + x.untyped_storage().nbytes()))
+    for j, y in enumerate(outputs):
+        if not y.numel():
+            continue
+        lo = y.untyped_storage().data_ptr()
+        hi = lo + y.untyped_storage().nbytes()
+        for i, start, end in spans:
+            if lo < end and start < hi:
+                return (f"output {j} shares memory with input {i}; return a new tensor "
+                        "(outputs may not alias inputs)")
+    return None
+
+
+def _error_kind(exc: BaseException, default: str) -> str:
+    text = str(exc).lower()
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text:
+        return "out_of_memory"
+    if "illegal memory access" in text or "misaligned address" in text or "device-side assert" in text:
+        return "cuda_fault"
+    return default

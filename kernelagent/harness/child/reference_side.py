@@ -1,0 +1,234 @@
+"""The reference process (trusted): loads the problem, builds `Model`, computes reference
+outputs and compares what the candidate's process sent (relayed by the server); it also times
+the loop overhead for the server's clock check, and the baselines.
+
+Candidate code never runs here, and the reference's outputs never leave this process. Its only
+channel is to the server; every message on it carries the job id and a nonce the server drew
+after the candidate's process was forked.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelagent.harness import protocol
+from kernelagent.harness.child import compare, inputs as inputs_mod, timing, transfer
+from kernelagent.harness.child.common import (_clone, _device, _op_names, _param_bytes, _sync, child_setup,
+                                               compact_traceback, import_problem, make_timer, make_timing_sets)
+from kernelagent.harness.config import EvalConfig
+
+_ASKS = frozenset({"check", "calibrate", "baselines", "exit"})
+
+
+class ReferenceSide:
+    def __init__(self, job: dict[str, Any], server: Connection, workdir: Path, nonce: str):
+        self.job = job
+        self.job_id = job["job_id"]
+        self.nonce = nonce
+        self.config = EvalConfig.from_dict(job["config"])
+        self.server = server
+        self.workdir = workdir
+        self.device = _device(job)
+        self.smoke = job["smoke"]
+
+    def send(self, msg_type: str, /, **fields: Any) -> None:
+        protocol.send(self.server, msg_type, self.job_id, self.nonce, **fields)
+
+    def setup(self) -> bool:
+        try:
+            self.problem = import_problem(self.job, self.workdir)
+            init = inputs_mod.init_inputs(self.problem, self.smoke, self.device, self.config.weight_seed)
+            self.model = inputs_mod.build_model(self.problem.Model, init, self.device, self.config.weight_seed)
+            first = inputs_mod.make_inputs(self.problem, "main", int(self.job["compile_seed"]), self.smoke,
+                                           self.device)
+            with torch.no_grad():
+                outputs = transfer.flatten_outputs(self.model(*[_clone(x) for x in first]))
+            reference_ops = _op_names(self.model, [_clone(x) for x in first]) if self.config.defences else []
+            n_extra = inputs_mod.count_extra_sets(self.problem, self.device) if self.config.extra_inputs else 0
+            if self.smoke and hasattr(self.problem, "get_smoke_init_inputs"):
+                n_extra = 0  # extra sets fit get_init_inputs(), not the smoke constructor arguments
+            flops = None
+            if hasattr(self.problem, "get_flops"):
+                flops = float(self.problem.get_flops(*first))
+            # A rough per-call time of the reference, from which the server sizes the timed loop.
+            _sync(self.device)
+            started = time.perf_counter()
+            with torch.no_grad():
+                for _ in range(2):
+                    self.model(*first)
+            _sync(self.device)
+            estimate_ms = (time.perf_counter() - started) * 1e3 / 2
+        except BaseException as exc:  # a broken problem is the user's error: say where
+            self.send("ref_error", kind="bad_problem", message=compact_traceback(exc, "problem.py"))
+            return False
+        self.atol = self.config.atol if self.config.atol is not None else getattr(self.problem, "ATOL", None)
+        self.rtol = self.config.rtol if self.config.rtol is not None else getattr(self.problem, "RTOL", None)
+        self.output_shapes = [(tuple(o.shape), o.dtype) for o in outputs]
+        memory: dict[str, Any] = {}
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            memory = {"free_bytes": int(free), "total_bytes": int(total)}
+        self.send("ref_ready", n_extra=int(n_extra),
+                  alt=bool(self.config.alt_distribution and getattr(self.problem, "ALT_DISTRIBUTION", True)),
+                  input_bytes=int(inputs_mod.tensor_bytes(first)), output_bytes=int(inputs_mod.tensor_bytes(outputs)),
+                  output_dtype=str(outputs[0].dtype).removeprefix("torch.") if outputs else "float32",
+                  flops=flops if flops is None or math.isfinite(flops) else None,
+                  param_bytes=int(_param_bytes(self.model)), reference_ops=list(reference_ops),
+                  estimate_ms=float(estimate_ms), memory=memory)
+        del first, outputs
+        return True
+
+    def serve(self) -> None:
+        while True:
+            try:
+                message = protocol.recv(self.server, _ASKS, self.job_id, self.nonce)
+            except (EOFError, OSError):
+                return
+            kind = message["type"]
+            if kind == "check":
+                n_payloads = sum(1 for r in message["outputs"] + message["inputs"]
+                                 if isinstance(r, dict) and r.get("kind") == "bytes")
+                payloads = [protocol.recv_payload(self.server) for _ in range(n_payloads)]
+                self.check(message, payloads)
+            elif kind == "calibrate":
+                self.calibrate(message)
+            elif kind == "baselines":
+                self.baselines(message)
+            elif kind == "exit":
+                memory = {}
+                if self.device.type == "cuda":
+                    memory = {"peak_bytes": int(torch.cuda.max_memory_allocated(self.device))}
+                self.send("ref_stats", memory=memory)
+                return
+
+    def check(self, message: dict[str, Any], payloads: list[bytes]) -> None:
+        name, kind, seed = message["name"], message["kind"], int(message["seed"])
+        n_outputs = int(message["n_outputs"])
+        verdict: dict[str, Any] = {"name": name, "kind": kind, "seed": seed, "passed": False, "message": "",
+                                   "max_abs_err": None, "max_rel_err": None, "rel_l2_err": None,
+                                   "rejected": None, "harness_error": False, "skipped": False}
+        received = None
+        try:
+            pristine = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
+            after_reference = [_clone(x) for x in pristine]
+            del pristine
+            with torch.no_grad():
+                reference = transfer.flatten_outputs(self.model(*after_reference))
+            _sync(self.device)
+            if kind == "alt" and not all(bool(torch.isfinite(r).all()) for r in reference if r.is_floating_point()):
+                verdict.update(passed=True, skipped=True,
+                               message="skipped: the reference is not finite on signed normal inputs")
+            else:
+                if len(message["outputs"]) != n_outputs:
+                    raise transfer.TransferError("the output count does not match the description")
+                received = transfer.receive(message["outputs"] + message["inputs"], payloads, self.device)
+                tensors = received.tensors
+                mutation = compare.compare_inputs(after_reference, tensors[n_outputs:]) \
+                    if message["inputs"] else None
+                if mutation:
+                    verdict.update(passed=False, rejected="input-mutation", message=mutation)
+                else:
+                    result = compare.compare_outputs(reference, tensors[:n_outputs], self.atol, self.rtol)
+                    verdict.update(passed=bool(result.passed), message=result.message,
+                                   max_abs_err=_finite(result.max_abs_err), max_rel_err=_finite(result.max_rel_err),
+                                   rel_l2_err=_finite(result.rel_l2_err))
+            del reference, after_reference
+        except (transfer.TransferError, KeyError, TypeError) as exc:
+            verdict.update(passed=False, rejected="bad-payload",
+                           message=f"the candidate's process sent a malformed result: {exc}")
+        except torch.OutOfMemoryError as exc:
+            verdict.update(passed=False, harness_error=True,
+                           message=f"the reference process ran out of device memory checking: {str(exc)[:300]}")
+        except BaseException as exc:  # our comparison failing is never the candidate's fault
+            verdict.update(passed=False, message="the reference check failed: " + compact_traceback(exc),
+                           harness_error=True)
+        finally:
+            if received is not None:
+                received.close()
+        verdict["message"] = str(verdict["message"])[:4000]
+        self.send("verdict", **verdict)
+
+    def calibrate(self, order: dict[str, Any]) -> None:
+        """The candidate's timed loop with an empty model: fresh input sets, L2 flush,
+        synchronisation and the output copy, so the server can subtract what the loop itself
+        costs from its clock around the candidate's loop."""
+        calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
+        started = time.perf_counter()
+        sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device)
+        dummy = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.output_shapes]
+        slots = [[torch.empty_like(d) for d in dummy] for _ in range(max(keep, 0))]
+        first_kept = calls - len(slots)
+
+        def empty_model(*inputs: Any) -> Any:
+            return dummy
+
+        def after_call(index: int, out: Any) -> None:
+            if index >= first_kept:
+                for target, value in zip(slots[index - first_kept], out):
+                    target.copy_(value)
+
+        timer = make_timer(self.device, self.config, order.get("l2_bytes"))
+        timing.FixedLoop(timer).run(empty_model, sets, warmup, calls, after_call)
+        _sync(self.device)
+        del sets
+        self.send("calibrated", seconds=time.perf_counter() - started, calls=calls + warmup)
+
+    def baselines(self, message: dict[str, Any]) -> None:
+        timings: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+        if message.get("inductor_dir"):
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(message["inductor_dir"])
+        try:
+            input_sets = make_timing_sets(self.problem, int(message["seed"]), self.config, self.smoke, self.device)
+            timer = make_timer(self.device, self.config, message.get("l2_bytes"))
+            runners: dict[str, Any] = {"eager": self.model}
+            for mode in message.get("compile_modes", []):
+                name = "compile" if mode == "default" else f"compile:{mode}"
+                try:
+                    runners[name] = torch.compile(self.model, mode=None if mode == "default" else mode)
+                except BaseException as exc:
+                    errors[name] = compact_traceback(exc)
+            for name, runner in runners.items():
+                try:
+                    with torch.no_grad():
+                        runner(*input_sets[0])  # compiles torch.compile's graph, untimed
+                    _sync(self.device)
+                    report = timer.measure(runner, input_sets, self.config.warmup_ms, self.config.target_ms,
+                                           self.config.min_reps, self.config.max_reps,
+                                           budget_s=self.config.timeouts.timing)
+                    timings[name] = {**report.timing.__dict__, "samples_ms": [float(x) for x in report.samples_ms]}
+                except BaseException as exc:
+                    errors[name] = compact_traceback(exc)
+        except BaseException as exc:
+            errors["setup"] = compact_traceback(exc)
+        self.send("baseline_timings", timings=timings, errors=errors)
+
+
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def reference_main(job: dict[str, Any], server: Connection, workdir: Path) -> None:
+    """Entry point of the reference process (forked by the server)."""
+    child_setup(workdir / "reference.log", workdir, [server.fileno()])
+    try:
+        hello = protocol.recv(server, {"ref_nonce"}, job["job_id"])
+        side = ReferenceSide(job, server, workdir, hello["nonce"])
+        if side.setup():
+            side.serve()
+    except (EOFError, OSError, protocol.ProtocolError):
+        pass
+    import sys
+
+    sys.stdout.flush()
+    os._exit(0)

@@ -1,0 +1,190 @@
+"""Every message between the harness's processes, typed, versioned and bounded, in one place.
+
+Processes and their channels (see the folders of this package):
+
+    caller  <->  server        socketpair; the caller checks the job id and the job's nonce
+    server  <->  reference     pipe, one per job; the reference is trusted; nonce'd by the server
+    server  <->  candidate     pipe, one per job; the candidate's ONLY channel; its messages are
+                               claims, checked against the job's state machine (server/job.py)
+
+A frame is one JSON object (UTF-8) sent with `Connection.send_bytes`, so it carries its own
+length; `recv` refuses a frame longer than the channel's bound before reading it. Nothing
+is ever unpickled: tensors cross as raw bytes (CPU) or CUDA IPC handles described in JSON
+(child/transfer.py). Every message names its `type`; `decode` checks the version, the type
+against what the receiver accepts, each field's presence and JSON type, and (where the
+channel has one) the job id and nonce. Anything else raises ProtocolError, which the receiver
+turns into a verdict about that job (`rejected: protocol` for the candidate's channel, a harness
+error otherwise), never into a crash.
+
+Nonces: the caller sends a job's nonce only after the server has forked that job's processes,
+and the server draws the reference's nonce after the fork too, so no process that runs
+candidate code ever held either in its memory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from multiprocessing.connection import Connection
+from typing import Any
+
+VERSION = 2
+
+# Bounds on one frame, by channel. A candidate that sends more is cut off (protocol verdict).
+MAX_CALLER_FRAME = 64 << 20  # results carry logs (bounded) and the job's sources
+MAX_CONTROL_FRAME = 1 << 20  # server <-> reference control messages
+MAX_CANDIDATE_FRAME = 1 << 20  # the candidate's claims (timings, flags, IPC handle descriptions)
+MAX_PAYLOAD_FRAME = 1 << 30  # raw output bytes on the CPU (smoke-sized inputs), relayed once
+
+_NUM = (int, float)
+# type -> {field: allowed python types after json.loads}; every field listed is required.
+SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
+    # caller <-> server
+    "hello": {"fingerprint": (dict,), "pid": (int,)},
+    "evaluate": {"config": (dict,), "problem_source": (str,), "candidate_source": (str,),
+                 "candidate_sha256": (str,), "want_baselines": (bool,), "options": (dict,)},
+    "started": {},
+    "nonce": {"nonce": (str,)},
+    "result": {"result": (dict,)},
+    "shutdown": {},
+    # server -> reference
+    "ref_nonce": {"nonce": (str,)},
+    "check": {"name": (str,), "kind": (str,), "seed": (int,), "n_outputs": (int,), "outputs": (list,),
+              "inputs": (list,), "stop_on_failure": (bool,)},
+    "calibrate": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,),
+                  "l2_bytes": (int, type(None))},
+    "baselines": {"compile_modes": (list,), "l2_bytes": (int, type(None)), "inductor_dir": (str,),
+                  "seed": (int,)},
+    "exit": {},
+    # reference -> server
+    "ref_ready": {"n_extra": (int,), "alt": (bool,), "input_bytes": (int,), "output_bytes": (int,),
+                  "output_dtype": (str,), "flops": _NUM + (type(None),), "param_bytes": (int,),
+                  "reference_ops": (list,), "estimate_ms": _NUM, "memory": (dict,)},
+    "ref_error": {"kind": (str,), "message": (str,)},
+    "verdict": {"name": (str,), "kind": (str,), "seed": (int,), "passed": (bool,), "message": (str,),
+                "max_abs_err": _NUM + (type(None),), "max_rel_err": _NUM + (type(None),),
+                "rel_l2_err": _NUM + (type(None),), "rejected": (str, type(None)), "harness_error": (bool,),
+                "skipped": (bool,)},
+    "calibrated": {"seconds": _NUM, "calls": (int,)},
+    "baseline_timings": {"timings": (dict,), "errors": (dict,)},
+    "ref_stats": {"memory": (dict,)},
+    # server -> candidate
+    "plan": {"reference_ops": (list,)},
+    "run_check": {"name": (str,), "kind": (str,), "seed": (int,)},
+    "check_reply": {"passed": (bool,), "stop": (bool,)},
+    "time": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,),
+             "l2_bytes": (int, type(None))},
+    "finish": {"profile": (bool,), "device_share": (bool,)},
+    # candidate -> server (claims)
+    "stage": {"stage": (str,)},
+    "compiled": {},
+    "outputs": {"name": (str,), "n_outputs": (int,), "outputs": (list,), "inputs": (list,)},
+    "timing": {"samples_ms": (list,), "event_ms": (list,), "overhead_ms": _NUM, "calls": (int,),
+               "kept": (list,), "meaningful": (bool,)},
+    "kernels": {"kernels": (list,)},
+    "failure": {"kind": (str,), "stage": (str,), "message": (str,), "flags": (list,)},
+    "done": {"flags": (list,), "memory": (dict,)},
+}
+
+
+class ProtocolError(Exception):
+    """A frame that is not a well-formed message of the expected kind on this channel."""
+
+
+def encode(msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) -> bytes:
+    if msg_type not in SCHEMAS:
+        raise ValueError(f"unknown message type {msg_type!r}")
+    message = {"v": VERSION, "type": msg_type, "job": job, **fields}
+    if nonce is not None:
+        message["nonce"] = nonce
+    # allow_nan=False: NaN/Infinity are not JSON; a float field must be finite or null.
+    return json.dumps(message, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+def decode(raw: bytes, accept: set[str] | frozenset[str], job: str | None = None,
+           nonce: str | None = None) -> dict[str, Any]:
+    """The message in `raw`, checked: version, a type in `accept`, the job id and nonce when
+    given, and every field of its schema with the right JSON type. Unknown fields are
+    refused too, so that nothing unexpected is ever read by mistake."""
+    try:
+        message = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"not a JSON message ({exc.__class__.__name__})") from None
+    if not isinstance(message, dict):
+        raise ProtocolError("a message must be a JSON object")
+    if message.get("v") != VERSION:
+        raise ProtocolError(f"protocol version {message.get('v')!r}, expected {VERSION}")
+    kind = message.get("type")
+    if kind not in accept:
+        raise ProtocolError(f"unexpected message type {str(kind)[:40]!r} here")
+    if job is not None and message.get("job") != job:
+        raise ProtocolError("message for another job")
+    if nonce is not None and message.get("nonce") != nonce:
+        raise ProtocolError("message without this job's nonce")
+    schema = SCHEMAS[kind]
+    allowed = set(schema) | {"v", "type", "job", "nonce"}
+    extra = set(message) - allowed
+    if extra:
+        raise ProtocolError(f"{kind}: unexpected fields {sorted(extra)[:5]}")
+    for name, types in schema.items():
+        if name not in message:
+            raise ProtocolError(f"{kind}: missing field {name!r}")
+        value = message[name]
+        if isinstance(value, bool) and bool not in types:
+            raise ProtocolError(f"{kind}: field {name!r} has the wrong type")
+        if not isinstance(value, types):
+            raise ProtocolError(f"{kind}: field {name!r} has the wrong type")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ProtocolError(f"{kind}: field {name!r} is not finite")
+    return message
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """A copy of `value` that `encode` accepts: non-finite floats become None, tuples lists,
+    other objects their str()."""
+    if depth > 40:
+        return None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v, depth + 1) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return str(value)
+
+
+def send(conn: Connection, msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) -> None:
+    conn.send_bytes(encode(msg_type, job, nonce, **fields))
+
+
+def recv(conn: Connection, accept: set[str] | frozenset[str], job: str | None = None, nonce: str | None = None,
+         max_bytes: int = MAX_CONTROL_FRAME) -> dict[str, Any]:
+    """One checked message. EOFError when the other end is gone; ProtocolError for anything
+    that is not a message of ours (including a frame over `max_bytes`)."""
+    try:
+        raw = conn.recv_bytes(max_bytes)
+    except OSError as exc:
+        if "too long" in str(exc).lower() or "bad message length" in str(exc).lower():
+            raise ProtocolError(f"frame longer than {max_bytes} bytes") from None
+        raise
+    return decode(raw, accept, job, nonce)
+
+
+def send_payload(conn: Connection, data: bytes | memoryview) -> None:
+    """Raw bytes that follow a message announcing them (CPU outputs)."""
+    conn.send_bytes(data)
+
+
+def recv_payload(conn: Connection, max_bytes: int = MAX_PAYLOAD_FRAME) -> bytes:
+    try:
+        return conn.recv_bytes(max_bytes)
+    except OSError as exc:
+        if "too long" in str(exc).lower() or "bad message length" in str(exc).lower():
+            raise ProtocolError(f"payload longer than {max_bytes} bytes") from None
+        raise

@@ -1,0 +1,680 @@
+"""One evaluation, supervised by the harness server.
+
+The server forks two processes per job (child/): the trusted reference process and the
+candidate's process, which enters its own namespaces (child/jail.py) before any candidate code
+runs. Each holds exactly one channel: a pipe to the server. The server drives both, one step at
+a time, and relays what the candidate sends to the reference, so:
+
+- every message from the candidate's process is checked against what the server asked for at
+  that point (a `done` before the plan, a second `timing`, an `outputs` for a check that was not
+  asked are protocol violations: `rejected: protocol`);
+- check seeds are drawn by the server with os.urandom after the fork, and each is revealed to
+  the candidate only when that check runs;
+- the timed loop is clocked by the server from the outside, against a calibration loop the
+  reference process runs with an empty model, and a secret subset of the timed calls' outputs is
+  compared in the reference process (server/verdict.py decides from these);
+- the verdict comes from server/verdict.py, over the reference's comparisons only.
+"""
+
+from __future__ import annotations
+
+import ast
+import multiprocessing as mp
+import os
+import random
+import secrets
+import shutil
+import signal
+import time
+import traceback
+import uuid
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from kernelagent.harness import protocol
+from kernelagent.harness.child.inputs import SEED_ALT, SEED_EXTRA, SEED_POST_TIMING, SEED_TIMING
+from kernelagent.harness.config import EvalConfig
+from kernelagent.harness.result import Status
+from kernelagent.harness.server import verdict
+from kernelagent.harness.server.verdict import CheckRecord
+
+FORK = mp.get_context("fork")
+LOG_TAIL_BYTES = 6000
+# Outputs of timed calls kept for verification: at most this many calls, within this share of
+# free device memory (or this many bytes on the CPU).
+MAX_KEPT_CALLS = 1000
+KEEP_DEVICE_SHARE = 0.15
+KEEP_CPU_BYTES = 256 << 20
+TIMED_CHECKS = 3  # timed calls verified, chosen in secret after the loop (the last one always too)
+
+_START_STAGES = ("start", "load", "compile")
+
+
+class StageTimeout(Exception):
+    pass
+
+
+class CandidateGone(Exception):
+    pass
+
+
+class ReferenceGone(Exception):
+    pass
+
+
+def _static_flags(problem_source: str) -> dict[str, bool]:
+    tree = ast.parse(problem_source)
+    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    return {"has_smoke": "get_smoke_inputs" in names}
+
+
+def _kill_group(proc: mp.Process | None) -> None:
+    if proc is None or proc.pid is None:
+        return
+    for target in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: os.kill(proc.pid, signal.SIGKILL)):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        detail = {"SIGSEGV": " (segmentation fault)", "SIGABRT": " (abort)", "SIGKILL": " (killed)",
+                  "SIGBUS": " (bus error)", "SIGFPE": " (arithmetic error)"}.get(name, "")
+        return f"was killed by {name}{detail}"
+    if code >= 128 and code - 128 in {s.value for s in signal.Signals}:
+        return _describe_exit(-(code - 128))  # pid 1 of a jail reports a signal as 128+n
+    return f"exited with code {code} (os._exit / sys.exit in candidate code?)"
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            text = f.read().decode("utf-8", "replace")
+        return ("... [earlier output cut] ...\n" if size > LOG_TAIL_BYTES else "") + text
+    except OSError:
+        return ""
+
+
+def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jail: dict[str, Any]) -> None:
+    """The candidate's process, first thing after the fork: the jail (namespaces, every other
+    descriptor closed), then the log, then the candidate."""
+    from kernelagent.harness.child import candidate_side, jail as jail_mod
+    from kernelagent.harness.child.common import child_setup
+
+    log_path = workdir / "candidate.log"
+    try:
+        jail_mod.enter(workdir, jail, keep_fds=[conn.fileno()], log_path=log_path)
+    except BaseException as exc:  # noqa: BLE001 - never run candidate code outside the jail asked for
+        try:
+            with open(log_path, "a") as log:
+                log.write(f"kernelagent: could not enter the sandbox: {exc}\n")
+        finally:
+            os._exit(70)
+    child_setup(log_path, workdir, [conn.fileno()])
+    candidate_side.candidate_main(job, conn, workdir)
+
+
+def _reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> None:
+    from kernelagent.harness.child import reference_side
+
+    reference_side.reference_main(job, conn, workdir)
+
+
+class Job:
+    """Runs one evaluation and produces the fields of an EvalResult (as a dict)."""
+
+    def __init__(self, request: dict[str, Any], scratch_root: Path, fingerprint: dict[str, Any],
+                 jail: dict[str, Any]):
+        self.request = request
+        self.job_id = request["job"]
+        self.config = EvalConfig.from_dict(request["config"])
+        self.fingerprint = fingerprint
+        self.jail = jail
+        self.root = scratch_root / f"job-{uuid.uuid4().hex[:12]}"
+        self.rng = random.SystemRandom()
+        self.result: dict[str, Any] = {"status": None, "reason": "", "compiled": False, "correct": False,
+                                       "stage": None, "trials": [], "timings": {}, "flags": [],
+                                       "stage_seconds": {}, "kernels": [], "memory": {}}
+        self.checks: dict[str, CheckRecord] = {}
+        self.planned: list[str] = []
+        self.stage = "start"
+        self.stage_started = time.monotonic()
+        self.ready: dict[str, Any] = {}
+        self.ref: mp.Process | None = None
+        self.cand: mp.Process | None = None
+        self.ref_nonce = ""
+        self.cand_alive = True
+        self.call_latency_ms: list[float] = []
+
+    # -- helpers -------------------------------------------------------------------
+    def fail(self, status: str, reason: str, stage: str | None) -> None:
+        if self.result["status"] is None:
+            self.result.update(status=status, reason=reason, stage=stage)
+
+    def flag(self, item: dict[str, str]) -> None:
+        self.result["flags"].append(item)
+
+    def enter(self, name: str) -> None:
+        now = time.monotonic()
+        seconds = self.result["stage_seconds"]
+        seconds[self.stage] = seconds.get(self.stage, 0.0) + now - self.stage_started
+        self.stage, self.stage_started = name, now
+
+    def limit(self, name: str) -> float:
+        return self.config.timeouts.limit(name, self.config.backend)
+
+    # -- the run ---------------------------------------------------------------------
+    def fork(self) -> None:
+        """Start the job's two processes. Called before the caller sends this job's nonce and
+        before any secret seed is drawn, so neither is in the candidate's memory."""
+        self.started = time.monotonic()
+        self.scratch = self.root / "candidate"
+        self.refdir = self.root / "reference"
+        self.scratch.mkdir(parents=True)
+        self.refdir.mkdir(parents=True)
+        for directory in (self.root, self.scratch):
+            os.chmod(directory, 0o711 if directory == self.root else 0o700)
+        (self.scratch / "problem.py").write_text(self.request["problem_source"])
+        (self.scratch / "candidate.py").write_text(self.request["candidate_source"])
+        (self.refdir / "problem.py").write_text(self.request["problem_source"])
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.refdir / "inductor")
+        self.smoke = not self.fingerprint.get("cuda") and self.config.smoke_inputs_on_cpu and \
+            _static_flags(self.request["problem_source"])["has_smoke"]
+        options = self.request.get("options", {})
+        if self.config.backend == "cuda" and options.get("cuda_cache_dir") and self.fingerprint.get("cuda"):
+            from kernelagent.harness.server import build_cache
+
+            build_cache.stage(options["cuda_cache_dir"], self.request.get("candidate_sha256", ""),
+                              self.scratch / ".ka-build-cache")
+        # Not secret (the candidate's process holds it): the seed of the first, unchecked call.
+        self.compile_seed = self.rng.getrandbits(40)
+        self.child_job = {"job_id": self.job_id, "config": self.request["config"],
+                          "device": "cuda:0" if self.fingerprint.get("cuda") else "cpu", "smoke": self.smoke,
+                          "ipc": options.get("ipc", True), "problem_source": self.request["problem_source"],
+                          "candidate_sha256": self.request.get("candidate_sha256", ""),
+                          "capability": self.fingerprint.get("capability"), "compile_seed": self.compile_seed}
+        self.result["input_set"] = "smoke" if self.smoke else "main"
+        self.result["device"] = self.fingerprint.get("gpu_name", "cpu") if self.fingerprint.get("cuda") else "cpu"
+        self.to_ref, ref_end = FORK.Pipe()
+        self.to_cand, cand_end = FORK.Pipe()
+        if self.config.backend == "cuda" and not self.fingerprint.get("cuda"):
+            ref_end.close()
+            cand_end.close()
+            return  # compile-only: precompile_only() runs in this process, nothing is forked
+        self.ref = FORK.Process(target=_reference_process, name="kernelagent-reference",
+                                args=(self.child_job, ref_end, self.refdir))
+        self.cand = FORK.Process(target=_candidate_process, name="kernelagent-candidate",
+                                 args=(self.child_job, cand_end, self.scratch, self.jail))
+        self.ref.start()
+        self.cand.start()
+        ref_end.close()
+        cand_end.close()
+        # Liveness through pidfds, not Process.sentinel: the children close every descriptor they
+        # inherited, the sentinel pipe's write end included, which would read as a death.
+        self.ref_alive_fd = os.pidfd_open(self.ref.pid)
+        self.cand_alive_fd = os.pidfd_open(self.cand.pid)
+
+    def run(self) -> dict[str, Any]:
+        if self.config.backend == "cuda" and not self.fingerprint.get("cuda"):
+            return self.precompile_only()
+        # Secrets, drawn now that the candidate's process exists without them.
+        self.ref_nonce = secrets.token_hex(16)
+        self.base_seed = self.config.seed if self.config.seed is not None else self.rng.getrandbits(40)
+        self.result["seeds"] = {"base": self.base_seed, "secret": self.config.seed is None,
+                                "weights": self.config.weight_seed, "compile": self.compile_seed}
+        try:
+            protocol.send(self.to_ref, "ref_nonce", self.job_id, nonce=self.ref_nonce)
+            self.supervise()
+        except StageTimeout:
+            self.fail(Status.TIMEOUT, f"stage '{self.stage}' ran past its {self.limit(self.stage):.0f} s limit; "
+                                      "the candidate's processes were killed", self.stage)
+        except CandidateGone:
+            self.cand_died()
+        except ReferenceGone as exc:
+            self.fail(Status.HARNESS_ERROR, f"the reference process {exc} during stage '{self.stage}'", self.stage)
+        except protocol.ProtocolError as exc:
+            self.candidate_protocol(str(exc))
+        except Exception:  # noqa: BLE001 - a bug of ours must not take the server down
+            self.fail(Status.HARNESS_ERROR, "harness error:\n" + traceback.format_exc(limit=4), None)
+        finally:
+            _kill_group(self.cand)
+            if self.cand is not None:
+                self.cand.join(5)
+        self.finish_result()
+        return self.result
+
+    def finish_result(self) -> None:
+        if self.result["status"] == Status.CORRECT and self.request.get("want_baselines"):
+            try:
+                self.run_baselines()
+            except Exception:  # noqa: BLE001
+                self.result["baselines"] = {"errors": {"harness": traceback.format_exc(limit=3)}}
+        self.ref_stats()
+        _kill_group(self.ref)
+        if self.ref is not None:
+            self.ref.join(5)
+        self.to_ref.close()
+        self.to_cand.close()
+        for fd in (getattr(self, "ref_alive_fd", None), getattr(self, "cand_alive_fd", None)):
+            if fd is not None:
+                os.close(fd)
+        self.result["log"] = _tail(self.scratch / "candidate.log")
+        options = self.request.get("options", {})
+        if self.config.backend == "cuda" and options.get("cuda_cache_dir"):
+            try:  # the candidate's processes are dead: nothing of theirs can race this copy
+                from kernelagent.harness.server import build_cache
+
+                build_cache.publish(self.scratch, options["cuda_cache_dir"], self.request.get("candidate_sha256", ""))
+            except Exception:  # noqa: BLE001 - the cache is an optimisation
+                traceback.print_exc()
+        ref_log = _tail(self.refdir / "reference.log")
+        if self.result["status"] in (Status.BAD_PROBLEM, Status.HARNESS_ERROR) and ref_log.strip():
+            self.result["log"] += "\n--- reference process ---\n" + ref_log
+        self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def precompile_only(self) -> dict[str, Any]:
+        """A CUDA candidate without a GPU: compile its sources with nvcc; nothing runs.
+        Compiled is all that can be said here."""
+        from kernelagent.harness.server.precompile import precompile
+
+        result = precompile(self.request["candidate_source"], self.scratch / "precompile",
+                            timeout=self.config.timeouts.cuda_build)
+        self.result["stage_seconds"]["nvcc"] = result.seconds
+        if result.ok:
+            self.result.update(status=Status.COMPILED, compiled=True, stage="compile",
+                               reason="the CUDA sources compiled with nvcc (compile-only: this machine has no GPU, "
+                                      "so the extension was not linked or run; correctness and timing need a GPU)")
+        elif result.skipped:
+            self.result.update(status=Status.HARNESS_ERROR, stage="compile",
+                               reason="cannot check this CUDA candidate without a GPU: " + result.skipped)
+        else:
+            self.result.update(status=Status.COMPILE_ERROR, stage="compile", reason=result.message)
+        self.result["log"] = "\n".join(result.commands)[-LOG_TAIL_BYTES:]
+        self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
+        shutil.rmtree(self.root, ignore_errors=True)
+        return self.result
+
+    # -- channels ------------------------------------------------------------------------
+    def ref_recv(self, accept: set[str], deadline: float) -> dict[str, Any]:
+        assert self.ref is not None
+        while True:
+            ready = wait([self.to_ref, self.ref_alive_fd], timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise StageTimeout()
+            if self.to_ref in ready:
+                try:
+                    message = protocol.recv(self.to_ref, accept | {"ref_error"}, self.job_id, self.ref_nonce)
+                except EOFError:
+                    self.ref.join(2)
+                    raise ReferenceGone(_describe_exit(self.ref.exitcode)) from None
+                if message["type"] == "ref_error":
+                    self.ref_error(message)
+                return message
+            self.ref.join(2)
+            raise ReferenceGone(_describe_exit(self.ref.exitcode))
+
+    def ref_error(self, message: dict[str, Any]) -> None:
+        if message["kind"] == "bad_problem":
+            self.fail(Status.BAD_PROBLEM, "the problem file failed to run:\n" + message["message"], "start")
+        else:
+            self.fail(Status.HARNESS_ERROR, message["message"], self.stage)
+        raise _Stop()
+
+    def cand_recv(self, accept: set[str], deadline: float, max_bytes: int = protocol.MAX_CANDIDATE_FRAME,
+                  stage_deadlines: bool = False) -> dict[str, Any]:
+        """The next message from the candidate's process that is one of `accept`. `stage`
+        messages are progress reports, accepted only in the order start, load, compile; a
+        `failure` ends the job. Anything else is a protocol violation."""
+        assert self.cand is not None
+        while True:
+            ready = wait([self.to_cand, self.cand_alive_fd], timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise StageTimeout()
+            if self.to_cand not in ready:
+                raise CandidateGone()
+            try:
+                message = protocol.recv(self.to_cand, accept | {"stage", "failure"}, self.job_id, max_bytes=max_bytes)
+            except EOFError:
+                raise CandidateGone() from None
+            if message["type"] == "failure":
+                self.candidate_failure(message)
+                raise _Stop()
+            if message["type"] == "stage":
+                self.candidate_stage(message["stage"])
+                if stage_deadlines:
+                    deadline = self.stage_started + self.limit(self.stage)
+                continue
+            return message
+
+    def candidate_stage(self, name: str) -> None:
+        if self.stage in _START_STAGES:
+            order = list(_START_STAGES)
+            if name in order and order.index(name) >= order.index(self.stage):
+                if name != self.stage:
+                    self.enter(name)
+                return
+            raise protocol.ProtocolError(f"stage {name[:30]!r} reported during '{self.stage}'")
+        # Later stages are the server's to set; the candidate's reports are only checked.
+        if name not in ("correctness", "timing", "post-check", "profile", self.stage):
+            raise protocol.ProtocolError(f"unknown stage {name[:30]!r}")
+
+    def relay_payloads(self, records: list[Any]) -> list[bytes]:
+        n = sum(1 for r in records if isinstance(r, dict) and r.get("kind") == "bytes")
+        if n > 512:
+            raise protocol.ProtocolError("too many tensors")
+        return [protocol.recv_payload(self.to_cand) for _ in range(n)]
+
+    # -- supervision -----------------------------------------------------------------------
+    def supervise(self) -> None:
+        try:
+            self._supervise()
+        except _Stop:
+            pass
+
+    def _supervise(self) -> None:
+        assert self.ref is not None and self.cand is not None
+        config = self.config
+        # 1. start, load, compile: the reference gets ready while the candidate imports.
+        deadline_ref = time.monotonic() + self.limit("start") + self.limit("load")
+        ref_ready = compiled = False
+        deadline = self.stage_started + self.limit(self.stage)
+        while not (ref_ready and compiled):
+            conns: list[Any] = []
+            if not ref_ready:
+                conns += [self.to_ref, self.ref_alive_fd]
+            if not compiled:
+                conns += [self.to_cand, self.cand_alive_fd]
+            until = min(deadline if not compiled else float("inf"), deadline_ref if not ref_ready else float("inf"))
+            ready = wait(conns, timeout=max(0.0, until - time.monotonic()))
+            if not ready:
+                raise StageTimeout()
+            if not ref_ready and (self.to_ref in ready or self.ref_alive_fd in ready):
+                message = self.ref_recv({"ref_ready"}, time.monotonic() + 1)
+                self.ready = message
+                ref_ready = True
+                self.result["workload"] = {"input_bytes": message["input_bytes"],
+                                           "output_bytes": message["output_bytes"],
+                                           "param_bytes": message["param_bytes"], "flops": message["flops"],
+                                           "dtype": message["output_dtype"]}
+                self.result["memory"]["io_bytes"] = message["input_bytes"] + message["output_bytes"]
+            if not compiled and (self.to_cand in ready or self.cand_alive_fd in ready):
+                self.cand_recv({"compiled"}, time.monotonic() + 1, stage_deadlines=True)
+                compiled = True
+                self.result["compiled"] = True
+            deadline = self.stage_started + self.limit(self.stage)
+        if config.compile_only:
+            self.cand_recv({"done"}, time.monotonic() + 30)
+            self.conclude([])
+            return
+
+        # 2. correctness: each check's seed revealed only when it runs.
+        self.enter("correctness")
+        deadline = time.monotonic() + self.limit("correctness")
+        protocol.send(self.to_cand, "plan", self.job_id,
+                      reference_ops=self.ready.get("reference_ops", []) if config.defences else [])
+        base = self.base_seed
+        checks = [{"name": f"trial {i}", "kind": "main", "seed": base + i, "stop": True}
+                  for i in range(config.trials)]
+        if self.ready.get("alt"):
+            checks.append({"name": "signed-normal inputs", "kind": "alt", "seed": base + SEED_ALT, "stop": True})
+        for j in range(int(self.ready.get("n_extra", 0))):
+            checks.append({"name": f"extra input set {j}", "kind": f"extra:{j}", "seed": base + SEED_EXTRA + j,
+                           "stop": False})
+        self.planned = [c["name"] for c in checks]
+        for check in checks:
+            if not self.run_check(check, deadline):
+                return self.end_early()
+
+        # 3. the timed loop, clocked here.
+        if config.timing:
+            self.enter("timing")
+            if not self.timed_loop(time.monotonic() + self.limit("timing")):
+                return self.end_early()
+            if config.post_timing_check:
+                self.enter("post-check")
+                post = {"name": "post-timing check", "kind": "main", "seed": base + SEED_POST_TIMING, "stop": True}
+                self.planned.append(post["name"])
+                if not self.run_check(post, time.monotonic() + self.limit("post-check")):
+                    return self.end_early()
+
+        # 4. the end: evidence, profile, flags.
+        self.finish_candidate(device_share=bool(config.defences and self.fingerprint.get("cuda")))
+        self.conclude(self.claimed_flags)
+
+    def run_check(self, check: dict[str, Any], deadline: float) -> bool:
+        """One check: the candidate runs it, the reference compares. True to go on."""
+        protocol.send(self.to_cand, "run_check", self.job_id, name=check["name"], kind=check["kind"],
+                      seed=check["seed"])
+        sent = time.perf_counter()
+        message = self.cand_recv({"outputs"}, deadline)
+        if check["kind"] == "main":
+            # The server's own clock on one call (input generation and the hand-over included):
+            # an upper bound of the call's time, from which the timed loop is sized.
+            self.call_latency_ms.append((time.perf_counter() - sent) * 1e3)
+        if message["name"] != check["name"]:
+            raise protocol.ProtocolError(f"outputs for {message['name'][:40]!r} when {check['name']!r} was asked")
+        payloads = self.relay_payloads(message["outputs"] + message["inputs"])
+        record = self.compare(check, message["n_outputs"], message["outputs"], message["inputs"], payloads, deadline)
+        stop = not record.passed and check["stop"]
+        protocol.send(self.to_cand, "check_reply", self.job_id, passed=record.passed, stop=stop)
+        return not stop
+
+    def compare(self, check: dict[str, Any], n_outputs: int, outputs: list[Any], inputs: list[Any],
+                payloads: list[bytes], deadline: float) -> CheckRecord:
+        protocol.send(self.to_ref, "check", self.job_id, self.ref_nonce, name=check["name"], kind=check["kind"],
+                      seed=check["seed"], n_outputs=n_outputs, outputs=outputs, inputs=inputs,
+                      stop_on_failure=bool(check.get("stop", True)))
+        for data in payloads:
+            protocol.send_payload(self.to_ref, data)
+        record = CheckRecord.from_message(self.ref_recv({"verdict"}, deadline))
+        self.record_check(record)
+        return record
+
+    def record_check(self, record: CheckRecord) -> None:
+        self.checks[record.name] = record
+        self.result["trials"].append({
+            "name": record.name, "seed": record.seed, "passed": record.passed, "max_abs_err": record.max_abs_err,
+            "max_rel_err": record.max_rel_err, "rel_l2_err": record.rel_l2_err,
+            "message": record.message if not record.passed or record.skipped else ""})
+
+    def timed_loop(self, deadline: float) -> bool:
+        config = self.config
+        estimate = max(min(self.call_latency_ms or [float(self.ready.get("estimate_ms", 1.0))]), 1e-3)
+        calls = int(min(max(-(-config.target_ms // estimate), config.min_reps), config.max_reps))
+        warmup = int(min(max(-(-config.warmup_ms // estimate), 2), 50))
+        out_bytes = max(int(self.ready.get("output_bytes", 0)), 1)
+        budget = (KEEP_DEVICE_SHARE * self.ready.get("memory", {}).get("free_bytes", 0)
+                  if self.fingerprint.get("cuda") else KEEP_CPU_BYTES)
+        keep = 0
+        if config.defences:
+            # Every measured call keeps its output, so the secret subset can be any of them;
+            # when memory allows fewer, the loop is shortened to what can be kept.
+            keep = int(min(calls, MAX_KEPT_CALLS, max(budget // out_bytes, 1)))
+            calls = max(keep, min(calls, keep)) if keep >= 2 else calls
+        l2 = self.fingerprint.get("l2_bytes")
+        order = {"calls": calls, "warmup_calls": warmup, "keep": keep, "l2_bytes": int(l2) if l2 else None}
+        # The loop's own cost, measured in the trusted process on this clock.
+        calibration_s = None
+        if self.fingerprint.get("cuda") or config.defences:
+            protocol.send(self.to_ref, "calibrate", self.job_id, self.ref_nonce,
+                          seed=self.rng.getrandbits(40), **order)
+            t0 = time.perf_counter()
+            self.ref_recv({"calibrated"}, deadline)
+            calibration_s = time.perf_counter() - t0
+        timed_seed = self.base_seed + SEED_TIMING + self.rng.getrandbits(30)
+        protocol.send(self.to_cand, "time", self.job_id, seed=timed_seed, **order)
+        t0 = time.perf_counter()
+        message = self.cand_recv({"timing"}, deadline)
+        loop_s = time.perf_counter() - t0
+        if message["calls"] != calls or len(message["kept"]) != keep:
+            raise protocol.ProtocolError("the timed loop did not run as ordered")
+        kept_payloads = []
+        for entry in message["kept"]:
+            if not isinstance(entry, dict) or not isinstance(entry.get("outputs"), list) \
+                    or not isinstance(entry.get("index"), int):
+                raise protocol.ProtocolError("malformed kept output")
+            kept_payloads.append(self.relay_payloads(entry["outputs"]))
+        self.result["timed_loop"] = {"calls": calls, "warmup_calls": warmup, "kept": keep,
+                                     "server_loop_s": loop_s, "calibration_s": calibration_s}
+        # A secret subset of the timed calls, always including the last, compared by the reference.
+        ok = True
+        if keep:
+            chosen = sorted(set(self.rng.sample(range(keep - 1), min(TIMED_CHECKS, keep - 1))) | {keep - 1})
+            for slot in chosen:
+                entry = message["kept"][slot]
+                index = entry["index"]
+                if index != calls - keep + slot:
+                    raise protocol.ProtocolError("kept outputs out of order")
+                check = {"name": f"timed call {index}", "kind": "main", "seed": timed_seed + warmup + index,
+                         "stop": True}
+                self.planned.append(check["name"])
+                record = self.compare(check, len(entry["outputs"]), entry["outputs"], [], kept_payloads[slot],
+                                      deadline)
+                if not record.passed:
+                    ok = False
+                    break
+        protocol.send(self.to_cand, "check_reply", self.job_id, passed=ok, stop=not ok)
+        samples = message["samples_ms"]
+        if len(samples) > 100_000 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                            for x in samples):
+            raise protocol.ProtocolError("malformed timing samples")
+        decision = verdict.trusted_time(samples, calls + warmup, loop_s, calibration_s,
+                                        bool(message["meaningful"]) and bool(self.fingerprint.get("cuda")))
+        timing = dict(decision.timing, samples_ms=[float(x) for x in samples][:5000], source=decision.source)
+        self.result["timings"]["candidate"] = timing
+        self.result["timed_loop"].update(server_ms_per_call=decision.server_ms,
+                                         claimed_mean_ms=decision.claimed_mean_ms, source=decision.source)
+        for item in decision.flags:
+            self.flag(item)
+        if config.defences and self.fingerprint.get("cuda"):
+            roof = verdict.check_roofline(self.fingerprint, self.ready, float(timing["median_ms"]),
+                                          config.roofline_margin)
+            if roof:
+                self.flag(roof)
+        return ok
+
+    def finish_candidate(self, device_share: bool) -> None:
+        self.enter("profile" if (self.config.profile or device_share) else "finishing")
+        protocol.send(self.to_cand, "finish", self.job_id, profile=bool(self.config.profile),
+                      device_share=device_share)
+        deadline = time.monotonic() + self.limit("profile")
+        message = self.cand_recv({"kernels", "done"}, deadline)
+        if message["type"] == "kernels":
+            self.result["kernels"] = [k for k in message["kernels"][:50] if isinstance(k, dict)]
+            message = self.cand_recv({"done"}, deadline)
+        self.claimed_flags = verdict.trusted_flags(message["flags"])
+        peak = message["memory"].get("peak_bytes")
+        if isinstance(peak, int):
+            self.result["memory"]["peak_candidate_bytes"] = peak
+
+    def end_early(self) -> None:
+        """A check failed and stops the evaluation: collect the candidate's evidence, conclude."""
+        try:
+            self.finish_candidate(device_share=False)
+        except (StageTimeout, CandidateGone, protocol.ProtocolError, _Stop):
+            self.claimed_flags = []
+        self.conclude(self.claimed_flags)
+
+    def conclude(self, claimed: list[dict[str, str]]) -> None:
+        self.enter("finished")
+        outcome = verdict.conclude_checks(self.planned, self.checks, self.config.compile_only,
+                                          bool(self.result["compiled"]))
+        flags = list(self.result["flags"]) + list(outcome.flags) + list(claimed)
+        if self.result["status"] is None:
+            outcome = verdict.apply_rejects(outcome, flags)
+            self.result.update(status=outcome.status, reason=outcome.reason, stage=outcome.stage,
+                               correct=outcome.status == Status.CORRECT)
+        self.result["flags"] = flags
+
+    # -- failures -------------------------------------------------------------------------
+    def candidate_failure(self, message: dict[str, Any]) -> None:
+        self.result["flags"] += verdict.trusted_flags(message["flags"])
+        kind, stage, text = message["kind"], message["stage"] or self.stage, message["message"]
+        if stage not in ("start", "load", "compile", "correctness", "timing", "post-check", "profile"):
+            stage = self.stage
+        if kind == "compile_error":
+            self.fail(Status.COMPILE_ERROR, text, stage)
+        elif kind == "rejected":
+            flag_kind = "output-alias" if "shares memory" in text else "output-type" if "output" in text else "rejected"
+            self.flag(verdict.flag(flag_kind, text, "reject"))
+            self.fail(Status.REJECTED, f"[{flag_kind}] {text}", stage)
+        elif kind == "out_of_memory":
+            self.fail(Status.RUNTIME_ERROR, "out of memory on the device in the candidate's own code: " + text, stage)
+        elif kind == "cuda_fault":
+            self.fail(Status.RUNTIME_ERROR, "CUDA fault (illegal memory access or device assert): " + text, stage)
+        elif kind == "protocol":
+            self.candidate_protocol(text)
+        else:
+            self.fail(Status.RUNTIME_ERROR, text, stage)
+        self.result["correct"] = False
+
+    def candidate_protocol(self, text: str) -> None:
+        message = (f"the candidate's process broke the harness protocol during '{self.stage}': {text}; "
+                   "a kernel must not write to the harness's channels")
+        self.flag(verdict.flag("protocol", message, "reject"))
+        self.fail(Status.REJECTED, "[protocol] " + message, self.stage)
+        self.result["correct"] = False
+
+    def cand_died(self) -> None:
+        assert self.cand is not None
+        self.cand.join(2)
+        code = self.cand.exitcode
+        if code == 70 and self.stage == "start":
+            self.fail(Status.HARNESS_ERROR, "the candidate's sandbox could not be set up (see the log)", "start")
+        else:
+            self.fail(Status.CRASHED, f"the candidate's process {_describe_exit(code)} during stage '{self.stage}'",
+                      self.stage)
+        self.result["correct"] = False
+
+    # -- after the verdict ------------------------------------------------------------------
+    def run_baselines(self) -> None:
+        assert self.ref is not None
+        modes = list(self.config.compile_modes) if (self.fingerprint.get("cuda") or
+                                                    self.config.compile_baseline_on_cpu) else []
+        started = time.monotonic()
+        # A fresh inductor cache that did not exist while the candidate ran.
+        inductor_dir = self.root / f"baseline-inductor-{uuid.uuid4().hex[:8]}"
+        l2 = self.fingerprint.get("l2_bytes")
+        protocol.send(self.to_ref, "baselines", self.job_id, self.ref_nonce, compile_modes=modes,
+                      l2_bytes=int(l2) if l2 else None, inductor_dir=str(inductor_dir),
+                      seed=self.base_seed + SEED_TIMING)
+        try:
+            message = self.ref_recv({"baseline_timings"}, time.monotonic() + self.config.timeouts.baselines)
+            self.result["baselines"] = {"timings": message["timings"], "errors": message["errors"]}
+        except StageTimeout:
+            self.result["baselines"] = {"errors": {"timeout": f"baselines ran past {self.config.timeouts.baselines:.0f} s"}}
+        except (ReferenceGone, _Stop) as exc:
+            self.result["baselines"] = {"errors": {"reference": f"the reference process {exc}"}}
+        self.result["stage_seconds"]["baselines"] = time.monotonic() - started
+        if not modes and not self.fingerprint.get("cuda"):
+            self.result["baselines"].setdefault("skipped", {})["compile"] = \
+                "torch.compile baseline skipped on the CPU (pass compile_baseline_on_cpu to force)"
+
+    def ref_stats(self) -> None:
+        if self.ref is None or not self.ref.is_alive():
+            return
+        try:
+            protocol.send(self.to_ref, "exit", self.job_id, self.ref_nonce)
+            message = self.ref_recv({"ref_stats"}, time.monotonic() + 10)
+            peak = message["memory"].get("peak_bytes")
+            if isinstance(peak, int):
+                self.result["memory"]["peak_reference_bytes"] = peak
+        except (StageTimeout, ReferenceGone, _Stop, OSError, protocol.ProtocolError):
+            pass
+
+
+class _Stop(Exception):
+    """The job has its verdict (a failure was reported): stop supervising."""

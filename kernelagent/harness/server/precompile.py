@@ -1,0 +1,157 @@
+"""Pre-compiling a CUDA candidate's sources with nvcc on a machine without a GPU (runs in the
+harness server: nothing of the candidate is executed, its literal sources are compiled)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelagent.harness.cuda_source import (SourceMap, extract_extensions, generated_files, compact_errors, check_flags,
+                                             CudaBuildError)
+
+def find_nvcc() -> str | None:
+    for candidate in (os.environ.get("CUDA_HOME") and os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc"),
+                      shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _torch_std() -> str:
+    """The C++ standard torch builds extensions with (c++20 from torch 2.10 on, c++17 before)."""
+    try:
+        import torch.utils.cpp_extension as ce
+
+        return "-std=c++20" if "-std=c++20" in Path(ce.__file__).read_text() else "-std=c++17"
+    except Exception:  # noqa: BLE001
+        return "-std=c++17"
+
+
+def _include_dirs(nvcc: str) -> list[str]:
+    import sysconfig
+
+    import torch.utils.cpp_extension as ce
+
+    dirs = list(ce.include_paths("cpu"))
+    dirs.append(str(Path(nvcc).resolve().parent.parent / "include"))
+    dirs.append(sysconfig.get_paths()["include"])
+    return dirs
+
+
+def _cpu_torch_stubs(workdir: Path, includes: list[str]) -> list[str]:
+    """A CPU build of torch ships c10/cuda's headers but not the one its CMake generates;
+    supply it (it only defines C10_CUDA_BUILD_SHARED_LIBS) so that <c10/cuda/...> compiles."""
+    name = Path("c10/cuda/impl/cuda_cmake_macros.h")
+    if any((Path(d) / name).exists() for d in includes):
+        return []
+    stub = workdir / "stub-include"
+    (stub / name).parent.mkdir(parents=True, exist_ok=True)
+    (stub / name).write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    return [str(stub)]
+
+
+def default_arch() -> str:
+    """The architecture to pre-compile for without a GPU (the GPUs we target: H100/H200)."""
+    return os.environ.get("KERNELAGENT_CUDA_ARCH", "90")
+
+
+@dataclass
+class PrecompileResult:
+    ok: bool
+    message: str = ""
+    seconds: float = 0.0
+    skipped: str = ""  # why nothing was compiled ("" when something was)
+    commands: list[str] = field(default_factory=list)
+
+
+def precompile(source: str, workdir: Path, timeout: float = 300.0, arch: str | None = None) -> PrecompileResult:
+    """Compile every load_inline extension of a candidate without a GPU: nvcc -c on its CUDA
+    sources, c++ -fsyntax-only on its C++ sources (same generated files, flags and includes as
+    torch's build), in parallel. Compact errors on failure."""
+    started = time.monotonic()
+    specs = extract_extensions(source)
+    if not specs:
+        return PrecompileResult(False, skipped="the candidate calls no torch.utils.cpp_extension.load_inline: "
+                                                "a CUDA candidate builds its kernels with load_inline")
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return PrecompileResult(False, skipped="nvcc was not found (CUDA_HOME, PATH, /usr/local/cuda): CUDA "
+                                                "candidates cannot be compiled on this machine")
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    unresolved = [f"{s.name}: {', '.join(s.unresolved)}" for s in specs if s.unresolved]
+    if unresolved:
+        return PrecompileResult(False, skipped="the sources of load_inline are built at run time, so they cannot "
+                                                "be compiled without a GPU (" + "; ".join(unresolved) + ")")
+    try:
+        import torch
+
+        abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+        import torch.utils.cpp_extension as ce
+
+        common_nvcc = list(ce.COMMON_NVCC_FLAGS)
+        includes = _include_dirs(nvcc)
+    except Exception as exc:  # noqa: BLE001
+        return PrecompileResult(False, skipped=f"torch's extension headers are unavailable: {exc}")
+    std = _torch_std()
+    arch = arch or default_arch()
+    procs: list[tuple[str, subprocess.Popen, dict[str, SourceMap]]] = []
+    errors: list[str] = []
+    commands = []
+    workdir.mkdir(parents=True, exist_ok=True)
+    includes = includes + _cpu_torch_stubs(workdir, includes)
+    for n, spec in enumerate(specs):
+        try:
+            cuda_flags = check_flags("extra_cuda_cflags", spec.extra_cuda_cflags)
+            c_flags = check_flags("extra_cflags", spec.extra_cflags)
+        except CudaBuildError as exc:
+            errors.append(f"load_inline at candidate.py:{spec.line}: {exc}")
+            continue
+        folder = workdir / f"ext{n}"
+        folder.mkdir(parents=True, exist_ok=True)
+        files = generated_files(spec)
+        defines = [f"-DTORCH_EXTENSION_NAME={re.sub(r'[^A-Za-z0-9_]', '_', spec.name)}",
+                   "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+        inc = [f"-I{d}" for d in includes]
+        maps = {fname: smap for fname, (_, smap) in files.items()}
+        for fname, (text, _) in files.items():
+            (folder / fname).write_text(text)
+        if "cuda.cu" in files:
+            cmd = [nvcc, "-c", "cuda.cu", "-o", "cuda.o", *defines, *inc, *common_nvcc, std,
+                   f"-gencode=arch=compute_{arch},code=sm_{arch}", "--compiler-options", "-fPIC", *cuda_flags]
+            commands.append(" ".join(cmd))
+            procs.append((spec.name, subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE,
+                                                      stderr=subprocess.STDOUT, text=True,
+                                                      start_new_session=True), maps))
+        if cxx and "main.cpp" in files:
+            cmd = [cxx, "-fsyntax-only", "main.cpp", *defines, *inc, std, "-fPIC", *c_flags]
+            commands.append(" ".join(cmd))
+            procs.append((spec.name, subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE,
+                                                      stderr=subprocess.STDOUT, text=True,
+                                                      start_new_session=True), maps))
+    deadline = started + timeout
+    timed_out = False
+    for name, proc, maps in procs:
+        try:
+            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, 9)
+            except OSError:
+                pass
+            proc.communicate()
+            continue
+        if proc.returncode != 0:
+            errors.append(compact_errors(out, maps, name=name))
+    seconds = time.monotonic() - started
+    if timed_out:
+        errors.append(f"the compiler ran past its {timeout:.0f} s limit and was killed")
+    if errors:
+        return PrecompileResult(False, "\n".join(errors), seconds, commands=commands)
+    return PrecompileResult(True, "compiled with nvcc", seconds, commands=commands)

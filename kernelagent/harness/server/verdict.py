@@ -1,0 +1,245 @@
+"""The verdict of one evaluation, as pure functions over trusted check records.
+
+Runs in the harness server. Its inputs are:
+- verdicts of the checks, each computed by the trusted reference process (`CheckRecord`);
+- the plan: the names of the checks the server asked for;
+- what the server itself observed (its own clock over the timed loop, process exits);
+- claims from the candidate's process (in-process timings, evidence flags), which can only
+  make a verdict worse, never better.
+
+`correct` needs every planned check to have been compared in the reference process and to have
+passed. Nothing here does I/O, so tests/test_verdict.py runs the whole table in milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernelagent.harness.result import SEVERITY, Status
+
+# Timed loop checks (trusted_time): the server's per-call time may exceed the mean that the
+# candidate's process claims by this share of the server's time, plus an absolute allowance for
+# the noise of subtracting the calibrated loop overhead (see `clock_slack_ms`).
+CLOCK_REL_SLACK = 0.10
+# Beyond this many slacks, with the claim under half the server's time, the in-process clock was
+# not just noisy: rejected as tampering.
+CLOCK_GROSS_FACTOR = 3.0
+
+
+@dataclass
+class CheckRecord:
+    """A comparison made by the reference process."""
+
+    name: str
+    kind: str
+    seed: int
+    passed: bool
+    message: str = ""
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    rel_l2_err: float | None = None
+    rejected: str | None = None  # e.g. "input-mutation", "bad-payload"
+    harness_error: bool = False
+    skipped: bool = False
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> "CheckRecord":
+        return cls(**{k: message[k] for k in ("name", "kind", "seed", "passed", "message", "max_abs_err",
+                                              "max_rel_err", "rel_l2_err", "rejected", "harness_error",
+                                              "skipped")})
+
+
+@dataclass
+class Outcome:
+    status: str | None = None
+    reason: str = ""
+    stage: str | None = None
+    flags: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def correct(self) -> bool:
+        return self.status == Status.CORRECT
+
+
+def flag(kind: str, message: str, severity: str | None = None) -> dict[str, str]:
+    return {"kind": kind, "message": message, "severity": severity or SEVERITY.get(kind, "info")}
+
+
+def trusted_flags(claimed: list[Any]) -> list[dict[str, str]]:
+    """Flags reported by the candidate's process, with severities from our table: a claimed
+    severity is ignored (a candidate cannot downgrade its own evidence), and an unknown kind is
+    only information. Bounded, so a flood of claims cannot bloat the result."""
+    out = []
+    for item in claimed[:50]:
+        if not isinstance(item, dict):
+            continue
+        kind = str(item.get("kind", "?"))[:60]
+        out.append(flag(kind, str(item.get("message", ""))[:2000], SEVERITY.get(kind, "info")))
+    return out
+
+
+def conclude_checks(planned: list[str], checks: dict[str, CheckRecord], compile_only: bool = False,
+                    compiled: bool = False) -> Outcome:
+    """The verdict from the checks alone, once the candidate's process has finished normally."""
+    if compile_only:
+        if compiled:
+            return Outcome(Status.COMPILED, "loaded and ran its first call")
+        return Outcome(Status.HARNESS_ERROR, "the candidate stopped without reporting its first call")
+    if not planned:
+        # Never "correct by default": an evaluation that planned no checks proves nothing.
+        return Outcome(Status.HARNESS_ERROR, "no correctness check was planned", "correctness")
+    main_failures: list[CheckRecord] = []
+    extra_failures: list[CheckRecord] = []
+    missing = [name for name in planned if name not in checks]
+    for name in planned:
+        check = checks.get(name)
+        if check is not None and not check.passed:
+            (extra_failures if check.kind.startswith("extra:") else main_failures).append(check)
+    harness = [c for c in main_failures if c.harness_error]
+    if harness:
+        return Outcome(Status.HARNESS_ERROR, harness[0].message, "correctness")
+    rejected = [c for c in main_failures if c.rejected]
+    if rejected:
+        first = rejected[0]
+        return Outcome(Status.REJECTED, f"[{first.rejected}] {first.name}: {first.message}", "correctness",
+                       [flag(first.rejected or "rejected", first.message, "reject")])
+    if main_failures:
+        first = main_failures[0]
+        post = first.name.startswith(("post-timing", "timed call"))
+        stage = "post-check" if post else "correctness"
+        hint = (" (it passed before timing: do the timed calls compute something else, or cache outputs "
+                "between calls?)" if post else "")
+        flags = []
+        alt = [c for c in main_failures if c.kind == "alt"]
+        if alt and first.kind == "alt":
+            hint = (" (it passes on the problem's own inputs but not on signed normal ones: does the kernel "
+                    "rely on the input distribution?)")
+            flags.append(flag("input-distribution", f"{first.name}: {first.message}"[:600] + hint, "info"))
+        return Outcome(Status.INCORRECT, f"{first.name}: {first.message}{hint}", stage, flags)
+    if missing:
+        return Outcome(Status.HARNESS_ERROR, f"check '{missing[0]}' was planned but never compared", "correctness")
+    outcome = Outcome(Status.CORRECT, "")
+    if extra_failures:
+        names = ", ".join(c.name for c in extra_failures)
+        outcome.flags.append(flag("shape-specialisation",
+                                  f"passes the main shape but fails {names}: {extra_failures[0].message}",
+                                  "review"))
+    return outcome
+
+
+def apply_rejects(outcome: Outcome, flags: list[dict[str, str]]) -> Outcome:
+    """Explicit evidence of an exploit outranks the comparison's verdict (but never a
+    harness error or a bad problem, which are not about the candidate)."""
+    rejects = [f for f in flags if f["severity"] == "reject"]
+    if not rejects or outcome.status in (Status.HARNESS_ERROR, Status.BAD_PROBLEM, Status.TIMEOUT,
+                                         Status.REJECTED):
+        return outcome
+    first = rejects[0]
+    also = ""
+    if outcome.status != Status.CORRECT and outcome.reason:
+        also = f" (it was also {outcome.status}: {outcome.reason.splitlines()[0][:300]})"
+    return Outcome(Status.REJECTED, f"[{first['kind']}] {first['message']}{also}", outcome.stage or "evidence",
+                   outcome.flags)
+
+
+# --------------------------------------------------------------------------------------
+# Timing: the candidate's in-process samples against the server's own clock
+# --------------------------------------------------------------------------------------
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    pos = (len(sorted_values) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def clock_slack_ms(server_ms: float, overhead_ms: float) -> float:
+    """How far the server's per-call time may exceed the claimed mean before the two disagree:
+    10% of the server's time, plus a quarter of the per-call loop overhead that was subtracted
+    (the overhead of two loops is measured, not known, and its noise scales with it), plus 5 us
+    for the host's jitter."""
+    return CLOCK_REL_SLACK * server_ms + 0.25 * max(overhead_ms, 0.0) + 0.005
+
+
+@dataclass
+class TimeDecision:
+    timing: dict[str, Any]  # fields of result.Timing
+    source: str  # "in-process" or "server"
+    server_ms: float | None
+    claimed_mean_ms: float | None
+    flags: list[dict[str, str]] = field(default_factory=list)
+
+
+def trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibration_s: float | None,
+                 meaningful: bool) -> TimeDecision:
+    """The candidate's time, from claims checked against the server's clock.
+
+    samples_ms: per-call times the candidate's process claims for its measured calls.
+    calls: how many calls (warm-up included) the server asked the loop to make.
+    loop_s: the server's own clock around the candidate's whole timed loop.
+    calibration_s: the server's clock around the reference process running the same loop with
+        an empty model (fresh inputs, L2 flush, synchronisation, output copy): the loop's overhead.
+    """
+    clean = sorted(float(x) for x in samples_ms if isinstance(x, (int, float)) and math.isfinite(x) and x >= 0)
+    flags: list[dict[str, str]] = []
+    server_ms = None
+    if calibration_s is not None and calls > 0:
+        overhead_ms = calibration_s * 1e3 / calls
+        server_ms = max((loop_s - calibration_s) * 1e3 / calls, 0.0)
+    if not clean:
+        if server_ms is None:
+            raise ValueError("no timing samples and no server clock")
+        return TimeDecision(_point(server_ms, calls, meaningful, "server clock (no valid samples claimed)"),
+                            "server", server_ms, None,
+                            [flag("clock-mismatch", "the candidate's process reported no valid timing samples; "
+                                                    "the server's clock was used")])
+    claimed = {"median_ms": quantile(clean, 0.5), "q1_ms": quantile(clean, 0.25), "q3_ms": quantile(clean, 0.75),
+               "min_ms": clean[0], "reps": len(clean), "meaningful": meaningful,
+               "note": "" if meaningful else "CPU wall clock (Triton interpreter): not meaningful"}
+    mean = sum(clean) / len(clean)
+    if server_ms is None or not meaningful:
+        return TimeDecision(claimed, "in-process", server_ms, mean, flags)
+    slack = clock_slack_ms(server_ms, overhead_ms)
+    gap = server_ms - mean
+    if gap <= slack:
+        return TimeDecision(claimed, "in-process", server_ms, mean, flags)
+    message = (f"the candidate's process measured {mean:.4f} ms per call, but the server's clock saw "
+               f"{server_ms:.4f} ms per call over the same loop (overhead {overhead_ms:.4f} ms per call "
+               f"removed); the server's time is reported")
+    flags.append(flag("clock-mismatch", message))
+    if mean < 0.5 * server_ms and gap > CLOCK_GROSS_FACTOR * slack:
+        flags.append(flag("tampering", "in-process clocks disagree with the server's clock: " + message, "reject"))
+    return TimeDecision(_point(server_ms, calls, meaningful, "server clock"), "server", server_ms, mean, flags)
+
+
+def _point(ms: float, reps: int, meaningful: bool, note: str) -> dict[str, Any]:
+    return {"median_ms": ms, "q1_ms": ms, "q3_ms": ms, "min_ms": ms, "reps": reps, "meaningful": meaningful,
+            "note": note}
+
+
+def roofline_floor(fingerprint: dict[str, Any], ready: dict[str, Any]) -> tuple[float | None, str]:
+    """(floor in ms, how it was computed) for the problem's main inputs on this device: the
+    reference's input, output and parameter bytes and the problem's FLOPs against the peaks in
+    kernelagent/hardware.py (the one implementation of the bound)."""
+    from kernelagent import hardware
+
+    device = hardware.describe_device(fingerprint)
+    nbytes = float(ready.get("input_bytes", 0) + ready.get("output_bytes", 0) + ready.get("param_bytes", 0))
+    return hardware.roofline_floor(device, nbytes, ready.get("flops"), str(ready.get("output_dtype", "float32")))
+
+
+def check_roofline(fingerprint: dict[str, Any], ready: dict[str, Any], median_ms: float,
+                   margin: float) -> dict[str, str] | None:
+    """Class 16: a time below what the hardware allows for the bytes and FLOPs involved."""
+    floor_ms, how = roofline_floor(fingerprint, ready)
+    if floor_ms is None:
+        return flag("roofline", f"impossible-speed check skipped: {how}", "info")
+    if median_ms < margin * floor_ms:
+        return flag("impossible-speed",
+                    f"median {median_ms:.4f} ms is below the roofline floor of {floor_ms:.4f} ms ({how}) on "
+                    f"{fingerprint.get('gpu_name', 'this GPU')}: the timing cannot be real (clock patched, "
+                    "work skipped or hidden); not counted as a speedup")
+    return None

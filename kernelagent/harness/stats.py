@@ -1,0 +1,85 @@
+"""Confidence intervals for speedups, from timing samples (pure Python, no torch).
+
+A speedup is t_baseline / t_candidate, each a median over its own timed calls. Its interval is a
+percentile bootstrap: resample each side's samples with replacement, take the ratio of the
+medians, and keep the 2.5th and 97.5th percentiles. The random generator is seeded from the
+samples themselves, so the same samples always give the same interval (results stay
+reproducible and comparable across runs).
+
+Decisions that must not be fooled by noise (optimize's target, bench's fast_p, verify's gate)
+use the LOW end: "faster than Inductor" means the whole interval is above 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import struct
+from typing import Sequence
+
+DEFAULT_RESAMPLES = 1000
+DEFAULT_LEVEL = 0.95
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def _clean(samples: Sequence[float]) -> list[float]:
+    return [float(x) for x in samples if isinstance(x, (int, float)) and math.isfinite(x) and x > 0]
+
+
+def _seed(*groups: list[float]) -> int:
+    digest = hashlib.sha256()
+    for group in groups:
+        digest.update(struct.pack(f"<{len(group)}d", *group))
+        digest.update(b"|")
+    return int.from_bytes(digest.digest()[:8], "little")
+
+
+def speedup_interval(baseline_ms: Sequence[float], candidate_ms: Sequence[float],
+                     level: float = DEFAULT_LEVEL, resamples: int = DEFAULT_RESAMPLES,
+                     max_samples: int = 400) -> list[float] | None:
+    """[low, high] of median(baseline) / median(candidate) at `level`, or None when either side
+    has fewer than 3 usable samples. Long sample lists are thinned evenly to `max_samples`
+    (the bootstrap's cost grows with their length; the interval hardly changes)."""
+    base, cand = _clean(baseline_ms), _clean(candidate_ms)
+    if len(base) < 3 or len(cand) < 3:
+        return None
+    base, cand = _thin(base, max_samples), _thin(cand, max_samples)
+    rng = random.Random(_seed(base, cand))
+    ratios = []
+    nb, nc = len(base), len(cand)
+    for _ in range(resamples):
+        b = _median([base[rng.randrange(nb)] for _ in range(nb)])
+        c = _median([cand[rng.randrange(nc)] for _ in range(nc)])
+        ratios.append(b / c)
+    ratios.sort()
+    tail = (1.0 - level) / 2
+    low = ratios[max(0, int(math.floor(tail * resamples)))]
+    high = ratios[min(resamples - 1, int(math.ceil((1.0 - tail) * resamples)) - 1)]
+    return [low, high]
+
+
+def point_interval(value: float) -> list[float]:
+    """The degenerate interval of a number with no samples behind it (the server's clock)."""
+    return [value, value]
+
+
+def _thin(values: list[float], limit: int) -> list[float]:
+    if len(values) <= limit:
+        return values
+    step = len(values) / limit
+    return [values[int(i * step)] for i in range(limit)]
+
+
+def beats(interval: Sequence[float] | None, point: float | None, target: float) -> bool:
+    """The decision rule: True when the speedup is above `target` with confidence, i.e. the
+    interval's low end is at least `target`. Without an interval, the point estimate decides."""
+    if interval is not None and len(interval) == 2:
+        return interval[0] >= target
+    return point is not None and point >= target
