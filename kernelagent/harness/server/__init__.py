@@ -1,0 +1,1 @@
+"""The harness server process: the serve loop and the per-job jail (jail.py)."""
