@@ -516,10 +516,11 @@ def _try_mount_setattr() -> str:
     return "works"
 
 
-def probe() -> dict[str, Any]:
+def probe(scratch_root: Path | None = None) -> dict[str, Any]:
     """Which isolation works here, each tried in a throwaway forked child (nothing changes in
-    this process), plus a full trial of enter_job_jail. Must be called from a process that may
-    fork (the server, before it starts jobs)."""
+    this process), plus a full trial of enter_job_jail with a scratch directory made (and
+    removed) under `scratch_root` (default: the temp directory). Call it from a process that
+    may fork (the server, before it starts jobs); it takes about 10-50 ms."""
     def one(fn) -> bool | str:
         res = _in_child(fn)
         return res["value"] if res["ok"] else f"no: {res['error']}"
@@ -541,7 +542,7 @@ def probe() -> dict[str, Any]:
         info["inside_user_ns"] = None
 
     def trial() -> dict[str, Any]:
-        scratch = Path(tempfile.mkdtemp(prefix="kernelagent-jail-probe-"))
+        scratch = Path(tempfile.mkdtemp(prefix="kernelagent-jail-probe-", dir=scratch_root))
         try:
             r, w = os.pipe()
             pid = os.fork()
