@@ -293,6 +293,20 @@ def _set_limits(limits: dict[str, int]) -> dict[str, int]:
     return applied
 
 
+def _outer_uid_is_root(euid: int) -> bool:
+    """Does our uid map to uid 0 one namespace up (or are we root in the initial namespace)?
+    Inside a root-started bwrap with --uid 1000, uid 1000 is still root outside, and the kernel
+    exempts that uid from RLIMIT_NPROC."""
+    try:
+        for line in Path("/proc/self/uid_map").read_text().splitlines():
+            inside, outside, count = (int(x) for x in line.split())
+            if inside <= euid < inside + count:
+                return outside + (euid - inside) == 0
+    except (OSError, ValueError):
+        pass
+    return euid == 0
+
+
 # -- the jail -------------------------------------------------------------------------------------
 
 def _forward_status(status: int) -> None:
@@ -337,7 +351,7 @@ def _become_pid1_of_new_namespace() -> None:
 
 def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: str = "namespaces", *,
                    keep_ro: list[Path] | None = None, shm_bytes: int = 256 << 20,
-                   limits: dict[str, int] | None = None) -> dict[str, Any]:
+                   limits: dict[str, int] | None = None, run_as: tuple[int, int] | None = None) -> dict[str, Any]:
     """Enter the job's jail. Call it FIRST in a freshly forked child of the server, after the
     caller has pointed fds 1 and 2 at the job's log, before any candidate code is imported.
 
@@ -348,6 +362,11 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     mode: "namespaces" or "none" (fds closed and a process group of its own: nothing else).
     keep_ro: paths under a hidden directory to bind back read-only (e.g. a virtualenv in the
         home directory, which lazy imports still need).
+    shm_bytes: size of the job's private /dev/shm. limits: overrides of DEFAULT_LIMITS.
+    run_as: (uid, gid) to switch to before creating the namespaces, when running as root.
+        The kernel exempts outer uid 0 from RLIMIT_NPROC, so only a non-root outer uid makes
+        the process limit hold; the job's files are then owned by it (scratch is chowned), and
+        the interpreter and its packages must be readable by it.
     Returns the description of what holds, for the result's `isolation` field. In
     "namespaces" mode, the caller's process becomes a waiter outside the job that never
     returns: it exits with the job's status. Any failure raises JailError.
@@ -369,7 +388,23 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     for h in hides:
         if _is_under(h, scratch):
             raise JailError(f"hide path {h} lies inside the scratch directory {scratch}")
+    ppid = os.getppid()
+    if run_as is not None and os.geteuid() == 0:
+        uid, gid = run_as
+        os.chown(scratch, uid, gid)
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+        # A uid change makes the process non-dumpable: /proc/self/uid_map would then belong to
+        # root and could not be written below.
+        _prctl(4, 1, "prctl(PR_SET_DUMPABLE)")
+    # Die with the server. Set here (again) because a uid change clears it; the getppid check
+    # closes the race where the server died before the prctl.
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != ppid:
+        os._exit(255)
     euid, egid = os.geteuid(), os.getegid()
+    outer_root = _outer_uid_is_root(euid)  # read before our own uid_map replaces the view
 
     # 1. User namespace first (the kernel creates it before the others in the same call, so it
     #    owns them): this gives us the capabilities to mount, also as an unprivileged user.
@@ -431,7 +466,9 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
             raise JailError(f"cannot block nested {kind} namespaces: {exc.strerror}") from None
     _libc.sethostname(b"kernelagent-job", 15)
     # 10. Limits, then working directory (the old cwd may be the covered, read-only copy).
-    applied = _set_limits({**DEFAULT_LIMITS, **(limits or {})})
+    applied: dict[str, Any] = _set_limits({**DEFAULT_LIMITS, **(limits or {})})
+    if outer_root:
+        applied["nproc"] = "not enforced: the job's outer uid is 0 (the kernel exempts it); see run_as"
     os.chdir(scratch)
     # 11. Last: capabilities. After this nothing can be remounted, unhidden or regained.
     drop_capabilities()
