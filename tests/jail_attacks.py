@@ -162,13 +162,13 @@ def a_network(ctx):
 def a_shm(ctx):
     before = sorted(os.listdir("/dev/shm"))
     write_file("/dev/shm/kernelagent-jail-leak", "x" * 1000)
-    import mmap
-    # A POSIX shared memory segment too (what multiprocessing.shared_memory creates).
-    from multiprocessing import shared_memory
-    seg = shared_memory.SharedMemory(name="kernelagent-jail-seg", create=True, size=4096)
-    seg.buf[:3] = b"abc"
-    seg.close()
-    del mmap
+    # A POSIX shared memory segment too (shm_open, as multiprocessing.shared_memory does; not
+    # that class itself, whose resource-tracker process is beside the point here).
+    import _posixshmem
+
+    fd = _posixshmem.shm_open("/kernelagent-jail-seg", os.O_CREAT | os.O_RDWR, 0o600)
+    os.ftruncate(fd, 4096)
+    os.close(fd)
     return {"before": before, "after": sorted(os.listdir("/dev/shm"))}
 
 
@@ -397,7 +397,7 @@ def run_attack(name: str, base: Path, mode: str, caller_pid: int, canary: str) -
         report.update(json.loads(line))
     if parent_fn:
         report["parent"] = parent_fn(ctx, report.get("child"))
-    os.unlink(ctx["shm_marker"])
+    os.unlink(ctx["shm_marker"])  # (left behind only if this server is killed mid-run)
     for s in (listener, abstract, pair_peer):
         s.close()
     return report
