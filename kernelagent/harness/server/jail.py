@@ -1,0 +1,617 @@
+"""Per-job kernel namespaces, entered in a process forked from the harness server.
+
+Why a fork and not a fresh `bwrap`/`unshare` exec per job: the server has torch (and Triton)
+imported already; a forked child keeps them, a fresh interpreter pays seconds of imports.
+unshare(CLONE_NEWUSER) refuses a multi-threaded caller, and a forked child has exactly one
+thread (the one that forked), so the jail is entered right after fork and before any
+candidate code exists.
+
+The layout of one job after `enter_job_jail(..., mode="namespaces")`:
+
+    server ── fork ──> J (the caller's job process; outside the job's pid namespace)
+                        │  closes inherited fds, unshare(user|mnt|pid|net|ipc|uts), maps its ids
+                        └─ fork ──> pid 1 of the new pid namespace: mounts, limits, drops every
+                                    capability, then RETURNS to the caller's code (the job)
+    J only waits for pid 1 and exits with the same status. When pid 1 ends, the kernel kills
+    every other process of the namespace (setsid daemons included); when J dies, pid 1 gets
+    SIGKILL (PR_SET_PDEATHSIG), so killing J or its process group ends the whole job.
+
+What holds inside (checked by tests/test_jail.py):
+- pid: the job sees only its own processes; /proc is a fresh mount for its pid namespace.
+- mount: every mount is read-only (recursively); the `hide` paths are empty read-only tmpfs;
+  only `scratch` is writable; /dev/shm is a private, size-limited tmpfs.
+- net: a namespace with only a loopback interface that is down: no connection anywhere.
+- ipc, uts: private (SysV IPC and POSIX message queues, hostname).
+- user: the job runs with zero capabilities, an empty bounding set and no_new_privs, also
+  when the server runs as root; it cannot create further namespaces (the per-namespace
+  limits are set to 0), so it cannot regain capabilities in a nested user namespace either.
+- limits: RLIMIT_NOFILE, RLIMIT_FSIZE, RLIMIT_CORE=0, RLIMIT_NPROC (see `_set_limits`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import json
+import os
+import platform
+import resource
+import select
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# -- kernel constants (linux/sched.h, linux/mount.h, linux/prctl.h, linux/securebits.h) ------
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+JOB_NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 0x400, 0x800, 0x200000, 0x1000000
+
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+# The syscalls numbered from 424 up are the same on every architecture but alpha; we only
+# claim the two we can reason about.
+SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}.get(platform.machine())
+
+# Tests set this to exercise the path taken on kernels older than 5.12 (no mount_setattr).
+FORCE_REMOUNT_FALLBACK = False
+
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+# NOROOT(+LOCKED): uid 0 gains nothing at execve; NO_SETUID_FIXUP(+LOCKED); KEEP_CAPS_LOCKED;
+# NO_CAP_AMBIENT_RAISE(+LOCKED). All locked, so the job cannot undo them.
+SECUREBITS_ALL_LOCKED = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+# The per-user-namespace limits on creating namespaces (/proc/sys/user/max_*_namespaces).
+NESTED_NAMESPACE_LIMITS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")
+
+DEFAULT_LIMITS = {
+    # Open files: bounds what a job can pin in the kernel; torch and Triton stay far below.
+    "nofile": 4096,
+    # Largest single file the job may write (scratch bytes, per file: the kernel has no
+    # per-directory byte limit without quotas; a tmpfs scratch would be the hard total).
+    "fsize": 4 << 30,
+    # Tasks (processes AND threads) of the job. RLIMIT_NPROC counts per (user namespace, uid)
+    # since Linux 5.14, and each job has a user namespace of its own, so this counts the
+    # job's own tasks only, not the server's or other jobs' (tests/test_jail.py checks it).
+    # Generous because torch starts one OpenMP thread per core and CUDA a few more.
+    "nproc": 1024,
+}
+
+
+class JailError(RuntimeError):
+    """A step of the jail failed in "namespaces" mode. The server turns this into a harness
+    error for the job: it never runs a candidate with less isolation than it reports."""
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_libc.syscall.restype = ctypes.c_long
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        err = ctypes.get_errno()
+        exc = JailError(f"{what}: {os.strerror(err)} ({errno.errorcode.get(err, err)})")
+        exc.errno = err
+        raise exc
+    return ret
+
+
+def _b(path: str | Path | None) -> bytes | None:
+    return None if path is None else os.fsencode(str(path))
+
+
+def _mount(source: str | None, target: str | Path, fstype: str | None, flags: int, data: str | None = None) -> None:
+    _check(_libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)),
+           f"mount({source!r}, {str(target)!r}, {fstype!r}, {flags:#x})")
+
+
+def _prctl(option: int, arg2: int = 0, what: str = "prctl") -> None:
+    _check(_libc.prctl(option, arg2, 0, 0, 0), what)
+
+
+def _unshare(flags: int) -> None:
+    if hasattr(os, "unshare"):  # Python >= 3.12
+        try:
+            os.unshare(flags)
+        except OSError as exc:
+            raise JailError(f"unshare({flags:#x}): {exc.strerror}") from None
+    else:
+        _check(_libc.unshare(flags), f"unshare({flags:#x})")
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+# -- file descriptors ---------------------------------------------------------------------------
+
+def close_inherited_fds(keep_fds: list[int]) -> list[int]:
+    """Close every descriptor but 0, 1, 2 and `keep_fds`; returns the kept ones.
+
+    Whatever the server held (the caller's socket, other jobs' pipes, cache files) would
+    otherwise be usable by candidate code. os.closerange uses close_range(2) where it exists,
+    so the gaps between kept fds cost one syscall each whatever the descriptor limit.
+    Python objects that wrapped the closed fds still exist in the forked memory: the job must
+    end with os._exit, not through interpreter shutdown, so no finaliser closes a reused fd.
+    """
+    keep = sorted({0, 1, 2, *(int(fd) for fd in keep_fds)})
+    for fd in keep:
+        os.fstat(fd)  # a kept fd that is not open is the caller's bug: fail loudly
+    # The highest open fd bounds the last range (listing /proc/self/fd briefly opens one more).
+    high = max(int(name) for name in os.listdir("/proc/self/fd")) + 1
+    low = 0
+    for fd in keep:
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, max(high, low))
+    return keep
+
+
+# -- mounts -------------------------------------------------------------------------------------
+
+def _mount_setattr(path: str | Path, attr_set: int, attr_clr: int, recursive: bool) -> bool:
+    """mount_setattr(2): False when the kernel lacks it (ENOSYS) or the arch is unknown."""
+    if SYS_MOUNT_SETATTR is None:
+        return False
+    attr = _MountAttr(attr_set, attr_clr, 0, 0)
+    ret = _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, _b(path), AT_RECURSIVE if recursive else 0,
+                        ctypes.byref(attr), ctypes.sizeof(attr))
+    if ret < 0:
+        if ctypes.get_errno() == errno.ENOSYS:
+            return False
+        _check(ret, f"mount_setattr({str(path)!r})")
+    return True
+
+
+def _kept_flags(path: str) -> int:
+    """The per-mount flags a bind remount must repeat. In a user namespace the flags that came
+    from the parent namespace are locked, and a remount that would clear one fails (EPERM)."""
+    st = os.statvfs(path)
+    flags = 0
+    for st_flag, ms_flag in ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+                             (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME),
+                             (os.ST_RELATIME, MS_RELATIME)):
+        if st.f_flag & st_flag:
+            flags |= ms_flag
+    return flags
+
+
+def _unescape_mountinfo(field: str) -> str:
+    return field.encode().decode("unicode_escape").encode("latin-1").decode(errors="surrogateescape")
+
+
+def _remount_all_readonly() -> None:
+    """Fallback without mount_setattr: remount every mount of our namespace read-only, one by
+    one, from /proc/self/mountinfo (a bind+remount of / alone would leave submounts such as
+    /tmp or /dev/shm writable). Overmounted mount points cannot be reached by path: they are
+    hidden, and the mounts that hide them are remounted too."""
+    with open("/proc/self/mountinfo") as fh:
+        targets = [_unescape_mountinfo(line.split()[4]) for line in fh]
+    for target in targets:
+        try:
+            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(target))
+        except FileNotFoundError:
+            continue  # statvfs: the mount point is gone (a mount on a since deleted path)
+        except JailError as exc:
+            if getattr(exc, "errno", None) == errno.ENOENT:
+                continue
+            raise
+
+
+def _set_readonly(path: str | Path, readonly: bool, recursive: bool, nosuid_nodev: bool = False) -> str:
+    """Make one mount (or the tree under it) read-only, or writable again; optionally also
+    nosuid+nodev. Other flags (noexec, atime) stay as they are. Returns the method used."""
+    extra = (MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) if nosuid_nodev else 0
+    if not FORCE_REMOUNT_FALLBACK and _mount_setattr(path, (MOUNT_ATTR_RDONLY if readonly else 0) | extra,
+                                                     0 if readonly else MOUNT_ATTR_RDONLY, recursive):
+        return "mount_setattr"
+    if recursive:
+        if not readonly or extra:
+            raise JailError("only a recursive read-only remount is supported without mount_setattr")
+        _remount_all_readonly()
+        return "remount"
+    flags = _kept_flags(str(path)) | (MS_RDONLY if readonly else 0) | (MS_NOSUID | MS_NODEV if extra else 0)
+    _mount(None, path, None, MS_REMOUNT | MS_BIND | flags)
+    return "remount"
+
+
+def _is_under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+# -- capabilities and limits --------------------------------------------------------------------
+
+def drop_capabilities() -> None:
+    """No capability left, none to regain: locked securebits (uid 0 gains nothing through
+    execve), an empty bounding set, no ambient set, capset to zero, then no_new_privs. The
+    order matters: the bounding set and securebits need CAP_SETPCAP, so capset comes last."""
+    _prctl(PR_SET_SECUREBITS, SECUREBITS_ALL_LOCKED, "prctl(PR_SET_SECUREBITS)")
+    last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    for cap in range(last_cap + 1):
+        _prctl(PR_CAPBSET_DROP, cap, f"prctl(PR_CAPBSET_DROP, {cap})")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+    header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()  # all zero: effective, permitted, inheritable
+    _check(_libc.capset(ctypes.byref(header), data), "capset(0)")
+    _prctl(PR_SET_NO_NEW_PRIVS, 1, "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def _set_limits(limits: dict[str, int]) -> dict[str, int]:
+    """Hard and soft limits both, so the job cannot raise them back.
+
+    Not limited on purpose: RLIMIT_AS/RLIMIT_DATA (CUDA reserves terabytes of virtual address
+    space; host RAM needs a cgroup, which a job cannot get here without a delegated cgroup
+    tree) and RLIMIT_MEMLOCK (pinned host memory for CUDA)."""
+    names = {"nofile": resource.RLIMIT_NOFILE, "fsize": resource.RLIMIT_FSIZE, "nproc": resource.RLIMIT_NPROC,
+             "core": resource.RLIMIT_CORE}
+    applied = {}
+    for name, value in {**limits, "core": 0}.items():
+        if value is None:
+            continue
+        _, hard = resource.getrlimit(names[name])
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(names[name], (value, value))
+        applied[name] = value
+    return applied
+
+
+def _outer_uid_is_root(euid: int) -> bool:
+    """Does our uid map to uid 0 one namespace up (or are we root in the initial namespace)?
+    Inside a root-started bwrap with --uid 1000, uid 1000 is still root outside, and the kernel
+    exempts that uid from RLIMIT_NPROC."""
+    try:
+        for line in Path("/proc/self/uid_map").read_text().splitlines():
+            inside, outside, count = (int(x) for x in line.split())
+            if inside <= euid < inside + count:
+                return outside + (euid - inside) == 0
+    except (OSError, ValueError):
+        pass
+    return euid == 0
+
+
+# -- the jail -------------------------------------------------------------------------------------
+
+def _forward_status(status: int) -> None:
+    """Exit the way the waited-for process did: same exit code, or death by the same signal."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.kill(os.getpid(), -code)
+        os._exit(128 - code)
+    os._exit(code)
+
+
+def _become_pid1_of_new_namespace() -> None:
+    """Fork; the parent (outside the new pid namespace) waits and mirrors the child's exit.
+    Only the child, pid 1 of the namespace, returns."""
+    alive_r, alive_w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(alive_r)
+        # The waiter has nothing to do but wait: it must not run any of the caller's code.
+        # SIGTERM/SIGINT sent to the job's process group reach pid 1 too; the waiter just
+        # goes on waiting so the status it forwards is pid 1's.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except ChildProcessError:
+                os._exit(255)
+        _forward_status(status)
+    os.close(alive_w)
+    # Die with the waiter: whoever kills the job's process (the server's timeout) kills pid 1,
+    # and pid 1's death kills the namespace. The pipe closes race-free whether the waiter died
+    # before or after prctl: EOF means it is gone.
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "prctl(PR_SET_PDEATHSIG)")
+    if select.select([alive_r], [], [], 0)[0]:
+        os._exit(255)
+    os.close(alive_r)
+
+
+def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: str = "namespaces", *,
+                   keep_ro: list[Path] | None = None, shm_bytes: int = 256 << 20,
+                   limits: dict[str, int] | None = None, run_as: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Enter the job's jail. Call it FIRST in a freshly forked child of the server, after the
+    caller has pointed fds 1 and 2 at the job's log, before any candidate code is imported.
+
+    scratch: the job's own directory; the only writable place afterwards (it must exist).
+    hide: directories replaced by an empty read-only tmpfs (caches, the store, the scratch
+        ROOT holding the other jobs' scratch, the user's home). Missing ones are skipped.
+    keep_fds: descriptors the job keeps besides 0, 1, 2 (its channel); all others are closed.
+    mode: "namespaces" or "none" (fds closed and a process group of its own: nothing else).
+    keep_ro: paths under a hidden directory to bind back read-only (e.g. a virtualenv in the
+        home directory, which lazy imports still need).
+    shm_bytes: size of the job's private /dev/shm. limits: overrides of DEFAULT_LIMITS.
+    run_as: (uid, gid) to switch to before creating the namespaces, when running as root.
+        The kernel exempts outer uid 0 from RLIMIT_NPROC, so only a non-root outer uid makes
+        the process limit hold; the job's files are then owned by it (scratch is chowned), and
+        the interpreter and its packages must be readable by it.
+    Returns the description of what holds, for the result's `isolation` field. In
+    "namespaces" mode, the caller's process becomes a waiter outside the job that never
+    returns: it exits with the job's status. Any failure raises JailError.
+    """
+    started = time.perf_counter()
+    if mode not in ("namespaces", "none"):
+        raise ValueError(f"unknown jail mode {mode!r} (namespaces|none)")
+    keep = close_inherited_fds(keep_fds)
+    os.setpgid(0, 0)  # the server's timeout kills the job's process group
+    if mode == "none":
+        return {"mode": "none", "isolated": False, "fds_kept": keep,
+                "summary": "no isolation: the job shares the server's namespaces, files and network"}
+
+    scratch = Path(os.path.abspath(scratch))
+    hides = sorted({Path(os.path.abspath(h)) for h in hide}, key=lambda p: len(p.parts))
+    keep_ro_paths = [Path(os.path.abspath(p)) for p in (keep_ro or [])]
+    if not scratch.is_dir():
+        raise JailError(f"scratch directory {scratch} does not exist")
+    for h in hides:
+        if _is_under(h, scratch):
+            raise JailError(f"hide path {h} lies inside the scratch directory {scratch}")
+    ppid = os.getppid()
+    if run_as is not None and os.geteuid() == 0:
+        uid, gid = run_as
+        os.chown(scratch, uid, gid)
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+        # A uid change makes the process non-dumpable: /proc/self/uid_map would then belong to
+        # root and could not be written below.
+        _prctl(4, 1, "prctl(PR_SET_DUMPABLE)")
+    # Die with the server. Set here (again) because a uid change clears it; the getppid check
+    # closes the race where the server died before the prctl.
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != ppid:
+        os._exit(255)
+    euid, egid = os.geteuid(), os.getegid()
+    outer_root = _outer_uid_is_root(euid)  # read before our own uid_map replaces the view
+
+    # 1. User namespace first (the kernel creates it before the others in the same call, so it
+    #    owns them): this gives us the capabilities to mount, also as an unprivileged user.
+    _unshare(JOB_NAMESPACES)
+    # 2. Our own ids, nothing else: inside 0 is outside euid/egid. setgroups must be denied
+    #    before an unprivileged gid_map is accepted.
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"0 {euid} 1")
+    _write("/proc/self/gid_map", f"0 {egid} 1")
+    # 3. unshare(CLONE_NEWPID) moves only our children into the new pid namespace.
+    _become_pid1_of_new_namespace()
+
+    # 4. Mounts. Nothing we do may propagate back to the host.
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # Hold the directories to bring back (scratch, keep_ro) by O_PATH fds before hiding: a bind
+    # from /proc/self/fd/N still reaches them once a tmpfs covers their path.
+    held = {p: os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in [scratch, *keep_ro_paths]}
+    # 5. Everything read-only, submounts included. Must come before the binds below, which
+    #    would otherwise be made read-only with the rest.
+    ro_method = _set_readonly("/", True, recursive=True)
+    # 6. Hide. A hide path under an already hidden one is gone with it.
+    hidden: list[str] = []
+    for h in hides:
+        if any(_is_under(h, Path(done)) for done in hidden) or not os.path.lexists(h):
+            continue  # hidden with a parent already, or nothing there to hide
+        if not h.is_dir():
+            raise JailError(f"hide path {h} is not a directory (hide the directory that holds it)")
+        _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=0755")
+        hidden.append(str(h))
+    # 7. Bring back scratch (read-write) and keep_ro (read-only). Their mount points may lie
+    #    inside a hiding tmpfs, which is still writable at this point: create them there.
+    for path, fd in held.items():
+        if any(_is_under(path, Path(h)) for h in hidden):
+            os.makedirs(path, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
+        # The bind copied the source mount's read-only flag: clear it on the scratch mount only
+        # (exec stays allowed there: Triton and CUDA builds load the .so files they write).
+        _set_readonly(path, path != scratch, recursive=False, nosuid_nodev=True)
+    for h in hidden:  # now the hiding tmpfs may turn read-only
+        _mount(None, h, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # 8. A private /dev/shm (nothing of the server's or other jobs' segments; gone with the
+    #    namespace), and a /proc that shows this pid namespace only. mount(proc) needs pid 1's
+    #    namespace, which is why this runs after the fork.
+    if os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(shm_bytes)},mode=1777")
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # 9. No nested namespaces: a nested user namespace would hand the job a full (if useless)
+    #    capability set; mounts it inherits stay locked read-only, but there is no reason to
+    #    allow it at all. These limits belong to our user namespace, so only we can set them.
+    blocked = []
+    for kind in NESTED_NAMESPACE_LIMITS:
+        try:
+            _write(f"/proc/sys/user/max_{kind}_namespaces", "0")
+            blocked.append(kind)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise JailError(f"cannot block nested {kind} namespaces: {exc.strerror}") from None
+    _libc.sethostname(b"kernelagent-job", 15)
+    # 10. Limits, then working directory (the old cwd may be the covered, read-only copy).
+    applied: dict[str, Any] = _set_limits({**DEFAULT_LIMITS, **(limits or {})})
+    if outer_root:
+        applied["nproc"] = "not enforced: the job's outer uid is 0 (the kernel exempts it); see run_as"
+    os.chdir(scratch)
+    # 11. Last: capabilities. After this nothing can be remounted, unhidden or regained.
+    drop_capabilities()
+    status = Path("/proc/self/status").read_text()
+    cap_eff = next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:"))
+    if int(cap_eff, 16) != 0:
+        raise JailError(f"capabilities left after dropping them: CapEff={cap_eff}")
+    return {
+        "mode": "namespaces", "isolated": True,
+        "namespaces": ["user", "mount", "pid", "net", "ipc", "uts"],
+        "outer_uid": euid, "outer_gid": egid,
+        "readonly_root": ro_method, "hidden": hidden, "keep_ro": [str(p) for p in keep_ro_paths],
+        "writable": str(scratch), "dev_shm": f"private tmpfs, {shm_bytes} bytes", "proc": "own pid namespace",
+        "network": "none (loopback down)", "capabilities": "none (bounding set empty, no_new_privs)",
+        "nested_namespaces_blocked": blocked, "limits": applied, "fds_kept": keep,
+        "setup_ms": round((time.perf_counter() - started) * 1e3, 2),
+    }
+
+
+# -- probing ------------------------------------------------------------------------------------------
+
+def _in_bubblewrap() -> bool:
+    """bwrap leaves no marker; with a pid namespace it stays as pid 1 (its comm is "bwrap"),
+    without one it is an ancestor of ours."""
+    pid = os.getpid()
+    for _ in range(64):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if comm == "bwrap":
+            return True
+        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if pid <= 0:
+            break
+    try:
+        return Path("/proc/1/comm").read_text().strip() == "bwrap"
+    except OSError:
+        return False
+
+
+def _in_child(fn) -> dict[str, Any]:
+    """Run fn in a throwaway forked child; its result (or error) comes back as JSON."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            out = {"ok": True, "value": fn()}
+        except BaseException as exc:  # noqa: BLE001 - reported, never raised in the child
+            out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        os.write(w, json.dumps(out, default=str).encode())
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        return {"ok": False, "error": f"probe child died ({os.waitstatus_to_exitcode(status)})"}
+    return json.loads(b"".join(chunks))
+
+
+def _try_unshare(flags: int) -> bool:
+    euid, egid = os.geteuid(), os.getegid()
+    _unshare(CLONE_NEWUSER)
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"0 {euid} 1")
+    _write("/proc/self/gid_map", f"0 {egid} 1")
+    if flags:
+        _unshare(flags)
+    return True
+
+
+def _try_mount_setattr() -> str:
+    _try_unshare(CLONE_NEWNS)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if not _mount_setattr("/", MOUNT_ATTR_RDONLY, 0, True):
+        return "unavailable (ENOSYS or unknown architecture): remount fallback"
+    return "works"
+
+
+def probe(scratch_root: Path | None = None) -> dict[str, Any]:
+    """Which isolation works here, each tried in a throwaway forked child (nothing changes in
+    this process), plus a full trial of enter_job_jail with a scratch directory made (and
+    removed) under `scratch_root` (default: the temp directory). Call it from a process that
+    may fork (the server, before it starts jobs); it takes about 10-50 ms."""
+    def one(fn) -> bool | str:
+        res = _in_child(fn)
+        return res["value"] if res["ok"] else f"no: {res['error']}"
+
+    info: dict[str, Any] = {
+        "root": os.geteuid() == 0,
+        "in_bubblewrap": _in_bubblewrap(),
+        "kernel": platform.release(), "arch": platform.machine(),
+        "user_ns": one(lambda: _try_unshare(0)),
+        "pid_ns": one(lambda: _try_unshare(CLONE_NEWPID)),
+        "mount_ns": one(lambda: _try_unshare(CLONE_NEWNS)),
+        "net_ns": one(lambda: _try_unshare(CLONE_NEWNET)),
+        "ipc_ns": one(lambda: _try_unshare(CLONE_NEWIPC)),
+        "mount_setattr": one(_try_mount_setattr),
+    }
+    try:
+        info["inside_user_ns"] = Path("/proc/self/uid_map").read_text().split() != ["0", "0", "4294967295"]
+    except OSError:
+        info["inside_user_ns"] = None
+
+    def trial() -> dict[str, Any]:
+        scratch = Path(tempfile.mkdtemp(prefix="kernelagent-jail-probe-", dir=scratch_root))
+        try:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                try:
+                    desc = enter_job_jail(scratch, [], [w], "namespaces")
+                    os.write(w, json.dumps({"ok": True, "value": desc}).encode())
+                except BaseException as exc:  # noqa: BLE001
+                    os.write(w, json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}).encode())
+                os._exit(0)
+            os.close(w)
+            data = b""
+            while chunk := os.read(r, 65536):
+                data += chunk
+            os.close(r)
+            os.waitpid(pid, 0)
+            res = json.loads(data) if data else {"ok": False, "error": "jail trial died"}
+            if not res["ok"]:
+                raise JailError(res["error"])
+            return res["value"]
+        finally:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    full = _in_child(trial)
+    info["jail"] = full["value"] if full["ok"] else f"no: {full['error']}"
+    info["namespaces_work"] = full["ok"]
+    return info
+
+
+if __name__ == "__main__":  # python -m kernelagent.harness.server.jail: what works on this machine
+    json.dump(probe(), sys.stdout, indent=2)
+    print()

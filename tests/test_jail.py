@@ -1,0 +1,208 @@
+"""The per-job jail (kernelagent/harness/server/jail.py) under attack.
+
+tests/jail_attacks.py plays the trusted caller (a canary secret in its environment) and the
+harness server (scrubbed environment), forks one job per attack; each job enters the jail and
+attacks. The whole run is repeated in each layer this machine offers:
+  direct: the server runs as the caller's user (root here, as on the GPU machine);
+  bwrap:  the server runs under caller/sandbox.py's bubblewrap prefix (as root: capabilities
+          dropped, uid 1000 in a user namespace), the jail nests inside it;
+  nobody: the server runs as uid 65534 (an unprivileged caller), where root can switch to it.
+A "none" run is the control: the same attacks succeed without the jail, so these checks can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux namespaces")
+SCRIPT = TESTS / "jail_attacks.py"
+LAYERS = ["direct", "bwrap", "nobody"]
+
+
+def run_layer(layer: str, mode: str = "namespaces", attacks: list[str] | None = None) -> dict:
+    if layer == "bwrap" and not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is not installed")
+    if layer == "nobody" and (os.geteuid() != 0 or not shutil.which("setpriv")):
+        pytest.skip("needs root and setpriv to run the server as uid 65534")
+    env = {**os.environ, "KA_TEST_CANARY": f"canary-{uuid.uuid4().hex}"}
+    cmd = [sys.executable, str(SCRIPT), "caller", "--layer", layer, "--mode", mode]
+    for a in attacks or []:
+        cmd += ["--attack", a]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert "error" not in out, out.get("error")
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    for name, report in out.items():
+        assert "error" not in report, f"{name}: {report['error']}"
+    return out
+
+
+@pytest.fixture(scope="module", params=LAYERS)
+def attacks(request):
+    return request.param, run_layer(request.param)
+
+
+def test_jail_description(attacks):
+    layer, out = attacks
+    desc = out["processes"]["jail"]
+    assert desc["mode"] == "namespaces" and desc["isolated"] is True
+    assert set(desc["namespaces"]) == {"user", "mount", "pid", "net", "ipc", "uts"}
+    assert desc["readonly_root"] == "mount_setattr"
+    assert out["writes_remount_fallback"]["jail"]["readonly_root"] == "remount"
+    assert desc["nested_namespaces_blocked"][:3] == ["user", "mnt", "pid"]
+    assert desc["fds_kept"][:3] == [0, 1, 2]
+
+
+def test_sees_only_its_own_processes(attacks):
+    _, out = attacks
+    child = out["processes"]["child"]
+    assert child["pids"] == [1] and child["me"] == 1 and child["ppid"] == 0
+    assert child["kill_server"] == "ESRCH"
+    assert child["caller_proc"] is False
+
+
+@pytest.mark.parametrize("attack", ["writes", "writes_remount_fallback"])
+def test_cannot_write_outside_scratch(attacks, attack):
+    _, out = attacks
+    child, parent = out[attack]["child"], out[attack]["parent"]
+    blocked = {k: v for k, v in child.items() if k not in ("scratch", "scratch_relative", "dev_null", "cwd")}
+    assert blocked and all(v in ("EROFS", "EACCES", "EPERM") for v in blocked.values()), blocked
+    assert child["scratch"] == child["scratch_relative"] == child["dev_null"] == "ok"
+    assert parent["victim"] == "original" and parent["outside"] == ["victim.txt"]
+    assert not parent["etc"] and not parent["tmp"]
+    assert {"mine.txt", "mine2.txt"} <= set(parent["scratch"])
+
+
+def test_hidden_directories_are_empty(attacks):
+    _, out = attacks
+    child = out["hidden"]["child"]
+    assert child["listdir"] == [] and child["read"] == "ENOENT" and child["proc_self_root"] == "ENOENT"
+    assert child["other_job"] == "ENOENT"
+    assert child["scratch_root_listing"] == ["job-hidden"]  # only the job's own mount point
+    assert child["write_hidden"] == "EROFS"
+
+
+def test_cannot_mount_or_make_namespaces(attacks):
+    _, out = attacks
+    child = out["mounts"]["child"]
+    assert all(v in ("EPERM", "ENOSPC", "EACCES") for v in child.values()), child
+    assert child["unshare_user"] == "ENOSPC"  # the nested-namespace limit, before any capability check
+
+
+def test_no_network(attacks):
+    _, out = attacks
+    child = out["network"]["child"]
+    assert child["loopback"] == child["external"] == child["udp_external"] == "ENETUNREACH"
+    assert child["abstract_unix"] == "ECONNREFUSED"  # the server's abstract socket is in another netns
+    assert child["interfaces"] == ["lo"]
+
+
+def test_dev_shm_is_private_and_gone(attacks):
+    _, out = attacks
+    child, parent = out["shm"]["child"], out["shm"]["parent"]
+    assert child["before"] == []  # the server's marker segment is not visible
+    assert "kernelagent-jail-leak" in child["after"]
+    assert parent == {"leak": False, "seg": False, "marker_still_there": True}
+
+
+@pytest.mark.parametrize("attack", ["daemon", "kill_waiter"])
+def test_setsid_daemon_dies_with_the_job(attacks, attack):
+    _, out = attacks
+    assert out[attack]["parent"] == {"canary_pipe_eof": True, "daemon_alive_by_comm": False}
+    if attack == "kill_waiter":
+        assert out[attack]["status"] == -9
+
+
+def test_inherited_fds_are_closed(attacks):
+    _, out = attacks
+    child = out["fds"]["child"]
+    assert child["fstat"] == child["send"] == "EBADF"
+    assert out["fds"]["parent"]["received"] == ""
+    assert len(child["open_fds"]) == 6  # 0, 1, 2, the listing's own fd, the two kept pipes
+
+
+def test_caller_environment_unreachable(attacks):
+    _, out = attacks
+    child = out["secrets"]["child"]
+    assert child["found"] == [] and child["readable"] > 0 and child["in_os_environ"] is False
+    assert child["caller_environ"] == "ENOENT"
+
+
+def test_no_capabilities(attacks):
+    _, out = attacks
+    child = out["caps"]["child"]
+    for key in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb"):
+        assert int(child[key], 16) == 0, (key, child[key])
+    assert child["NoNewPrivs"] == "1" and child["setgroups"] == "EPERM"
+
+
+def test_process_limit(attacks):
+    layer, out = attacks
+    limits = out["nproc"]["jail"]["limits"]
+    if layer == "nobody":
+        assert out["nproc"]["child"]["refused"] > 0 and out["nproc"]["child"]["forked"] < 16
+    else:  # root outside: the kernel exempts uid 0, and the jail says so
+        assert str(limits["nproc"]).startswith("not enforced")
+    if layer == "direct":  # run_as switches a root server's job to uid 65534: then it holds
+        assert out["nproc_run_as"]["child"]["refused"] > 0
+        assert out["nproc_run_as"]["jail"]["outer_uid"] == 65534
+
+
+def test_exit_status_is_forwarded(attacks):
+    _, out = attacks
+    assert out["exit_status"]["status"] == 7
+    assert out["segv_status"]["status"] == -11
+
+
+def test_controls_without_the_jail():
+    """mode none: the same attacks get through, so the checks above can fail."""
+    out = run_layer("direct", "none", ["processes", "hidden", "daemon", "fds", "network"])
+    assert out["processes"]["jail"]["isolated"] is False
+    assert len(out["processes"]["child"]["pids"]) > 1
+    assert out["hidden"]["child"]["read"] == "ok"
+    assert out["daemon"]["parent"]["daemon_alive_by_comm"] is True  # it was killed by the test
+    assert out["network"]["child"]["loopback"] == "ok"
+    assert out["fds"]["child"]["fstat"] == "EBADF"  # fds are closed in every mode
+
+
+def test_probe_reports_what_works():
+    from kernelagent.harness.server import jail
+
+    info = jail.probe()
+    assert info["namespaces_work"] is True, info
+    assert info["user_ns"] is True and info["mount_setattr"] == "works"
+    assert info["jail"]["capabilities"].startswith("none")
+
+
+def test_bwrap_prefix_probes_both_layers(tmp_path):
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is not installed")
+    from kernelagent.harness.caller.sandbox import bubblewrap_prefix
+
+    prefix = bubblewrap_prefix(tmp_path)
+    assert prefix is not None
+    if os.geteuid() == 0:
+        assert "--cap-drop" in prefix.argv and prefix.info["uid"] != 0
+    assert "--disable-userns" not in prefix.argv
+    assert prefix.info["jail"]["namespaces_work"] is True, prefix.info["jail"]
+    assert prefix.info["jail"]["in_bubblewrap"] is True
+
+
+def test_bad_arguments_raise(tmp_path):
+    from kernelagent.harness.server import jail
+
+    with pytest.raises(ValueError):
+        jail.enter_job_jail(tmp_path, [], [], "sandbox")
