@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from kernelagent.bench import BenchSpec, Session, discover, find_candidates, run_bench  # noqa: E402
 from kernelagent.bench.store import Store  # noqa: E402
-from kernelagent.harness.pool import visible_gpus  # noqa: E402
+from kernelagent.harness.caller.pool import visible_gpus  # noqa: E402
 
 
 def build_candidates(target: Path, pattern: str | None, samples: int) -> int:

@@ -120,7 +120,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from kernelagent.harness import EvalConfig
-    from kernelagent.harness.pool import EvaluatorPool, visible_gpus
+    from kernelagent.harness.caller.pool import EvaluatorPool, visible_gpus
     from kernelagent.rl import KernelReward
 
     completions, sources, ids, kinds = build_batch(min(args.n, 64))

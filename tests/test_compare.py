@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelagent.harness.compare import compare_inputs, compare_outputs
+from kernelagent.harness.child.compare import compare_inputs, compare_outputs
 
 
 def received(t: torch.Tensor, device: str = "cpu") -> dict:

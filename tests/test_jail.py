@@ -1,4 +1,4 @@
-"""The per-job jail (kernelagent/harness/server/jail.py) under attack.
+"""The per-job jail (kernelagent/harness/child/namespaces.py) under attack.
 
 tests/jail_attacks.py plays the trusted caller (a canary secret in its environment) and the
 harness server (scrubbed environment), forks one job per attack; each job enters the jail and
@@ -179,7 +179,7 @@ def test_controls_without_the_jail():
 
 
 def test_probe_reports_what_works():
-    from kernelagent.harness.server import jail
+    from kernelagent.harness.child import namespaces as jail
 
     info = jail.probe()
     assert info["namespaces_work"] is True, info
@@ -202,7 +202,7 @@ def test_bwrap_prefix_probes_both_layers(tmp_path):
 
 
 def test_bad_arguments_raise(tmp_path):
-    from kernelagent.harness.server import jail
+    from kernelagent.harness.child import namespaces as jail
 
     with pytest.raises(ValueError):
         jail.enter_job_jail(tmp_path, [], [], "sandbox")

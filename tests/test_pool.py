@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelagent.harness import Status
-from kernelagent.harness.pool import EvaluatorPool, parse_gpus, visible_gpus
+from kernelagent.harness.caller.pool import EvaluatorPool, parse_gpus, visible_gpus
 from tests.conftest import CANDIDATES, read
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from kernelagent import hardware
-from kernelagent.harness import profiling
+from kernelagent.harness.caller import profiling
 from tests.conftest import BENCHMARKS
 
 SOFTMAX = BENCHMARKS / "level1" / "5_softmax.py"

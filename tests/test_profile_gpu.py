@@ -36,7 +36,7 @@ def gpu_evaluator(tmp_path_factory):
     ("cuda", BENCHMARKS / "solutions_cuda" / "level1" / "5_softmax.py", "softmax_row_kernel"),
 ])
 def test_profile_names_the_top_kernel_and_a_roofline_fraction(gpu_evaluator, backend, solution, kernel):
-    from kernelagent.harness import profiling
+    from kernelagent.harness.caller import profiling
 
     start = time.monotonic()
     report = profiling.profile(SOFTMAX, read(solution), evaluator=gpu_evaluator, backend=backend, ncu_timeout=240)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelagent.harness.static_check import check_source, summary
+from kernelagent.harness.caller.static_check import check_source, summary
 from tests.conftest import BENCHMARKS, CANDIDATES
 
 ADV = Path(__file__).resolve().parent / "adversarial"
@@ -33,7 +33,7 @@ def test_no_findings_on_known_good_code(path):
     ("import threading\nclass ModelNew: pass\n", "hidden-work", 1),
     ("import time\ntime.perf_counter = lambda: 0.0\nclass ModelNew: pass\n", "tampering", 2),
     ("import torch\nsetattr(torch, 'allclose', None)\nclass ModelNew: pass\n", "tampering", 2),
-    ("import kernelagent.harness.timing as t\nclass ModelNew: pass\n", "tampering", 1),
+    ("import kernelagent.harness.child.timing as t\nclass ModelNew: pass\n", "tampering", 1),
     ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\nclass ModelNew: pass\n", "numeric-modes", 2),
     ("import torch\ntorch.set_float32_matmul_precision('medium')\nclass ModelNew: pass\n", "numeric-modes", 2),
     ("import gc\nclass ModelNew: pass\n", "reading-reference", 1),

@@ -9,7 +9,7 @@ import torch
 
 from kernelagent.harness import inputs as inputs_mod
 from kernelagent.harness.config import EvalConfig
-from kernelagent.harness.timing import Timer
+from kernelagent.harness.child.timing import Timer
 from kernelagent.harness.workers import FreshInputs, _Capture
 
 PROBLEM_SOURCE = """

@@ -1,5 +1,5 @@
 """Class 5: the harness's own pre-bound clock and event timer replaced."""
-import kernelagent.harness.timing as timing
+import kernelagent.harness.child.timing as timing
 
 import torch
 import torch.nn as nn

@@ -37,7 +37,7 @@ def shared_pool():
         if _pool is None:
             import tempfile
 
-            from kernelagent.harness.pool import EvaluatorPool
+            from kernelagent.harness.caller.pool import EvaluatorPool
 
             _pool = EvaluatorPool(devices=["cpu", "cpu"],
                                   cache_dir=tempfile.mkdtemp(prefix="kernelagent-rl-cache-"))

@@ -51,10 +51,14 @@ class Evaluator:
     """
 
     def __init__(self, device: str = "auto", cache_dir: str | Path | None = None,
-                 isolation: str = "auto", start_timeout: float = 180.0):
+                 isolation: str = "auto", start_timeout: float = 180.0, hide: list[str | Path] | None = None):
         self.requested_device, self.visible_devices = _resolve_device(device)
         self.cache = BaselineCache(cache_dir)
+        if isolation not in ("auto", "bwrap", "namespaces", "none"):
+            raise ValueError(f"unknown isolation {isolation!r}: use auto, bwrap, namespaces or none")
         self.isolation_requested = isolation
+        # Directories no candidate may see (the bench store, say), besides the caches and home.
+        self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         self.start_timeout = start_timeout
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
@@ -99,6 +103,8 @@ class Evaluator:
                "--device", self.requested_device, "--scratch-root", str(self._scratch_root),
                "--isolation", "none" if self.isolation_requested == "none" else
                "namespaces" if self.isolation_requested == "namespaces" else "auto"]
+        for path in [str(self.cache.root.resolve())] + self.hide:
+            cmd += ["--hide", path]
         prefix = None
         persistent = self.cache.root / "cuda-ext"
         try:

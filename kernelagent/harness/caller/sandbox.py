@@ -2,7 +2,7 @@
 
 Two layers protect a job. This one (bubblewrap around the server) keeps the server and all
 its jobs away from the user's home, the network and the host's processes; the inner one
-(server/jail.py, entered per job in a forked child) separates the jobs from each other and
+(child/namespaces.py, entered per job in a forked child) separates the jobs from each other and
 from the server's caches. The inner jail must work inside this one, so the prefix never
 passes `--disable-userns`: the jail creates a nested user namespace.
 
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import tempfile
 import shutil
 import subprocess
 import sys
@@ -30,6 +32,30 @@ from typing import Any
 SANDBOX_UID = SANDBOX_GID = 1000
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]
+
+
+# Any variable whose name contains one of these words is dropped, whatever its case.
+SECRET_NAME_PATTERN = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME_PATTERN.search(name))
+
+
+def scrubbed_environ(base: dict[str, str] | None = None) -> dict[str, str]:
+    """A copy of the environment without secrets."""
+    env = dict(os.environ if base is None else base)
+    return {k: v for k, v in env.items() if not is_secret_name(k)}
+
+
+def make_scratch_root() -> Path:
+    """A private directory under which each evaluation gets its own scratch folder."""
+    return Path(tempfile.mkdtemp(prefix="kernelagent-scratch-"))
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
 
 
 @dataclass
@@ -103,7 +129,7 @@ def probe_jail_inside(argv: list[str], scratch_root: Path) -> dict[str, Any]:
     """Run jail.probe() inside the given prefix: does the per-job jail work in that layer?"""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(PACKAGE_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    code = ("import json, sys; from kernelagent.harness.server import jail; "
+    code = ("import json, sys; from kernelagent.harness.child import namespaces as jail; "
             "print(json.dumps(jail.probe(sys.argv[1])))")
     done = _run(argv + [sys.executable, "-c", code, str(scratch_root)], env=env)
     if done is None or done.returncode != 0:

@@ -86,7 +86,8 @@ def _probe_in_child(requested: str) -> dict[str, Any]:
     return info
 
 
-def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation: str) -> None:
+def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation: str,
+          hide: list[str] | None = None) -> None:
     fingerprint = _probe_in_child(requested_device)
     if not fingerprint.get("cuda"):
         # No GPU: Triton kernels run under the interpreter, on CPU tensors.
@@ -103,7 +104,7 @@ def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation
         traceback.print_exc()
     from kernelagent.harness.child import jail
 
-    sandbox = jail.resolve(isolation, scratch_root)
+    sandbox = jail.resolve(isolation, scratch_root, hide)
     fingerprint["isolation"] = sandbox["describe"]
     protocol.send(conn, "hello", "-", fingerprint=protocol.json_safe(fingerprint), pid=os.getpid())
     while True:
@@ -142,10 +143,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--scratch-root", required=True)
     parser.add_argument("--isolation", default="auto")
+    parser.add_argument("--hide", action="append", default=[], help="a directory jobs must not see (repeatable)")
     args = parser.parse_args(argv)
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us exits, which
     # kills servers started from short-lived worker threads. We exit when the caller's
     # socket closes (recv raises EOFError), and jobs are bounded by their stage timeouts.
     conn = Connection(args.fd)
-    serve(conn, args.device, Path(args.scratch_root), args.isolation)
+    serve(conn, args.device, Path(args.scratch_root), args.isolation, args.hide)
     sys.exit(0)

@@ -612,6 +612,6 @@ def probe(scratch_root: Path | None = None) -> dict[str, Any]:
     return info
 
 
-if __name__ == "__main__":  # python -m kernelagent.harness.server.jail: what works on this machine
+if __name__ == "__main__":  # python -m kernelagent.harness.child.namespaces: what works on this machine
     json.dump(probe(), sys.stdout, indent=2)
     print()
