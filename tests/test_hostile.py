@@ -183,7 +183,8 @@ TABLE = [
     Row("h6_ancestor_environ.py", (INCORRECT,), need("pid", "secrets")),
     Row("h6_cmdline.py", (INCORRECT,), need("pid", "secrets")),
     Row("h6_netrc_proc_root.py", (INCORRECT,), need("pid", "mount", "secrets")),
-    Row("h6_remount_rw.py", (INCORRECT,), need("mount", "secrets")),
+    # Its ctypes calls may be flagged (tampering) as well as its kernel being wrong.
+    Row("h6_remount_rw.py", (INCORRECT, REJECTED), need("mount", "secrets")),
     # 7 predictable inputs.
     Row("h7_precomputed_seeds.py", (INCORRECT,), need("inputs")),
     Row("h7_timed_vs_checked.py", (CORRECT, REJECTED), need("inputs"), check=honest_time),
@@ -221,13 +222,13 @@ def _base_env(home: Path, canaries: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _tree_hash(root: Path) -> str:
-    digest = hashlib.sha256()
+def _tree_hash(root: Path) -> dict[str, str]:
+    """Every path under `root` with the hash of its bytes ("dir" for directories)."""
+    out = {}
     for path in sorted(root.rglob("*")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0")
-        if path.is_file() and not path.is_symlink():
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
+        rel = str(path.relative_to(root))
+        out[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and not path.is_symlink() else "dir"
+    return out
 
 
 def _evil_files(home: Path) -> set[Path]:
@@ -328,8 +329,8 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path) -> No
         problems.append(f"canary in files left behind: {sorted(set(leaked_in_files))}")
     cache_after = _tree_hash(cache)
     if cache_after != cache_before:
-        problems.append("the cache tree changed: " + ", ".join(
-            sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if "ka" in p.name or p.suffix == ".json")[:6]))
+        changed = sorted(k for k in cache_before.keys() | cache_after.keys() if cache_before.get(k) != cache_after.get(k))
+        problems.append("the cache tree changed: " + ", ".join(changed[:6]))
 
     # The verdict.
     status = result.get("status")
