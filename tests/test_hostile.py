@@ -1,0 +1,384 @@
+"""Hostile candidates (issue 11): the candidate's author knows our source and attacks the
+harness itself, not only the comparison. One table, run through `kernelagent eval --json` as a
+subprocess, in every isolation mode.
+
+Every row gets the same checks:
+  (a) secrets: canaries in the caller's environment (OPENAI_API_KEY, KA_CANARY_TOKEN), in a
+      fake ~/.netrc and in the caller's command line appear nowhere in stdout, stderr, the JSON
+      result or any ka-evil file; the cache tree (baseline cache, CUDA build cache, bench
+      store) is byte-for-byte unchanged;
+  (b) nothing the attack started or wrote survives: no 'ka-evil-daemon' process a second
+      after the eval returned, no new ka-evil-* file under /tmp, /dev/shm or HOME;
+  (c) the caller survives (exit code 0 or 1, stdout is one JSON object, no traceback) and an
+      honest kernel evaluated next, with the same home and caches, is correct with a sane
+      speedup;
+and its own verdict: a status (or tuple of statuses), an optional flag kind, an optional extra
+check. Every hostile candidate is also wrong or cheating (x*2+1, torch doing the work, a fake
+time), so an attack that works shows up as a wrong verdict or a failed check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tests.conftest import CANDIDATES, REPO
+
+ADV = Path(__file__).resolve().parent / "adversarial"
+RELU = CANDIDATES / "relu_problem.py"
+HONEST = CANDIDATES / "relu_good.py"
+EVAL_OPTIONS = ["--json", "--trials", "2", "--device", "cpu"]
+EVAL_TIMEOUT = 300
+
+CORRECT, INCORRECT, REJECTED = "correct", "incorrect", "rejected"
+
+# --------------------------------------------------------------------------------------
+# What each isolation mode guarantees. A row names the guarantees its expectations rest on;
+# where the mode lacks one, the row's failures are reported as xfail (with what got through)
+# instead of failures, because that mode cannot promise them.
+#
+#   channel  the candidate's process holds only its own channel; messages are typed, tagged
+#            with job id and nonce; garbage is a verdict, not a crash. Lives outside the
+#            candidate's process: holds in every mode.
+#   verdict  `correct` only from checks compared in the reference process (trusted facts):
+#            every mode.
+#   clock    the reported time comes from the server's clock: every mode.
+#   inputs   secret per-evaluation seeds, timed and checked calls drawn alike, a secret subset
+#            of timed outputs checked: every mode (the server draws them).
+#   pid      a pid namespace per job: no other process visible, every descendant dies with
+#            the job. Needs namespaces (bubblewrap or unshare).
+#   mount    read-only root, only the job's scratch writable, caches and store not mounted,
+#            private /proc and /dev/shm. Needs namespaces.
+#   secrets  no capabilities (a user namespace even for root), nothing of the caller's
+#            environment or home reachable. Needs namespaces.
+#   inproc   in-process evidence (monitor, audit hook, dispatch recorder) that the candidate
+#            cannot switch off. No mode guarantees it: anything in the candidate's process is
+#            the candidate's (issue 11: "no guarantee may rest on them"). On the CPU there is
+#            no out-of-process evidence of *who* computed a result, so rows that need it are
+#            xfail everywhere here; on a GPU a server-owned profiler session can replace it.
+# --------------------------------------------------------------------------------------
+OUT_OF_PROCESS = frozenset({"channel", "verdict", "clock", "inputs"})
+NAMESPACED = OUT_OF_PROCESS | {"pid", "mount", "secrets"}
+GUARANTEES: dict[str, frozenset[str]] = {
+    # Assumption: "auto" picks the strongest isolation the machine offers, and CI offers
+    # namespaces (bubblewrap installed, or unshare permitted).
+    "auto": NAMESPACED,
+    "namespaces": NAMESPACED,
+    "bwrap": NAMESPACED,
+    # No sandbox: only what lives outside the candidate's process holds.
+    "none": OUT_OF_PROCESS,
+}
+# "default" runs `kernelagent eval` without --isolation (today's CLI); it must behave as "auto".
+GUARANTEES["default"] = GUARANTEES["auto"]
+
+
+def _offered_modes() -> set[str]:
+    """The isolation modes `kernelagent eval --help` lists (a module-level check, so the file
+    is collected whatever the CLI offers)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="400", NO_COLOR="1", TERM="dumb")
+    try:
+        out = subprocess.run(_cli() + ["eval", "--help"], capture_output=True, text=True, timeout=120, env=env).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    match = re.search(r"--isolation(.*?)(\n\s*[│|]?\s*--|\Z)", out, re.S)
+    if not match:
+        return set()
+    text = re.sub(r"\s+", " ", match.group(1))
+    return {mode for mode in GUARANTEES if mode != "default" and re.search(rf"\b{mode}\b", text)}
+
+
+def _cli() -> list[str]:
+    exe = shutil.which("kernelagent", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    return [exe] if exe else [sys.executable, "-m", "kernelagent"]
+
+
+OFFERED = _offered_modes()
+
+
+def _mode_params() -> list:
+    params = [pytest.param("default", id="default")]
+    for mode in ("auto", "namespaces", "bwrap", "none"):
+        marks = [] if mode in OFFERED else [pytest.mark.xfail(strict=False, reason="needs --isolation " + mode)]
+        params.append(pytest.param(mode, id=mode, marks=marks))
+    return params
+
+
+# --------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Row:
+    candidate: str
+    expected: tuple[str, ...]
+    needs: frozenset[str]
+    flag: str | None = None
+    # An extra check on (hostile result, honest result): returns a problem, or None.
+    check: Callable[[dict, dict], str | None] | None = None
+    problem: Path = RELU
+
+
+def honest_time(hostile: dict, honest: dict) -> str | None:
+    """A candidate judged correct must be timed near the truth: its kernel is relu_good.py's,
+    so its median may not be far below the honest one measured right after it (a loose
+    factor: the CPU is shared and noisy; the issue's bar is 10% on a GPU)."""
+    if hostile.get("status") != CORRECT:
+        return None
+    mine = (hostile.get("timings") or {}).get("candidate", {}).get("median_ms")
+    truth = (honest.get("timings") or {}).get("candidate", {}).get("median_ms")
+    if mine is None or truth is None:
+        return None
+    if mine < 0.4 * truth:
+        return f"timed at {mine:.4g} ms, the same kernel honestly takes {truth:.4g} ms"
+    return None
+
+
+def need(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+TABLE = [
+    # 1 code execution in the caller / garbage on its socket: the candidate must not hold it.
+    Row("h1_socket_pickle.py", (INCORRECT, REJECTED), need("channel")),
+    Row("h1_socket_garbage.py", (INCORRECT, REJECTED), need("channel")),
+    # 2 forged events on the candidate's own channel: claims, never conclusions.
+    Row("h2_forged_done.py", (INCORRECT, REJECTED), need("verdict")),
+    Row("h2_forged_timing.py", (CORRECT, REJECTED), need("clock"), check=honest_time),
+    # 3 in-process defences switched off. Where the payload is hidden work (torch or a helper
+    # process doing the ReLU), only in-process evidence can tell on the CPU.
+    Row("h3_exec_string.py", (REJECTED, INCORRECT), need("inproc")),
+    Row("h3_gc_monitor_none.py", (REJECTED,), need("inproc")),
+    Row("h3_audit_closure.py", (REJECTED, INCORRECT), need("inproc")),
+    Row("h3_audit_hooks_cleared.py", (REJECTED, INCORRECT), need("inproc")),
+    Row("h3_dispatch_mode_pop.py", (REJECTED,), need("inproc")),
+    Row("h3_timer_clock.py", (CORRECT, REJECTED), need("clock"), check=honest_time),
+    Row("h3_transfer_shadow.py", (REJECTED,), need("inproc")),
+    Row("h3_fork_exec.py", (REJECTED, INCORRECT), need("inproc")),
+    # 4 writes outside scratch, caches and store: the kernel is x*2+1, so the verdict is
+    # incorrect; what must not happen is a changed cache tree or a file left behind.
+    Row("h4_dir_fd_write.py", (INCORRECT,), need("mount")),
+    Row("h4_proc_self_root.py", (INCORRECT,), need("mount")),
+    Row("h4_dev_shm.py", (INCORRECT,), need("mount")),
+    Row("h4_sqlite_store.py", (INCORRECT,), need("mount")),
+    Row("h4_baseline_cache.py", (INCORRECT,), need("mount")),
+    Row("h4_cuda_cache_plant.py", (INCORRECT,), need("mount")),
+    # 5 persistence: the daemon must die with the job.
+    Row("h5_setsid_daemon.py", (INCORRECT,), need("pid")),
+    # 6 secrets: nothing of the caller reachable; the candidate raises with what it found, so
+    # a leak is also a wrong verdict (runtime error instead of incorrect).
+    Row("h6_ancestor_environ.py", (INCORRECT,), need("pid", "secrets")),
+    Row("h6_cmdline.py", (INCORRECT,), need("pid", "secrets")),
+    Row("h6_netrc_proc_root.py", (INCORRECT,), need("pid", "mount", "secrets")),
+    # Its ctypes calls may be flagged (tampering) as well as its kernel being wrong.
+    Row("h6_remount_rw.py", (INCORRECT, REJECTED), need("mount", "secrets")),
+    # 7 predictable inputs.
+    Row("h7_precomputed_seeds.py", (INCORRECT,), need("inputs")),
+    Row("h7_timed_vs_checked.py", (CORRECT, REJECTED), need("inputs"), check=honest_time),
+]
+
+
+# --------------------------------------------------------------------------------------
+# The environment of one attack
+# --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def template_home(tmp_path_factory) -> Path:
+    """A home with a fake .netrc and a populated cache (baseline entry from one honest
+    evaluation, an empty CUDA build cache, a bench store), copied for each row."""
+    home = tmp_path_factory.mktemp("hostile-template") / "home"
+    cache = home / ".cache" / "kernelagent"
+    cache.mkdir(parents=True)
+    (home / ".netrc").write_text("machine api.example.com login ka password netrc-canary-template\n")
+    with sqlite3.connect(cache / "bench.sqlite") as db:
+        db.execute("CREATE TABLE attempts (candidate TEXT, status TEXT, speedup REAL)")
+        db.execute("INSERT INTO attempts VALUES ('relu_good', 'correct', 0.5)")
+    env = _base_env(home, {})
+    proc = subprocess.run(_cli() + ["eval", str(RELU), str(HONEST)] + EVAL_OPTIONS, capture_output=True,
+                          text=True, env=env, timeout=EVAL_TIMEOUT, cwd=str(home))
+    result = json.loads(proc.stdout)
+    assert result["status"] == CORRECT, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert list((cache / "baselines").glob("*.json")), "the honest evaluation cached no baseline"
+    return home
+
+
+def _base_env(home: Path, canaries: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("KERNELAGENT_CACHE_DIR", "XDG_CACHE_HOME")}
+    env.update(PYTHONPATH=str(REPO), HOME=str(home), KERNELAGENT_CACHE_DIR=str(home / ".cache" / "kernelagent"))
+    env.update(canaries)
+    return env
+
+
+def _tree_hash(root: Path) -> dict[str, str]:
+    """Every path under `root` with the hash of its bytes ("dir" for directories)."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        out[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and not path.is_symlink() else "dir"
+    return out
+
+
+def _evil_files(home: Path) -> set[Path]:
+    found = set()
+    for root in (Path("/tmp"), Path("/dev/shm")):
+        try:
+            found |= {p for p in root.iterdir() if p.name.startswith("ka-evil")}
+        except OSError:
+            pass
+    found |= {p for p in home.rglob("ka-evil*")}
+    return found
+
+
+def _evil_processes() -> list[int]:
+    pids = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip().startswith("ka-evil"):
+                pids.append(int(comm.parent.name))
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _run_eval(candidate: Path, mode: str, env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
+    cmd = _cli() + ["eval", str(RELU), str(candidate)] + EVAL_OPTIONS
+    if mode != "default":
+        cmd += ["--isolation", mode]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=EVAL_TIMEOUT, cwd=str(cwd))
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("mode", _mode_params())
+@pytest.mark.parametrize("row", TABLE, ids=[r.candidate.removesuffix(".py") for r in TABLE])
+def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(template_home, home, symlinks=True)
+    token = secrets.token_hex(12)
+    canaries = {"OPENAI_API_KEY": f"sk-canary-{token}", "KA_CANARY_TOKEN": f"tok-canary-{token}"}
+    netrc_canary = f"netrc-canary-{token}"
+    (home / ".netrc").write_text(f"machine api.example.com login ka password {netrc_canary}\n")
+    # The caller's command line carries a canary too (the candidate's path).
+    cmdline_canary = f"cmdline-canary-{token}"
+    workdir = tmp_path / cmdline_canary
+    workdir.mkdir()
+    candidate = workdir / row.candidate
+    shutil.copyfile(ADV / row.candidate, candidate)
+    secrets_to_hide = list(canaries.values()) + [netrc_canary, cmdline_canary]
+    env = _base_env(home, canaries)
+    cache = home / ".cache" / "kernelagent"
+    cache_before = _tree_hash(cache)
+    evil_before = _evil_files(home)
+
+    problems: list[str] = []
+    rc, out, err = _run_eval(candidate, mode, env, workdir)
+    time.sleep(1.0)
+
+    # (c) the caller survived this one.
+    survival: list[str] = []
+    if rc not in (0, 1):
+        survival.append(f"exit code {rc}")
+    if "Traceback (most recent call last)" in err:
+        survival.append("traceback on stderr: " + err[-800:])
+    try:
+        result = json.loads(out)
+    except ValueError:
+        result = {}
+        survival.append(f"stdout is not one JSON object: {out[-300:]!r}")
+
+    # (b) nothing survives.
+    daemons = _evil_processes()
+    if daemons:
+        problems.append(f"ka-evil processes survived: {daemons}")
+    new_files = _evil_files(home) - evil_before
+    leaked_in_files = []
+    for path in new_files:
+        try:
+            data = path.read_bytes()[: 1 << 20] if path.is_file() else b""
+        except OSError:
+            data = b""
+        leaked_in_files += [s for s in secrets_to_hide if s.encode() in data]
+    if new_files:
+        problems.append(f"files left behind: {sorted(map(str, new_files))}")
+
+    # (a) secrets and caches.
+    for name, text in (("stdout", out), ("stderr", err)):
+        leaked = [s for s in secrets_to_hide if s in text]
+        if leaked:
+            problems.append(f"canary in {name}: {leaked}")
+    if leaked_in_files:
+        problems.append(f"canary in files left behind: {sorted(set(leaked_in_files))}")
+    cache_after = _tree_hash(cache)
+    if cache_after != cache_before:
+        changed = sorted(k for k in cache_before.keys() | cache_after.keys() if cache_before.get(k) != cache_after.get(k))
+        problems.append("the cache tree changed: " + ", ".join(changed[:6]))
+
+    # The verdict.
+    status = result.get("status")
+    if result and status not in row.expected:
+        problems.append(f"status {status!r}, expected {' or '.join(row.expected)}: {str(result.get('reason'))[:300]}")
+    if result and row.flag and not any(f.get("kind") == row.flag for f in result.get("flags", [])):
+        problems.append(f"no {row.flag!r} flag: {[f.get('kind') for f in result.get('flags', [])]}")
+    expected_rc = 0 if status == CORRECT and not any(
+        f.get("severity") in ("review", "reject") for f in result.get("flags", [])) else 1
+    if result and rc in (0, 1) and rc != expected_rc:
+        survival.append(f"exit code {rc} does not match the verdict {status!r}")
+
+    # Clean up what the attack left, before the honest run (it must not inherit them).
+    for pid in daemons:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for path in new_files:
+        _remove(path)
+
+    # (c) the next evaluation, honest, with the same home and caches, still works.
+    hrc, hout, herr = _run_eval(HONEST, mode, env, workdir)
+    try:
+        honest = json.loads(hout)
+    except ValueError:
+        honest = {}
+    if honest.get("status") != CORRECT or hrc != 0:
+        problems.append(f"the honest evaluation after it: exit {hrc}, status {honest.get('status')!r}: "
+                        f"{str(honest.get('reason'))[:300]} {herr[-300:]}")
+    for name, speedup in (honest.get("speedups") or {}).items():
+        if speedup > 10:  # the interpreter on the CPU is far slower than eager; 10x is absurd
+            problems.append(f"the honest evaluation after it reports a {speedup:.0f}x speedup over {name}")
+    if row.check is not None and result:
+        extra = row.check(result, honest)
+        if extra:
+            problems.append(extra)
+    for pid in _evil_processes():  # a daemon may have outlived even the honest run
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for path in _evil_files(home) - evil_before:
+        _remove(path)
+
+    # The caller's survival is a guarantee of every mode (it lives outside the candidate).
+    assert not survival, f"{row.candidate} [{mode}]: " + "; ".join(survival)
+    missing = row.needs - GUARANTEES[mode]
+    if problems and missing:
+        pytest.xfail(f"mode {mode!r} cannot guarantee {sorted(missing)}; got through: " + "; ".join(problems))
+    assert not problems, f"{row.candidate} [{mode}] got through: " + "; ".join(problems)
