@@ -42,7 +42,7 @@ SMALL: dict[str, list[dict]] = {
     "level1/34_InstanceNorm": _NORM4D,
     "level1/35_GroupNorm_": [{"batch_size": 2, "features": 6, "num_groups": 3, "dim1": 9, "dim2": 13},
                              {"batch_size": 3, "features": 4, "num_groups": 2, "dim1": 33, "dim2": 65}],
-    "level1/36_RMSNorm_": _NORM4D,
+    "level1/36_RMSNorm_": [*_NORM4D, {"batch_size": 2, "features": 130, "dim1": 3, "dim2": 5}],  # > 128: loop path
     "level1/37_FrobeniusNorm_": _NORM4D,
     "level1/38_L1Norm_": _ROWS,
     "level1/39_L2Norm_": _ROWS,
