@@ -1,7 +1,7 @@
 """KernelBench level1/46_Average_Pooling_3D: nn.AvgPool3d (count_include_pad, floor mode) in Triton.
 
-A program computes BLOCK_W outputs along the last dim for one (sample, channel, od, oh),
-summing the kd x kh x kw window with masked loads (zero padding counts, as in PyTorch's
+A program computes BLOCK outputs of one output depth of one (sample, channel) (the (oh, ow)
+positions flattened), summing the kd x kh x kw window with masked loads (zero padding counts, as in PyTorch's
 default). Any kernel size, stride and padding (ints or triples) and any input size.
 """
 import torch
@@ -9,36 +9,37 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-_BLOCK_W = 128
+_BLOCK = 256  # outputs per program, over the flattened (oh, ow) plane of one output depth
 
 
 @triton.jit
 def _avgpool3d_kernel(x_ptr, y_ptr, D, H, W, OD, OH, OW, KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
-                      SD, SH, SW, PD, PH, PW, inv_vol, BLOCK_W: tl.constexpr):
-    line = tl.program_id(0).to(tl.int64)  # ((n * C + c) * OD + od) * OH + oh
-    oh = line % OH
-    od = (line // OH) % OD
-    plane = line // (OH * OD)
-    ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
-    out_mask = ow < OW
+                      SD, SH, SW, PD, PH, PW, inv_vol, BLOCK: tl.constexpr):
+    layer = tl.program_id(0).to(tl.int64)  # (n * C + c) * OD + od
+    od = layer % OD
+    plane = layer // OD
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    out_mask = offs < OH * OW
+    oh = offs // OW
+    ow = offs % OW
     x_vol = x_ptr + plane * D * H * W
-    acc = tl.zeros((BLOCK_W,), dtype=tl.float32)
-    # Row indices as vectors like ow (folded by the compiler): the interpreter cannot AND a
-    # scalar condition into a block mask.
-    d0 = od * SD - PD + ow * 0
-    h0 = oh * SH - PH + ow * 0
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    # The depth index as a vector like ow (folded by the compiler): the interpreter cannot AND
+    # a scalar condition into a block mask.
+    d0 = od * SD - PD + offs * 0
+    h0 = oh * SH - PH
     w0 = ow * SW - PW
     for kd in tl.static_range(KD):
         d = d0 + kd
-        d_ok = (d >= 0) & (d < D)
+        d_ok = out_mask & (d >= 0) & (d < D)
         for kh in tl.static_range(KH):
             h = h0 + kh
             dh_ok = d_ok & (h >= 0) & (h < H)
             for kw in tl.static_range(KW):
                 w = w0 + kw
-                m = out_mask & dh_ok & (w >= 0) & (w < W)
+                m = dh_ok & (w >= 0) & (w < W)
                 acc += tl.load(x_vol + (d * H + h) * W + w, mask=m, other=0.0).to(tl.float32)
-    tl.store(y_ptr + line * OW + ow, (acc * inv_vol).to(y_ptr.dtype.element_ty), mask=out_mask)
+    tl.store(y_ptr + layer * OH * OW + offs, (acc * inv_vol).to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
 def _triple(v):
@@ -62,7 +63,7 @@ class ModelNew(nn.Module):
         y = torch.empty((*xc.shape[:-3], OD, OH, OW), dtype=xc.dtype, device=xc.device)
         planes = xc.numel() // (D * H * W) if D * H * W else 0
         if y.numel():
-            grid = (planes * OD * OH, triton.cdiv(OW, _BLOCK_W))
+            grid = (planes * OD, triton.cdiv(OH * OW, _BLOCK))
             _avgpool3d_kernel[grid](xc, y, D, H, W, OD, OH, OW, kd, kh, kw, sd, sh, sw, pd, ph, pw,
-                                    1.0 / (kd * kh * kw), BLOCK_W=_BLOCK_W, num_warps=4)
+                                    1.0 / (kd * kh * kw), BLOCK=_BLOCK, num_warps=4)
         return y
