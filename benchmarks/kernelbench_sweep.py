@@ -150,7 +150,7 @@ def summary(rows: list[dict], missing: int, wall: float) -> dict:
             "memory_reported": sum(1 for r in evaluated if r["io_bytes"]),
             "geomean_speedup_eager": geo("speedup_eager"), "geomean_speedup_inductor": geo("speedup_inductor"),
             "median_wall_s": sorted(r["wall_s"] or 0 for r in evaluated)[len(evaluated) // 2] if evaluated else None,
-            "sweep_wall_s": round(wall, 1)}
+            "devices": sorted({str(r["device"]) for r in evaluated if r["device"]}), "sweep_wall_s": round(wall, 1)}
 
 
 def main() -> int:
@@ -182,8 +182,9 @@ def main() -> int:
         out_summary.write_text(json.dumps({"summary": result, "metrics": outcome.metrics, "rows": rows},
                                           indent=1, default=str))
     print(table(rows))
-    print(f"kernelbench sweep: {result['passed']}/{result['evaluated']} solutions passed, "
-          f"false rejections {len(result['false_rejections'])} {result['false_rejections'] or ''}, "
+    rejected = f" {result['false_rejections']}" if result["false_rejections"] else ""
+    print(f"kernelbench sweep on {', '.join(result['devices']) or 'no device'}: {result['passed']}/"
+          f"{result['evaluated']} solutions passed, false rejections {len(result['false_rejections'])}{rejected}, "
           f"skipped {len(result['skipped'])}, no solution {result['missing']}; peak/IO max "
           f"{_fmt(result['max_peak_over_io'])} (memory reported for {result['memory_reported']}, over "
           f"{MEMORY_LIMIT}x: {result['over_memory_limit'] or 'none'}); geomean vs eager "
