@@ -33,6 +33,15 @@ class ProblemError(UserError):
     """The problem file is missing or malformed."""
 
 
+class MissingDependencyError(ProblemError):
+    """The problem imports a package that is not installed here (einops, transformers, ...)."""
+
+    def __init__(self, path: str | Path, package: str):
+        self.package = package
+        super().__init__(f"{path}: the problem needs the package {package!r}, which is not installed "
+                         f"(install it, e.g. pip install {package})")
+
+
 class CandidateFileError(UserError):
     """The candidate file cannot be read (a missing candidate is bad usage)."""
 
@@ -72,6 +81,64 @@ def top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
+_IMPORT_GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+
+
+def _guarded(handlers: list[ast.ExceptHandler]) -> bool:
+    """Whether a try's handlers catch a failed import (then the import is optional)."""
+    for h in handlers:
+        if h.type is None:
+            return True
+        types = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]
+        if any((t.id if isinstance(t, ast.Name) else getattr(t, "attr", "")) in _IMPORT_GUARDS for t in types):
+            return True
+    return False
+
+
+def imported_modules(tree: ast.Module) -> list[str]:
+    """Top-level packages a module imports unconditionally (not inside a try that catches
+    ImportError), in order of appearance. Relative imports are left out."""
+    found: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.Try) and _guarded(node.handlers):
+            for child in node.handlers + node.orelse + node.finalbody:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            names = []
+        for name in names:
+            root = name.split(".")[0]
+            if root not in found and root != "__future__":
+                found.append(root)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def missing_dependency(tree: ast.Module) -> str | None:
+    """The first package the module imports that cannot be found here, or None. Found by
+    importlib's finders only: nothing of the problem (or the package) is executed."""
+    import importlib.util
+    import sys
+
+    for root in imported_modules(tree):
+        if root in sys.modules or root in sys.builtin_module_names:
+            continue
+        try:
+            if importlib.util.find_spec(root) is None:
+                return root
+        except (ImportError, ValueError):
+            return root
+    return None
+
+
 def parse_source(source: str, filename: str) -> ast.Module:
     """Parse, turning a SyntaxError into a one-line message with the line number."""
     try:
@@ -83,8 +150,10 @@ def parse_source(source: str, filename: str) -> ast.Module:
         raise ProblemError(f"{filename}: syntax error at {where}: {exc.msg}{detail}") from None
 
 
-def load_problem(path: str | Path) -> Problem:
-    """Read and statically validate a problem file. Raises ProblemError with one line."""
+def load_problem(path: str | Path, check_dependencies: bool = True) -> Problem:
+    """Read and statically validate a problem file. Raises ProblemError with one line;
+    MissingDependencyError (a ProblemError) when it imports a package that is not installed,
+    unless `check_dependencies` is False (the caller then asks `missing_dependency` itself)."""
     path = Path(path)
     if not path.exists():
         raise ProblemError(f"problem file not found: {path}")
@@ -101,6 +170,8 @@ def load_problem(path: str | Path) -> Problem:
             f"{path}: not a KernelBench problem: missing {', '.join(missing)} "
             "(a problem defines class Model(nn.Module), get_inputs() and get_init_inputs())"
         )
+    if check_dependencies and (package := missing_dependency(tree)) is not None:
+        raise MissingDependencyError(path, package)
     level = path.parent.name if path.parent.name.startswith("level") else None
     return Problem(path=path.resolve(), source=source, sha256=sha256_text(source),
                    name=path.stem, level=level)

@@ -10,14 +10,75 @@ from kernelagent.harness.caller.static_check import check_source, summary
 from tests.conftest import BENCHMARKS, CANDIDATES
 
 ADV = Path(__file__).resolve().parent / "adversarial"
-GOOD = sorted((BENCHMARKS / "solutions").glob("level*/*.py")) + [CANDIDATES / "relu_good.py",
-                                                                   ADV / "honest_glue.py"]
+CUDA_CANDIDATES = Path(__file__).resolve().parent / "cuda_candidates"
+# The corpus of known-good code, with the backend each file is evaluated under: our Triton
+# solutions, our CUDA solutions, the KernelBench solutions and the honest test candidates.
+GOOD = ([(p, "triton") for p in sorted((BENCHMARKS / "solutions").glob("level*/*.py"))]
+        + [(p, "cuda") for p in sorted((BENCHMARKS / "solutions_cuda").glob("level*/*.py"))]
+        + [(p, "triton") for p in sorted((BENCHMARKS / "kernelbench_solutions").glob("level*/*.py"))]
+        + [(CANDIDATES / "relu_good.py", "triton"), (ADV / "honest_glue.py", "triton"),
+           (CUDA_CANDIDATES / "relu_ok.py", "cuda"), (CUDA_CANDIDATES / "relu_named_relu_error.py", "cuda")])
 
 
-@pytest.mark.parametrize("path", GOOD, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_no_findings_on_known_good_code(path):
-    rejects = [f for f in check_source(path.read_text()) if f.severity == "reject"]
+def test_the_corpus_is_all_there():
+    # A glob that silently matched nothing would make the corpus test pass vacuously.
+    by_dir = {p.parents[1].name for p, _ in GOOD}
+    assert {"solutions", "solutions_cuda", "kernelbench_solutions"} <= by_dir
+    assert sum(1 for p, _ in GOOD if p.parents[1].name == "kernelbench_solutions") >= 30
+
+
+@pytest.mark.parametrize("path, backend", GOOD, ids=lambda v: f"{v.parents[1].name}/{v.parent.name}/{v.stem}"
+                         if isinstance(v, Path) else v)
+def test_no_findings_on_known_good_code(path, backend):
+    rejects = [f for f in check_source(path.read_text(), backend=backend) if f.severity == "reject"]
     assert not rejects, [f.message_with_line() for f in rejects]
+
+
+_BUILD = "from torch.utils.cpp_extension import load_inline\n"
+
+
+@pytest.mark.parametrize("source", [
+    # a module-level extension whose function is called like a tensor method
+    _BUILD + "_ext = load_inline(name='a', cpp_sources='', functions=['relu'])\n"
+             "class ModelNew:\n    def forward(self, x):\n        return _ext.relu(x)\n",
+    # an attribute bound in __init__
+    _BUILD + "class ModelNew:\n    def __init__(self):\n        self.ext = load_inline(name='a', cpp_sources='')\n"
+             "    def forward(self, x):\n        return self.ext.softmax(x, 1)\n",
+    # a cached builder function, its result in a local and called directly
+    "import functools\nimport torch.utils.cpp_extension as ce\n@functools.lru_cache(None)\ndef _get():\n"
+    "    return ce.load_inline(name='a', cpp_sources='')\nclass ModelNew:\n    def forward(self, x):\n"
+    "        e = _get()\n        return e.relu(x) + _get().gelu(x)\n",
+    # a parameter that receives the extension at every call site, or by default
+    _BUILD + "_ext = load_inline(name='a', cpp_sources='')\ndef run(ext, x):\n    return ext.relu(x)\n"
+             "def run2(x, ext=_ext):\n    return ext.tanh(x)\n"
+             "class ModelNew:\n    def forward(self, x):\n        return run2(run(_ext, x))\n",
+    # an imported (prebuilt) module, a method of the candidate's own class, a custom op namespace
+    "import torch\nimport my_ext\nclass ModelNew:\n    def relu(self, x):\n        return my_ext.relu(x)\n"
+    "    def forward(self, x):\n        return torch.ops.my_ns.gelu(self.relu(x))\n",
+], ids=["module-ext", "self-attr-ext", "builder", "parameters", "module-method-customop"])
+def test_resolved_receivers_are_not_tensors(source):
+    rejects = [f for f in check_source(source, backend="cuda") if f.severity == "reject"]
+    assert not rejects, [f.message_with_line() for f in rejects]
+
+
+@pytest.mark.parametrize("source, line", [
+    ("class ModelNew:\n    def forward(self, x):\n        return x.relu()\n", 3),
+    # the parameter gets a tensor at one call site: it may be a tensor
+    (_BUILD + "_ext = load_inline(name='a', cpp_sources='')\ndef run(ext, x):\n    return ext.relu(x)\n"
+              "class ModelNew:\n    def forward(self, x):\n        return run(_ext, run(x, x))\n", 4),
+    # a PyTorch module bound to self (not a method of the class)
+    ("import torch\nclass ModelNew:\n    def __init__(self):\n        self.relu = torch.nn.ReLU()\n"
+     "    def forward(self, x):\n        return self.relu(x)\n", 6),
+    ("import torch\nclass ModelNew:\n    def forward(self, x):\n        return torch.ops.aten.relu(x)\n", 4),
+    # json.load is not an extension build
+    ("import json\n_ext = json.load(open('x'))\nclass ModelNew:\n    def forward(self, x):\n"
+     "        return _ext.relu(x)\n", 5),
+    ("import torch\nclass ModelNew:\n    def forward(self, x):\n        return torch.empty_like(x).softmax(1)\n", 4),
+], ids=["tensor-param", "mixed-param", "self-torch-module", "aten-op", "json-load", "call-result"])
+def test_unresolved_receivers_are_still_judged(source, line):
+    findings = [f for f in check_source(source, backend="cuda") if f.severity == "reject"]
+    assert any(f.kind == "no-custom-kernel" and f.line == line for f in findings), \
+        [(f.kind, f.line) for f in findings]
 
 
 @pytest.mark.parametrize("source, kind, line", [
@@ -60,3 +121,19 @@ def test_triton_code_and_main_guard_are_not_flagged():
 
 def test_syntax_error_gives_no_findings():
     assert check_source("def broken(:\n") == []
+
+
+@pytest.mark.skipif(__import__("kernelagent.harness.cuda_build", fromlist=["x"]).find_nvcc() is None,
+                    reason="nvcc not installed")
+def test_cuda_extension_function_named_relu_reaches_the_compiler(tmp_path):
+    """`_ext.relu(x)` used to be rejected as a tensor's .relu(); now the candidate reaches nvcc
+    (compile-only without a GPU), which reports the error the candidate really has."""
+    from kernelagent.harness import EvalConfig, Evaluator, Status
+
+    source = (CUDA_CANDIDATES / "relu_named_relu_error.py").read_text()
+    assert not [f for f in check_source(source, backend="cuda") if f.severity == "reject"]
+    with Evaluator(device="cpu", cache_dir=tmp_path) as ev:
+        result = ev.evaluate(CANDIDATES / "relu_problem.py", source, EvalConfig(backend="cuda"))
+    assert result.status == Status.COMPILE_ERROR and result.stage == "compile", (result.status, result.reason)
+    assert "static" not in result.reason and "fmaxf" in result.reason
+    assert "candidate.py:12" in result.reason, result.reason

@@ -20,6 +20,9 @@ from pathlib import Path
 from kernelagent.errors import UserError
 
 LEVEL_DIR = re.compile(r"^level(\d+)$")
+# Levels run only when --levels names them: KernelBench's level 4 builds Hugging Face models
+# (transformers, and weights from the hub), which a plain run should not reach for.
+OPT_IN_LEVELS = frozenset({"level4"})
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ def level_dirs(root: Path) -> list[Path]:
 
 def discover(root: str | Path, levels: str | set[str] | None = None, pattern: str | None = None,
              limit: int | None = None) -> list[ProblemRef]:
-    """The problems under `root`, in a stable order (level, then natural file order)."""
+    """The problems under `root`, in a stable order (level, then natural file order). Without
+    `levels`, every level except the opt-in ones (OPT_IN_LEVELS)."""
     root = Path(root)
     if not root.is_dir():
         raise UserError(f"benchmark directory not found: {root}")
@@ -87,7 +91,7 @@ def discover(root: str | Path, levels: str | set[str] | None = None, pattern: st
         groups = [(d.name, d) for d in dirs] if dirs else [(None, root)]
     problems: list[ProblemRef] = []
     for level, folder in groups:
-        if wanted is not None and level not in wanted:
+        if (wanted is not None and level not in wanted) or (wanted is None and level in OPT_IN_LEVELS):
             continue
         for path in sorted(folder.glob("*.py"), key=lambda p: _natural(p.name)):
             if path.name.startswith("_") or not _is_problem(path):

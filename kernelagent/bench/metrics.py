@@ -6,7 +6,9 @@ A record (built by runner.py, stored in the `problems` table) has, among others:
     timings were meaningful: on a GPU, never on the CPU interpreter), samples, correct_samples,
     tokens {prompt, completion, total}, cost_usd, wall_s.
 Every rate is over ALL problems of the run, including those without a candidate or that
-failed in any way.
+failed in any way, except the skipped ones (status "skipped": not evaluated for a reason that
+is neither the candidate's nor the agent's, such as a package the problem needs that is not
+installed); those are listed under "skipped".
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ def _rate(n: int, total: int) -> float | None:
     return n / total if total else None
 
 
+def is_skipped(record: dict) -> bool:
+    return record.get("status") == "skipped"
+
+
 def speedup(record: dict, baseline: str) -> float | None:
     """The record's measured speedup over `baseline` ("eager" or "inductor"), or None."""
     value = record.get(BASELINES[baseline])
@@ -40,7 +46,9 @@ def speedup(record: dict, baseline: str) -> float | None:
 
 
 def fast_p(records: list[dict], baseline: str, p: float) -> float | None:
-    """Fraction of ALL problems that are correct with a measured speedup strictly above p."""
+    """Fraction of ALL problems (skipped ones aside) that are correct with a measured speedup
+    strictly above p."""
+    records = [r for r in records if not is_skipped(r)]
     hits = sum(1 for r in records if (s := speedup(r, baseline)) is not None and s > p)
     return _rate(hits, len(records))
 
@@ -90,6 +98,8 @@ def _sum_tokens(records: list[dict]) -> dict[str, int]:
 
 
 def compute(records: list[dict], *, with_levels: bool = True) -> dict[str, Any]:
+    everything = records
+    records = [r for r in everything if not is_skipped(r)]
     n = len(records)
     compiled = sum(1 for r in records if r.get("compiled"))
     correct = sum(1 for r in records if r.get("correct"))
@@ -116,11 +126,13 @@ def compute(records: list[dict], *, with_levels: bool = True) -> dict[str, Any]:
         "per_problem": {"tokens": tokens["total"] / n if n else None,
                         "cost_usd": cost / n if n else None,
                         "wall_s": wall / n if n else None},
-        "status_counts": _counts(r.get("status") or "?" for r in records),
+        "status_counts": _counts(r.get("status") or "?" for r in everything),
+        "skipped": [{"key": r.get("key"), "reason": r.get("skip_reason") or r.get("reason") or ""}
+                    for r in everything if is_skipped(r)],
     }
     if with_levels:
         levels: dict[str, list[dict]] = {}
-        for r in records:
+        for r in everything:
             levels.setdefault(r.get("level") or "(none)", []).append(r)
         out["by_level"] = {lv: compute(rs, with_levels=False) for lv, rs in sorted(levels.items())}
     return out

@@ -336,6 +336,10 @@ def render_html(data: dict) -> str:
                 'meaningful, so no speedup is reported and every fast_p is 0.</p>')
     if data["pending"]:
         note += f'<p class="note">{len(data["pending"])} problem(s) not finished yet: metrics cover the finished ones.</p>'
+    if m.get("skipped"):
+        items = "".join(f"<li>{escape(str(s['key']))}: {escape(s['reason'])}</li>" for s in m["skipped"])
+        note += (f'<p class="note">{len(m["skipped"])} problem(s) skipped, left out of every rate:</p>'
+                 f'<ul id="skipped">{items}</ul>')
     body = (f'<h1>kernelagent bench: {escape(data["run"]["id"])}</h1>{_header(data)}{note}{_cards(m)}'
             f'<h2>fast_p and speedups</h2>{_fast_table([("", m)])}'
             f'<h2>Plots</h2>{_plots(records)}'

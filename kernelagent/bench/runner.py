@@ -158,6 +158,16 @@ def summarise(result: dict) -> dict[str, Any]:
     }
 
 
+def skipped_record(ref: ProblemRef, reason: str) -> dict[str, Any]:
+    """A problem that was not evaluated for a reason that is neither the candidate's nor the
+    agent's (a package the problem needs is missing). Left out of every rate (metrics.py)."""
+    return {"key": ref.key, "level": ref.level, "name": ref.name, "status": "skipped", "skip_reason": reason,
+            "reason": f"skipped: {reason}", "compiled": False, "correct": False, "speedup_eager": None,
+            "speedup_inductor": None, "timings_meaningful": False, "samples": 0, "correct_samples": 0,
+            "compiled_samples": 0, "tokens": {"prompt": 0, "completion": 0, "total": 0}, "cost_usd": 0.0,
+            "wall_s": 0.0, "evaluations": 0, "reused": 0}
+
+
 def _rank(summary: dict) -> tuple:
     speed = summary.get("speedup_inductor") or summary.get("speedup_eager") or 0.0
     return (bool(summary.get("passed")), speed, bool(summary.get("compiled")))
@@ -347,7 +357,7 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
     from kernelagent.bench.progress import BenchProgress
     from kernelagent.bench.report import write_reports, write_run_json
     from kernelagent.harness.caller.pool import EvaluatorPool, parse_gpus
-    from kernelagent.problem import load_problem
+    from kernelagent.problem import load_problem, missing_dependency, parse_source
 
     store_path = Path(session.store) if session.store else default_store_path()
     store = Store(store_path)
@@ -377,7 +387,13 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
         if not refs:
             raise UserError(f"no problems found under {spec.root}"
                             + (" with those --levels/--filter" if spec.levels or spec.filter else ""))
-        problems = {ref.key: (ref, load_problem(ref.path)) for ref in refs}
+        problems = {ref.key: (ref, load_problem(ref.path, check_dependencies=False)) for ref in refs}
+        # A problem whose imports are not installed here (KernelBench's level3/48 imports einops)
+        # is skipped, not failed: it says nothing about the candidate. Asked again on every
+        # session, so installing the package and running the same command evaluates it.
+        skipped = {key: skipped_record(ref, f"missing dependency {package}")
+                   for key, (ref, problem) in problems.items()
+                   if (package := missing_dependency(parse_source(problem.source, str(ref.path)))) is not None}
         out_dir = Path(session.out) if session.out else Path("runs") / "bench" / run_id
         run, created = store.open_run(run_id, spec.mode, dataclasses.asdict(spec), str(out_dir.resolve()))
         out_dir = Path(run["out_dir"]) if not session.out else out_dir
@@ -385,9 +401,13 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
         write_run_json(out_dir, run_id, store_path)
         store.add_problems(run_id, [{"key": k, "level": ref.level, "name": ref.name, "path": str(ref.path),
                                      "sha256": p.sha256} for k, (ref, p) in problems.items()])
+        for key, record in skipped.items():
+            store.finish_problem(run_id, key, "done", record)
         rows = {row["key"]: row for row in store.problems(run_id)}
-        todo = [k for k in problems if not (rows[k]["status"] == "done" and rows[k]["sha256"] == problems[k][1].sha256
-                                            and _candidates_unchanged(store, run_id, spec, problems[k][0], rows[k]))]
+        todo = [k for k in problems if k not in skipped and not (
+            rows[k]["status"] == "done" and rows[k]["sha256"] == problems[k][1].sha256
+            and (rows[k]["record"] or {}).get("status") != "skipped"
+            and _candidates_unchanged(store, run_id, spec, problems[k][0], rows[k]))]
         done_before = len(problems) - len(todo)
         correct_before = sum(1 for k in problems if k not in todo and (rows[k]["record"] or {}).get("correct"))
         started = time.monotonic()

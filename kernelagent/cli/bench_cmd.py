@@ -21,7 +21,7 @@ from kernelagent.errors import EXIT_USAGE, UserError
 def bench(
     directory: Annotated[Optional[Path], typer.Argument(metavar="DIR", help="Benchmark directory: KernelBench's level1/…level3/ layout, ours (benchmarks/), or a flat folder of problems.", show_default=False)] = None,
     candidates: Annotated[Optional[Path], typer.Option("--candidates", help="Evaluate existing candidates instead of running the agent: CDIR/<problem-stem>.py, or samples CDIR/<problem-stem>/*.py (also under CDIR/levelN/).", show_default=False)] = None,
-    levels: Annotated[Optional[str], typer.Option("--levels", help="Levels to run, e.g. 1,2 (default: all).", show_default=False)] = None,
+    levels: Annotated[Optional[str], typer.Option("--levels", help="Levels to run, e.g. 1,2 (default: all but KernelBench's level 4, which needs transformers and hub access: --levels 4 to include it).", show_default=False)] = None,
     filter_glob: Annotated[Optional[str], typer.Option("--filter", help="Only problems whose key (level1/19_ReLU) or stem matches this glob.", show_default=False)] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="At most N problems (after --levels/--filter).", show_default=False)] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU indices, e.g. 0,1; 'cpu'; default: every visible GPU (the CPU when there is none).", show_default=False)] = None,
@@ -110,6 +110,8 @@ def bench(
                    f"{rate(m['fast_p']['inductor']['1.0'])}, geomean vs inductor "
                    f"{'–' if geo is None else f'{geo:.3f}x'}; {outcome.evaluations} evaluations, "
                    f"{outcome.reused} from the store, {outcome.skipped} problems already done")
+        for item in m.get("skipped") or []:
+            typer.echo(f"skipped {item['key']}: {item['reason']}")
         typer.echo(f"report: {outcome.out_dir / 'report.html'}")
     raise typer.Exit(0)
 

@@ -18,6 +18,14 @@ run-time evidence (defences.py) sees what the code actually does. What it looks 
 Code under `if __name__ == "__main__":` is ignored; so are the bodies of `@triton.jit`
 functions (their `tl.sum` or `x.to(...)` are Triton, not PyTorch).
 
+A method call such as `.relu(x)` is judged only after its receiver is resolved (a first pass
+over the whole file, `_Receivers`): a name bound to a `load_inline`/`load` result (directly, through
+another such name, or through a function that returns one), an imported module, a parameter
+that only ever receives an extension (its default, or every call site in the file), or `self`
+calling a method its own class defines is not a tensor, so `_ext.relu(x)` is the candidate's
+own kernel, not PyTorch's. Likewise `torch.ops.<namespace>.relu` outside ATen's namespaces is a
+custom op. Anything else (a parameter, a local, a call's result) may be a tensor and is judged.
+
 The backend decides what a kernel is. For "triton", building C++/CUDA extensions
 (`torch.utils.cpp_extension`) is rejected (wrong-backend: use --backend cuda). For "cuda",
 `load_inline` is the way kernels are built, and the C++/CUDA strings of the candidate are
@@ -134,13 +142,147 @@ def _is_launch(node: ast.AST) -> bool:
                                            or (isinstance(node.func, ast.Attribute) and node.func.attr == "run"))
 
 
+# torch.ops namespaces that hold PyTorch's own kernels (others are custom ops the candidate built).
+_TORCH_OPS_BUILTIN = {"aten", "prims", "quantized", "_c10d_functional", "c10d", "profiler", "_quantized"}
+
+
+def _is_build_call(node: ast.AST, aliases: dict[str, str]) -> bool:
+    """load_inline(...) / cpp_extension.load(...) (not json.load or torch.load)."""
+    if not isinstance(node, ast.Call):
+        return False
+    dotted = _dotted(node.func)
+    if dotted is None:
+        return False
+    head, _, rest = dotted.partition(".")
+    full = aliases.get(head, head) + ("." + rest if rest else "")
+    last = full.split(".")[-1]
+    return last == "load_inline" or (last == "load" and "cpp_extension" in full)
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[ast.arg]:
+    a = fn.args
+    return [*a.posonlyargs, *a.args, *([a.vararg] if a.vararg else []), *a.kwonlyargs,
+            *([a.kwarg] if a.kwarg else [])]
+
+
+class _Receivers:
+    """What the names of a file are bound to, so a call's receiver can be told apart from a tensor.
+
+    Names are keyed by their last component (`self._ext` and `_ext` are both `_ext`): a file
+    that binds the same name to an extension in one place and to a tensor in another loses the
+    method check on that name, which is a missed finding, never a false one (the run-time
+    defences still see what runs)."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.modules: set[str] = set()  # names bound by import statements
+        self.aliases: dict[str, str] = {}
+        self.ext: set[str] = set()  # names bound to extension modules
+        self.builders: set[str] = set()  # functions that return an extension module
+        self.ext_params: dict[ast.AST, set[str]] = {}  # function -> its parameters that are extensions
+        self.class_methods: dict[ast.AST, set[str]] = {}  # function -> methods of its enclosing class
+        functions: dict[str, list[ast.AST]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    local = (alias.asname or alias.name).split(".")[0]
+                    self.modules.add(local)
+                    self.aliases[local] = alias.name if alias.asname else local
+            elif isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    self.modules.add(alias.asname or alias.name)
+                    self.aliases[alias.asname or alias.name] = \
+                        f"{node.module}.{alias.name}" if node.module else alias.name
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions.setdefault(node.name, []).append(node)
+            elif isinstance(node, ast.ClassDef):
+                methods = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                for n in node.body:
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        self.class_methods[n] = methods
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        assigns = [n for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.NamedExpr))]
+        # Fixpoint: extension names, builders and extension parameters feed each other.
+        changed = True
+        while changed:
+            before = (len(self.ext), len(self.builders), sum(map(len, self.ext_params.values())))
+            for node in assigns:
+                if node.value is not None and self.is_ext(node.value):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for target in targets:
+                        name = _dotted(target)
+                        if name:
+                            self.ext.add(name.split(".")[-1])
+            for name, defs in functions.items():
+                if any(self.is_ext(r.value) for d in defs for r in ast.walk(d)
+                       if isinstance(r, ast.Return) and r.value is not None):
+                    self.builders.add(name)
+            for defs in functions.values():
+                for fn in defs:
+                    self._ext_params(fn, calls)
+            changed = before != (len(self.ext), len(self.builders), sum(map(len, self.ext_params.values())))
+
+    def _ext_params(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[ast.Call]) -> None:
+        params = _params(fn)
+        positional = [p.arg for p in (*fn.args.posonlyargs, *fn.args.args)]
+        defaults = dict(zip(positional[len(positional) - len(fn.args.defaults):], fn.args.defaults))
+        defaults.update({p.arg: d for p, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None})
+        # Call sites: f(...) or obj.f(...) (a method: the receiver takes the first parameter).
+        sites = [c for c in calls if (_dotted(c.func) or "").split(".")[-1] == fn.name]
+        found = self.ext_params.setdefault(fn, set())
+        for p in params:
+            if p.arg in found:
+                continue
+            if p.arg in defaults and self.is_ext(defaults[p.arg]):
+                found.add(p.arg)
+                continue
+            if p.arg not in positional or not sites:
+                continue
+            index = positional.index(p.arg)
+            passed = []
+            for c in sites:
+                shift = 1 if isinstance(c.func, ast.Attribute) and positional and positional[0] == "self" else 0
+                kw = next((k.value for k in c.keywords if k.arg == p.arg), None)
+                arg = kw if kw is not None else (c.args[index - shift] if 0 <= index - shift < len(c.args)
+                                                 and not any(isinstance(a, ast.Starred) for a in c.args) else None)
+                passed.append(arg)
+            if all(a is not None and self.is_ext(a) for a in passed):
+                found.add(p.arg)
+
+    def is_ext(self, node: ast.AST, fn: ast.AST | None = None) -> bool:
+        """Whether `node` evaluates to an extension module built by load_inline/load."""
+        if _is_build_call(node, self.aliases):
+            return True
+        if isinstance(node, ast.Call):
+            return (_dotted(node.func) or "").split(".")[-1] in self.builders
+        name = _dotted(node)
+        if name is None:
+            return False
+        if fn is not None and "." not in name and name in self.ext_params.get(fn, ()):
+            return True
+        return name.split(".")[-1] in self.ext
+
+    def not_a_tensor(self, receiver: ast.AST, method: str, fn: ast.AST | None) -> bool:
+        """Whether a call `receiver.method(...)` certainly does not call a tensor method."""
+        if self.is_ext(receiver, fn):
+            return True
+        name = _dotted(receiver)
+        if name is None:
+            return False
+        if name.split(".")[0] in self.modules:
+            return True  # an imported module (torch's own heavy functions are judged by their name)
+        if name == "self" and fn is not None and method in self.class_methods.get(fn, ()):
+            return True  # the candidate's own method
+        return False
+
+
 class _Visitor(ast.NodeVisitor):
-    def __init__(self, backend: str = "triton") -> None:
+    def __init__(self, backend: str = "triton", receivers: _Receivers | None = None) -> None:
         self.backend = backend
+        self.receivers = receivers or _Receivers(ast.Module(body=[], type_ignores=[]))
+        self.scope: list[ast.AST] = []  # enclosing (non-Triton) functions
         self.findings: list[Finding] = []
         self.aliases: dict[str, str] = {}  # local name -> module it names
         self.jit_names: set[str] = set()
-        self.ext_names: set[str] = set()  # names bound to load_inline(...) results
 
     def add(self, kind: str, message: str, node: ast.AST, severity: str = "reject") -> None:
         self.findings.append(Finding(kind, message, getattr(node, "lineno", 0), severity))
@@ -164,7 +306,11 @@ class _Visitor(ast.NodeVisitor):
         if any(_is_triton_jit(d) for d in node.decorator_list):
             self.jit_names.add(node.name)
             return  # Triton code, not PyTorch
-        self.generic_visit(node)
+        self.scope.append(node)
+        try:
+            self.generic_visit(node)
+        finally:
+            self.scope.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
@@ -201,12 +347,10 @@ class _Visitor(ast.NodeVisitor):
         """A call into a CUDA extension (ext.fn(...), self.ext.fn(...)) or a load_inline build."""
         if not isinstance(node, ast.Call):
             return False
-        full = self.resolve(_dotted(node.func)) or ""
-        if full.split(".")[-1] in ("load_inline", "load") and ("cpp_extension" in full or full in ("load_inline",)):
+        if self.receivers.is_ext(node):
             return True
         if isinstance(node.func, ast.Attribute):
-            base = _dotted(node.func.value) or ""
-            return base.split(".")[-1] in self.ext_names
+            return self.receivers.is_ext(node.func.value, self.scope[-1] if self.scope else None)
         return False
 
     def visit_Try(self, node: ast.Try) -> None:
@@ -226,6 +370,8 @@ class _Visitor(ast.NodeVisitor):
         parts = full.split(".")
         if parts[0] != "torch":
             return
+        if len(parts) >= 3 and parts[1] == "ops" and parts[2] not in _TORCH_OPS_BUILTIN:
+            return  # torch.ops.<the candidate's namespace>.<op>: its own kernel
         name = parts[-1]
         functional = len(parts) >= 3 and parts[1] == "nn" and parts[2] == "functional"
         if name in HEAVY_TORCH_FUNCS or (name in HEAVY_TORCH_ONLY and (len(parts) == 2 or functional)):
@@ -266,8 +412,10 @@ class _Visitor(ast.NodeVisitor):
                          severity="info")
         if isinstance(func, ast.Attribute) and func.attr in HEAVY_METHODS:
             base = self.resolve(_dotted(func.value)) or ""
+            fn = self.scope[-1] if self.scope else None
             if base.split(".")[0] not in ("tl", "triton", "math", "np", "numpy", "torch") and \
-                    not base.startswith("triton.language"):
+                    not base.startswith("triton.language") and \
+                    not self.receivers.not_a_tensor(func.value, func.attr, fn):
                 self.add("no-custom-kernel", f".{func.attr}() on a tensor runs PyTorch's kernel: do the work in "
                                              "the candidate's own Triton kernels", node)
         if isinstance(func, ast.Attribute) and func.attr in ("numpy", "tolist") and not node.args:
@@ -301,12 +449,6 @@ class _Visitor(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
             self._check_target(target, node)
-        if isinstance(node.value, ast.Call) and (self.resolve(_dotted(node.value.func)) or "").split(".")[-1] in \
-                ("load_inline", "load"):
-            for target in node.targets:
-                name = _dotted(target)
-                if name:
-                    self.ext_names.add(name.split(".")[-1])
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -360,7 +502,7 @@ def check_source(source: str, backend: str = "triton") -> list[Finding]:
         tree = ast.parse(source, filename="candidate.py")
     except SyntaxError:
         return []
-    visitor = _Visitor(backend)
+    visitor = _Visitor(backend, _Receivers(tree))
     visitor.visit(tree)
     seen = set()
     out = []
