@@ -66,8 +66,8 @@ COMMANDS = [
     ("kernelagent.cli.export_cmd", "export_app", "export"),
     ("kernelagent.cli.serve_cmd", "serve", "serve"),
     ("kernelagent.cli.ci_cmd", "verify", "verify"),
-    #("kernelagent.cli.ci_cmd", "regenerate", "regenerate"),
-    #("kernelagent.cli.ci_cmd", "init", "init"),
+    ("kernelagent.cli.ci_cmd", "regenerate", "regenerate"),
+    ("kernelagent.cli.ci_cmd", "init", "init"),
 ]
 
 
