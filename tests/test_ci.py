@@ -260,3 +260,75 @@ def test_minimal_manifest_and_init_from_folders(repo, cache):
                                            'the manifest\nkernel = "kernels/relu.py"\n')
     minimal = load_manifest(repo / "kernelagent.toml")
     assert [k.name for k in minimal.kernels] == ["relu"] and minimal.model is None
+
+
+# -- the speed rules, on results as a GPU would give them (no GPU needed to judge them) ------
+def gpu_result(speedup: float, interval: list[float] | None = None, status: str = "correct"):
+    from kernelagent.harness import EvalResult, Timing
+
+    timing = Timing(median_ms=1.0, q1_ms=0.9, q3_ms=1.1, min_ms=0.8, reps=100)
+    result = EvalResult(status=status, compiled=True, correct=status == "correct",
+                        timings={"candidate": timing, "eager": timing, "compile": timing},
+                        speedups={"eager": speedup * 2, "compile": speedup},
+                        fingerprint={"cuda": True, "gpu_name": "NVIDIA H100"},
+                        problem_sha256="p" * 64, candidate_sha256="k" * 64)
+    if interval is not None:
+        # EvalResult.speedup_intervals comes with issue 13; set it whether or not the field exists yet.
+        object.__setattr__(result, "speedup_intervals", {"compile": interval})
+    return result
+
+
+def entry(target: float = 1.0, tolerance: float = 0.1):
+    from kernelagent.ci.manifest import KernelEntry
+
+    return KernelEntry(name="k", problem=Path("/p.py"), kernel=Path("/k.py"), problem_rel="p.py",
+                       kernel_rel="k.py", target_speedup=target, tolerance=tolerance)
+
+
+GPU_ENV = {"cuda": True, "gpu_name": "NVIDIA H100"}
+
+
+def locked(speedup: float, gpu: str = "NVIDIA H100") -> dict:
+    return {"problem_sha256": "p" * 64, "kernel_sha256": "k" * 64, "speed_checked": True, "baseline": "compile",
+            "speedups": {"compile": speedup}, "environment": {"gpu_name": gpu}}
+
+
+def test_target_uses_the_lower_bound_and_falls_back_to_the_point_estimate():
+    from kernelagent.ci.verify import check_kernel
+
+    ok = check_kernel(entry(1.0), gpu_result(1.3, [1.1, 1.5]), None, environment=GPU_ENV)
+    assert ok.passed and ok.speed_checked and ok.speedup_low == 1.1 and ok.baseline == "compile"
+    low = check_kernel(entry(1.0), gpu_result(1.3, [0.95, 1.6]), None, environment=GPU_ENV)
+    assert not low.passed and low.short_of_target and "lower bound 0.950x vs TorchInductor" in low.message()
+    point = check_kernel(entry(1.2), gpu_result(1.1), None, environment=GPU_ENV)  # no interval measured
+    assert point.speedup_low == 1.1 and "no interval measured" in point.message()
+    off = check_kernel(entry(0.0), gpu_result(0.5), None, environment=GPU_ENV)  # target 0: no target
+    assert off.passed
+
+
+def test_regression_against_the_lock_counts_only_on_the_same_gpu_model():
+    from kernelagent.ci.verify import check_kernel
+
+    slower = check_kernel(entry(1.0, tolerance=0.1), gpu_result(1.5), locked(2.0), environment=GPU_ENV)
+    assert not slower.passed and "regressed: 1.500x vs TorchInductor, the lock has 2.000x" in slower.message()
+    within = check_kernel(entry(1.0, tolerance=0.3), gpu_result(1.5), locked(2.0), environment=GPU_ENV)
+    assert within.passed
+    other_gpu = check_kernel(entry(1.0), gpu_result(1.5), locked(2.0, gpu="NVIDIA A100"), environment=GPU_ENV)
+    assert other_gpu.passed
+    wrong = check_kernel(entry(), gpu_result(3.0, status="incorrect"), locked(2.0), environment=GPU_ENV)
+    assert not wrong.passed and not wrong.short_of_target and wrong.message().startswith("incorrect")
+
+
+def test_lock_is_stable_and_keeps_dates_of_unchanged_entries(tmp_path):
+    from kernelagent.ci.lock import merge_entry, read_lock, write_lock
+
+    path = tmp_path / "kernelagent.lock.json"
+    entry_a = {"kernel_sha256": "a", "speedups": {"compile": 1.234567}, "date": "2024-01-01"}
+    assert write_lock(path, {"b": {"x": 1}, "a": entry_a})
+    text = path.read_text()
+    assert text.index('"a"') < text.index('"b"') and "1.235" in text and "1.234567" not in text
+    assert not write_lock(path, read_lock(path))  # unchanged: not rewritten
+    same = merge_entry(read_lock(path)["a"], {**entry_a, "date": "2030-05-05"})
+    assert same["date"] == "2024-01-01"
+    changed = merge_entry(read_lock(path)["a"], {**entry_a, "kernel_sha256": "c", "date": "2030-05-05"})
+    assert changed["date"] == "2030-05-05"

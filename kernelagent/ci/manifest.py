@@ -116,8 +116,9 @@ def find_manifest(path: str | Path | None) -> Path:
 def _check_type(where: str, key: str, value: Any, kinds: tuple[type, ...]) -> None:
     # TOML booleans are ints to Python: refuse them where a number is meant.
     if isinstance(value, bool) or not isinstance(value, kinds):
-        expected = " or ".join({"str": "a string", "int": "an integer", "float": "a number",
-                                "list": "an array of tables"}[k.__name__] for k in kinds)
+        names = {k.__name__ for k in kinds}
+        expected = "a number" if "float" in names else {"str": "a string", "int": "an integer",
+                                                        "list": "an array of tables"}[kinds[0].__name__]
         raise UserError(f"{where}: `{key}` must be {expected} (got {value!r})")
 
 
