@@ -332,3 +332,23 @@ def test_lock_is_stable_and_keeps_dates_of_unchanged_entries(tmp_path):
     assert same["date"] == "2024-01-01"
     changed = merge_entry(read_lock(path)["a"], {**entry_a, "kernel_sha256": "c", "date": "2030-05-05"})
     assert changed["date"] == "2030-05-05"
+
+
+def test_init_from_bench_takes_the_best_kernels(repo, cache, tmp_path):
+    (repo / "kernels" / "scale.py").write_text(WRONG_RELU)  # scale has no correct kernel in this run
+    run_dir = tmp_path / "bench-run"
+    bench = run(["bench", str(repo / "problems"), "--candidates", str(repo / "kernels"), "--gpus", "cpu",
+                 "--trials", "1", "--no-timing", "--no-baselines", "--out", str(run_dir), "--no-live"],
+                tmp_path, cache)
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    target = tmp_path / "new-repo"
+    proc = run(["init", str(target), "--from-bench", str(run_dir)], tmp_path, cache)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "skipped scale: no correct kernel in the run" in proc.stdout
+    from kernelagent.ci.manifest import load_manifest
+
+    manifest = load_manifest(target)
+    assert sorted(k.name for k in manifest.kernels) == ["add", "relu"]
+    for name in ("add", "relu"):
+        assert (target / "kernels" / f"{name}.py").read_text() == (repo / "kernels" / f"{name}.py").read_text()
+        assert (target / "problems" / f"{name}.py").read_text() == (repo / "problems" / f"{name}.py").read_text()
