@@ -352,3 +352,19 @@ def test_init_from_bench_takes_the_best_kernels(repo, cache, tmp_path):
     for name in ("add", "relu"):
         assert (target / "kernels" / f"{name}.py").read_text() == (repo / "kernels" / f"{name}.py").read_text()
         assert (target / "problems" / f"{name}.py").read_text() == (repo / "problems" / f"{name}.py").read_text()
+
+
+def test_seeded_agent_never_ends_with_less_than_its_initial_kernel(tmp_path):
+    """`optimize(initial=...)`: a passing initial kernel is the first candidate, so a model
+    that only answers wrong kernels still ends with it (and the model saw it in the task)."""
+    from kernelagent.agent import optimize
+    from kernelagent.models.scripted import ScriptedModel
+
+    current = (CI_REPO / "kernels" / "relu.py").read_text()
+    model = ScriptedModel([block(WRONG_RELU)])
+    run_ = optimize(CI_REPO / "problems" / "relu.py", model, mode="text", max_turns=1, out=tmp_path / "run",
+                    device="cpu", trials=2, quick_trials=1, initial=current)
+    assert run_.exit_code == 0 and run_.result.best.code == current
+    assert (tmp_path / "run" / "kernel.py").read_text() == current
+    steps = json.loads((tmp_path / "run" / "trajectory.json").read_text())["steps"]
+    assert [o["verdict"] for s in steps for o in s["observations"]] == ["correct", "incorrect"]
