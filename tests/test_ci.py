@@ -91,6 +91,7 @@ def block(code: str) -> str:
     return f"Here is my kernel.\n\n```python\n{code}```\n"
 
 
+@pytest.mark.slow
 def test_verify_pass_change_wrong_kernel_and_cache(repo, cache, tmp_path):
     # 1. Three kernels pass; the JUnit has 3 tests and 0 failures; the lock records all three.
     first = run(["verify", "--junit", str(tmp_path / "j1.xml")], repo, cache)
@@ -150,6 +151,7 @@ def test_verify_pass_change_wrong_kernel_and_cache(repo, cache, tmp_path):
     assert evaluations(cache) == performed + 2  # every result of this run came from the store
 
 
+@pytest.mark.slow
 def test_regenerate_keeps_file_on_wrong_answers_and_replaces_with_a_correct_one(repo, cache, tmp_path):
     assert run(["verify"], repo, cache).returncode == 0  # the lock
     kernel = repo / "kernels/relu.py"
@@ -334,6 +336,7 @@ def test_lock_is_stable_and_keeps_dates_of_unchanged_entries(tmp_path):
     assert changed["date"] == "2030-05-05"
 
 
+@pytest.mark.slow
 def test_init_from_bench_takes_the_best_kernels(repo, cache, tmp_path):
     (repo / "kernels" / "scale.py").write_text(WRONG_RELU)  # scale has no correct kernel in this run
     run_dir = tmp_path / "bench-run"

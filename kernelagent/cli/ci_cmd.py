@@ -71,10 +71,13 @@ def verify(
     except UserError as exc:
         raise _fail(str(exc), exc.exit_code) from None
     # Every output is written before the exit code: CI wants the report most when it fails.
-    if junit is not None:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(outputs.junit_xml(report), encoding="utf-8")
-    outputs.append_step_summary(outputs.markdown(report))
+    try:
+        if junit is not None:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            junit.write_text(outputs.junit_xml(report), encoding="utf-8")
+        outputs.append_step_summary(outputs.markdown(report))
+    except OSError as exc:  # the results are in the store and the lock: a rerun is instant
+        raise _fail(f"cannot write the report: {exc}") from None
     print(outputs.console_lines(report)[-1], file=err, flush=True)
     if json_out:
         typer.echo(outputs.dumps(report.to_dict()))
