@@ -102,11 +102,15 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
              quick_trials: int = 2, eval_overrides: dict[str, Any] | None = None,
              evaluator: Any = None, observer: Callable[..., None] | None = None,
              model_info: dict[str, Any] | None = None,
-             budget: Budget | None = None, backend: str = BACKEND) -> OptimizeRun:
+             budget: Budget | None = None, backend: str = BACKEND,
+             initial: str | None = None) -> OptimizeRun:
     """Run the agent on one problem. Raises ProblemError / UserError for bad input.
 
     `budget`, when given, replaces max_turns/max_tokens/max_cost/timeout (a live view can
-    hold the same object); `evaluator`, when given, is used and left open."""
+    hold the same object); `evaluator`, when given, is used and left open. `initial`, the
+    source of an existing kernel, is verified first (full trials, timed), shown to the model
+    in the task, and counts as the first candidate: the best kernel at the end is never
+    worse than it."""
     from kernelagent.problem import load_problem
 
     if mode not in MODES:
@@ -155,6 +159,13 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
                       AgentConfig(mode=mode, target_speedup=target_speedup), observer=notify)
         notify("start", problem=problem.display, model=config["model"]["name"], mode=mode,
                device=device_info.get("name") or "?", out=str(out_dir))
+        if initial is not None:
+            # Checked before the wall-clock budget starts: it is not the model's time.
+            first = tools.verify(initial)
+            tools.last_code = initial  # `code` may be left out to test it again
+            agent.seed(first)
+            context["initial"] = {"code": initial.strip(), "verdict": first.verdict, "passed": first.passed,
+                                  "feedback": truncate(first.text, 4000, 60)}
         budget.started = time.monotonic()  # the wall-clock budget covers the loop
         try:
             result = agent.run(prompts.render("system", **context), prompts.render("task", **context))
@@ -177,7 +188,7 @@ def build_summary(result: RunResult, problem: Any, out_dir: Path, budget: Budget
     best = result.best
     measurable = bool(best and best.measurable)
     speedups = best.speedups if best else {}
-    costs_known = [s["model"].get("cost_known", False) for s in trajectory.steps]
+    costs_known = [s["model"].get("cost_known", False) for s in trajectory.steps if s.get("model")]
     return {
         "format_version": 1,
         "outcome": result.outcome,

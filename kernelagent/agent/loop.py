@@ -170,6 +170,17 @@ class Agent:
         self.notify("stop", reason=stop[0], detail=stop[1])
         return self.finish(*stop)
 
+    def seed(self, obs: Observation) -> None:
+        """Start from an existing kernel (regeneration): its verdict is recorded as step 0 and,
+        when it passes, it is a candidate from the start, so the run never ends with less than
+        it began with. It does not end the run by itself: the model still gets its turns."""
+        self.trajectory.add_step({"turn": 0, "model": None, "initial": True,
+                                  "observations": [self.record(obs, "initial", None, None)],
+                                  "budget": self.budget.snapshot()})
+        if obs.passed and obs.code:
+            self.candidates[sha(obs.code)] = (obs, 0)
+        self.notify("tool", tool="initial", obs=obs, best=self.best(), turn=0)
+
     def step(self) -> None:
         self.budget.check()
         mode = self.config.mode

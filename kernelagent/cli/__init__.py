@@ -65,6 +65,9 @@ COMMANDS = [
     ("kernelagent.cli.dataset_cmd", "dataset_app", "dataset"),
     ("kernelagent.cli.export_cmd", "export_app", "export"),
     ("kernelagent.cli.serve_cmd", "serve", "serve"),
+    ("kernelagent.cli.ci_cmd", "verify", "verify"),
+    ("kernelagent.cli.ci_cmd", "regenerate", "regenerate"),
+    ("kernelagent.cli.ci_cmd", "init", "init"),
 ]
 
 

@@ -1,0 +1,99 @@
+"""What CI reads: JUnit XML (one test case per kernel), JSON, and a Markdown table for the
+GitHub step summary ($GITHUB_STEP_SUMMARY). All rendered from the same KernelCheck facts."""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from kernelagent.ci.verify import BASELINE_NAMES, KernelCheck, VerifyReport
+
+
+def _detail(check: KernelCheck) -> str:
+    lines = [f"problem: {check.problem} (sha256 {check.problem_sha256[:12]})",
+             f"kernel: {check.kernel} (sha256 {check.kernel_sha256[:12]})",
+             f"verdict: {check.verdict}"]
+    lines += [f"failure: {f}" for f in check.failures]
+    lines += [f"note: {n}" for n in check.notes]
+    if check.result is not None and not check.correct and check.result.log:
+        lines += ["", "candidate log (tail):", *check.result.log.strip().splitlines()[-20:]]
+    return "\n".join(lines)
+
+
+def junit_xml(report: VerifyReport, suite: str = "kernelagent verify") -> str:
+    failures = len(report.failed)
+    root = ET.Element("testsuites", name=suite, tests=str(len(report.checks)), failures=str(failures),
+                      errors="0", time=f"{report.wall_s:.3f}")
+    node = ET.SubElement(root, "testsuite", name=suite, tests=str(len(report.checks)), failures=str(failures),
+                         errors="0", skipped="0", time=f"{report.wall_s:.3f}")
+    props = ET.SubElement(node, "properties")
+    device = report.environment.get("gpu_name") if report.speed_checked else "cpu (Triton interpreter)"
+    for key, value in (("device", device), ("speed_checked", str(report.speed_checked).lower()),
+                       ("torch", report.environment.get("torch")), ("triton", report.environment.get("triton")),
+                       ("evaluated", report.evaluated), ("reused", report.reused)):
+        ET.SubElement(props, "property", name=key, value=str(value))
+    for check in report.checks:
+        case = ET.SubElement(node, "testcase", classname="kernelagent.verify", name=check.name,
+                             file=check.kernel, time=f"{check.seconds:.3f}")
+        if check.failures:
+            failure = ET.SubElement(case, "failure", message=check.message(), type="kernel-check")
+            failure.text = _detail(check)
+        out = ET.SubElement(case, "system-out")
+        out.text = _detail(check)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _speed(check: KernelCheck) -> str:
+    if not check.speed_checked or check.speedup is None:
+        return "not checked"
+    name = BASELINE_NAMES.get(check.baseline or "", check.baseline or "")
+    return f"{check.speedup:.2f}x vs {name} (≥ {check.speedup_low:.2f}x)"
+
+
+def markdown(report: VerifyReport) -> str:
+    ok = not report.failed
+    title = f"### kernelagent verify: {'all ' + str(len(report.checks)) + ' kernels pass' if ok else f'{len(report.failed)} of {len(report.checks)} kernels fail'}"
+    rows = ["| kernel | result | verdict | speedup | details |", "| --- | --- | --- | --- | --- |"]
+    for check in report.checks:
+        mark = "✅ pass" if check.passed else "❌ fail"
+        rows.append(f"| `{_cell(check.name)}` | {mark} | {check.verdict} | {_speed(check)} | {_cell(check.message())} |")
+    footer = (f"\n{report.evaluated} evaluated, {report.reused} from the store. "
+              + ("" if report.speed_checked else "No GPU: correctness checked under the Triton interpreter, "
+                 "speed not checked.") + "\n")
+    return "\n".join([title, "", *rows]) + "\n" + footer
+
+
+def append_step_summary(text: str, env: dict[str, str] | None = None) -> Path | None:
+    """Append to $GITHUB_STEP_SUMMARY when it is set (GitHub Actions); else do nothing."""
+    target = (env if env is not None else os.environ).get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return None
+    path = Path(target)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+    return path
+
+
+def console_lines(report: VerifyReport) -> list[str]:
+    lines = []
+    for check in report.checks:
+        source = " (from the store)" if check.reused else ""
+        lines.append(f"{check.status.upper():4}  {check.name}: {check.message()}{source}")
+    state = "all pass" if not report.failed else f"{len(report.failed)} failed: {', '.join(c.name for c in report.failed)}"
+    speed = "" if report.speed_checked else "; speed not checked (no GPU)"
+    lock = f"; lock {'updated' if report.lock_written else 'unchanged'}: {report.lock_path}"
+    lines.append(f"verify: {len(report.checks)} kernels, {state} ({report.evaluated} evaluated, "
+                 f"{report.reused} from the store){speed}{lock}")
+    return lines
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, default=str)

@@ -1,0 +1,40 @@
+"""What verify and regenerate share: the store, the harness, and bad input as UserError."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kernelagent.ci.verify import CachedEvaluator
+from kernelagent.errors import UserError
+
+
+@contextmanager
+def open_cached_evaluator(*, store: Path | None, device: str, cache_dir: Path | None,
+                          isolation: str, run_id: str) -> Iterator[CachedEvaluator]:
+    from kernelagent.bench.store import Store, default_store_path
+    from kernelagent.harness import Evaluator, HarnessStartError
+
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise UserError(f"--device must be auto, cpu, cuda or cuda:N (got {device!r})")
+    if isolation not in ("auto", "bwrap", "none"):
+        raise UserError(f"--isolation must be auto, bwrap or none (got {isolation!r})")
+    store_path = store or default_store_path()
+    if store_path.exists() and not store_path.is_file():
+        raise UserError(f"--store {store_path} is not a file")
+    try:
+        db = Store(store_path)
+    except Exception as exc:  # sqlite3.DatabaseError: not a database, locked, unwritable
+        raise UserError(f"cannot open the store {store_path}: {exc}") from None
+    try:
+        with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation) as evaluator:
+            cached = CachedEvaluator(evaluator, db, run_id)
+            try:
+                cached.fingerprint()  # starts the harness: a broken setup fails here, in one line
+            except HarnessStartError as exc:
+                raise UserError(f"the evaluation harness could not start: {str(exc).splitlines()[0]}") from None
+            yield cached
+    finally:
+        db.close()

@@ -1,0 +1,177 @@
+"""`kernelagent verify`, `kernelagent regenerate`, `kernelagent init`: kernels kept in a
+repository, checked and regenerated in CI. The logic is in kernelagent/ci/; these are the
+typer faces. Exit codes: verify 0 all pass, 1 some fail; regenerate 0 every failing kernel
+regenerated and passing, 3 some correct but short of target, 1 some still fail; 2 bad input
+for all three (one line on stderr)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kernelagent.errors import UserError
+
+PathArg = Annotated[Optional[Path], typer.Argument(
+    metavar="[PATH]", help="kernelagent.toml, or the folder holding it (default: the current folder).",
+    show_default=False)]
+Only = Annotated[Optional[list[str]], typer.Option(
+    "--only", help="Only these kernels (by name; repeat or comma-separate).", show_default=False)]
+StoreOpt = Annotated[Optional[Path], typer.Option(
+    "--store", help="Bench store (SQLite) caching the results (default: $KERNELAGENT_CACHE_DIR/bench.sqlite).",
+    show_default=False)]
+DeviceOpt = Annotated[Optional[str], typer.Option(
+    "--device", help="auto, cpu, cuda or cuda:N (default: the manifest's `device`, else auto).", show_default=False)]
+TrialsOpt = Annotated[Optional[int], typer.Option(
+    "--trials", min=1, help="Correctness trials (default: the manifest's `trials`, else 5).", show_default=False)]
+CacheOpt = Annotated[Optional[Path], typer.Option(
+    "--cache-dir", help="The harness's baseline cache folder.", show_default=False)]
+IsolationOpt = Annotated[str, typer.Option("--isolation", help="auto, bwrap or none.")]
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def verify(
+    path: PathArg = None,
+    junit: Annotated[Optional[Path], typer.Option("--junit", help="Write JUnit XML here: one test case per kernel.", show_default=False)] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout (the per-kernel lines go to stderr).")] = False,
+    update_lock: Annotated[bool, typer.Option("--update-lock", help="Rewrite the lock from this run (the exit code still judges against the old lock).")] = False,
+    only: Only = None,
+    store: StoreOpt = None,
+    device: DeviceOpt = None,
+    trials: TrialsOpt = None,
+    cache_dir: CacheOpt = None,
+    isolation: IsolationOpt = "auto",
+) -> None:
+    """Re-evaluate every kernel of kernelagent.toml with the trusted harness; exit 1 if any fails."""
+    from kernelagent.ci import outputs
+    from kernelagent.ci.manifest import load_manifest
+    from kernelagent.ci.session import open_cached_evaluator
+    from kernelagent.ci.verify import run_verify
+
+    if junit is not None and junit.is_dir():
+        raise _fail(f"--junit {junit} is a folder; give a file name")
+    err = sys.stderr if json_out else sys.stdout
+
+    def progress(check) -> None:
+        print(f"{check.status.upper():4}  {check.name}: {check.message()}"
+              + (" (from the store)" if check.reused else ""), file=err, flush=True)
+
+    try:
+        manifest = load_manifest(path)
+        with open_cached_evaluator(store=store, device=device or manifest.device, cache_dir=cache_dir,
+                                   isolation=isolation, run_id=f"verify:{manifest.path}") as cached:
+            report = run_verify(manifest, cached, update_lock=update_lock, only=only, trials=trials,
+                                on_check=progress)
+    except UserError as exc:
+        raise _fail(str(exc), exc.exit_code) from None
+    # Every output is written before the exit code: CI wants the report most when it fails.
+    try:
+        if junit is not None:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            junit.write_text(outputs.junit_xml(report), encoding="utf-8")
+        outputs.append_step_summary(outputs.markdown(report))
+    except OSError as exc:  # the results are in the store and the lock: a rerun is instant
+        raise _fail(f"cannot write the report: {exc}") from None
+    print(outputs.console_lines(report)[-1], file=err, flush=True)
+    if json_out:
+        typer.echo(outputs.dumps(report.to_dict()))
+    raise typer.Exit(report.exit_code)
+
+
+def regenerate(
+    path: PathArg = None,
+    only: Only = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be regenerated, and why; change nothing.")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Each kernel's trajectory and summary go to OUT/<name>/ (default: runs/regenerate-<timestamp>).", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", envvar="KERNELAGENT_MODEL", help="litellm model string (default: the manifest's `model`).", show_default=False)] = None,
+    api_base: Annotated[Optional[str], typer.Option("--api-base", envvar="KERNELAGENT_API_BASE", help="OpenAI-compatible server (default: the manifest's `api_base`).", show_default=False)] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
+    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, help="Seconds to wait for one model reply.")] = 300.0,
+    max_retries: Annotated[int, typer.Option("--max-retries", min=0, help="Retries of a model call on rate limits, timeouts, connection errors and 5xx.")] = 6,
+    retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, help="Base seconds of the exponential retry backoff.")] = 2.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout (progress goes to stderr).")] = False,
+    store: StoreOpt = None,
+    device: DeviceOpt = None,
+    trials: TrialsOpt = None,
+    cache_dir: CacheOpt = None,
+    isolation: IsolationOpt = "auto",
+) -> None:
+    """Run the agent on the kernels verify fails, starting from each current kernel; replace a kernel only with a better verified one."""
+    from kernelagent.ci import outputs
+    from kernelagent.ci.manifest import load_manifest
+    from kernelagent.ci.regenerate import run_regenerate
+    from kernelagent.ci.session import open_cached_evaluator
+
+    err = sys.stderr if json_out else sys.stdout
+
+    def say(line: str) -> None:
+        print(line, file=err, flush=True)
+
+    if out is not None and out.exists() and not out.is_dir():
+        raise _fail(f"--out {out} exists and is not a folder")
+    try:
+        manifest = load_manifest(path)
+        factory = None
+        if not dry_run:
+            from kernelagent.models.litellm_model import LitellmModel
+
+            settings = dict(api_base=api_base or manifest.api_base, api_key=api_key, timeout=model_timeout,
+                            max_retries=max_retries, backoff_base=retry_backoff, temperature=manifest.temperature)
+            name = model or manifest.model
+            LitellmModel(name, **settings)  # no model, no key: one line and exit 2, before any work
+
+            def factory():
+                return LitellmModel(name, **settings)
+        with open_cached_evaluator(store=store, device=device or manifest.device, cache_dir=cache_dir,
+                                   isolation=isolation, run_id=f"regenerate:{manifest.path}") as cached:
+            report = run_regenerate(manifest, cached, model_factory=factory, out=out, only=only, dry_run=dry_run,
+                                    trials=trials, device=device or manifest.device, say=say)
+    except UserError as exc:
+        raise _fail(str(exc), exc.exit_code) from None
+    if not report.items:
+        say("regenerate: every kernel passes; nothing to regenerate")
+    elif dry_run:
+        for item in report.items:
+            say(f"would regenerate {item.name}: {'; '.join(item.reasons)}")
+    else:
+        counts = {}
+        for item in report.items:
+            counts[item.outcome] = counts.get(item.outcome, 0) + 1
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        say(f"regenerate: {len(report.items)} kernels: {summary}"
+            + (f"; lock updated: {manifest.lock_path}" if report.lock_written else ""))
+    if json_out:
+        typer.echo(outputs.dumps(report.to_dict()))
+    raise typer.Exit(report.exit_code)
+
+
+def init(
+    path: Annotated[Optional[Path], typer.Argument(metavar="[DIR]", help="Where kernelagent.toml goes (default: the current folder).", show_default=False)] = None,
+    problems: Annotated[Optional[Path], typer.Option("--problems", help="Folder of problem files (default: DIR/problems).", show_default=False)] = None,
+    kernels: Annotated[Optional[Path], typer.Option("--kernels", help="Folder of kernels, named like their problems (default: DIR/kernels).", show_default=False)] = None,
+    from_bench: Annotated[Optional[str], typer.Option("--from-bench", metavar="RUN", help="Take a bench run's best kernels (a run directory or id); copies them into DIR/problems and DIR/kernels.", show_default=False)] = None,
+    store: StoreOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing kernelagent.toml.")] = False,
+) -> None:
+    """Create kernelagent.toml from a folder of problems and kernels, or from a bench run."""
+    from kernelagent.ci.init import init_from_bench, init_from_folders
+
+    root = path or Path.cwd()
+    try:
+        if from_bench:
+            if problems or kernels:
+                raise UserError("--from-bench takes the kernels from the run: leave out --problems and --kernels")
+            result = init_from_bench(root, from_bench, store=str(store) if store else None, force=force)
+        else:
+            result = init_from_folders(root, problems or root / "problems", kernels or root / "kernels", force=force)
+    except UserError as exc:
+        raise _fail(str(exc), exc.exit_code) from None
+    for note in result.skipped:
+        typer.echo(f"skipped {note}")
+    typer.echo(f"wrote {result.manifest}: {len(result.pairs)} kernels; check them with `kernelagent verify {root}`")

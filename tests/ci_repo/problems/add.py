@@ -1,0 +1,20 @@
+"""Elementwise sum of two tensors (KernelBench format) with small inputs: a CI manifest fixture."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+def get_inputs():
+    return [torch.randn(64, 4096), torch.randn(64, 4096)]
+
+
+def get_init_inputs():
+    return []
+
+
+def get_smoke_inputs():
+    return [torch.randn(16, 257), torch.randn(16, 257)]

@@ -1,0 +1,20 @@
+"""ReLU (KernelBench format) with small inputs: a CI manifest fixture."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 4096)]
+
+
+def get_init_inputs():
+    return []
+
+
+def get_smoke_inputs():
+    return [torch.randn(16, 257)]
