@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,7 +173,8 @@ def load_problem(path: str | Path, check_dependencies: bool = True) -> Problem:
         )
     if check_dependencies and (package := missing_dependency(tree)) is not None:
         raise MissingDependencyError(path, package)
-    level = path.parent.name if path.parent.name.startswith("level") else None
+    # The same rule as kernelagent.bench.discover.problem_key, so `display` is the problem's id.
+    level = path.parent.name if re.match(r"^level\d+$", path.parent.name) else None
     return Problem(path=path.resolve(), source=source, sha256=sha256_text(source),
                    name=path.stem, level=level)
 

@@ -85,8 +85,54 @@ def test_rows_and_cli_split(tmp_path):
 
 
 def test_rows_describe_inputs_like_optimize(tmp_path):
-    rows = build_rows(BENCHMARKS / "level1" / "1_relu.py", gpu="cpu")
+    rows = build_rows(BENCHMARKS / "level1" / "1_relu.py", gpu="cpu", split=None)
     assert len(rows) == 1 and "split" not in rows[0]
     task = rows[0]["prompt"][1]["content"]
     assert "Tensor(shape=(4096, 16384), dtype=float32)" in task and "Triton interpreter" in task
     json.dumps(rows)  # plain JSON
+
+
+KERNELBENCH = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "KernelBench"
+
+
+@__import__("pytest").mark.parametrize("folder", ["benchmarks", "benchmarks/level1", "kernelbench"])
+def test_ids_and_split_agree_across_dataset_bench_and_sft(tmp_path, folder):
+    """The id and side of a problem are the same in `dataset prompts`, `bench` (its
+    discovery and record keys) and `export sft`, whatever folder they were given."""
+    import pytest
+
+    from kernelagent.bench.discover import discover, problem_split
+    from kernelagent.rl.sft import row_from_run
+
+    root = KERNELBENCH if folder == "kernelbench" else BENCHMARKS.parent / folder
+    if not root.is_dir():
+        pytest.skip(f"no KernelBench checkout at {root} (expected beside the repository)")
+    out = tmp_path / "p.jsonl"
+    result = CliRunner().invoke(app, ["dataset", "prompts", str(root), "--out", str(out), "--no-inputs",
+                                      "--gpu", "cpu"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = {r["problem_id"]: r for r in read_jsonl(out)}
+    bench = {ref.key: ref for ref in discover(root)}
+    assert set(rows) == set(bench) and len(rows) > 10
+    assert all(k.startswith("level") and "/" in k for k in rows)  # never KernelBench/level1/...
+    assert all(not k.startswith(("solutions", "src")) for k in rows)
+    full = {r["problem_id"]: r for r in build_rows(BENCHMARKS if folder != "kernelbench" else root,
+                                                   inspect_inputs=False, gpu="cpu")}
+    for pid, row in rows.items():
+        assert full[pid]["split"] == row["split"]  # the same side from the parent folder
+        assert row["split"] == problem_split(row["problem_sha256"])
+    # an exported run of a few of these problems carries the same id and split
+    for pid in sorted(rows)[:3]:
+        run = tmp_path / "runs" / pid.replace("/", "_")
+        run.mkdir(parents=True)
+        (run / "kernel.py").write_text("k")
+        summary = {"best": {"verdict": "correct"}, "model": "m",
+                   "problem": {"name": pid.split("/")[-1], "path": str(bench[pid].path),
+                               "sha256": rows[pid]["problem_sha256"]}}
+        (run / "summary.json").write_text(json.dumps(summary))
+        (run / "trajectory.json").write_text(json.dumps({"final_verification": [{"passed": True}], "config": {"mode": "text"},
+                                                         "messages": [{"role": "system", "content": "s"},
+                                                                      {"role": "user", "content": "u"},
+                                                                      {"role": "assistant", "content": "k"}]}))
+        row, why = row_from_run(run, 0.0)
+        assert why == "" and (row["problem_id"], row["split"]) == (pid, rows[pid]["split"])

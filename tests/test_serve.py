@@ -139,3 +139,146 @@ def test_backpressure_and_timeout(server):
     while get(url)[1]["pending"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert get(url)[1]["pending"] == 0 and get(url)[1]["timeouts"] == 1
+
+
+# -- the client survives restarts and errors; the service never strands a client ----------
+
+import http.server
+import socket
+
+from kernelagent.rl.service import RewardService, ServiceError
+from kernelagent.rl.trl import KernelReward
+
+
+class Scripted:
+    """An HTTP server on 127.0.0.1 answering POSTs from a script of (status, headers, body)."""
+
+    def __init__(self, script):
+        self.script, self.seen = list(script), 0
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                status, headers, body = outer.script.pop(0)
+                outer.seen += 1
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.H = H
+
+    def start(self, port=0):
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), self.H)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self.httpd.server_address[1]
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+OK = {"rewards": [1.5, None], "details": [{"compiled": True, "correct": True, "status": "correct"},
+                                          {"infra_error": True, "status": "harness_error"}]}
+
+
+def test_remote_reward_retries_restarts_and_5xx_then_logs_metrics():
+    port = free_port()  # nothing listens yet: the service is "restarting"
+    fake = Scripted([(503, {"Retry-After": "0"}, {"error": "closing"}), (502, {}, {"error": "proxy"}),
+                     (200, {}, OK)])
+    threading.Timer(0.4, fake.start, args=(port,)).start()
+    metrics, extra = {}, {}
+    remote = RemoteReward(f"http://127.0.0.1:{port}", timeout=10, backoff=0.1, max_backoff=0.3)
+    try:
+        rewards = remote(completions=["a", "b"], problem_source=["p", "p"],
+                         log_metric=lambda k, v: metrics.__setitem__(k, v),
+                         log_extra=lambda k, v: extra.__setitem__(k, v))
+    finally:
+        time.sleep(0.5)
+        fake.stop()
+    assert rewards == [1.5, None]
+    assert remote.attempts >= 4 and fake.seen == 3  # refused at least once, then 503, 502, 200
+    assert metrics == {"kernel/compiled": 0.5, "kernel/correct": 0.5, "kernel/infra_error": 0.5}
+    assert extra == {"kernel_status": ["correct", "harness_error"]}
+
+
+def test_remote_reward_async_and_giving_up():
+    import asyncio
+
+    fake = Scripted([(200, {}, OK), (400, {}, {"error": "bad"})])
+    port = fake.start()
+    try:
+        fn = RemoteReward(f"http://127.0.0.1:{port}", timeout=10).as_async()
+        assert asyncio.run(fn(completions=["a", "b"], problem_source="p")) == [1.5, None]
+        with pytest.raises(ServiceError, match="400"):  # a client error is not retried
+            RemoteReward(f"http://127.0.0.1:{port}", timeout=10)(completions=["a"], problem_source="p")
+        assert fake.seen == 2
+    finally:
+        fake.stop()
+    dead = RemoteReward(f"http://127.0.0.1:{free_port()}", timeout=2, retries=2, backoff=0.05)
+    with pytest.raises(ServiceError, match="unavailable after 3 attempts"):
+        dead(completions=["a"], problem_source="p")
+
+
+class NoEval:
+    def submit(self, *job):
+        raise AssertionError("not reached")
+
+
+@pytest.fixture
+def small_service():
+    service = RewardService(KernelReward(NoEval()), max_body=1000, read_timeout=0.5)
+    httpd = service.make_server("127.0.0.1", 0)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield service, httpd.server_address[1]
+    service.close()
+
+
+def raw(port: int, data: bytes, timeout: float = 10) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+def test_service_bodies_413_408_and_503(small_service):
+    service, port = small_service
+    url = f"http://127.0.0.1:{port}"
+    # too large: the client's whole write goes through and it reads the 413
+    status, body = post(url, b"x" * 200_000)
+    assert status == 413 and "over 1000 bytes" in body["error"]
+    # a client that asks first gets the 413 before sending anything
+    head = (b"POST /reward HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n"
+            b"Expect: 100-continue\r\n\r\n")
+    assert raw(port, head).startswith(b"HTTP/1.1 413")
+    # a body shorter than its Content-Length: 408 after the read timeout, thread freed
+    start = time.monotonic()
+    answer = raw(port, b"POST /reward HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"comp")
+    assert answer.startswith(b"HTTP/1.1 408") and time.monotonic() - start < 5
+    # shutting down: 503 with Retry-After, like 429
+    service.closing = True
+    request = urllib.request.Request(f"{url}/reward", data=b'{"completions": []}', method="POST")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=10)
+    assert err.value.code == 503 and err.value.headers["Retry-After"] == "5"

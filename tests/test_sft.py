@@ -28,21 +28,26 @@ def test_reasoning_drops_code_and_keeps_prose():
 
 def test_export_keeps_verified_dedupes_and_prefers_concise(tmp_path):
     out = tmp_path / "sft.jsonl"
-    stats = export_sft([FIXTURE_RUNS], min_speedup=0.0, out=out)
+    stats = export_sft([FIXTURE_RUNS], min_speedup=0.0, out=out, include_test=True)
     rows = rows_of(out)
     # d_fail has no correct kernel; a_long and b_short share a kernel (b_short is more
     # concise); c_fix's kernel differs but its reasoning is longer than b_short's.
-    assert [(r["problem_id"], Path(r["run_dir"]).name) for r in rows] == [
-        ("1_relu", "e_other"), ("relu_problem", "b_short")]
+    assert [(r["problem_id"], r["split"], Path(r["run_dir"]).name) for r in rows] == [
+        ("level1/1_relu", "test", "e_other"), ("relu_problem", "train", "b_short")]
     row = rows[1]
-    assert [m["role"] for m in row["messages"]] == ["system", "user", "assistant"]
+    # a text-mode run keeps its text-mode prompt and its turns: the reply, then the feedback
+    assert [m["role"] for m in row["messages"]] == ["system", "user", "assistant", "user"]
+    assert row["mode"] == "text" and row["tools"] == "" and row["turns"] == 1
     recorded = json.loads((FIXTURE_RUNS / "b_short" / "trajectory.json").read_text())["messages"]
-    assert row["messages"][0]["content"] == recorded[0]["content"]
-    assert row["messages"][1]["content"] == recorded[1]["content"]
-    assert row["messages"][2]["content"] == f"{SHORT}\n\n```python\n{GOOD.rstrip()}\n```"
+    assert [m["content"] for m in row["messages"]] == [m["content"] for m in recorded]
+    assert "There are no tools in this conversation" in row["messages"][0]["content"]
     assert row["reasoning_chars"] == len(SHORT) and row["speedup"] is None
     assert stats["rows"] == 2 and stats["problems"] == 2 and stats["runs_read"] == 5
-    assert stats["skipped"] == {"no_verified_kernel": 1, "duplicate_or_less_concise": 2}
+    assert stats["skipped"] == {"no_verified_kernel": 1, "duplicate_kernel": 1, "over_per_problem": 1}
+    # by default, rows of test-split problems are left out
+    default = export_sft([FIXTURE_RUNS], min_speedup=0.0, out=tmp_path / "train.jsonl")
+    assert [r["problem_id"] for r in rows_of(tmp_path / "train.jsonl")] == ["relu_problem"]
+    assert default["skipped"]["test_split"] == 1
     assert stats["mean_reasoning_chars"] == pytest.approx(len(SHORT))
     assert json.loads(stats_path_for(out).read_text())["rows"] == 2
 
@@ -51,9 +56,22 @@ def test_export_keeps_verified_dedupes_and_prefers_concise(tmp_path):
     kept = rows_of(tmp_path / "two.jsonl")
     assert {Path(r["run_dir"]).name for r in kept} == {"a_long", "c_fix"} and two["rows"] == 2
     c_fix = next(r for r in kept if Path(r["run_dir"]).name == "c_fix")
-    # the reasoning over the whole run, in order: the failed try's prose, then the fix's
-    assert c_fix["messages"][2]["content"].startswith("Try a leaky variant.\n\n" + MEDIUM)
-    assert GOOD_B.rstrip() in c_fix["messages"][2]["content"]
+    # every turn, in order: the failed try and its feedback, then the fix and its feedback
+    assert [m["role"] for m in c_fix["messages"]] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert c_fix["messages"][2]["content"].startswith("Try a leaky variant.")
+    assert GOOD_B.rstrip() in c_fix["messages"][4]["content"] and c_fix["turns"] == 2
+    # curation: at most one turn drops c_fix; a reasoning cap below its length too
+    one = export_sft([FIXTURE_RUNS / n for n in ("a_long", "c_fix")], 0.0, tmp_path / "one.jsonl",
+                     per_problem=2, max_turns=1)
+    assert one["rows"] == 1 and one["skipped"] == {"over_max_turns": 1}
+    short = export_sft([FIXTURE_RUNS / n for n in ("a_long", "b_short", "c_fix")], 0.0, tmp_path / "s.jsonl",
+                       per_problem=3, max_reasoning_chars=len(SHORT))
+    assert [Path(r["run_dir"]).name for r in rows_of(tmp_path / "s.jsonl")] == ["b_short"]
+    assert short["skipped"] == {"over_max_reasoning_chars": 2}
+    pct = export_sft([FIXTURE_RUNS / n for n in ("a_long", "b_short", "c_fix")], 0.0, tmp_path / "p.jsonl",
+                     per_problem=3, reasoning_percentile=50)
+    assert pct["skipped"] == {"over_reasoning_percentile": 1}  # the median keeps the two shorter
+    assert {Path(r["run_dir"]).name for r in rows_of(tmp_path / "p.jsonl")} == {"b_short", "c_fix"}
 
 
 def measured_copy(tmp_path: Path, speedups: dict[str, float]) -> Path:
@@ -80,7 +98,7 @@ def test_speed_filter_and_distribution(tmp_path):
     assert stats["skipped"]["below_min_speedup"] == 1 and stats["skipped"]["unmeasured"] == 1
     assert rows[0]["speedup_baseline"] == "compile"
     everything = export_sft([root], min_speedup=0.0, out=tmp_path / "all.jsonl", per_problem=5,
-                            include_unmeasured=True)
+                            include_unmeasured=True, include_test=True)
     dist = everything["speedup"]
     assert dist["measured"] == 2 and dist["unmeasured"] == 1  # a_long/b_short share a kernel
     assert dist["histogram"]["1.5-2x"] + dist["histogram"]["2-3x"] + dist["histogram"]["<1x"] == 2
@@ -91,7 +109,7 @@ def test_export_cli(tmp_path):
     result = CliRunner().invoke(app, ["export", "sft", str(FIXTURE_RUNS), "--min-speedup", "0",
                                       "--out", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert "2 rows from 5 runs" in result.output and out.exists() and stats_path_for(out).exists()
+    assert "1 rows from 5 runs" in result.output and "test_split 1" in result.output and out.exists() and stats_path_for(out).exists()
     missing = CliRunner().invoke(app, ["export", "sft", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "not found" in missing.output
     default = CliRunner().invoke(app, ["export", "sft", str(FIXTURE_RUNS), "--out", str(tmp_path / "d.jsonl")])

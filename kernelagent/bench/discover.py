@@ -8,6 +8,14 @@ Layouts understood:
   - flat: DIR/*.py, with no level folders.
 Only files that parse as KernelBench problems (Model, get_inputs, get_init_inputs) are
 problems; helper scripts next to them are skipped. Parsing only: nothing is imported.
+
+This is the one discovery of the project: `bench`, `dataset prompts`, `export sft`, the RL
+environments, the reward and the service all name problems with `problem_key` and split
+them with `problem_split`, so an id and a side never depend on which folder was given:
+
+  - id: "levelN/<stem>" when the file sits in a `levelN` folder, else the stem;
+  - split: a hash of (seed, the problem's source hash), so a problem keeps its side when it
+    is renamed, moved, or built from another folder, and copies of one source go together.
 """
 
 from __future__ import annotations
@@ -23,6 +31,29 @@ LEVEL_DIR = re.compile(r"^level(\d+)$")
 # Levels run only when --levels names them: KernelBench's level 4 builds Hugging Face models
 # (transformers, and weights from the hub), which a plain run should not reach for.
 OPT_IN_LEVELS = frozenset({"level4"})
+DEFAULT_SPLIT = 0.8  # train fraction used when none is given (dataset prompts, export sft)
+DEFAULT_SEED = 0
+
+
+def problem_key(path: str | Path) -> str:
+    """The problem's id: "level1/1_relu" for .../level1/1_relu.py, else the file's stem."""
+    path = Path(path)
+    level = path.parent.name
+    return f"{level}/{path.stem}" if LEVEL_DIR.match(level) else path.stem
+
+
+def split_fraction(source_sha256: str, seed: int = DEFAULT_SEED) -> float:
+    """Where a problem falls in [0, 1): a hash of the seed and the problem's content hash."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{seed}:{source_sha256}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2 ** 64
+
+
+def problem_split(source_sha256: str, train_fraction: float = DEFAULT_SPLIT,
+                  seed: int = DEFAULT_SEED) -> str:
+    """"train" or "test" for a problem, by its content hash (sha256 of its source text)."""
+    return "train" if split_fraction(source_sha256, seed) < train_fraction else "test"
 
 
 @dataclass(frozen=True)
@@ -34,7 +65,7 @@ class ProblemRef:
     @property
     def key(self) -> str:
         """Unique within a run: "level1/1_relu", or "1_relu" in a flat layout."""
-        return f"{self.level}/{self.name}" if self.level else self.name
+        return problem_key(self.path)
 
 
 def _natural(text: str) -> list:
@@ -81,9 +112,15 @@ def discover(root: str | Path, levels: str | set[str] | None = None, pattern: st
     """The problems under `root`, in a stable order (level, then natural file order). Without
     `levels`, every level except the opt-in ones (OPT_IN_LEVELS)."""
     root = Path(root)
+    wanted = parse_levels(levels) if isinstance(levels, str) or levels is None else set(levels)
+    if root.is_file() and root.suffix == ".py":  # one problem file
+        if not _is_problem(root):
+            raise UserError(f"not a problem file (it needs Model, get_inputs and get_init_inputs): {root}")
+        level = root.parent.name if LEVEL_DIR.match(root.parent.name) else None
+        ref = ProblemRef(path=root.resolve(), level=level, name=root.stem)
+        return [ref] if wanted is None or level in wanted else []
     if not root.is_dir():
         raise UserError(f"benchmark directory not found: {root}")
-    wanted = parse_levels(levels) if isinstance(levels, str) or levels is None else set(levels)
     if LEVEL_DIR.match(root.name):
         groups = [(root.name, root)]
     else:

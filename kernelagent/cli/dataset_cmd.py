@@ -1,10 +1,14 @@
-"""`kernelagent dataset prompts DIR --out prompts.jsonl [--split 0.8 --seed 0]`."""
+"""`kernelagent dataset prompts DIR --out prompts.jsonl [--split 0.8 --seed 0]`.
+
+Progress goes to stderr (a live line on a terminal, a line every few problems otherwise),
+so a long inspection (a KernelBench checkout: minutes on a first run, seconds from the
+cache after) is never silent."""
 
 from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,14 +24,14 @@ class Mode(str, Enum):
 
 @dataset_app.command("prompts")
 def prompts(
-    directory: Annotated[Path, typer.Argument(metavar="DIR", help="A folder of problem files (searched recursively; solutions/ is skipped), or one problem file.")],
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="A benchmark folder (levelN/ folders, one levelN folder, a flat folder or a KernelBench checkout; found as `bench` finds them), or one problem file.")],
     out: Annotated[Path, typer.Option("--out", help="JSONL file to write (one row per problem).")] = Path("prompts.jsonl"),
-    split: Annotated[Optional[float], typer.Option("--split", min=0.0, max=1.0, help="Train fraction; each problem's side is fixed by a hash of (seed, problem id). Also writes <stem>.train.jsonl and <stem>.test.jsonl.", show_default=False)] = None,
+    split: Annotated[float, typer.Option("--split", min=0.0, max=1.0, help="Train fraction; each problem's side is fixed by a hash of (seed, the problem's content). Also writes <stem>.train.jsonl and <stem>.test.jsonl. `export sft` uses the same rule.")] = 0.8,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the split.")] = 0,
     mode: Annotated[Mode, typer.Option("--mode", help="Prompt variant: text (one code block per answer), tools or auto, as in optimize.")] = Mode.text,
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU named in the prompt (e.g. 'NVIDIA H200'), or 'cpu'.")] = "NVIDIA H100 80GB HBM3",
+    gpu: Annotated[str, typer.Option("--gpu", help="Device named in the prompt: a GPU name (e.g. 'NVIDIA H200'), 'cpu', or 'auto' (this machine's first visible GPU, else the CPU). Name the device the rewards are timed on.")] = "auto",
     target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, help="Target named in the prompt.")] = 1.0,
-    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Turn budget named in the prompt.")] = 1,
+    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Turn budget named in the prompt (the environments' default is 10; use 1 for single-turn GRPO).")] = 10,
     inputs: Annotated[bool, typer.Option("--inputs/--no-inputs", help="Describe input shapes and dtypes in the prompt (inspects each problem in a child process).")] = True,
 ) -> None:
     """Write one chat prompt per problem (TRL's conversational prompt format), with the
@@ -38,18 +42,36 @@ def prompts(
 
 
 def _prompts(directory, out, split, seed, mode, gpu, target_speedup, max_turns, inputs) -> None:
+    import sys
+    import time
+
     from kernelagent.errors import UserError
     from kernelagent.rl.dataset import write_prompts
 
     if not directory.exists():
         raise UserError(f"not found: {directory}")
+    tty = sys.stderr.isatty()
+    state = {"cached": 0, "last": 0.0}
+
+    def progress(done: int, total: int, problem, cached: bool) -> None:
+        state["cached"] += cached
+        now = time.monotonic()
+        if done < total and now - state["last"] < (0.2 if tty else 10.0):
+            return
+        state["last"] = now
+        line = (f"inspecting inputs: {done}/{total} ({state['cached']} cached) {problem.display}")
+        sys.stderr.write(("\r" + line[:110].ljust(110)) if tty else line + "\n")
+        if tty and done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
     try:
         info = write_prompts(directory, out, split=split, seed=seed, mode=mode, gpu=gpu,
                              target_speedup=target_speedup, max_turns=max_turns,
-                             inspect_inputs=inputs)
+                             inspect_inputs=inputs, progress=progress)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if not info["rows"]:
         raise UserError(f"no problem files under {directory}")
-    detail = f" (train {info['train']}, test {info['test']}, seed {seed})" if split is not None else ""
+    detail = f" (train {info['train']}, test {info['test']}, seed {seed})"
     typer.echo(f"{info['rows']} prompts{detail}: {', '.join(info['files'])}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -18,14 +18,22 @@ def sft(
     min_speedup: Annotated[float, typer.Option("--min-speedup", help="Keep kernels at least this fast vs TorchInductor (else eager). Runs without meaningful timings (CPU) pass only at 0 or with --include-unmeasured.")] = 1.0,
     per_problem: Annotated[int, typer.Option("--per-problem", min=1, help="Rows kept per problem (the most concise reasoning first).")] = 1,
     include_unmeasured: Annotated[bool, typer.Option("--include-unmeasured", help="Keep verified kernels whose timings mean nothing (CPU runs).")] = False,
+    split: Annotated[float, typer.Option("--split", min=0.0, max=1.0, help="Train fraction of the problem split (the rule `dataset prompts` uses: a hash of seed and the problem's content).")] = 0.8,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the split.")] = 0,
+    include_test: Annotated[bool, typer.Option("--include-test", help="Keep rows of test-split problems too (left out by default).")] = False,
+    max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, help="Drop runs with more assistant turns than this.", show_default=False)] = None,
+    max_reasoning_chars: Annotated[Optional[int], typer.Option("--max-reasoning-chars", min=0, help="Drop rows whose reasoning (assistant prose, code cut out) is longer.", show_default=False)] = None,
+    reasoning_percentile: Annotated[Optional[float], typer.Option("--reasoning-percentile", min=0.0, max=100.0, help="Per problem, keep rows at or under this percentile of reasoning length.", show_default=False)] = None,
 ) -> None:
     """Turn verified agent runs into chat-format fine-tuning rows."""
     from kernelagent.cli import run_guarded
 
-    run_guarded(_sft, runs, out, min_speedup, per_problem, include_unmeasured)
+    run_guarded(_sft, runs, out, min_speedup, per_problem, include_unmeasured, split, seed, include_test,
+                max_turns, max_reasoning_chars, reasoning_percentile)
 
 
-def _sft(runs, out, min_speedup, per_problem, include_unmeasured) -> None:
+def _sft(runs, out, min_speedup, per_problem, include_unmeasured, split, seed, include_test,
+         max_turns, max_reasoning_chars, reasoning_percentile) -> None:
     from kernelagent.errors import UserError
     from kernelagent.rl.sft import export_sft, stats_path_for
 
@@ -33,9 +41,11 @@ def _sft(runs, out, min_speedup, per_problem, include_unmeasured) -> None:
     if missing:
         raise UserError(f"not found: {', '.join(missing)}")
     stats = export_sft(runs, min_speedup, out, per_problem=per_problem,
-                       include_unmeasured=include_unmeasured)
+                       include_unmeasured=include_unmeasured, split=split, seed=seed,
+                       include_test=include_test, max_turns=max_turns,
+                       max_reasoning_chars=max_reasoning_chars, reasoning_percentile=reasoning_percentile)
     if not stats["runs_read"]:
         raise UserError("no run folders (trajectory.json + summary.json) found")
     skipped = ", ".join(f"{k} {v}" for k, v in sorted(stats["skipped"].items())) or "none"
     typer.echo(f"{stats['rows']} rows from {stats['runs_read']} runs ({stats['problems']} problems; "
-               f"skipped: {skipped}): {out}; stats: {stats_path_for(out)}")
+               f"dropped: {skipped}): {out}; stats: {stats_path_for(out)}")

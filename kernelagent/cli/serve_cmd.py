@@ -25,6 +25,7 @@ def serve(
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one; the line printed at start names it).")] = 8000,
     max_pending: Annotated[int, typer.Option("--max-pending", min=1, help="Completions admitted at once (queued + running); more is answered 429.")] = 256,
     request_timeout: Annotated[float, typer.Option("--request-timeout", min=1.0, help="Seconds a request may take before it is answered 504.")] = 900.0,
+    read_timeout: Annotated[float, typer.Option("--read-timeout", min=0.1, help="Seconds a client may take to send a request's headers and body (then 408).")] = 60.0,
     cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, help="Evaluators when there is no GPU.")] = 1,
     backend: Annotated[Backend, typer.Option("--backend", help="pool: one harness per local GPU; ray: actors over a Ray cluster's GPUs.")] = Backend.pool,
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address for --backend ray (default: start or join a local one).", show_default=False)] = None,
@@ -41,12 +42,12 @@ def serve(
     """Serve rewards over HTTP: POST /reward with a batch, GET /health."""
     from kernelagent.cli import run_guarded
 
-    run_guarded(_serve, gpus, host, port, max_pending, request_timeout, cpu_workers, backend.value,
+    run_guarded(_serve, gpus, host, port, max_pending, request_timeout, read_timeout, cpu_workers, backend.value,
                 ray_address, trials, eval_config, compile_weight, correct_weight, speed_weight,
                 r_max, baseline.value, isolation, cache_dir)
 
 
-def _serve(gpus, host, port, max_pending, request_timeout, cpu_workers, backend, ray_address,
+def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_workers, backend, ray_address,
            trials, eval_config, compile_weight, correct_weight, speed_weight, r_max, baseline,
            isolation, cache_dir) -> None:
     import json
@@ -89,7 +90,8 @@ def _serve(gpus, host, port, max_pending, request_timeout, cpu_workers, backend,
                                cpu_workers=cpu_workers)
     reward = KernelReward(engine, config=reward_config, eval_config=config)
     reward._own_backend = True  # the service closes it
-    service = RewardService(reward, max_pending=max_pending, request_timeout=request_timeout)
+    service = RewardService(reward, max_pending=max_pending, request_timeout=request_timeout,
+                            read_timeout=read_timeout)
     try:
         httpd = service.make_server(host, port)
     except OSError as exc:
@@ -102,6 +104,7 @@ def _serve(gpus, host, port, max_pending, request_timeout, cpu_workers, backend,
     sys.stdout.flush()
 
     def stop(*_args) -> None:
+        service.closing = True  # requests still arriving get 503 + Retry-After
         threading.Thread(target=httpd.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)

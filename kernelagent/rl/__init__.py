@@ -3,14 +3,16 @@ multi-turn environment over the agent's own loop, prompt datasets, a reward serv
 fine-tuning data from agent runs. Importing this package imports neither torch nor ray.
 
     from kernelagent.rl import KernelReward, RewardConfig, reward_from_result
-    from kernelagent.rl import KernelEnv, export_sft, build_rows
+    from kernelagent.rl import KernelEnv, KernelGymEnv, KernelToolEnv, export_sft, build_rows
 """
 
 from kernelagent.rl.reward import RewardBreakdown, RewardConfig, reward_from_result
-from kernelagent.rl.trl import KernelReward, extract_candidate, make_reward_fn
+from kernelagent.rl.trl import DevicePlacementError, KernelReward, extract_candidate, make_reward_fn
 
 _LAZY = {
     "KernelEnv": "kernelagent.rl.env",
+    "KernelGymEnv": "kernelagent.rl.env",
+    "KernelToolEnv": "kernelagent.rl.tool_env",
     "Judge": "kernelagent.rl.judge",
     "JudgeScore": "kernelagent.rl.judge",
     "build_rows": "kernelagent.rl.dataset",
@@ -30,5 +32,5 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-__all__ = ["KernelReward", "RewardBreakdown", "RewardConfig", "extract_candidate", "make_reward_fn",
+__all__ = ["DevicePlacementError", "KernelReward", "RewardBreakdown", "RewardConfig", "extract_candidate", "make_reward_fn",
            "reward_from_result", *_LAZY]

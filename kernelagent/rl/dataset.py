@@ -6,105 +6,121 @@ A row is TRL's conversational prompt-only format plus the columns the reward fun
      "problem_id": "level1/1_relu", "problem_source": "...", "problem_path": "...",
      "problem_sha256": "...", "split": "train" | "test"}
 
-The split is decided per problem, by a hash of (seed, problem id): a problem is in train
-when that hash, as a number in [0, 1), is below `split`. So the same seed always gives the
-same split, and adding or removing problems never moves another problem across it.
-Problems whose sources are identical (the same file under two names) are one group and go
-together, to the side of the first of them, so no copy of a test problem reaches train.
+Problems are found by bench's discovery (kernelagent.bench.discover), so ids are the same
+whatever folder is given ("levelN/<stem>" in a level folder, else the stem) and files that
+are not problems are skipped. The split is decided per problem by a hash of (seed, the
+problem's content hash): a problem is in train when that hash, as a number in [0, 1), is
+below the train fraction. The same seed always gives the same split; adding, removing,
+renaming or moving problems never moves another one across it; copies of one source go
+together. `export sft` uses the same rule, so its rows can leave test problems out.
+
+The prompts are rendered from the templates `optimize` renders (prompt_context), with the
+same budget and device facts: the defaults are the environment's (`max_turns` 10, the
+device named by `gpu`; "cpu" for the Triton interpreter).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-DEFAULT_GPU = "NVIDIA H100 80GB HBM3"
+from kernelagent.bench.discover import DEFAULT_SEED, DEFAULT_SPLIT, problem_split, split_fraction
+
+DEFAULT_MAX_TURNS = 10  # KernelEnv's and KernelToolEnv's default budget
 
 
 def find_problems(root: str | Path) -> list[Path]:
-    """Problem files under `root` (recursively), skipping solutions and private files."""
-    from kernelagent.problem import ProblemError, load_problem
+    """Problem files under `root` (a benchmark folder or one file), by bench's discovery."""
+    from kernelagent.bench.discover import discover
 
-    root = Path(root)
-    if root.is_file():
-        return [root]
-    found = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).parts
-        if any(p.startswith((".", "_")) or p in ("solutions", "__pycache__") for p in rel):
-            continue
-        try:
-            load_problem(path)
-        except ProblemError:
-            continue  # not a problem (a helper script, a benchmark driver)
-        found.append(path)
-    return found
+    return [ref.path for ref in discover(root)]
 
 
-def split_fraction(problem_id: str, seed: int) -> float:
-    digest = hashlib.sha256(f"{seed}:{problem_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2 ** 64
+def assign_splits(problems: dict[str, str], split: float, seed: int = DEFAULT_SEED) -> dict[str, str]:
+    """{problem_id: source} -> {problem_id: "train"|"test"}, by each source's hash."""
+    return {pid: problem_split(hashlib.sha256(src.encode("utf-8")).hexdigest(), split, seed)
+            for pid, src in problems.items()}
 
 
-def assign_splits(problems: dict[str, str], split: float, seed: int) -> dict[str, str]:
-    """{problem_id: source} -> {problem_id: "train"|"test"}; identical sources go together."""
-    groups: dict[str, list[str]] = {}
-    for pid in sorted(problems):
-        groups.setdefault(hashlib.sha256(problems[pid].encode()).hexdigest(), []).append(pid)
-    out = {}
-    for members in groups.values():
-        side = "train" if split_fraction(members[0], seed) < split else "test"
-        for pid in members:
-            out[pid] = side
-    return out
+def local_gpu_name() -> str | None:
+    """The name of the first GPU this process may use (nvidia-smi), or None without one."""
+    import subprocess
+
+    from kernelagent.harness.pool import visible_gpus
+
+    gpus = visible_gpus()
+    if not gpus:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", str(gpus[0])],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    name = out.stdout.strip().splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else ""
+    return name or None
 
 
 def device_for(gpu: str | None) -> tuple[dict[str, Any], bool]:
-    """(device facts for the prompt, cpu?) for a GPU name, or "cpu"."""
+    """(device facts for the prompt, cpu?) for a GPU name, "cpu", or "auto" (this machine's
+    first visible GPU, else the CPU: what an evaluator started here would use)."""
     from kernelagent.hardware import describe_device
 
+    if gpu and gpu.lower() == "auto":
+        gpu = local_gpu_name()
     if not gpu or gpu.lower() == "cpu":
         return describe_device({"cuda": False}), True
     return describe_device({"cuda": True, "gpu_name": gpu}), False
 
 
-def build_rows(root: str | Path, *, mode: str = "text", gpu: str | None = DEFAULT_GPU,
-               target_speedup: float = 1.0, max_turns: int = 1, split: float | None = None,
-               seed: int = 0, inspect_inputs: bool = True, workers: int = 4) -> list[dict]:
-    """One row per problem under `root`, sorted by problem id."""
+def render_prompt(problem: Any, *, mode: str, inputs: dict[str, Any], device: dict[str, Any],
+                  cpu: bool, target_speedup: float, max_turns: int | None,
+                  prompts: Any = None) -> list[dict]:
+    """[system, user] for a problem: the templates and context `optimize` uses."""
     from kernelagent.agent import BACKEND, Prompts, prompt_context
-    from kernelagent.agent.tools import describe_inputs
-    from kernelagent.problem import load_problem
-    from kernelagent.rl.problems import problem_id_for
 
-    paths = find_problems(root)
-    base = Path(root) if Path(root).is_dir() else None
-    problems = [load_problem(p) for p in paths]
-    ids = [problem_id_for(p, base) for p in paths]
+    prompts = prompts or Prompts()
+    context = prompt_context(problem, mode=mode, backend=BACKEND, inputs=inputs, device=device, cpu=cpu,
+                             target_speedup=target_speedup, max_turns=max_turns)
+    return [{"role": "system", "content": prompts.render("system", **context)},
+            {"role": "user", "content": prompts.render("task", **context)}]
+
+
+def build_rows(root: str | Path, *, mode: str = "text", gpu: str | None = "auto",
+               target_speedup: float = 1.0, max_turns: int = DEFAULT_MAX_TURNS,
+               split: float | None = DEFAULT_SPLIT, seed: int = DEFAULT_SEED,
+               inspect_inputs: bool = True,
+               progress: Callable[[int, int, Any, bool], None] | None = None) -> list[dict]:
+    """One row per problem under `root`, sorted by problem id. `progress(done, total,
+    problem, cached)` is called as each problem's facts are known."""
+    from kernelagent.agent import Prompts
+    from kernelagent.bench.discover import discover
+    from kernelagent.problem import load_problem
+    from kernelagent.rl.facts import inputs_for_many
+
+    refs = discover(root)
+    problems = [load_problem(ref.path) for ref in refs]
+    ids = [ref.key for ref in refs]
     if len(set(ids)) != len(ids):
-        raise ValueError("two problems have the same id")
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(f"two problems have the same id: {', '.join(dup[:5])}")
     if inspect_inputs:
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            inputs = list(pool.map(lambda p: describe_inputs(str(p.path)), problems))
+        inputs = inputs_for_many(problems, progress=progress)
     else:
         inputs = [{}] * len(problems)
     device, cpu = device_for(gpu)
-    sides = assign_splits({pid: p.source for pid, p in zip(ids, problems)}, split, seed) \
-        if split is not None else {}
     prompts = Prompts()
     rows = []
     for pid, problem, inp in sorted(zip(ids, problems, inputs), key=lambda x: x[0]):
-        context = prompt_context(problem, mode=mode, backend=BACKEND, inputs=inp, device=device, cpu=cpu,
-                                 target_speedup=target_speedup, max_turns=max_turns)
-        row = {"prompt": [{"role": "system", "content": prompts.render("system", **context)},
-                          {"role": "user", "content": prompts.render("task", **context)}],
+        row = {"prompt": render_prompt(problem, mode=mode, inputs=inp, device=device, cpu=cpu,
+                                       target_speedup=target_speedup, max_turns=max_turns,
+                                       prompts=prompts),
                "problem_id": pid, "problem_source": problem.source,
                "problem_path": str(problem.path), "problem_sha256": problem.sha256}
-        if sides:
-            row["split"] = sides[pid]
+        if split is not None:
+            row["split"] = problem_split(problem.sha256, split, seed)
         rows.append(row)
     return rows
 
@@ -130,7 +146,7 @@ def write_prompts(root: str | Path, out: str | Path, **kwargs: Any) -> dict[str,
     write_jsonl(rows, out)
     files = [str(out)]
     info: dict[str, Any] = {"rows": len(rows)}
-    if kwargs.get("split") is not None:
+    if kwargs.get("split", DEFAULT_SPLIT) is not None:
         for side in ("train", "test"):
             part = [r for r in rows if r["split"] == side]
             path = out.with_name(f"{out.stem}.{side}{out.suffix or '.jsonl'}")

@@ -16,17 +16,54 @@ best reward any evaluation in the episode earned (compile credit, at most).
 
 `reward_mode="terminal"` (default) gives 0 on intermediate steps; `"per_step"` gives each
 step the reward of the evaluations it ran (their maximum), and the terminal reward at the end.
+`finish()` ends an episode the trainer cut short (the final verification runs; the terminal
+reward is returned).
+
+A warm `reset` costs milliseconds: the problem's input facts are cached by content hash
+(kernelagent.rl.facts) and the evaluator's fingerprint once per evaluator, so no torch
+import happens per reset.
+
+Three more shapes of the same episode:
+- `KernelGymEnv`: gymnasium-style `reset(seed, options) -> (obs, info)` and
+  `step(action) -> (obs, reward, terminated, truncated, info)`;
+- `KernelToolEnv`: a class TRL's `GRPOTrainer(environment_factory=...)` uses as it is
+  (kernelagent.rl.tool_env);
+- `kernelagent.rl.verifiers_env`: an adapter for verifiers' 0.1.x `MultiTurnEnv`.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from kernelagent.rl.reward import RewardBreakdown, RewardConfig, reward_from_result
+
+_fingerprints: dict[int, tuple[Any, dict]] = {}
+
+
+def fingerprint_of(evaluator: Any) -> dict:
+    """The evaluator's fingerprint, asked once per evaluator (a pool's `fingerprint` waits
+    for a free evaluator: a reset must not queue behind running evaluations)."""
+    hit = _fingerprints.get(id(evaluator))
+    if hit is not None and hit[0] is evaluator:
+        return hit[1]
+    fingerprint = evaluator.fingerprint()
+    _fingerprints[id(evaluator)] = (evaluator, fingerprint)
+    return fingerprint
+
+
+def as_problem(problem: Any, problem_id: str | None = None) -> Any:
+    """A Problem from a Problem, a path, or source text (with `problem_id`)."""
+    from kernelagent.problem import Problem
+    from kernelagent.rl.problems import resolve_problem
+
+    if isinstance(problem, Problem):
+        return problem
+    text = str(problem)
+    return (resolve_problem(source=text, problem_id=problem_id) if "\n" in text
+            else resolve_problem(path=text))
 
 
 class _ActionModel:
@@ -112,19 +149,14 @@ class KernelEnv:
             describe,
             prompt_context,
         )
-        from kernelagent.agent.tools import describe_inputs
-        from kernelagent.problem import Problem
-        from kernelagent.rl.problems import resolve_problem
+        from kernelagent.rl.facts import inputs_for
 
-        if not isinstance(problem, Problem):
-            text = str(problem)
-            problem = (resolve_problem(source=text, problem_id=problem_id) if "\n" in text
-                       else resolve_problem(path=text))
-        prompts = Prompts()
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            inputs = pool.submit(describe_inputs, str(problem.path))
-            fingerprint = self.evaluator.fingerprint()
-            inputs = inputs.result()
+        if self.agent is not None and not self.done:
+            self.finish("reset")  # the previous episode was cut short
+        problem = as_problem(problem, problem_id)
+        prompts = self._prompts = getattr(self, "_prompts", None) or Prompts()
+        inputs = inputs_for(problem)
+        fingerprint = fingerprint_of(self.evaluator)
         device_info = describe(fingerprint)
         budget = Budget(max_turns=self.max_turns)
         config = {"mode": self.mode, "backend": BACKEND, "target_speedup": self.target_speedup,
@@ -155,6 +187,19 @@ class KernelEnv:
         budget.started = time.monotonic()
         self.done, self.final, self.run_result, self._best_seen = False, None, None, None
         return [dict(m) for m in self.agent.messages]
+
+    def finish(self, reason: str = "cut_short") -> RewardBreakdown:
+        """End the episode now (the trainer cut it short, or it is being dropped): the
+        loop's final verification runs and the terminal reward is returned. Idempotent."""
+        if self.agent is None:
+            raise RuntimeError("no episode: call reset() first")
+        if not self.done:
+            self.run_result = self.agent.finish(reason, "the episode was ended by the caller")
+            self.agent.trajectory.finish("finished", {"outcome": self.run_result.outcome,
+                                                      "stop_reason": reason})
+            self.done = True
+            self.final = self._terminal()
+        return self.final
 
     @property
     def messages(self) -> list[dict]:
@@ -230,3 +275,59 @@ class KernelEnv:
                                    notes=["no kernel passed the final verification: compile credit only"])
         return RewardBreakdown(reward=0.0, verifiable=0.0, status="no_candidate",
                                notes=["the episode evaluated no candidate"])
+
+
+class KernelGymEnv:
+    """Gymnasium-style wrapper over `KernelEnv` (duck-typed: gymnasium is not needed).
+
+        env = KernelGymEnv(pool, problems=["benchmarks/level1/1_relu.py", ...], mode="text")
+        obs, info = env.reset(seed=0)                       # obs: the messages so far
+        obs, reward, terminated, truncated, info = env.step(reply)
+
+    `reset(seed, options)`: `options={"problem": path_or_source, "problem_id": ...}` picks
+    the problem; otherwise one of `problems` is drawn with the seeded generator (the seed
+    re-seeds it, as gymnasium does). `terminated`: a correct kernel ended the episode;
+    `truncated`: the budget ran out. `info` carries the reward breakdown at the end.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, evaluator: Any, problems: list[Any] | None = None, **env_options: Any) -> None:
+        import random
+
+        self.env = KernelEnv(evaluator, **env_options)
+        self.problems = list(problems or [])
+        self._rng = random.Random()
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[list[dict], dict[str, Any]]:
+        if seed is not None:
+            self._rng.seed(seed)
+        options = dict(options or {})
+        problem = options.get("problem") or options.get("problem_source") or options.get("problem_path")
+        if problem is None:
+            if not self.problems:
+                raise ValueError("no problem: pass options={'problem': ...} or problems=[...]")
+            problem = self.problems[self._rng.randrange(len(self.problems))]
+        messages = self.env.reset(problem, problem_id=options.get("problem_id"))
+        return messages, {"problem": self.env.problem.display, "tools": self.env.tools_schema}
+
+    def step(self, action: Any) -> tuple[list[dict], float, bool, bool, dict[str, Any]]:
+        observation, reward, done = self.env.step(action)
+        info: dict[str, Any] = {"observation": observation}
+        terminated = truncated = False
+        if done:
+            result = self.env.run_result
+            truncated = result is not None and result.stop_reason == "limits"
+            terminated = not truncated
+            info["reward"] = self.env.final.to_dict() if self.env.final else None
+            info["outcome"] = result.outcome if result else None
+        return self.env.messages, reward, terminated, truncated, info
+
+    def finish(self) -> RewardBreakdown:
+        """End an episode cut short (see KernelEnv.finish)."""
+        return self.env.finish()
+
+    def close(self) -> None:
+        if self.env.agent is not None and not self.env.done:
+            self.env.finish("closed")

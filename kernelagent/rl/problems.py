@@ -63,13 +63,9 @@ def resolve_problem(path: str | Path | None = None, source: str | None = None,
 
 
 def problem_id_for(path: Path, root: Path | None = None) -> str:
-    """"level1/1_relu" for benchmarks/level1/1_relu.py (relative to `root` when given)."""
-    path = Path(path)
-    if root is not None:
-        try:
-            rel = path.resolve().relative_to(Path(root).resolve())
-            return rel.with_suffix("").as_posix()
-        except ValueError:
-            pass
-    level = path.parent.name
-    return f"{level}/{path.stem}" if level.startswith("level") else path.stem
+    """The problem's id, "level1/1_relu" for benchmarks/level1/1_relu.py: bench's rule
+    (kernelagent.bench.discover.problem_key); `root` is accepted for old callers and ignored,
+    so that an id never depends on the folder a dataset was built from."""
+    from kernelagent.bench.discover import problem_key
+
+    return problem_key(path)

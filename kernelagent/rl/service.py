@@ -9,12 +9,18 @@
 
 Backpressure: at most `max_pending` completions are admitted at once (queued or being
 evaluated); a batch that would go past it is answered 429 with Retry-After, and one larger
-than the whole capacity 413. Each request has a deadline (`request_timeout`, or the
+than the whole capacity 413. A service shutting down answers 503, with Retry-After too.
+Bodies: one over `max_body` bytes is answered 413 before the client sends it when the
+client asks first (`Expect: 100-continue`), and otherwise after reading (and dropping) it,
+so the client reads the 413 instead of a broken pipe; a body that stops short of its
+Content-Length is given `read_timeout` seconds, then answered 408, and the thread is freed. Each request has a deadline (`request_timeout`, or the
 request's own smaller "timeout"): past it the request is answered 504, its evaluations that
 have not started are cancelled, and those already running finish (their slots free then).
 
 `RemoteReward(url)` is the trainer's side: a TRL-compatible reward function that posts
-each batch here and retries on 429/503.
+each batch here. Connection errors (a service restarting), 429 and 5xx answers are retried
+with exponential backoff (tenacity; Retry-After is honoured), `as_async()` gives the
+`async def` form, and the batch's statistics go to TRL's `log_metric` / `log_extra`.
 """
 
 from __future__ import annotations
@@ -43,8 +49,11 @@ class Busy(Exception):
 
 class RewardService:
     def __init__(self, reward: KernelReward, *, max_pending: int = 256,
-                 request_timeout: float = 900.0, max_body: int = MAX_BODY) -> None:
+                 request_timeout: float = 900.0, max_body: int = MAX_BODY,
+                 read_timeout: float = 60.0) -> None:
         self.reward = reward
+        self.read_timeout = read_timeout
+        self.closing = False
         self.max_pending = max_pending
         self.request_timeout = request_timeout
         self.max_body = max_body
@@ -136,6 +145,33 @@ class RewardService:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Socket reads (headers and body) give up after this: a client that sends less
+            # than its Content-Length cannot hold a handler thread forever.
+            timeout = service.read_timeout
+
+            def handle_expect_100(self) -> bool:
+                # A client that asks first learns of a body too large before sending it.
+                if self._too_large():
+                    self.close_connection = True
+                    self._send(413, {"error": f"body over {service.max_body} bytes"})
+                    return False
+                return super().handle_expect_100()
+
+            def _too_large(self) -> bool:
+                try:
+                    return int(self.headers.get("Content-Length") or 0) > service.max_body
+                except ValueError:
+                    return False
+
+            def _drain(self, length: int) -> None:
+                """Read and drop a body (so the client's write completes and it can read
+                our answer); give up on a read timeout or after 4x the limit."""
+                left = min(length, 4 * service.max_body)
+                while left > 0:
+                    chunk = self.rfile.read(min(left, 1 << 20))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
 
             def log_message(self, fmt: str, *args: Any) -> None:
                 log.info("%s %s", self.address_string(), fmt % args)
@@ -160,13 +196,37 @@ class RewardService:
                 if self.path.rstrip("/") != "/reward":
                     self._send(404, {"error": "not found: GET /health, POST /reward"})
                     return
-                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    if length < 0:
+                        raise ValueError(length)
+                except ValueError:
+                    self.close_connection = True
+                    self._send(400, {"error": "a bad Content-Length"})
+                    return
                 if length > service.max_body:
                     self.close_connection = True
+                    try:
+                        self._drain(length)
+                    except OSError:
+                        pass
                     self._send(413, {"error": f"body over {service.max_body} bytes"})
                     return
                 try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
+                    data = self.rfile.read(length) if length else b""
+                except OSError:  # socket timeout: the client sent less than it announced
+                    data = None
+                if data is None or len(data) < length:
+                    self.close_connection = True
+                    self._send(408, {"error": f"the body stopped short of its Content-Length "
+                                              f"({0 if data is None else len(data)}/{length} bytes "
+                                              f"within {service.read_timeout:g} s)"})
+                    return
+                if service.closing:
+                    self._send(503, {"error": "the service is shutting down"}, {"Retry-After": "5"})
+                    return
+                try:
+                    body = json.loads(data or b"{}")
                     if not isinstance(body, dict):
                         raise ValueError("the body must be a JSON object")
                     status, reply = service.score(body)
@@ -187,6 +247,7 @@ class RewardService:
         return self.httpd
 
     def close(self) -> None:
+        self.closing = True
         if self.httpd is not None:
             self.httpd.shutdown()
             self.httpd.server_close()
@@ -216,45 +277,146 @@ def to_columns(body: dict[str, Any]) -> dict[str, list]:
     return {k: body[k] for k in COLUMNS if k in body}
 
 
+class ServiceError(RuntimeError):
+    """The reward service answered with an error that retrying will not fix."""
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _retry_after(headers: Any) -> float | None:
+    try:
+        value = float(headers.get("Retry-After")) if headers is not None else None
+    except (TypeError, ValueError):
+        return None
+    return value if value is not None and value >= 0 else None
+
+
 class RemoteReward:
-    """A TRL reward function backed by a `kernelagent serve` endpoint."""
+    """A TRL reward function backed by a `kernelagent serve` endpoint.
+
+    Connection errors, timeouts, 429 and 5xx are retried with exponential backoff (from
+    `backoff` seconds, doubling, capped at `max_backoff`, with jitter; a Retry-After header
+    is the floor of the wait) until `retries` retries or `max_wait` seconds have passed;
+    then the call raises. 4xx answers other than 429 raise at once (ServiceError)."""
 
     __name__ = "kernel_reward_remote"
 
     def __init__(self, url: str, *, timeout: float = 1800.0, retries: int = 60,
-                 backoff: float = 1.0) -> None:
+                 backoff: float = 1.0, max_backoff: float = 30.0,
+                 max_wait: float | None = 3600.0) -> None:
         self.url = url.rstrip("/")
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        self.max_backoff, self.max_wait = max_backoff, max_wait
         self.last: list[dict] = []
+        self.attempts = 0  # HTTP attempts of the latest call
 
     def __call__(self, prompts: Any = None, completions: Any = None, completion_ids: Any = None,
                  **kwargs: Any) -> list[float | None]:
-        body = {"completions": list(completions or [])}
+        reply = self.post(self.body(completions, kwargs))
+        return self._done(reply, kwargs)
+
+    def as_async(self):
+        """An `async def` reward function: the request runs in a thread, so the trainer's
+        event loop is free while the service scores the batch."""
+        import asyncio
+
+        async def kernel_reward_remote_async(prompts: Any = None, completions: Any = None,
+                                             completion_ids: Any = None, **kwargs: Any) -> list[float | None]:
+            reply = await asyncio.to_thread(self.post, self.body(completions, kwargs))
+            return self._done(reply, kwargs)
+
+        kernel_reward_remote_async.reward = self  # type: ignore[attr-defined]
+        return kernel_reward_remote_async
+
+    @staticmethod
+    def body(completions: Any, columns: dict) -> dict:
+        body: dict[str, Any] = {"completions": list(completions or [])}
         for name in PROBLEM_COLUMNS + ("problem_id",):
-            if kwargs.get(name) is not None:
-                value = kwargs[name]
+            if columns.get(name) is not None:
+                value = columns[name]
                 body[name] = value if isinstance(value, str) else list(value)
-        reply = self.post(body)
+        return body
+
+    def _done(self, reply: dict, kwargs: dict) -> list[float | None]:
         self.last = reply.get("details", [])
+        log_details(self.last, kwargs)
         return reply["rewards"]
 
     def post(self, body: dict) -> dict:
+        from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+
         data = json.dumps(body).encode()
-        for attempt in range(self.retries + 1):
-            request = urllib.request.Request(f"{self.url}/reward", data=data, method="POST",
-                                             headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as exc:
-                if exc.code in (429, 503) and attempt < self.retries:
-                    wait_s = float(exc.headers.get("Retry-After") or self.backoff)
-                    time.sleep(min(30.0, wait_s * (1 + attempt * 0.5)))
-                    continue
-                detail = exc.read().decode(errors="replace")[:500]
-                raise RuntimeError(f"reward service answered {exc.code}: {detail}") from None
-        raise RuntimeError("reward service stayed busy")
+        stop = stop_after_attempt(self.retries + 1)
+        if self.max_wait is not None:
+            stop = stop | stop_after_delay(self.max_wait)
+        self.attempts = 0
+        try:
+            for attempt in Retrying(stop=stop, wait=self._wait, reraise=False,
+                                    retry=retry_if_exception_type(_Retryable),
+                                    before_sleep=self._log_retry):
+                with attempt:
+                    return self._post_once(data)
+        except RetryError as exc:
+            last = exc.last_attempt.exception()
+            raise ServiceError(f"reward service at {self.url} unavailable after {self.attempts} "
+                               f"attempts: {last}") from None
+        raise AssertionError("unreachable")
+
+    def _wait(self, state: Any) -> float:
+        import random
+
+        base = min(self.max_backoff, self.backoff * 2 ** max(0, state.attempt_number - 1))
+        delay = base * (0.5 + random.random() / 2)
+        exc = state.outcome.exception() if state.outcome else None
+        floor = getattr(exc, "retry_after", None)
+        return max(delay, min(floor, self.max_backoff)) if floor is not None else delay
+
+    def _log_retry(self, state: Any) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning("reward service: %s; retrying (attempt %d)", exc, state.attempt_number)
+
+    def _post_once(self, data: bytes) -> dict:
+        import http.client
+        import socket
+
+        self.attempts += 1
+        request = urllib.request.Request(f"{self.url}/reward", data=data, method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            if exc.code == 429 or exc.code >= 500:
+                raise _Retryable(f"HTTP {exc.code}: {detail}", _retry_after(exc.headers)) from None
+            raise ServiceError(f"reward service answered {exc.code}: {detail}") from None
+        except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError,
+                http.client.HTTPException) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise _Retryable(f"{type(exc).__name__}: {reason}") from None
+        except json.JSONDecodeError as exc:
+            raise _Retryable(f"an unreadable answer: {exc}") from None
 
     def health(self) -> dict:
         with urllib.request.urlopen(f"{self.url}/health", timeout=30) as response:
             return json.loads(response.read())
+
+
+def log_details(details: list[dict], kwargs: dict) -> None:
+    """Feed TRL's per-batch logging hooks (`log_metric`, `log_extra`) from reward details."""
+    if not details:
+        return
+    log_metric, log_extra = kwargs.get("log_metric"), kwargs.get("log_extra")
+    try:
+        if callable(log_metric):
+            n = len(details)
+            for key in ("compiled", "correct", "infra_error"):
+                log_metric(f"kernel/{key}", sum(bool(d.get(key)) for d in details) / n)
+        if callable(log_extra):
+            log_extra("kernel_status", [d.get("status") for d in details])
+    except Exception as exc:  # logging must never cost a batch its rewards
+        log.debug("TRL logging hooks failed: %s", exc)

@@ -1,22 +1,31 @@
 """Fine-tuning rows from agent runs (`kernelagent optimize` run folders).
 
-One row per kept kernel, in chat format:
+One row per kept run, in the chat form TRL's SFTTrainer takes:
 
-    {"messages": [{"role": "system", ...}, {"role": "user", ...},          # as recorded
-                  {"role": "assistant", "content": "<reasoning>\n\n```python\n<kernel>```"}],
-     "problem_id", "problem_sha256", "kernel_sha256", "speedup", "speedup_baseline",
-     "timings_meaningful", "reasoning_chars", "run_dir", "model"}
+    {"messages": [...the conversation as the model saw it...],
+     "tools": "<JSON list of the tool schemas>",          # tools-mode runs; "" otherwise
+     "problem_id": "level1/1_relu", "split": "train", "problem_sha256", "kernel_sha256",
+     "speedup", "speedup_baseline", "timings_meaningful", "reasoning_chars", "turns",
+     "mode", "model", "run_dir"}
 
-- Kept: runs whose summary names a best kernel that passed the final verification
-  (verdict "correct", kernel.py present and matching the recorded hash), and whose speedup
-  (vs TorchInductor, else eager) is at least `min_speedup`. Runs whose timings mean nothing
-  (CPU) have no speedup: they pass only when `min_speedup <= 0` or `include_unmeasured`.
-- The reasoning is the assistant's prose over the run (every assistant message's text, code
-  blocks cut out), in order. The row's answer is that reasoning, then the final kernel.
-- Deduplicated by kernel hash within a problem (the shortest reasoning wins); then, per problem, the
-  `per_problem` rows with the most concise reasoning are kept (ties: faster, then hash).
+- Tools-mode runs are exported as they happened: assistant messages with `tool_calls`
+  (`{"type": "function", "function": {"name", "arguments": {...}}}`), `tool` messages with
+  the harness's answers, under the tools-mode system prompt, and the `tools` column (a JSON
+  string, which SFTTrainer decodes, so rows with different tools stay one Arrow schema).
+  Text-mode runs keep their own text-mode prompt and turns (code blocks, feedback).
+  The conversation ends with the turn that produced the verified kernel and its result.
+- The id and split are bench's (kernelagent.bench.discover): the split is a hash of the
+  problem's content with `split`/`seed`, as `dataset prompts` writes them, and rows of test
+  problems are left out unless `include_test`.
+- Kept: the best kernel passed the final verification (kernel.py present, matching the
+  recorded hash) and its speedup (vs TorchInductor, else eager) is at least `min_speedup`
+  (runs without meaningful timings pass only at `min_speedup <= 0` or `include_unmeasured`).
+- Curation (ConCuR-style, all optional): `max_turns` (assistant turns), `max_reasoning_chars`,
+  `reasoning_percentile` (per problem, keep rows at or under that percentile of the
+  problem's reasoning lengths), deduplication by kernel hash per problem (the most concise
+  wins), then the `per_problem` most concise rows per problem (ties: faster, then hash).
 
-Statistics go to `<out stem>.stats.json` beside the rows.
+Statistics (kept, and dropped per reason) go to `<out stem>.stats.json` beside the rows.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ import re
 import statistics
 from pathlib import Path
 from typing import Any
+
+from kernelagent.bench.discover import DEFAULT_SEED, DEFAULT_SPLIT, problem_key, problem_split
 
 FENCE = re.compile(r"```[^\n]*\n.*?```", re.DOTALL)
 
@@ -70,8 +81,56 @@ def find_run_dirs(paths: list[str | Path]) -> list[Path]:
     return unique
 
 
-def row_from_run(run_dir: Path, min_speedup: float,
-                 include_unmeasured: bool = False) -> tuple[dict | None, str]:
+def _tool_call(call: dict) -> dict:
+    fn = call.get("function") or call
+    args = fn.get("arguments", "{}")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args or "{}")
+        except json.JSONDecodeError:
+            args = {}
+    return {"type": "function", "function": {"name": fn.get("name", ""),
+                                             "arguments": args if isinstance(args, dict) else {}}}
+
+
+def conversation(messages: list[dict], kernel: str) -> list[dict]:
+    """The recorded conversation in SFTTrainer's form, ending with the turn that produced
+    `kernel` (the last assistant turn holding it) and the answers to that turn."""
+    names: dict[str, str] = {}
+    out: list[dict] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "assistant" and m.get("tool_calls"):
+            calls = [_tool_call(c) for c in m["tool_calls"]]
+            for raw, call in zip(m["tool_calls"], calls):
+                names[str(raw.get("id"))] = call["function"]["name"]
+            out.append({"role": "assistant", "content": str(m.get("content") or ""), "tool_calls": calls})
+        elif role == "tool":
+            out.append({"role": "tool", "name": names.get(str(m.get("tool_call_id")), ""),
+                        "content": str(m.get("content") or "")})
+        elif role in ("system", "user", "assistant"):
+            out.append({"role": role, "content": str(m.get("content") or "")})
+    key = kernel.strip()
+    last, current = None, ""
+    for i, m in enumerate(out):
+        if m["role"] != "assistant":
+            continue
+        if key and key in m["content"]:
+            last = i
+        for call in m.get("tool_calls", []):
+            current = str(call["function"]["arguments"].get("code") or current)  # no code: the latest
+            if key and current.strip() == key:
+                last = i
+    if last is None:
+        return out
+    end = last + 1
+    while end < len(out) and out[end]["role"] != "assistant":
+        end += 1
+    return out[:end]
+
+
+def row_from_run(run_dir: Path, min_speedup: float, include_unmeasured: bool = False, *,
+                 split: float = DEFAULT_SPLIT, seed: int = DEFAULT_SEED) -> tuple[dict | None, str]:
     """(row, "") or (None, why it was skipped)."""
     try:
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
@@ -100,28 +159,72 @@ def row_from_run(run_dir: Path, min_speedup: float,
     messages = trajectory.get("messages") or []
     if len(messages) < 2 or messages[0].get("role") != "system" or messages[1].get("role") != "user":
         return None, "no_prompts"
-    reasoning = reasoning_of(messages[2:])
-    answer = (reasoning + "\n\n" if reasoning else "") + f"```python\n{kernel.rstrip()}\n```"
+    config = trajectory.get("config") or {}
+    mode = config.get("mode")
+    chat = conversation(messages, kernel)
+    uses_tools = any(m.get("tool_calls") for m in chat)
+    tools = ""
+    if uses_tools:
+        from kernelagent.agent.tools import tool_schemas
+
+        tools = json.dumps(tool_schemas(config.get("backend") or "triton"))
     problem = summary.get("problem") or trajectory.get("problem") or {}
+    sha = problem.get("sha256")
+    pid = problem_key(problem["path"]) if problem.get("path") else problem.get("name")
+    reasoning = reasoning_of(chat[2:])
     row = {
-        "messages": [{"role": "system", "content": messages[0]["content"]},
-                     {"role": "user", "content": messages[1]["content"]},
-                     {"role": "assistant", "content": answer}],
-        "problem_id": problem.get("name"),
-        "problem_sha256": problem.get("sha256"),
+        "messages": chat,
+        "tools": tools,
+        "problem_id": pid,
+        "split": problem_split(sha, split, seed) if sha else None,
+        "problem_sha256": sha,
         "kernel_sha256": kernel_sha,
         "speedup": speedup,
         "speedup_baseline": baseline,
         "timings_meaningful": bool(best.get("timings_meaningful")),
         "reasoning_chars": len(reasoning),
-        "mode": (trajectory.get("config") or {}).get("mode"),
+        "turns": sum(m["role"] == "assistant" for m in chat),
+        "mode": "tools" if uses_tools else (mode if mode != "auto" else "text"),
         "model": summary.get("model"),
         "run_dir": str(run_dir),
     }
     return row, ""
 
 
-def select_rows(rows: list[dict], per_problem: int = 1) -> list[dict]:
+def curate(rows: list[dict], *, max_turns: int | None = None, max_reasoning_chars: int | None = None,
+           reasoning_percentile: float | None = None) -> tuple[list[dict], dict[str, int]]:
+    """Length and turn filters; returns (kept, {reason: dropped})."""
+    dropped: dict[str, int] = {}
+
+    def drop(reason: str) -> None:
+        dropped[reason] = dropped.get(reason, 0) + 1
+
+    kept = []
+    for row in rows:
+        if max_turns is not None and row["turns"] > max_turns:
+            drop("over_max_turns")
+        elif max_reasoning_chars is not None and row["reasoning_chars"] > max_reasoning_chars:
+            drop("over_max_reasoning_chars")
+        else:
+            kept.append(row)
+    if reasoning_percentile is not None:
+        groups: dict[str, list[dict]] = {}
+        for row in kept:
+            groups.setdefault(row["problem_sha256"] or row["problem_id"], []).append(row)
+        kept = []
+        for group in groups.values():
+            lengths = sorted(r["reasoning_chars"] for r in group)
+            cut = lengths[min(len(lengths) - 1, int(reasoning_percentile / 100 * (len(lengths) - 1) + 0.5))]
+            for row in group:
+                if row["reasoning_chars"] <= cut:
+                    kept.append(row)
+                else:
+                    drop("over_reasoning_percentile")
+    return kept, dropped
+
+
+def select_rows(rows: list[dict], per_problem: int = 1,
+                dropped: dict[str, int] | None = None) -> list[dict]:
     def key(row: dict) -> tuple:
         return (row["reasoning_chars"], -(row["speedup"] or 0.0), row["kernel_sha256"])
 
@@ -130,12 +233,16 @@ def select_rows(rows: list[dict], per_problem: int = 1) -> list[dict]:
         k = (row["problem_sha256"] or row["problem_id"], row["kernel_sha256"])
         if k not in by_kernel or key(row) < key(by_kernel[k]):
             by_kernel[k] = row
+    if dropped is not None and len(rows) > len(by_kernel):
+        dropped["duplicate_kernel"] = dropped.get("duplicate_kernel", 0) + len(rows) - len(by_kernel)
     by_problem: dict[str, list[dict]] = {}
     for row in by_kernel.values():
         by_problem.setdefault(row["problem_sha256"] or row["problem_id"], []).append(row)
     kept = []
     for group in by_problem.values():
         kept.extend(sorted(group, key=key)[:per_problem])
+        if dropped is not None and len(group) > per_problem:
+            dropped["over_per_problem"] = dropped.get("over_per_problem", 0) + len(group) - per_problem
     return sorted(kept, key=lambda r: (str(r["problem_id"]), key(r)))
 
 
@@ -166,26 +273,35 @@ def stats_path_for(out: str | Path) -> Path:
 
 def export_sft(run_dirs: list[str | Path], min_speedup: float = 1.0,
                out: str | Path = "sft.jsonl", *, per_problem: int = 1,
-               include_unmeasured: bool = False) -> dict[str, Any]:
+               include_unmeasured: bool = False, split: float = DEFAULT_SPLIT,
+               seed: int = DEFAULT_SEED, include_test: bool = False,
+               max_turns: int | None = None, max_reasoning_chars: int | None = None,
+               reasoning_percentile: float | None = None) -> dict[str, Any]:
     """Write the rows to `out` and the statistics beside it; return the statistics."""
     runs = find_run_dirs(run_dirs)
     candidates, skipped = [], {}
     for run in runs:
-        row, why = row_from_run(run, min_speedup, include_unmeasured)
+        row, why = row_from_run(run, min_speedup, include_unmeasured, split=split, seed=seed)
         if row is None:
             skipped[why] = skipped.get(why, 0) + 1
+        elif row["split"] == "test" and not include_test:
+            skipped["test_split"] = skipped.get("test_split", 0) + 1
         else:
             candidates.append(row)
-    rows = select_rows(candidates, per_problem)
-    dropped = len(candidates) - len(rows)
-    if dropped:
-        skipped["duplicate_or_less_concise"] = dropped
+    curated, dropped = curate(candidates, max_turns=max_turns, max_reasoning_chars=max_reasoning_chars,
+                              reasoning_percentile=reasoning_percentile)
+    for reason, n in dropped.items():
+        skipped[reason] = skipped.get(reason, 0) + n
+    rows = select_rows(curated, per_problem, skipped)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     stats = stats_of(rows, skipped, len(runs), min_speedup)
-    stats["out"] = str(out)
+    stats.update(out=str(out), split=split, seed=seed, include_test=include_test,
+                 kept_by_mode={m: sum(r["mode"] == m for r in rows) for m in sorted({r["mode"] for r in rows})},
+                 curation={"max_turns": max_turns, "max_reasoning_chars": max_reasoning_chars,
+                           "reasoning_percentile": reasoning_percentile, "per_problem": per_problem})
     stats_path_for(out).write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
     return stats

@@ -161,9 +161,38 @@ def _result(future: Future) -> Any:
         return exc
 
 
+class DevicePlacementError(ValueError):
+    """Rewards would be timed on the training process's own GPUs."""
+
+
+def default_backend_args(devices: list[str] | None, cpu_workers: int = 1) -> list[str]:
+    """The devices to time on when the caller did not give a backend.
+
+    Timings only run on devices named by the caller. With none named, a process that sees no
+    CUDA device uses the CPU (the Triton interpreter); one that does is refused, since the
+    trainer is using those GPUs and timings next to training measure the training."""
+    if devices:
+        return list(devices)
+    from kernelagent.harness.pool import visible_gpus
+
+    gpus = visible_gpus()
+    if gpus:
+        shown = ",".join(map(str, gpus))
+        raise DevicePlacementError(
+            f"this process sees CUDA devices ({shown}) and no reward devices were given: timings "
+            "would run next to training. Pass devices=['cuda:N', ...] naming GPUs the trainer does "
+            "not use, devices=['cpu'] for correctness-only rewards, or score elsewhere with "
+            "`kernelagent serve` and RemoteReward(url)")
+    return ["cpu"] * max(1, cpu_workers)
+
+
 class KernelReward:
     """TRL-compatible reward over a harness backend (an EvaluatorPool by default, or a
-    RayBackend). `last` holds the RewardBreakdowns of the latest call."""
+    RayBackend). `last` holds the RewardBreakdowns of the latest call.
+
+    Without a backend, evaluations run only on `devices`; with none given the CPU is used
+    where the process sees no GPU, and a process that sees GPUs is refused
+    (DevicePlacementError, raised here, before any training starts)."""
 
     __name__ = "kernel_reward"  # TRL names reward functions by __name__
 
@@ -177,6 +206,8 @@ class KernelReward:
         self.dedupe = dedupe
         self._own_backend = backend is None
         self._backend = backend
+        if backend is None:
+            devices = default_backend_args(devices, cpu_workers)
         self._backend_args = dict(devices=devices, cache_dir=cache_dir, isolation=isolation,
                                   cpu_workers=cpu_workers)
         self._lock = threading.Lock()
