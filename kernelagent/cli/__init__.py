@@ -5,25 +5,22 @@ Exit codes (documented in the README):
     1  the candidate is incorrect or failed; no correct kernel was found
     2  bad input or configuration (one clear line, never a traceback)
     3  optimize: correct, but short of the speed target
+  130  interrupted (Ctrl-C)
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 
 import typer
 
 from kernelagent import __version__
-from kernelagent.errors import EXIT_USAGE, UserError
+from kernelagent.cli.core import Command, typer_app
+from kernelagent.errors import UserError
 
-app = typer.Typer(
-    name="kernelagent",
-    help="Turn a PyTorch reference module into a verified, faster GPU kernel.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+# no_args_is_help: bare `kernelagent` prints the help and exits 0 (Group.main).
+app = typer_app(name="kernelagent", help="Turn a PyTorch reference module into a verified, faster GPU kernel.",
+                no_args_is_help=True)
 
 
 def setup_logging(verbose: bool) -> None:
@@ -79,23 +76,16 @@ def _register() -> None:
         if isinstance(target, typer.Typer):
             app.add_typer(target, name=command)
         else:
-            app.command(command)(target)
+            app.command(command, cls=Command)(target)
 
 
 _register()
 
 
 def main() -> None:
-    """Console entry point: a UserError becomes one line on stderr and exit code 2."""
-    try:
-        app(standalone_mode=True)
-    except UserError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
-    sys.exit(0)
+    """Console entry point. kernelagent.cli.core.Group.main maps every outcome (a usage error,
+    a UserError, Ctrl-C) to one line on stderr and a documented exit code."""
+    app()
 
 
 def run_guarded(func, *args, **kwargs):

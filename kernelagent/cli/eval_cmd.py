@@ -8,25 +8,26 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelagent.cli.core import finite
 from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UserError
 
 
 def eval_command(
-    problem: Annotated[Path, typer.Argument(help="Problem file (KernelBench format: Model, get_inputs, get_init_inputs).")],
-    candidate: Annotated[Path, typer.Argument(help="Candidate file defining class ModelNew.")],
-    trials: Annotated[int, typer.Option(min=1, max=100, help="Correctness trials, each with fresh seeded inputs.")] = 5,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="Problem file (KernelBench format: Model, get_inputs, get_init_inputs).")],
+    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="Candidate file defining class ModelNew.")],
+    trials: Annotated[int, typer.Option(min=1, max=100, metavar="N", help="Correctness trials, each with fresh seeded inputs.")] = 5,
+    device: Annotated[str, typer.Option(metavar="DEVICE", help="auto, cpu, cuda or cuda:N. An explicit GPU must exist; only auto falls back to the CPU (and says so).")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print one machine-readable JSON result.")] = False,
     timing: Annotated[bool, typer.Option(help="Time the candidate (and the baselines).")] = True,
     baselines: Annotated[bool, typer.Option(help="Time eager and torch.compile baselines (cached on disk).")] = True,
     max_autotune: Annotated[bool, typer.Option(help="Also time torch.compile mode max-autotune-no-cudagraphs.")] = False,
     profile: Annotated[bool, typer.Option(help="Report the candidate's top kernels (torch.profiler).")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the first trial's inputs.")] = 42,
-    atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
-    rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
-    isolation: Annotated[str, typer.Option(help="auto, bwrap or none.")] = "auto",
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache directory (default ~/.cache/kernelagent).")] = None,
-    backend: Annotated[str, typer.Option(help="triton, or cuda (CUDA C++ built with torch.utils.cpp_extension.load_inline).")] = "triton",
+    seed: Annotated[int, typer.Option(min=0, metavar="N", help="Seed of the first trial's inputs.")] = 42,
+    atol: Annotated[Optional[float], typer.Option(metavar="X", callback=finite(0), help="Absolute tolerance, finite and >= 0 (default: by dtype).")] = None,
+    rtol: Annotated[Optional[float], typer.Option(metavar="X", callback=finite(0), help="Relative tolerance, finite and >= 0 (default: by dtype).")] = None,
+    isolation: Annotated[str, typer.Option(metavar="auto|bwrap|none", help="Sandbox of the harness: bubblewrap where it works (auto), always, or never.")] = "auto",
+    cache_dir: Annotated[Optional[Path], typer.Option(metavar="DIR", help="Cache directory (default ~/.cache/kernelagent).")] = None,
+    backend: Annotated[str, typer.Option(metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with torch.utils.cpp_extension.load_inline.")] = "triton",
 ) -> None:
     """Evaluate CANDIDATE against PROBLEM: compile, correctness, timing vs eager and torch.compile."""
     from kernelagent.cli import run_guarded

@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelagent.cli.core import finite
 from kernelagent.errors import EXIT_USAGE, UserError
 
 
@@ -32,26 +33,26 @@ def _fail(message: str) -> typer.Exit:
 
 def optimize(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file (class Model, get_inputs, get_init_inputs).", show_default=False)],
-    model: Annotated[Optional[str], typer.Option("--model", "-m", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, or openai/<name> with --api-base.", show_default=False)] = None,
-    api_base: Annotated[Optional[str], typer.Option("--api-base", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...), e.g. http://localhost:8000/v1.", show_default=False)] = None,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable, e.g. OPENAI_API_KEY).", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, or openai/<name> with --api-base.", show_default=False)] = None,
+    api_base: Annotated[Optional[str], typer.Option("--api-base", metavar="URL", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...), e.g. http://localhost:8000/v1.", show_default=False)] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable, e.g. OPENAI_API_KEY).", show_default=False)] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="tools: function calling; text: code blocks only; auto: tools, and code blocks are evaluated too.")] = Mode.auto,
-    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Most model calls.")] = 20,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="Most prompt+completion tokens over the run.", show_default=False)] = None,
-    max_cost: Annotated[Optional[float], typer.Option("--max-cost", min=0.0, help="Most USD spent (litellm prices; 0 for unknown models).", show_default=False)] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", min=1.0, help="Wall-clock seconds for the loop (the final verification runs after it).", show_default=False)] = None,
-    target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, help="Speedup over TorchInductor that counts as success.")] = 1.0,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: runs/<timestamp>-<problem>).", show_default=False)] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
-    trials: Annotated[int, typer.Option("--trials", min=1, help="Correctness trials for submit and the final verification.")] = 5,
-    quick_trials: Annotated[int, typer.Option("--quick-trials", min=1, help="Correctness trials for run_tests and profile.")] = 2,
-    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, help="Seconds to wait for one model reply.")] = 300.0,
-    max_retries: Annotated[int, typer.Option("--max-retries", min=0, help="Retries of a model call on rate limits, timeouts, connection errors and 5xx.")] = 6,
-    retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, help="Base seconds of the exponential retry backoff.")] = 2.0,
-    temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature (provider default if unset).", show_default=False)] = None,
+    max_turns: Annotated[int, typer.Option("--max-turns", min=1, metavar="N", help="Most model calls.")] = 20,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, metavar="N", help="Most prompt+completion tokens over the run.", show_default=False)] = None,
+    max_cost: Annotated[Optional[float], typer.Option("--max-cost", min=0.0, metavar="USD", callback=finite(0), help="Most USD spent (litellm prices; 0 for unknown models).", show_default=False)] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", min=1.0, metavar="SECONDS", callback=finite(1), help="Wall-clock seconds for the loop (the final verification runs after it).", show_default=False)] = None,
+    target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, metavar="X", callback=finite(0), help="Speedup over TorchInductor that counts as success.")] = 1.0,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Output folder (default: a new runs/<timestamp>-<problem>). A folder that already holds a run is refused unless --force.", show_default=False)] = None,
+    device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N. An explicit GPU must exist; only auto falls back to the CPU (and says so).")] = "auto",
+    trials: Annotated[int, typer.Option("--trials", min=1, metavar="N", help="Correctness trials for submit and the final verification.")] = 5,
+    quick_trials: Annotated[int, typer.Option("--quick-trials", min=1, metavar="N", help="Correctness trials for run_tests and profile.")] = 2,
+    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds to wait for one model reply.")] = 300.0,
+    max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=100, metavar="N", help="Retries of a model call on rate limits, timeouts, connection errors and 5xx.")] = 6,
+    retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, metavar="SECONDS", callback=finite(0), help="Base seconds of the exponential retry backoff.")] = 2.0,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", metavar="X", callback=finite(0), help="Sampling temperature (provider default if unset).", show_default=False)] = None,
     live: Annotated[Optional[bool], typer.Option("--live/--no-live", help="Live progress panel (default: on a terminal).", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final result line.")] = False,
-    backend: Annotated[str, typer.Option("--backend", help="triton, or cuda (CUDA C++ kernels built with load_inline).")] = "triton",
+    backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
 ) -> None:
     """Turn a PyTorch reference module into a verified, faster Triton (or CUDA C++) kernel."""
     from kernelagent.agent import optimize as run_optimize

@@ -14,21 +14,22 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelagent.cli.core import finite
 from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UserError
 
 
 def profile(
-    problem: Annotated[Path, typer.Argument(help="Problem file (KernelBench format).")],
-    candidate: Annotated[Path, typer.Argument(help="Candidate file defining class ModelNew.")],
-    backend: Annotated[str, typer.Option(help="triton or cuda (CUDA C++ built with load_inline).")] = "triton",
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="Problem file (KernelBench format).")],
+    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="Candidate file defining class ModelNew.")],
+    backend: Annotated[str, typer.Option(metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
+    device: Annotated[str, typer.Option(metavar="DEVICE", help="auto, cpu, cuda or cuda:N. An explicit GPU must exist; only auto falls back to the CPU (and says so).")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     ncu: Annotated[bool, typer.Option(help="Collect Nsight Compute metrics where ncu and a GPU exist.")] = True,
-    ncu_timeout: Annotated[float, typer.Option(min=10.0, help="Seconds for the ncu run.")] = 180.0,
-    trials: Annotated[int, typer.Option(min=1, max=100, help="Correctness trials before profiling.")] = 2,
+    ncu_timeout: Annotated[float, typer.Option(min=10.0, metavar="SECONDS", callback=finite(10), help="Seconds for the ncu run.")] = 180.0,
+    trials: Annotated[int, typer.Option(min=1, max=100, metavar="N", help="Correctness trials before profiling.")] = 2,
     baselines: Annotated[bool, typer.Option(help="Also time eager and torch.compile.")] = True,
-    isolation: Annotated[str, typer.Option(help="auto, bwrap or none.")] = "auto",
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache directory (default ~/.cache/kernelagent).")] = None,
+    isolation: Annotated[str, typer.Option(metavar="auto|bwrap|none", help="Sandbox of the harness: bubblewrap where it works (auto), always, or never.")] = "auto",
+    cache_dir: Annotated[Optional[Path], typer.Option(metavar="DIR", help="Cache directory (default ~/.cache/kernelagent).")] = None,
 ) -> None:
     """Profile CANDIDATE on PROBLEM: top kernels, roofline fraction, Nsight Compute metrics."""
     from kernelagent.cli import run_guarded

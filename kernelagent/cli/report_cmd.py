@@ -19,8 +19,8 @@ from kernelagent.errors import EXIT_USAGE, UserError
 def report(
     run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="Run directory or run id.", show_default=False)] = None,
     compare: Annotated[Optional[tuple[str, str]], typer.Option("--compare", metavar="RUN_A RUN_B", help="Compare two runs side by side.", show_default=False)] = None,
-    store: Annotated[Optional[Path], typer.Option("--store", help="SQLite store (default: the user-level one, or the one a run directory names).", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Where to write (default: the run's directory; runs/compare/A-vs-B for --compare).", show_default=False)] = None,
+    store: Annotated[Optional[Path], typer.Option("--store", metavar="PATH", help="SQLite store (default: the user-level one, or the one a run directory names).", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Where to write (default: the run's directory; runs/compare/A-vs-B for --compare).", show_default=False)] = None,
     list_runs: Annotated[bool, typer.Option("--list", help="List the runs in the store.")] = False,
 ) -> None:
     """Write summary.json, problems.csv and report.html for a bench run (or compare two runs)."""
