@@ -14,3 +14,8 @@ class UserError(Exception):
     """Bad input or configuration. The message is shown as is, on one line."""
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, message: str = "", exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code

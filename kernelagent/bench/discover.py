@@ -77,6 +77,9 @@ def discover(root: str | Path, levels: str | set[str] | None = None, pattern: st
              limit: int | None = None) -> list[ProblemRef]:
     """The problems under `root`, in a stable order (level, then natural file order)."""
     root = Path(root)
+    if root.is_file():
+        raise UserError(f"DIR must be a directory of problem files, and {root} is a file "
+                        "(to evaluate one problem: kernelagent eval PROBLEM CANDIDATE)")
     if not root.is_dir():
         raise UserError(f"benchmark directory not found: {root}")
     wanted = parse_levels(levels) if isinstance(levels, str) or levels is None else set(levels)

@@ -84,8 +84,11 @@ def bench(
                       out=str(out) if out else None, concurrency=concurrency, run_name=run_name, api_key=api_key,
                       model_timeout=model_timeout, max_retries=max_retries, retry_backoff=retry_backoff)
     try:
+        from kernelagent.devices import check_gpu_list
+
         if spec is not None and spec.mode == "agent":
             _check_model(spec, session)  # a missing model or key: one line, before anything starts
+        check_gpu_list(gpus)  # a GPU that is not there: one line; none at all: the CPU, said once
         progress = BenchProgress(live=live, quiet=quiet)
         outcome = run_bench(spec, session, resume=resume, progress=progress)
     except UserError as exc:
@@ -119,4 +122,5 @@ def _check_model(spec, session) -> None:
     from kernelagent.models.litellm_model import LitellmModel
 
     LitellmModel(spec.model, api_base=spec.api_base, api_key=session.api_key, timeout=session.model_timeout,
-                 max_retries=session.max_retries, backoff_base=session.retry_backoff, temperature=spec.temperature)
+                 max_retries=session.max_retries, backoff_base=session.retry_backoff,
+                 temperature=spec.temperature).check_reachable()

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from kernelagent.cli.core import finite
-from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UserError
+from kernelagent.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError
 
 
 def eval_command(
@@ -39,6 +39,8 @@ def eval_command(
 
 def _run(problem, candidate, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
          isolation, cache_dir, backend="triton") -> int:
+    from kernelagent.devices import check_device
+    from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator, Status
     from kernelagent.problem import load_problem, read_candidate
 
@@ -48,22 +50,42 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
         raise UserError(f"--backend must be triton or cuda (got {backend!r})")
     loaded = load_problem(problem)
     source = read_candidate(candidate)
-    config = EvalConfig(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed, atol=atol,
-                        rtol=rtol, backend=backend, compile_modes=("default", "max-autotune-no-cudagraphs") if max_autotune
-                        else ("default",))
     try:
-        with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation) as evaluator:
-            result = evaluator.evaluate(loaded, source, config)
+        config = EvalConfig(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed,
+                            atol=atol, rtol=rtol, backend=backend,
+                            compile_modes=("default", "max-autotune-no-cudagraphs") if max_autotune else ("default",))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    device = check_device(device)  # a GPU that is not there: exit 2 before anything starts
+    try:
+        evaluator = Evaluator(device=device, cache_dir=cache_dir, isolation=isolation)
     except ValueError as exc:  # a bad --device
         raise UserError(str(exc)) from None
+    try:
+        result = evaluator.evaluate(loaded, source, config)
+    except KeyboardInterrupt:
+        stop_now(evaluator)
+        typer.echo("interrupted: the evaluation was stopped before a verdict", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        evaluator.close()
+    if result.status == Status.BAD_PROBLEM:
+        # The problem's fault, not the candidate's: what went wrong goes to stderr (in full
+        # under --json), nothing to stdout that looks like a verdict.
+        if as_json:
+            typer.echo(json.dumps(result.to_dict(), indent=None, default=str))
+        raise UserError(f"bad problem file {problem}: {one_line(result.reason) or 'it failed in the harness'}")
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=None, default=str))
     else:
         from kernelagent.cli.render import render_result
 
         render_result(result)
-    if result.status == Status.BAD_PROBLEM:
-        if not as_json:
-            typer.echo(f"error: bad problem file {problem}", err=True)
-        return EXIT_USAGE
     return EXIT_OK if result.passed else EXIT_FAILED
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """The last non-empty line of a reason (an exception's own message sits there), cut."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    line = lines[-1] if lines else ""
+    return line if len(line) <= limit else line[:limit] + "..."

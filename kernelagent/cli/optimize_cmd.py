@@ -8,7 +8,6 @@ but short of it, 1 no correct kernel, 2 bad input or configuration (one line on 
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from enum import Enum
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from kernelagent.cli.core import finite
-from kernelagent.errors import EXIT_USAGE, UserError
+from kernelagent.errors import EXIT_INTERRUPTED, EXIT_USAGE, UserError
 
 
 class Mode(str, Enum):
@@ -53,8 +52,10 @@ def optimize(
     live: Annotated[Optional[bool], typer.Option("--live/--no-live", help="Live progress panel (default: on a terminal).", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final result line.")] = False,
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
+    force: Annotated[bool, typer.Option("--force", help="Let --out replace a run already in that folder (its kernel.py, trajectory.json and summary.json are deleted first).")] = False,
 ) -> None:
     """Turn a PyTorch reference module into a verified, faster Triton (or CUDA C++) kernel."""
+    from kernelagent.agent import default_out_dir
     from kernelagent.agent import optimize as run_optimize
     from kernelagent.agent.budget import Budget
     from kernelagent.agent.live import LiveView
@@ -64,19 +65,21 @@ def optimize(
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                             format="%(levelname)s %(name)s: %(message)s")
+    from kernelagent.devices import check_device
+
     try:
-        load_problem(problem)  # bad input first, before the slow parts
+        # Bad input first, cheapest first, all before the slow parts (harness, model calls).
+        loaded = load_problem(problem)
+        if backend not in ("triton", "cuda"):
+            raise UserError(f"--backend must be triton or cuda (got {backend!r})")
+        out = check_out(out if out is not None else default_out_dir(loaded.path), force, explicit=out is not None)
         llm = LitellmModel(model, api_base=api_base, api_key=api_key, timeout=model_timeout,
                            max_retries=max_retries, backoff_base=retry_backoff,
                            temperature=temperature)
+        llm.check_reachable()
+        device = check_device(device)
     except UserError as exc:
         raise _fail(str(exc)) from None
-    if backend not in ("triton", "cuda"):
-        raise _fail(f"--backend must be triton or cuda (got {backend!r})")
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        raise _fail(f"--device must be auto, cpu, cuda or cuda:N (got {device!r})")
-    if out is not None and out.exists() and not out.is_dir():
-        raise _fail(f"--out {out} exists and is not a folder")
 
     budget = Budget(max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost,
                     timeout=timeout)
@@ -88,6 +91,13 @@ def optimize(
                 out=out, device=device, trials=trials, quick_trials=min(quick_trials, trials),
                 observer=view, model_info={"api_base": api_base, "temperature": temperature},
                 backend=backend)
+    except KeyboardInterrupt:
+        summary = out / "summary.json"
+        kernel = out / "kernel.py"
+        kept = f"best kernel so far (not re-verified): {kernel}; " if kernel.is_file() else "no correct kernel yet; "
+        saved = f"summary: {summary}" if summary.is_file() else f"trajectory: {out / 'trajectory.json'}"
+        typer.echo(f"interrupted: {kept}{saved}", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except UserError as exc:
         raise _fail(str(exc)) from None
     except Exception as exc:
@@ -106,3 +116,26 @@ def optimize(
     kernel = f"; kernel: {best['kernel']}" if best else ""
     typer.echo(f"{words}{detail}{kernel}; summary: {run.out_dir / 'summary.json'}")
     raise typer.Exit(run.exit_code)
+
+
+RUN_FILES = ("summary.json", "trajectory.json", "kernel.py")
+
+
+def check_out(out: Path, force: bool, explicit: bool) -> Path:
+    """The output folder, made now: a file there (or above it) or an earlier run in it is
+    refused before anything starts; --force clears the earlier run's files first."""
+    for parent in [out, *out.parents]:
+        if parent.exists() and not parent.is_dir():
+            raise UserError(f"--out {out}: {parent} is a file, not a folder")
+    held = [name for name in RUN_FILES if (out / name).exists()]
+    if held and explicit:
+        if not force:
+            raise UserError(f"--out {out} already holds a run ({', '.join(held)}): pass --force to replace it, "
+                            "or choose another folder")
+        for name in held:
+            (out / name).unlink()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot create the folder: {exc.strerror or exc}") from None
+    return out

@@ -41,6 +41,7 @@ def profile(
 
 def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines, isolation,
          cache_dir) -> int:
+    from kernelagent.devices import check_device
     from kernelagent.harness import Evaluator, Status, profiling
     from kernelagent.harness.cuda_build import BACKENDS
     from kernelagent.problem import load_problem, read_candidate
@@ -51,6 +52,7 @@ def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials,
         raise UserError(f"--isolation must be auto, bwrap or none (got {isolation!r})")
     loaded = load_problem(problem)
     source = read_candidate(candidate)
+    device = check_device(device)  # a GPU that is not there: exit 2 before anything starts
     try:
         with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation) as evaluator:
             report = profiling.profile(loaded, source, evaluator=evaluator, backend=backend, trials=trials,
@@ -58,6 +60,10 @@ def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials,
     except ValueError as exc:  # a bad --device
         raise UserError(str(exc)) from None
     result = report["result"]
+    if result.status == Status.BAD_PROBLEM and not as_json:
+        from kernelagent.cli.eval_cmd import one_line
+
+        raise UserError(f"bad problem file {problem}: {one_line(result.reason) or 'it failed in the harness'}")
     if as_json:
         typer.echo(json.dumps({"status": result.status, "reason": result.reason, "passed": result.passed,
                                "device": result.device, "backend": backend, "lines": report["lines"],

@@ -55,7 +55,7 @@ def _serve(gpus, host, port, max_pending, request_timeout, cpu_workers, backend,
     import sys
     import threading
 
-    from kernelagent.errors import UserError
+    from kernelagent.errors import EXIT_INTERRUPTED, UserError
     from kernelagent.harness import EvalConfig
     from kernelagent.rl.reward import RewardConfig
     from kernelagent.rl.service import RewardService
@@ -78,8 +78,10 @@ def _serve(gpus, host, port, max_pending, request_timeout, cpu_workers, backend,
         engine = RayBackend(address=ray_address, cpu_actors=cpu_workers,
                             cache_dir=str(cache_dir) if cache_dir else None, isolation=isolation)
     else:
+        from kernelagent.devices import check_gpu_list
         from kernelagent.harness.pool import EvaluatorPool, parse_gpus
 
+        check_gpu_list(gpus)
         try:
             devices = parse_gpus(gpus)
         except ValueError as exc:
@@ -106,12 +108,16 @@ def _serve(gpus, host, port, max_pending, request_timeout, cpu_workers, backend,
         threading.Thread(target=httpd.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
+    interrupted = False
     try:
         httpd.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     finally:
         httpd.server_close()
         service.httpd = None
         service.close()
+    if interrupted:  # Ctrl-C: 130, as for every command (SIGTERM is a requested stop: 0)
+        typer.echo("kernelagent serve: interrupted, stopped", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
     typer.echo("kernelagent serve: stopped")
