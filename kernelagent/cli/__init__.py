@@ -11,12 +11,13 @@ Exit codes (documented in the README):
 from __future__ import annotations
 
 import logging
+import sys
 
 import typer
 
 from kernelagent import __version__
 from kernelagent.cli.core import Command, typer_app
-from kernelagent.errors import UserError
+from kernelagent.errors import EXIT_INTERRUPTED, UserError
 
 # no_args_is_help: bare `kernelagent` prints the help and exits 0 (Group.main).
 app = typer_app(name="kernelagent", help="Turn a PyTorch reference module into a verified, faster GPU kernel.",
@@ -85,7 +86,22 @@ _register()
 def main() -> None:
     """Console entry point. kernelagent.cli.core.Group.main maps every outcome (a usage error,
     a UserError, Ctrl-C) to one line on stderr and a documented exit code."""
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        if exc.code == EXIT_INTERRUPTED:
+            # After Ctrl-C everything worth keeping is written and said. Interpreter shutdown
+            # would still join non-daemon threads (litellm's logging pool takes seconds), so
+            # leave now: the user pressed Ctrl-C to get the prompt back.
+            import os
+
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(EXIT_INTERRUPTED)
+        raise
 
 
 def run_guarded(func, *args, **kwargs):

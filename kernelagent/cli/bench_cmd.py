@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import finite
+from kernelagent.cli.core import finite, interrupted
 from kernelagent.cli.optimize_cmd import Mode
 from kernelagent.errors import EXIT_USAGE, UserError
 
@@ -98,9 +98,8 @@ def bench(
     except HarnessStartError as exc:
         raise fail(f"the evaluation harness could not start: {str(exc).splitlines()[0]}") from None
     except KeyboardInterrupt:
-        typer.echo("interrupted: finished work is in the store; run the same command again (or --resume) "
-                   "to go on", err=True)
-        raise typer.Exit(130) from None
+        raise interrupted("interrupted: finished work is in the store; run the same command again "
+                          "(or --resume) to go on") from None
     m = outcome.metrics
     if as_json:
         typer.echo(json.dumps({"run_id": outcome.run_id, "out_dir": str(outcome.out_dir),

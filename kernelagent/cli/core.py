@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - older typer runs on the installed clic
     import click
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from kernelagent.errors import EXIT_INTERRUPTED, EXIT_USAGE, UserError
+from kernelagent.errors import EXIT_INTERRUPTED, UserError
 
 
 def finite(min: float | None = None, max: float | None = None, min_open: bool = False):
@@ -157,6 +157,7 @@ class Group(_Help, TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra: Any) -> Any:
         """Run the command; every outcome leaves through sys.exit with a documented code."""
+        _interrupt_reported[0] = False
         try:
             code = super().main(args=args, prog_name=prog_name or "kernelagent", complete_var=complete_var,
                                 standalone_mode=False, **extra)
@@ -175,7 +176,6 @@ class Group(_Help, TyperGroup):
             click.echo(f"error: {' '.join(str(exc).split())}", err=True)
             code = exc.exit_code
         except (KeyboardInterrupt, click.exceptions.Abort):
-            click.echo("interrupted", err=True)
             code = EXIT_INTERRUPTED
         except OSError as exc:
             import errno
@@ -183,7 +183,20 @@ class Group(_Help, TyperGroup):
             if exc.errno != errno.EPIPE:  # a closed pipe (`| head`) is not an error
                 raise
             code = 1
+        if code == EXIT_INTERRUPTED and not _interrupt_reported[0]:
+            # typer turns a KeyboardInterrupt inside a command into a silent exit 130.
+            click.echo("interrupted", err=True)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+_interrupt_reported = [False]
+
+
+def interrupted(message: str) -> typer.Exit:
+    """Say what an interrupted command kept (one line on stderr); raise the result (exit 130)."""
+    _interrupt_reported[0] = True
+    typer.echo(message, err=True)
+    return typer.Exit(EXIT_INTERRUPTED)
 
 
 def typer_app(**kwargs: Any) -> typer.Typer:

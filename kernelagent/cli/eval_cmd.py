@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import finite
-from kernelagent.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UserError
+from kernelagent.cli.core import finite, interrupted
+from kernelagent.errors import EXIT_FAILED, EXIT_OK, UserError
 
 
 def eval_command(
@@ -65,8 +65,7 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
         result = evaluator.evaluate(loaded, source, config)
     except KeyboardInterrupt:
         stop_now(evaluator)
-        typer.echo("interrupted: the evaluation was stopped before a verdict", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise interrupted("interrupted: the evaluation was stopped before a verdict") from None
     finally:
         evaluator.close()
     if result.status == Status.BAD_PROBLEM:

@@ -15,8 +15,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import finite
-from kernelagent.errors import EXIT_INTERRUPTED, EXIT_USAGE, UserError
+from kernelagent.cli.core import finite, interrupted
+from kernelagent.errors import EXIT_USAGE, UserError
 
 
 class Mode(str, Enum):
@@ -72,12 +72,13 @@ def optimize(
         loaded = load_problem(problem)
         if backend not in ("triton", "cuda"):
             raise UserError(f"--backend must be triton or cuda (got {backend!r})")
+        device = check_device(device, quiet=True)
         out = check_out(out if out is not None else default_out_dir(loaded.path), force, explicit=out is not None)
         llm = LitellmModel(model, api_base=api_base, api_key=api_key, timeout=model_timeout,
                            max_retries=max_retries, backoff_base=retry_backoff,
                            temperature=temperature)
         llm.check_reachable()
-        device = check_device(device)
+        check_device(device)  # again, not quiet: auto says now that it runs on the CPU
     except UserError as exc:
         raise _fail(str(exc)) from None
 
@@ -96,8 +97,7 @@ def optimize(
         kernel = out / "kernel.py"
         kept = f"best kernel so far (not re-verified): {kernel}; " if kernel.is_file() else "no correct kernel yet; "
         saved = f"summary: {summary}" if summary.is_file() else f"trajectory: {out / 'trajectory.json'}"
-        typer.echo(f"interrupted: {kept}{saved}", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise interrupted(f"interrupted: {kept}{saved}") from None
     except UserError as exc:
         raise _fail(str(exc)) from None
     except Exception as exc:

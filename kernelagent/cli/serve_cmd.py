@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import finite
+from kernelagent.cli.core import finite, interrupted
 
 class Backend(str, Enum):
     pool = "pool"
@@ -55,7 +55,7 @@ def _serve(gpus, host, port, max_pending, request_timeout, cpu_workers, backend,
     import sys
     import threading
 
-    from kernelagent.errors import EXIT_INTERRUPTED, UserError
+    from kernelagent.errors import UserError
     from kernelagent.harness import EvalConfig
     from kernelagent.rl.reward import RewardConfig
     from kernelagent.rl.service import RewardService
@@ -100,24 +100,23 @@ def _serve(gpus, host, port, max_pending, request_timeout, cpu_workers, backend,
         raise UserError(f"cannot listen on {host}:{port}: {exc}") from None
     bound_host, bound_port = httpd.server_address[:2]
     devices_text = ",".join(getattr(engine, "devices", [])) or "?"
-    typer.echo(f"kernelagent serve: listening on http://{bound_host}:{bound_port} "
-               f"(backend {backend}, devices {devices_text}, capacity {max_pending})")
-    sys.stdout.flush()
 
     def stop(*_args) -> None:
         threading.Thread(target=httpd.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
-    interrupted = False
-    try:
+    got_sigint = False
+    try:  # from the first line on, Ctrl-C is a clean stop (exit 130)
+        typer.echo(f"kernelagent serve: listening on http://{bound_host}:{bound_port} "
+                   f"(backend {backend}, devices {devices_text}, capacity {max_pending})")
+        sys.stdout.flush()
         httpd.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
-        interrupted = True
+        got_sigint = True
     finally:
         httpd.server_close()
         service.httpd = None
         service.close()
-    if interrupted:  # Ctrl-C: 130, as for every command (SIGTERM is a requested stop: 0)
-        typer.echo("kernelagent serve: interrupted, stopped", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED)
+    if got_sigint:  # Ctrl-C: 130, as for every command (SIGTERM is a requested stop: 0)
+        raise interrupted("kernelagent serve: interrupted, stopped")
     typer.echo("kernelagent serve: stopped")
