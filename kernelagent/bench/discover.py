@@ -73,15 +73,21 @@ def level_dirs(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(LEVEL_DIR.match(p.name).group(1)))
 
 
-def discover(root: str | Path, levels: str | set[str] | None = None, pattern: str | None = None,
-             limit: int | None = None) -> list[ProblemRef]:
-    """The problems under `root`, in a stable order (level, then natural file order)."""
+def check_root(root: str | Path) -> Path:
+    """A benchmark directory that exists and is a directory, else one line saying which."""
     root = Path(root)
     if root.is_file():
         raise UserError(f"DIR must be a directory of problem files, and {root} is a file "
                         "(to evaluate one problem: kernelagent eval PROBLEM CANDIDATE)")
     if not root.is_dir():
         raise UserError(f"benchmark directory not found: {root}")
+    return root
+
+
+def discover(root: str | Path, levels: str | set[str] | None = None, pattern: str | None = None,
+             limit: int | None = None) -> list[ProblemRef]:
+    """The problems under `root`, in a stable order (level, then natural file order)."""
+    root = check_root(root)
     wanted = parse_levels(levels) if isinstance(levels, str) or levels is None else set(levels)
     if LEVEL_DIR.match(root.name):
         groups = [(root.name, root)]

@@ -20,7 +20,7 @@ from kernelagent.errors import EXIT_USAGE, UserError
 
 
 def bench(
-    directory: Annotated[Optional[Path], typer.Argument(metavar="DIR", help="Benchmark directory: KernelBench's level1/…level3/ layout, ours (benchmarks/), or a flat folder of problems.", show_default=False)] = None,
+    directory: Annotated[Optional[Path], typer.Argument(metavar="DIR", help="Benchmark directory: KernelBench's level1/ to level3/ layout, ours (benchmarks/), or a flat folder of problems.", show_default=False)] = None,
     candidates: Annotated[Optional[Path], typer.Option("--candidates", metavar="CDIR", help="Evaluate existing candidates instead of running the agent: CDIR/<problem-stem>.py, or samples CDIR/<problem-stem>/*.py (also under CDIR/levelN/).", show_default=False)] = None,
     levels: Annotated[Optional[str], typer.Option("--levels", metavar="LEVELS", help="Levels to run, e.g. 1,2 (default: all).", show_default=False)] = None,
     filter_glob: Annotated[Optional[str], typer.Option("--filter", metavar="GLOB", help="Only problems whose key (level1/19_ReLU) or stem matches this glob.", show_default=False)] = None,
@@ -86,9 +86,14 @@ def bench(
     try:
         from kernelagent.devices import check_gpu_list
 
+        from kernelagent.bench.discover import check_root
+
+        if directory is not None:
+            check_root(directory)  # what is wrong with DIR, before what is missing for the agent
         if spec is not None and spec.mode == "agent":
             _check_model(spec, session)  # a missing model or key: one line, before anything starts
-        check_gpu_list(gpus)  # a GPU that is not there: one line; none at all: the CPU, said once
+        # A GPU that is not there: one line. None at all: the CPU, which the progress names.
+        check_gpu_list(gpus, quiet=True)
         progress = BenchProgress(live=live, quiet=quiet)
         outcome = run_bench(spec, session, resume=resume, progress=progress)
     except UserError as exc:

@@ -73,11 +73,13 @@ def optimize(
         if backend not in ("triton", "cuda"):
             raise UserError(f"--backend must be triton or cuda (got {backend!r})")
         device = check_device(device, quiet=True)
-        out = check_out(out if out is not None else default_out_dir(loaded.path), force, explicit=out is not None)
+        out_dir = out if out is not None else default_out_dir(loaded.path)
+        check_out(out_dir, force, explicit=out is not None, create=False)
         llm = LitellmModel(model, api_base=api_base, api_key=api_key, timeout=model_timeout,
                            max_retries=max_retries, backoff_base=retry_backoff,
                            temperature=temperature)
         llm.check_reachable()
+        out = check_out(out_dir, force, explicit=out is not None)
         check_device(device)  # again, not quiet: auto says now that it runs on the CPU
     except UserError as exc:
         raise _fail(str(exc)) from None
@@ -121,9 +123,10 @@ def optimize(
 RUN_FILES = ("summary.json", "trajectory.json", "kernel.py")
 
 
-def check_out(out: Path, force: bool, explicit: bool) -> Path:
-    """The output folder, made now: a file there (or above it) or an earlier run in it is
-    refused before anything starts; --force clears the earlier run's files first."""
+def check_out(out: Path, force: bool, explicit: bool, create: bool = True) -> Path:
+    """The output folder: a file there (or above it) or an earlier run in it is refused
+    before anything starts. With `create`, the folder is made, and with --force the earlier
+    run's files are deleted first."""
     for parent in [out, *out.parents]:
         if parent.exists() and not parent.is_dir():
             raise UserError(f"--out {out}: {parent} is a file, not a folder")
@@ -132,8 +135,11 @@ def check_out(out: Path, force: bool, explicit: bool) -> Path:
         if not force:
             raise UserError(f"--out {out} already holds a run ({', '.join(held)}): pass --force to replace it, "
                             "or choose another folder")
-        for name in held:
-            (out / name).unlink()
+        if create:
+            for name in held:
+                (out / name).unlink()
+    if not create:
+        return out
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

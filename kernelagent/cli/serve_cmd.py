@@ -81,7 +81,7 @@ def _serve(gpus, host, port, max_pending, request_timeout, cpu_workers, backend,
         from kernelagent.devices import check_gpu_list
         from kernelagent.harness.pool import EvaluatorPool, parse_gpus
 
-        check_gpu_list(gpus)
+        check_gpu_list(gpus, quiet=True)  # the CPU fallback is named in the "listening" line
         try:
             devices = parse_gpus(gpus)
         except ValueError as exc:
