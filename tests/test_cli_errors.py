@@ -278,3 +278,27 @@ def test_a_server_that_answered_and_went_away_is_retried(places):
     with pytest.raises(ModelError) as info:
         model.query([{"role": "user", "content": "again"}])
     assert not isinstance(info.value, ModelConfigError) and "after 3 attempts" in str(info.value)
+
+
+# -- the harness's verdicts on broken inputs (these start a harness) ----------------------
+def test_bad_problem_details_go_to_stderr(places):
+    from kernelagent.devices import CPU_NOTE
+
+    args = ["eval", str(CANDIDATES / "bad_problem_raises.py"), GOOD, "--no-baselines", "--no-timing"]
+    result = CliRunner().invoke(app, args, env=ENV)
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip() and line != CPU_NOTE]
+    assert len(lines) == 1 and lines[0].startswith("error: bad problem file "), result.stderr
+    assert "RuntimeError: broken get_inputs" in lines[0] and "Traceback" not in result.output
+
+
+def test_binary_candidate_is_the_candidates_verdict(places, tmp_path):
+    binary = tmp_path / "candidate.py"
+    binary.write_bytes(bytes(range(256)) * 4)
+    result = CliRunner().invoke(app, ["eval", PROBLEM, str(binary), "--no-baselines", "--no-timing", "--json"],
+                                env=ENV)
+    assert result.exit_code == 1, result.output
+    import json
+
+    verdict = json.loads(result.stdout)
+    assert verdict["status"] == "compile_error" and "not Python source text" in verdict["reason"]
