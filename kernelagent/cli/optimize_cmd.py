@@ -80,7 +80,7 @@ def optimize(
                            temperature=temperature)
         llm.check_reachable()
         out = check_out(out_dir, force, explicit=out is not None)
-        check_device(device)  # again, not quiet: auto says now that it runs on the CPU
+        check_device(device, quiet=quiet)  # again: auto says now that it runs on the CPU
     except UserError as exc:
         raise _fail(str(exc)) from None
 
