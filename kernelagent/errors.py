@@ -7,9 +7,15 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the candidate is incorrect, or no correct kernel was found
 EXIT_USAGE = 2  # bad input or configuration: missing file, broken problem, bad flag
 EXIT_SHORT_OF_TARGET = 3  # `optimize`: correct, but short of the speed target
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports it
 
 
 class UserError(Exception):
     """Bad input or configuration. The message is shown as is, on one line."""
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, message: str = "", exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code

@@ -182,19 +182,28 @@ def load_problem(path: str | Path, check_dependencies: bool = True) -> Problem:
 def read_candidate(path: str | Path) -> str:
     """Read a candidate file. Its content is judged by the harness, not here."""
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise CandidateFileError(f"the candidate is a directory, not a file: {path}")
+    if not path.exists():
         raise CandidateFileError(f"candidate file not found: {path}")
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CandidateFileError(f"cannot read candidate file {path}: {exc}") from None
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CandidateFileError(f"cannot read candidate file {path}: {exc.strerror or exc}") from None
+    # Bytes that are not UTF-8 are the candidate's fault, like any other broken candidate:
+    # they reach the harness as U+FFFD and get a compile_error verdict (exit 1), not exit 2.
+    return raw.decode("utf-8", errors="replace")
 
 
 def candidate_static_problem(source: str) -> str | None:
     """A one-line reason why `source` cannot be a candidate, or None if it may be one."""
     try:
         tree = ast.parse(source, filename="candidate.py")
-    except SyntaxError as exc:
+    except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes (Python < 3.12)
+        if "\ufffd" in source or "\x00" in source:
+            return "the candidate is not Python source text (binary content, or not UTF-8)"
+        if not isinstance(exc, SyntaxError):
+            return f"not valid Python source: {exc}"
         text = (exc.text or "").strip()
         return f"syntax error at line {exc.lineno}: {exc.msg}" + (f": {text}" if text else "")
     if "ModelNew" not in top_level_names(tree):

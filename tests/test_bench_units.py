@@ -246,3 +246,23 @@ def test_backend_reaches_the_harness_and_the_run_id():
     assert BenchSpec(root=str(BENCHMARKS), backend="cuda").run_id() != BenchSpec(root=str(BENCHMARKS)).run_id()
     result = CliRunner().invoke(app, ["bench", str(BENCHMARKS), "--backend", "hip"], env={"COLUMNS": "120"})
     assert result.exit_code == 2 and "--backend must be triton or cuda" in result.output
+
+
+def test_compare_with_different_problem_sets_uses_the_shared_ones(tmp_path):
+    from typer.testing import CliRunner
+
+    from kernelagent.cli import app
+
+    store = tmp_path / "s.sqlite"
+    synthetic_run(store, "all-ten")
+    synthetic_run(store, "first-six", SYNTHETIC[:6])
+    result = CliRunner().invoke(app, ["report", "--compare", "all-ten", "first-six", "--store", str(store),
+                                      "--out", str(tmp_path / "cmp")])
+    assert result.exit_code == 0, result.output
+    note = "the runs' problem sets differ: compared on the 6 shared problems (4 only in A, 0 only in B)"
+    assert result.stderr.strip() == f"note: {note}"
+    data = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert data["note"] == note and data["problems"]["shared"] == 6 and len(data["problems"]["only_a"]) == 4
+    assert data["a"]["metrics"]["problems"] == data["b"]["metrics"]["problems"] == 6
+    assert data["a"]["metrics"] == data["b"]["metrics"]  # the same six records: B - A is 0
+    assert note.replace("'", "&#x27;") in (tmp_path / "cmp" / "compare.html").read_text()

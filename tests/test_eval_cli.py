@@ -53,7 +53,7 @@ def test_candidate_crash_is_exit_1_not_a_traceback(cache_dir):
     (["missing_problem.py", str(CANDIDATES / "relu_good.py")], "problem file not found"),
     ([str(CANDIDATES / "bad_problem_no_model.py"), str(CANDIDATES / "relu_good.py")], "missing Model"),
     ([PROBLEM, "missing_candidate.py"], "candidate file not found"),
-    ([PROBLEM, str(CANDIDATES / "relu_good.py"), "--device", "tpu"], "unknown device"),
+    ([PROBLEM, str(CANDIDATES / "relu_good.py"), "--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
     ([PROBLEM, str(CANDIDATES / "relu_good.py"), "--isolation", "docker"], "--isolation"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):

@@ -36,6 +36,7 @@ from kernelagent.agent.loop import (
 from kernelagent.agent.prompts import Prompts, truncate
 from kernelagent.agent.tools import HarnessTools, describe_inputs
 from kernelagent.agent.trajectory import Trajectory, write_json_atomic
+from kernelagent.errors import EXIT_INTERRUPTED
 from kernelagent.models.base import Model
 
 __all__ = ["Agent", "AgentConfig", "Budget", "FormatError", "HarnessTools", "LimitsExceeded",
@@ -125,9 +126,12 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
     started = time.monotonic()
     with ExitStack() as stack:
         # Inspecting the inputs starts torch in a child process: overlap it with the harness start.
-        pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+        # Not waited for on the way out: after Ctrl-C the exit must not wait for torch to import.
+        pool = ThreadPoolExecutor(max_workers=1)
+        stack.callback(pool.shutdown, wait=False, cancel_futures=True)
         inputs = pool.submit(describe_inputs, str(problem.path))
-        if evaluator is None:
+        own_evaluator = evaluator is None
+        if own_evaluator:
             from kernelagent.harness import Evaluator
 
             evaluator = stack.enter_context(Evaluator(device=device))
@@ -169,9 +173,30 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
         budget.started = time.monotonic()  # the wall-clock budget covers the loop
         try:
             result = agent.run(prompts.render("system", **context), prompts.render("task", **context))
+        except KeyboardInterrupt:
+            # Ctrl-C: keep what was found. The best correct candidate so far is written as
+            # kernel.py (not re-verified: there is no time for that), and summary.json says
+            # "interrupted"; then the interrupt goes on to the caller (the CLI exits 130, a
+            # bench batch stops).
+            best = agent.best()
+            result = RunResult(outcome="interrupted", exit_code=EXIT_INTERRUPTED, stop_reason="interrupted",
+                               stop_detail="interrupted (Ctrl-C) before the run ended", best=best,
+                               target_check="not re-verified: the run was interrupted",
+                               tool_seconds=dict(agent.tool_seconds), tool_calls=dict(agent.tool_calls))
+            summary = build_summary(result, problem, out_dir, budget, trajectory, config, device_info,
+                                    time.monotonic() - started)
+            summary["best_verified"] = False
+            if best is not None and best.code:
+                (out_dir / "kernel.py").write_text(best.code, encoding="utf-8")
+            write_json_atomic(out_dir / "summary.json", summary)
+            trajectory.finish("interrupted", summary)
+            if own_evaluator:
+                from kernelagent.interrupt import stop_now
+
+                stop_now(evaluator)  # not the graceful close: it waits for the job in flight
+            raise
         except BaseException as exc:
-            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "error"
-            trajectory.finish(status, {"error": f"{type(exc).__name__}: {exc}"})
+            trajectory.finish("error", {"error": f"{type(exc).__name__}: {exc}"})
             raise
     summary = build_summary(result, problem, out_dir, budget, trajectory, config, device_info,
                             time.monotonic() - started)

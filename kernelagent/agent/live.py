@@ -53,11 +53,19 @@ class LiveView:
             self._live.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if self._live is not None:
-            self._live.refresh()
-            self._live.stop()
-            self._live = None
+            live, self._live = self._live, None
+            if exc_type is KeyboardInterrupt:
+                # The terminal's "^C" has moved the cursor under rich's feet: a last refresh
+                # in place would draw the panel's top border a second time. Erase the live
+                # area instead and print the final panel once, as plain output.
+                live.transient = True
+                live.stop()
+                self.console.print(self.render())
+                return
+            live.refresh()
+            live.stop()
 
     # -- events ------------------------------------------------------------------------
     def __call__(self, event: str, **data: Any) -> None:

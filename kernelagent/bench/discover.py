@@ -107,6 +107,17 @@ def level_dirs(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(LEVEL_DIR.match(p.name).group(1)))
 
 
+def check_root(root: str | Path) -> Path:
+    """A benchmark directory that exists and is a directory, else one line saying which."""
+    root = Path(root)
+    if root.is_file():
+        raise UserError(f"DIR must be a directory of problem files, and {root} is a file "
+                        "(to evaluate one problem: kernelagent eval PROBLEM CANDIDATE)")
+    if not root.is_dir():
+        raise UserError(f"benchmark directory not found: {root}")
+    return root
+
+
 def discover(root: str | Path, levels: str | set[str] | None = None, pattern: str | None = None,
              limit: int | None = None) -> list[ProblemRef]:
     """The problems under `root`, in a stable order (level, then natural file order). Without
@@ -119,8 +130,7 @@ def discover(root: str | Path, levels: str | set[str] | None = None, pattern: st
         level = root.parent.name if LEVEL_DIR.match(root.parent.name) else None
         ref = ProblemRef(path=root.resolve(), level=level, name=root.stem)
         return [ref] if wanted is None or level in wanted else []
-    if not root.is_dir():
-        raise UserError(f"benchmark directory not found: {root}")
+    root = check_root(root)
     if LEVEL_DIR.match(root.name):
         groups = [(root.name, root)]
     else:

@@ -105,10 +105,35 @@ def write_reports(store: Store, run_id: str, out_dir: str | Path) -> dict[str, P
     return paths
 
 
+def restrict_to_shared(a: dict, b: dict) -> str | None:
+    """Two runs over different problem sets are compared on the problems they share (else
+    B - A would mix a change of model with a change of problems). Both are cut down in
+    place; returns a one-line note saying so, or None when the sets are the same."""
+    keys = [{r["key"] for r in d["records"]} | set(d["pending"]) for d in (a, b)]
+    if keys[0] == keys[1]:
+        return None
+    shared = keys[0] & keys[1]
+    if not shared:
+        raise UserError(f"runs {a['run']['id']} and {b['run']['id']} share no problem: nothing to compare")
+    for d in (a, b):
+        d["records"] = [r for r in d["records"] if r["key"] in shared]
+        d["pending"] = [k for k in d["pending"] if k in shared]
+        d["metrics"] = M.compute(d["records"])
+    note = (f"the runs' problem sets differ: compared on the {len(shared)} shared problems "
+            f"({len(keys[0] - shared)} only in A, {len(keys[1] - shared)} only in B)")
+    a["compare_note"] = note
+    a["compare_problems"] = {"shared": len(shared), "only_a": sorted(keys[0] - shared),
+                             "only_b": sorted(keys[1] - shared)}
+    return note
+
+
 def write_compare(a: dict, b: dict, out_dir: str | Path) -> dict[str, Path]:
     out = Path(out_dir)
     paths = {"summary": out / "compare.json", "html": out / "compare.html"}
     payload = {"format_version": 1, "a": summary_json(a), "b": summary_json(b)}
+    if a.get("compare_note"):
+        payload["problems"] = a["compare_problems"]
+        payload["note"] = a["compare_note"]
     _atomic_write(paths["summary"], json.dumps(payload, indent=2, default=str) + "\n")
     _atomic_write(paths["html"], render_compare(a, b))
     return paths
@@ -432,7 +457,8 @@ def render_compare(a: dict, b: dict) -> str:
                                                   if M.speedup(r, "inductor") or M.speedup(r, "eager")])],
                          "speedup (×)", empty=None if measured else NO_TIMINGS)
     body = (f'<h1>kernelagent bench: A = {escape(a["run"]["id"])} vs B = {escape(b["run"]["id"])}</h1>'
-            f'<h3>A</h3>{_header(a)}<h3>B</h3>{_header(b)}'
+            + (f'<p class="note">{escape(a["compare_note"])}</p>' if a.get("compare_note") else "")
+            + f'<h3>A</h3>{_header(a)}<h3>B</h3>{_header(b)}'
             f'<h2>Metrics</h2>{_metric_rows(a, b)}'
             f'<h2>Plots</h2><div class="plots">{fast}{versus}{hist}</div>'
             f'<h2>Problems</h2>{_compare_problems(a, b)}')

@@ -182,7 +182,7 @@ def scatter(name: str, title: str, points: list[tuple[float, float, str, str]], 
     x_ticks = _log_ticks(*x_range) if log_x else _nice_ticks(*x_range)
     y_ticks = _log_ticks(*y_range) if log_y else _nice_ticks(*y_range)
     parts = axes.frame(title, x_label, y_label, x_ticks, y_ticks)
-    if hline and not diagonal:
+    if hline and not diagonal and pts:  # no line through the "no data" text
         y = axes.y(hline)
         parts.append(f'<line class="ref" x1="{LEFT}" y1="{y:.1f}" x2="{W - RIGHT}" y2="{y:.1f}"/>')
     if diagonal:

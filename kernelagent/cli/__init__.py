@@ -5,6 +5,7 @@ Exit codes (documented in the README):
     1  the candidate is incorrect or failed; no correct kernel was found
     2  bad input or configuration (one clear line, never a traceback)
     3  optimize: correct, but short of the speed target
+  130  interrupted (Ctrl-C)
 """
 
 from __future__ import annotations
@@ -15,15 +16,12 @@ import sys
 import typer
 
 from kernelagent import __version__
-from kernelagent.errors import EXIT_USAGE, UserError
+from kernelagent.cli.core import Command, typer_app
+from kernelagent.errors import EXIT_INTERRUPTED, UserError
 
-app = typer.Typer(
-    name="kernelagent",
-    help="Turn a PyTorch reference module into a verified, faster GPU kernel.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+# no_args_is_help: bare `kernelagent` prints the help and exits 0 (Group.main).
+app = typer_app(name="kernelagent", help="Turn a PyTorch reference module into a verified, faster GPU kernel.",
+                no_args_is_help=True)
 
 
 def setup_logging(verbose: bool) -> None:
@@ -82,23 +80,31 @@ def _register() -> None:
         if isinstance(target, typer.Typer):
             app.add_typer(target, name=command)
         else:
-            app.command(command)(target)
+            app.command(command, cls=Command)(target)
 
 
 _register()
 
 
 def main() -> None:
-    """Console entry point: a UserError becomes one line on stderr and exit code 2."""
+    """Console entry point. kernelagent.cli.core.Group.main maps every outcome (a usage error,
+    a UserError, Ctrl-C) to one line on stderr and a documented exit code."""
     try:
-        app(standalone_mode=True)
-    except UserError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
-    sys.exit(0)
+        app()
+    except SystemExit as exc:
+        if exc.code == EXIT_INTERRUPTED:
+            # After Ctrl-C everything worth keeping is written and said. Interpreter shutdown
+            # would still join non-daemon threads (litellm's logging pool takes seconds), so
+            # leave now: the user pressed Ctrl-C to get the prompt back.
+            import os
+
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(EXIT_INTERRUPTED)
+        raise
 
 
 def run_guarded(func, *args, **kwargs):

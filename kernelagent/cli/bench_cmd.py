@@ -14,44 +14,45 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelagent.cli.core import finite, interrupted
 from kernelagent.cli.optimize_cmd import Mode
 from kernelagent.errors import EXIT_USAGE, UserError
 
 
 def bench(
-    directory: Annotated[Optional[Path], typer.Argument(metavar="DIR", help="Benchmark directory: KernelBench's level1/…level3/ layout, ours (benchmarks/), or a flat folder of problems.", show_default=False)] = None,
-    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="Evaluate existing candidates instead of running the agent: CDIR/<problem-stem>.py, or samples CDIR/<problem-stem>/*.py (also under CDIR/levelN/).", show_default=False)] = None,
-    levels: Annotated[Optional[str], typer.Option("--levels", help="Levels to run, e.g. 1,2 (default: all but KernelBench's level 4, which needs transformers and hub access: --levels 4 to include it).", show_default=False)] = None,
-    filter_glob: Annotated[Optional[str], typer.Option("--filter", help="Only problems whose key (level1/19_ReLU) or stem matches this glob.", show_default=False)] = None,
-    limit: Annotated[Optional[int], typer.Option("--limit", min=1, help="At most N problems (after --levels/--filter).", show_default=False)] = None,
-    gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU indices, e.g. 0,1; 'cpu'; default: every visible GPU (the CPU when there is none).", show_default=False)] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Agent mode: problems, and so model calls, in flight at once.")] = 4,
-    cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, help="Harness workers when running on the CPU.")] = 1,
+    directory: Annotated[Optional[Path], typer.Argument(metavar="DIR", help="Benchmark directory: KernelBench's level1/ to level3/ layout, ours (benchmarks/), or a flat folder of problems.", show_default=False)] = None,
+    candidates: Annotated[Optional[Path], typer.Option("--candidates", metavar="CDIR", help="Evaluate existing candidates instead of running the agent: CDIR/<problem-stem>.py, or samples CDIR/<problem-stem>/*.py (also under CDIR/levelN/).", show_default=False)] = None,
+    levels: Annotated[Optional[str], typer.Option("--levels", metavar="LEVELS", help="Levels to run, e.g. 1,2 (default: all but KernelBench's level 4, which needs transformers and hub access: --levels 4 to include it).", show_default=False)] = None,
+    filter_glob: Annotated[Optional[str], typer.Option("--filter", metavar="GLOB", help="Only problems whose key (level1/19_ReLU) or stem matches this glob.", show_default=False)] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", min=1, metavar="N", help="At most N problems (after --levels/--filter).", show_default=False)] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="GPUS", help="GPU indices, e.g. 0,1; 'cpu'; default: every visible GPU (the CPU when there is none).", show_default=False)] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, metavar="N", help="Agent mode: problems, and so model calls, in flight at once.")] = 4,
+    cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, metavar="N", help="Harness workers when running on the CPU.")] = 1,
     resume: Annotated[Optional[str], typer.Option("--resume", metavar="RUN", help="Resume a run by id (its stored settings are used).", show_default=False)] = None,
     run_name: Annotated[Optional[str], typer.Option("--run", metavar="NAME", help="Name the run (default: derived from its settings, so the same command resumes it).", show_default=False)] = None,
-    store: Annotated[Optional[Path], typer.Option("--store", help="SQLite store (default: $KERNELAGENT_CACHE_DIR/bench.sqlite, else ~/.cache/kernelagent/bench.sqlite).", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Run directory for reports and agent outputs (default: runs/bench/<run id>).", show_default=False)] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, or openai/<name> with --api-base.", show_default=False)] = None,
-    api_base: Annotated[Optional[str], typer.Option("--api-base", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...).", show_default=False)] = None,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
+    store: Annotated[Optional[Path], typer.Option("--store", metavar="PATH", help="SQLite store (default: $KERNELAGENT_CACHE_DIR/bench.sqlite, else ~/.cache/kernelagent/bench.sqlite).", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Run directory for reports and agent outputs (default: runs/bench/<run id>).", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, or openai/<name> with --api-base.", show_default=False)] = None,
+    api_base: Annotated[Optional[str], typer.Option("--api-base", metavar="URL", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...).", show_default=False)] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="tools: function calling; text: code blocks only; auto: both.")] = Mode.auto,
-    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Most model calls per problem.")] = 20,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="Most prompt+completion tokens per problem.", show_default=False)] = None,
-    max_cost: Annotated[Optional[float], typer.Option("--max-cost", min=0.0, help="Most USD per problem.", show_default=False)] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", min=1.0, help="Wall-clock seconds per problem for the agent loop.", show_default=False)] = None,
-    target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, help="Speedup over TorchInductor that counts as success.")] = 1.0,
-    trials: Annotated[int, typer.Option("--trials", min=1, help="Correctness trials per evaluation.")] = 5,
-    quick_trials: Annotated[int, typer.Option("--quick-trials", min=1, help="Agent: correctness trials for run_tests and profile.")] = 2,
+    max_turns: Annotated[int, typer.Option("--max-turns", min=1, metavar="N", help="Most model calls per problem.")] = 20,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, metavar="N", help="Most prompt+completion tokens per problem.", show_default=False)] = None,
+    max_cost: Annotated[Optional[float], typer.Option("--max-cost", min=0.0, metavar="USD", callback=finite(0), help="Most USD per problem.", show_default=False)] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", min=1.0, metavar="SECONDS", callback=finite(1), help="Wall-clock seconds per problem for the agent loop.", show_default=False)] = None,
+    target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, metavar="X", callback=finite(0), help="Speedup over TorchInductor that counts as success.")] = 1.0,
+    trials: Annotated[int, typer.Option("--trials", min=1, metavar="N", help="Correctness trials per evaluation.")] = 5,
+    quick_trials: Annotated[int, typer.Option("--quick-trials", min=1, metavar="N", help="Agent: correctness trials for run_tests and profile.")] = 2,
     timing: Annotated[bool, typer.Option("--timing/--no-timing", help="Time candidates (and baselines).")] = True,
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Time eager and torch.compile baselines (cached).")] = True,
     max_autotune: Annotated[bool, typer.Option("--max-autotune", help="Also time torch.compile max-autotune-no-cudagraphs.")] = False,
-    backend: Annotated[str, typer.Option("--backend", help="triton, or cuda (CUDA C++ candidates built with load_inline).")] = "triton",
-    isolation: Annotated[str, typer.Option("--isolation", help="auto, bwrap or none.")] = "auto",
-    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Baseline cache directory (default ~/.cache/kernelagent).", show_default=False)] = None,
-    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, help="Seconds to wait for one model reply.")] = 300.0,
-    max_retries: Annotated[int, typer.Option("--max-retries", min=0, help="Retries of a model call on rate limits, timeouts and 5xx.")] = 6,
-    retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, help="Base seconds of the exponential retry backoff.")] = 2.0,
-    temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature.", show_default=False)] = None,
+    backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
+    isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|none", help="Sandbox of the harness: bubblewrap where it works (auto), always, or never.")] = "auto",
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", help="Baseline cache directory (default ~/.cache/kernelagent).", show_default=False)] = None,
+    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds to wait for one model reply.")] = 300.0,
+    max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=100, metavar="N", help="Retries of a model call on rate limits, timeouts and 5xx.")] = 6,
+    retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, metavar="SECONDS", callback=finite(0), help="Base seconds of the exponential retry backoff.")] = 2.0,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", metavar="X", callback=finite(0), help="Sampling temperature.", show_default=False)] = None,
     live: Annotated[Optional[bool], typer.Option("--live/--no-live", help="Live progress panel (default: on a terminal).", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final lines.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's metrics as one JSON object at the end.")] = False,
@@ -83,8 +84,16 @@ def bench(
                       out=str(out) if out else None, concurrency=concurrency, run_name=run_name, api_key=api_key,
                       model_timeout=model_timeout, max_retries=max_retries, retry_backoff=retry_backoff)
     try:
+        from kernelagent.devices import check_gpu_list
+
+        from kernelagent.bench.discover import check_root
+
+        if directory is not None:
+            check_root(directory)  # what is wrong with DIR, before what is missing for the agent
         if spec is not None and spec.mode == "agent":
             _check_model(spec, session)  # a missing model or key: one line, before anything starts
+        # A GPU that is not there: one line. None at all: the CPU, which the progress names.
+        check_gpu_list(gpus, quiet=True)
         progress = BenchProgress(live=live, quiet=quiet)
         outcome = run_bench(spec, session, resume=resume, progress=progress)
     except UserError as exc:
@@ -94,9 +103,8 @@ def bench(
     except HarnessStartError as exc:
         raise fail(f"the evaluation harness could not start: {str(exc).splitlines()[0]}") from None
     except KeyboardInterrupt:
-        typer.echo("interrupted: finished work is in the store; run the same command again (or --resume) "
-                   "to go on", err=True)
-        raise typer.Exit(130) from None
+        raise interrupted("interrupted: finished work is in the store; run the same command again "
+                          "(or --resume) to go on") from None
     m = outcome.metrics
     if as_json:
         typer.echo(json.dumps({"run_id": outcome.run_id, "out_dir": str(outcome.out_dir),
@@ -120,4 +128,5 @@ def _check_model(spec, session) -> None:
     from kernelagent.models.litellm_model import LitellmModel
 
     LitellmModel(spec.model, api_base=spec.api_base, api_key=session.api_key, timeout=session.model_timeout,
-                 max_retries=session.max_retries, backoff_base=session.retry_backoff, temperature=spec.temperature)
+                 max_retries=session.max_retries, backoff_base=session.retry_backoff,
+                 temperature=spec.temperature).check_reachable()

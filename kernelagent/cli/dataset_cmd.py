@@ -12,8 +12,9 @@ from typing import Annotated
 
 import typer
 
-dataset_app = typer.Typer(help="Datasets for training kernel models.", no_args_is_help=True,
-                          add_completion=False, pretty_exceptions_enable=False)
+from kernelagent.cli.core import Command, finite, typer_app
+
+dataset_app = typer_app(help="Datasets for training kernel models.", no_args_is_help=True)
 
 
 class Mode(str, Enum):
@@ -22,16 +23,16 @@ class Mode(str, Enum):
     auto = "auto"
 
 
-@dataset_app.command("prompts")
+@dataset_app.command("prompts", cls=Command)
 def prompts(
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="A benchmark folder (levelN/ folders, one levelN folder, a flat folder or a KernelBench checkout; found as `bench` finds them), or one problem file.")],
-    out: Annotated[Path, typer.Option("--out", help="JSONL file to write (one row per problem).")] = Path("prompts.jsonl"),
-    split: Annotated[float, typer.Option("--split", min=0.0, max=1.0, help="Train fraction; each problem's side is fixed by a hash of (seed, the problem's content). Also writes <stem>.train.jsonl and <stem>.test.jsonl. `export sft` uses the same rule.")] = 0.8,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the split.")] = 0,
+    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="JSONL file to write (one row per problem).")] = Path("prompts.jsonl"),
+    split: Annotated[float, typer.Option("--split", min=0.0, max=1.0, metavar="X", callback=finite(0, 1), help="Train fraction; each problem's side is fixed by a hash of (seed, the problem's content). Also writes <stem>.train.jsonl and <stem>.test.jsonl. `export sft` uses the same rule.")] = 0.8,
+    seed: Annotated[int, typer.Option("--seed", min=0, metavar="N", help="Seed of the split.")] = 0,
     mode: Annotated[Mode, typer.Option("--mode", help="Prompt variant: text (one code block per answer), tools or auto, as in optimize.")] = Mode.text,
-    gpu: Annotated[str, typer.Option("--gpu", help="Device named in the prompt: a GPU name (e.g. 'NVIDIA H200'), 'cpu', or 'auto' (this machine's first visible GPU, else the CPU). Name the device the rewards are timed on.")] = "auto",
-    target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, help="Target named in the prompt.")] = 1.0,
-    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Turn budget named in the prompt (the environments' default is 10; use 1 for single-turn GRPO).")] = 10,
+    gpu: Annotated[str, typer.Option("--gpu", metavar="NAME", help="Device named in the prompt: a GPU name (e.g. 'NVIDIA H200'), 'cpu', or 'auto' (this machine's first visible GPU, else the CPU). Name the device the rewards are timed on.")] = "auto",
+    target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, metavar="X", callback=finite(0), help="Target named in the prompt.")] = 1.0,
+    max_turns: Annotated[int, typer.Option("--max-turns", min=1, metavar="N", help="Turn budget named in the prompt (the environments' default is 10; use 1 for single-turn GRPO).")] = 10,
     inputs: Annotated[bool, typer.Option("--inputs/--no-inputs", help="Describe input shapes and dtypes in the prompt (inspects each problem in a child process).")] = True,
 ) -> None:
     """Write one chat prompt per problem (TRL's conversational prompt format), with the

@@ -8,25 +8,26 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UserError
+from kernelagent.cli.core import finite, interrupted
+from kernelagent.errors import EXIT_FAILED, EXIT_OK, UserError
 
 
 def eval_command(
-    problem: Annotated[Path, typer.Argument(help="Problem file (KernelBench format: Model, get_inputs, get_init_inputs).")],
-    candidate: Annotated[Path, typer.Argument(help="Candidate file defining class ModelNew.")],
-    trials: Annotated[int, typer.Option(min=1, max=100, help="Correctness trials, each with fresh seeded inputs.")] = 5,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="Problem file (KernelBench format: Model, get_inputs, get_init_inputs).")],
+    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="Candidate file defining class ModelNew.")],
+    trials: Annotated[int, typer.Option(min=1, max=100, metavar="N", help="Correctness trials, each with fresh seeded inputs.")] = 5,
+    device: Annotated[str, typer.Option(metavar="DEVICE", help="auto, cpu, cuda or cuda:N. An explicit GPU must exist; only auto falls back to the CPU (and says so).")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print one machine-readable JSON result.")] = False,
     timing: Annotated[bool, typer.Option(help="Time the candidate (and the baselines).")] = True,
     baselines: Annotated[bool, typer.Option(help="Time eager and torch.compile baselines (cached on disk).")] = True,
     max_autotune: Annotated[bool, typer.Option(help="Also time torch.compile mode max-autotune-no-cudagraphs.")] = False,
     profile: Annotated[bool, typer.Option(help="Report the candidate's top kernels (torch.profiler).")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the first trial's inputs.")] = 42,
-    atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance (default: by dtype).")] = None,
-    rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance (default: by dtype).")] = None,
-    isolation: Annotated[str, typer.Option(help="auto, bwrap or none.")] = "auto",
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache directory (default ~/.cache/kernelagent).")] = None,
-    backend: Annotated[str, typer.Option(help="triton, or cuda (CUDA C++ built with torch.utils.cpp_extension.load_inline).")] = "triton",
+    seed: Annotated[int, typer.Option(min=0, metavar="N", help="Seed of the first trial's inputs.")] = 42,
+    atol: Annotated[Optional[float], typer.Option(metavar="X", callback=finite(0), help="Absolute tolerance, finite and >= 0 (default: by dtype).")] = None,
+    rtol: Annotated[Optional[float], typer.Option(metavar="X", callback=finite(0), help="Relative tolerance, finite and >= 0 (default: by dtype).")] = None,
+    isolation: Annotated[str, typer.Option(metavar="auto|bwrap|none", help="Sandbox of the harness: bubblewrap where it works (auto), always, or never.")] = "auto",
+    cache_dir: Annotated[Optional[Path], typer.Option(metavar="DIR", help="Cache directory (default ~/.cache/kernelagent).")] = None,
+    backend: Annotated[str, typer.Option(metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with torch.utils.cpp_extension.load_inline.")] = "triton",
 ) -> None:
     """Evaluate CANDIDATE against PROBLEM: compile, correctness, timing vs eager and torch.compile."""
     from kernelagent.cli import run_guarded
@@ -38,6 +39,8 @@ def eval_command(
 
 def _run(problem, candidate, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
          isolation, cache_dir, backend="triton") -> int:
+    from kernelagent.devices import check_device
+    from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator, Status
     from kernelagent.problem import load_problem, read_candidate
 
@@ -47,22 +50,41 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
         raise UserError(f"--backend must be triton or cuda (got {backend!r})")
     loaded = load_problem(problem)
     source = read_candidate(candidate)
-    config = EvalConfig(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed, atol=atol,
-                        rtol=rtol, backend=backend, compile_modes=("default", "max-autotune-no-cudagraphs") if max_autotune
-                        else ("default",))
     try:
-        with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation) as evaluator:
-            result = evaluator.evaluate(loaded, source, config)
+        config = EvalConfig(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed,
+                            atol=atol, rtol=rtol, backend=backend,
+                            compile_modes=("default", "max-autotune-no-cudagraphs") if max_autotune else ("default",))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    device = check_device(device)  # a GPU that is not there: exit 2 before anything starts
+    try:
+        evaluator = Evaluator(device=device, cache_dir=cache_dir, isolation=isolation)
     except ValueError as exc:  # a bad --device
         raise UserError(str(exc)) from None
+    try:
+        result = evaluator.evaluate(loaded, source, config)
+    except KeyboardInterrupt:
+        stop_now(evaluator)
+        raise interrupted("interrupted: the evaluation was stopped before a verdict") from None
+    finally:
+        evaluator.close()
+    if result.status == Status.BAD_PROBLEM:
+        # The problem's fault, not the candidate's: what went wrong goes to stderr (in full
+        # under --json), nothing to stdout that looks like a verdict.
+        if as_json:
+            typer.echo(json.dumps(result.to_dict(), indent=None, default=str))
+        raise UserError(f"bad problem file {problem}: {one_line(result.reason) or 'it failed in the harness'}")
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=None, default=str))
     else:
         from kernelagent.cli.render import render_result
 
         render_result(result)
-    if result.status == Status.BAD_PROBLEM:
-        if not as_json:
-            typer.echo(f"error: bad problem file {problem}", err=True)
-        return EXIT_USAGE
     return EXIT_OK if result.passed else EXIT_FAILED
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """The last non-empty line of a reason (an exception's own message sits there), cut."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    line = lines[-1] if lines else ""
+    return line if len(line) <= limit else line[:limit] + "..."

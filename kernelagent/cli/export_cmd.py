@@ -7,16 +7,17 @@ from typing import Annotated, Optional
 
 import typer
 
-export_app = typer.Typer(help="Export training data from agent runs.", no_args_is_help=True,
-                         add_completion=False, pretty_exceptions_enable=False)
+from kernelagent.cli.core import Command, finite, typer_app
+
+export_app = typer_app(help="Export training data from agent runs.", no_args_is_help=True)
 
 
-@export_app.command("sft")
+@export_app.command("sft", cls=Command)
 def sft(
     runs: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Run folders of `kernelagent optimize` (or folders holding them).")],
-    out: Annotated[Path, typer.Option("--out", help="JSONL file of chat rows; statistics go to <stem>.stats.json beside it.")] = Path("sft.jsonl"),
-    min_speedup: Annotated[float, typer.Option("--min-speedup", help="Keep kernels at least this fast vs TorchInductor (else eager). Runs without meaningful timings (CPU) pass only at 0 or with --include-unmeasured.")] = 1.0,
-    per_problem: Annotated[int, typer.Option("--per-problem", min=1, help="Rows kept per problem (the most concise reasoning first).")] = 1,
+    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="JSONL file of chat rows; statistics go to <stem>.stats.json beside it.")] = Path("sft.jsonl"),
+    min_speedup: Annotated[float, typer.Option("--min-speedup", metavar="X", callback=finite(0), help="Keep kernels at least this fast vs TorchInductor (else eager). Runs without meaningful timings (CPU) pass only at 0 or with --include-unmeasured.")] = 1.0,
+    per_problem: Annotated[int, typer.Option("--per-problem", min=1, metavar="N", help="Rows kept per problem (the most concise reasoning first).")] = 1,
     include_unmeasured: Annotated[bool, typer.Option("--include-unmeasured", help="Keep verified kernels whose timings mean nothing (CPU runs).")] = False,
     split: Annotated[float, typer.Option("--split", min=0.0, max=1.0, help="Train fraction of the problem split (the rule `dataset prompts` uses: a hash of seed and the problem's content).")] = 0.8,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the split.")] = 0,

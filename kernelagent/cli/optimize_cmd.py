@@ -8,7 +8,6 @@ but short of it, 1 no correct kernel, 2 bad input or configuration (one line on 
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from enum import Enum
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelagent.cli.core import finite, interrupted
 from kernelagent.errors import EXIT_USAGE, UserError
 
 
@@ -32,28 +32,30 @@ def _fail(message: str) -> typer.Exit:
 
 def optimize(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file (class Model, get_inputs, get_init_inputs).", show_default=False)],
-    model: Annotated[Optional[str], typer.Option("--model", "-m", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, or openai/<name> with --api-base.", show_default=False)] = None,
-    api_base: Annotated[Optional[str], typer.Option("--api-base", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...), e.g. http://localhost:8000/v1.", show_default=False)] = None,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable, e.g. OPENAI_API_KEY).", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, or openai/<name> with --api-base.", show_default=False)] = None,
+    api_base: Annotated[Optional[str], typer.Option("--api-base", metavar="URL", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...), e.g. http://localhost:8000/v1.", show_default=False)] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable, e.g. OPENAI_API_KEY).", show_default=False)] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="tools: function calling; text: code blocks only; auto: tools, and code blocks are evaluated too.")] = Mode.auto,
-    max_turns: Annotated[int, typer.Option("--max-turns", min=1, help="Most model calls.")] = 20,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, help="Most prompt+completion tokens over the run.", show_default=False)] = None,
-    max_cost: Annotated[Optional[float], typer.Option("--max-cost", min=0.0, help="Most USD spent (litellm prices; 0 for unknown models).", show_default=False)] = None,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", min=1.0, help="Wall-clock seconds for the loop (the final verification runs after it).", show_default=False)] = None,
-    target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, help="Speedup over TorchInductor that counts as success.")] = 1.0,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: runs/<timestamp>-<problem>).", show_default=False)] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")] = "auto",
-    trials: Annotated[int, typer.Option("--trials", min=1, help="Correctness trials for submit and the final verification.")] = 5,
-    quick_trials: Annotated[int, typer.Option("--quick-trials", min=1, help="Correctness trials for run_tests and profile.")] = 2,
-    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, help="Seconds to wait for one model reply.")] = 300.0,
-    max_retries: Annotated[int, typer.Option("--max-retries", min=0, help="Retries of a model call on rate limits, timeouts, connection errors and 5xx.")] = 6,
-    retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, help="Base seconds of the exponential retry backoff.")] = 2.0,
-    temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature (provider default if unset).", show_default=False)] = None,
+    max_turns: Annotated[int, typer.Option("--max-turns", min=1, metavar="N", help="Most model calls.")] = 20,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", min=1, metavar="N", help="Most prompt+completion tokens over the run.", show_default=False)] = None,
+    max_cost: Annotated[Optional[float], typer.Option("--max-cost", min=0.0, metavar="USD", callback=finite(0), help="Most USD spent (litellm prices; 0 for unknown models).", show_default=False)] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", min=1.0, metavar="SECONDS", callback=finite(1), help="Wall-clock seconds for the loop (the final verification runs after it).", show_default=False)] = None,
+    target_speedup: Annotated[float, typer.Option("--target-speedup", min=0.0, metavar="X", callback=finite(0), help="Speedup over TorchInductor that counts as success.")] = 1.0,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Output folder (default: a new runs/<timestamp>-<problem>). A folder that already holds a run is refused unless --force.", show_default=False)] = None,
+    device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N. An explicit GPU must exist; only auto falls back to the CPU (and says so).")] = "auto",
+    trials: Annotated[int, typer.Option("--trials", min=1, metavar="N", help="Correctness trials for submit and the final verification.")] = 5,
+    quick_trials: Annotated[int, typer.Option("--quick-trials", min=1, metavar="N", help="Correctness trials for run_tests and profile.")] = 2,
+    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds to wait for one model reply.")] = 300.0,
+    max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=100, metavar="N", help="Retries of a model call on rate limits, timeouts, connection errors and 5xx.")] = 6,
+    retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, metavar="SECONDS", callback=finite(0), help="Base seconds of the exponential retry backoff.")] = 2.0,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", metavar="X", callback=finite(0), help="Sampling temperature (provider default if unset).", show_default=False)] = None,
     live: Annotated[Optional[bool], typer.Option("--live/--no-live", help="Live progress panel (default: on a terminal).", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final result line.")] = False,
-    backend: Annotated[str, typer.Option("--backend", help="triton, or cuda (CUDA C++ kernels built with load_inline).")] = "triton",
+    backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
+    force: Annotated[bool, typer.Option("--force", help="Let --out replace a run already in that folder (its kernel.py, trajectory.json and summary.json are deleted first).")] = False,
 ) -> None:
     """Turn a PyTorch reference module into a verified, faster Triton (or CUDA C++) kernel."""
+    from kernelagent.agent import default_out_dir
     from kernelagent.agent import optimize as run_optimize
     from kernelagent.agent.budget import Budget
     from kernelagent.agent.live import LiveView
@@ -63,19 +65,24 @@ def optimize(
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                             format="%(levelname)s %(name)s: %(message)s")
+    from kernelagent.devices import check_device
+
     try:
-        load_problem(problem)  # bad input first, before the slow parts
+        # Bad input first, cheapest first, all before the slow parts (harness, model calls).
+        loaded = load_problem(problem)
+        if backend not in ("triton", "cuda"):
+            raise UserError(f"--backend must be triton or cuda (got {backend!r})")
+        device = check_device(device, quiet=True)
+        out_dir = out if out is not None else default_out_dir(loaded.path)
+        check_out(out_dir, force, explicit=out is not None, create=False)
         llm = LitellmModel(model, api_base=api_base, api_key=api_key, timeout=model_timeout,
                            max_retries=max_retries, backoff_base=retry_backoff,
                            temperature=temperature)
+        llm.check_reachable()
+        out = check_out(out_dir, force, explicit=out is not None)
+        check_device(device, quiet=quiet)  # again: auto says now that it runs on the CPU
     except UserError as exc:
         raise _fail(str(exc)) from None
-    if backend not in ("triton", "cuda"):
-        raise _fail(f"--backend must be triton or cuda (got {backend!r})")
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-        raise _fail(f"--device must be auto, cpu, cuda or cuda:N (got {device!r})")
-    if out is not None and out.exists() and not out.is_dir():
-        raise _fail(f"--out {out} exists and is not a folder")
 
     budget = Budget(max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost,
                     timeout=timeout)
@@ -87,6 +94,12 @@ def optimize(
                 out=out, device=device, trials=trials, quick_trials=min(quick_trials, trials),
                 observer=view, model_info={"api_base": api_base, "temperature": temperature},
                 backend=backend)
+    except KeyboardInterrupt:
+        summary = out / "summary.json"
+        kernel = out / "kernel.py"
+        kept = f"best kernel so far (not re-verified): {kernel}; " if kernel.is_file() else "no correct kernel yet; "
+        saved = f"summary: {summary}" if summary.is_file() else f"trajectory: {out / 'trajectory.json'}"
+        raise interrupted(f"interrupted: {kept}{saved}") from None
     except UserError as exc:
         raise _fail(str(exc)) from None
     except Exception as exc:
@@ -105,3 +118,30 @@ def optimize(
     kernel = f"; kernel: {best['kernel']}" if best else ""
     typer.echo(f"{words}{detail}{kernel}; summary: {run.out_dir / 'summary.json'}")
     raise typer.Exit(run.exit_code)
+
+
+RUN_FILES = ("summary.json", "trajectory.json", "kernel.py")
+
+
+def check_out(out: Path, force: bool, explicit: bool, create: bool = True) -> Path:
+    """The output folder: a file there (or above it) or an earlier run in it is refused
+    before anything starts. With `create`, the folder is made, and with --force the earlier
+    run's files are deleted first."""
+    for parent in [out, *out.parents]:
+        if parent.exists() and not parent.is_dir():
+            raise UserError(f"--out {out}: {parent} is a file, not a folder")
+    held = [name for name in RUN_FILES if (out / name).exists()]
+    if held and explicit:
+        if not force:
+            raise UserError(f"--out {out} already holds a run ({', '.join(held)}): pass --force to replace it, "
+                            "or choose another folder")
+        if create:
+            for name in held:
+                (out / name).unlink()
+    if not create:
+        return out
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot create the folder: {exc.strerror or exc}") from None
+    return out

@@ -14,21 +14,22 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelagent.cli.core import finite
 from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UserError
 
 
 def profile(
-    problem: Annotated[Path, typer.Argument(help="Problem file (KernelBench format).")],
-    candidate: Annotated[Path, typer.Argument(help="Candidate file defining class ModelNew.")],
-    backend: Annotated[str, typer.Option(help="triton or cuda (CUDA C++ built with load_inline).")] = "triton",
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="Problem file (KernelBench format).")],
+    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="Candidate file defining class ModelNew.")],
+    backend: Annotated[str, typer.Option(metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
+    device: Annotated[str, typer.Option(metavar="DEVICE", help="auto, cpu, cuda or cuda:N. An explicit GPU must exist; only auto falls back to the CPU (and says so).")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     ncu: Annotated[bool, typer.Option(help="Collect Nsight Compute metrics where ncu and a GPU exist.")] = True,
-    ncu_timeout: Annotated[float, typer.Option(min=10.0, help="Seconds for the ncu run.")] = 180.0,
-    trials: Annotated[int, typer.Option(min=1, max=100, help="Correctness trials before profiling.")] = 2,
+    ncu_timeout: Annotated[float, typer.Option(min=10.0, metavar="SECONDS", callback=finite(10), help="Seconds for the ncu run.")] = 180.0,
+    trials: Annotated[int, typer.Option(min=1, max=100, metavar="N", help="Correctness trials before profiling.")] = 2,
     baselines: Annotated[bool, typer.Option(help="Also time eager and torch.compile.")] = True,
-    isolation: Annotated[str, typer.Option(help="auto, bwrap or none.")] = "auto",
-    cache_dir: Annotated[Optional[Path], typer.Option(help="Cache directory (default ~/.cache/kernelagent).")] = None,
+    isolation: Annotated[str, typer.Option(metavar="auto|bwrap|none", help="Sandbox of the harness: bubblewrap where it works (auto), always, or never.")] = "auto",
+    cache_dir: Annotated[Optional[Path], typer.Option(metavar="DIR", help="Cache directory (default ~/.cache/kernelagent).")] = None,
 ) -> None:
     """Profile CANDIDATE on PROBLEM: top kernels, roofline fraction, Nsight Compute metrics."""
     from kernelagent.cli import run_guarded
@@ -40,6 +41,7 @@ def profile(
 
 def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines, isolation,
          cache_dir) -> int:
+    from kernelagent.devices import check_device
     from kernelagent.harness import Evaluator, Status
     from kernelagent.harness.caller import profiling
     from kernelagent.harness.cuda_source import BACKENDS
@@ -51,6 +53,7 @@ def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials,
         raise UserError(f"--isolation must be auto, bwrap or none (got {isolation!r})")
     loaded = load_problem(problem)
     source = read_candidate(candidate)
+    device = check_device(device)  # a GPU that is not there: exit 2 before anything starts
     try:
         with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation) as evaluator:
             report = profiling.profile(loaded, source, evaluator=evaluator, backend=backend, trials=trials,
@@ -58,6 +61,10 @@ def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials,
     except ValueError as exc:  # a bad --device
         raise UserError(str(exc)) from None
     result = report["result"]
+    if result.status == Status.BAD_PROBLEM and not as_json:
+        from kernelagent.cli.eval_cmd import one_line
+
+        raise UserError(f"bad problem file {problem}: {one_line(result.reason) or 'it failed in the harness'}")
     if as_json:
         typer.echo(json.dumps({"status": result.status, "reason": result.reason, "passed": result.passed,
                                "device": result.device, "backend": backend, "lines": report["lines"],

@@ -19,12 +19,12 @@ from kernelagent.errors import EXIT_USAGE, UserError
 def report(
     run: Annotated[Optional[str], typer.Argument(metavar="RUN", help="Run directory or run id.", show_default=False)] = None,
     compare: Annotated[Optional[tuple[str, str]], typer.Option("--compare", metavar="RUN_A RUN_B", help="Compare two runs side by side.", show_default=False)] = None,
-    store: Annotated[Optional[Path], typer.Option("--store", help="SQLite store (default: the user-level one, or the one a run directory names).", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Where to write (default: the run's directory; runs/compare/A-vs-B for --compare).", show_default=False)] = None,
+    store: Annotated[Optional[Path], typer.Option("--store", metavar="PATH", help="SQLite store (default: the user-level one, or the one a run directory names).", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Where to write (default: the run's directory; runs/compare/A-vs-B for --compare).", show_default=False)] = None,
     list_runs: Annotated[bool, typer.Option("--list", help="List the runs in the store.")] = False,
 ) -> None:
     """Write summary.json, problems.csv and report.html for a bench run (or compare two runs)."""
-    from kernelagent.bench.report import load_run, resolve_run, write_compare, write_reports
+    from kernelagent.bench.report import load_run, resolve_run, restrict_to_shared, write_compare, write_reports
     from kernelagent.bench.store import Store, default_store_path
 
     def fail(message: str) -> typer.Exit:
@@ -51,6 +51,9 @@ def report(
                 with Store(path) as db:
                     loaded.append(load_run(db, run_id))
             a, b = loaded
+            note = restrict_to_shared(a, b)
+            if note:
+                typer.echo(f"note: {note}", err=True)
             target = out or Path("runs") / "compare" / _safe(f"{a['run']['id']}-vs-{b['run']['id']}")
             paths = write_compare(a, b, target)
             typer.echo(f"compare: {paths['html']}")

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelagent.cli.core import finite, interrupted
 
 class Backend(str, Enum):
     pool = "pool"
@@ -20,24 +21,24 @@ class Baseline(str, Enum):
 
 
 def serve(
-    gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU indices (0,1,...), 'all' (default: every visible GPU), or 'cpu'.", show_default=False)] = None,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on (0.0.0.0 for other machines).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one; the line printed at start names it).")] = 8000,
-    max_pending: Annotated[int, typer.Option("--max-pending", min=1, help="Completions admitted at once (queued + running); more is answered 429.")] = 256,
-    request_timeout: Annotated[float, typer.Option("--request-timeout", min=1.0, help="Seconds a request may take before it is answered 504.")] = 900.0,
-    read_timeout: Annotated[float, typer.Option("--read-timeout", min=0.1, help="Seconds a client may take to send a request's headers and body (then 408).")] = 60.0,
-    cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, help="Evaluators when there is no GPU.")] = 1,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="GPUS", help="GPU indices (0,1,...), 'all' (default: every visible GPU), or 'cpu'.", show_default=False)] = None,
+    host: Annotated[str, typer.Option("--host", metavar="HOST", help="Address to listen on (0.0.0.0 for other machines).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, metavar="N", help="Port (0: any free one; the line printed at start names it).")] = 8000,
+    max_pending: Annotated[int, typer.Option("--max-pending", min=1, metavar="N", help="Completions admitted at once (queued + running); more is answered 429.")] = 256,
+    request_timeout: Annotated[float, typer.Option("--request-timeout", min=1.0, metavar="SECONDS", callback=finite(1), help="Seconds a request may take before it is answered 504.")] = 900.0,
+    read_timeout: Annotated[float, typer.Option("--read-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds a client may take to send a request's headers and body (then 408).")] = 60.0,
+    cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, metavar="N", help="Evaluators when there is no GPU.")] = 1,
     backend: Annotated[Backend, typer.Option("--backend", help="pool: one harness per local GPU; ray: actors over a Ray cluster's GPUs.")] = Backend.pool,
-    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Ray cluster address for --backend ray (default: start or join a local one).", show_default=False)] = None,
-    trials: Annotated[int, typer.Option("--trials", min=1, help="Correctness trials per completion.")] = 5,
-    eval_config: Annotated[Optional[str], typer.Option("--eval-config", help="JSON object of EvalConfig fields, e.g. '{\"target_ms\": 50}'.", show_default=False)] = None,
-    compile_weight: Annotated[float, typer.Option("--compile-weight", help="α: reward for compiling.")] = 0.5,
-    correct_weight: Annotated[float, typer.Option("--correct-weight", help="β: reward for being correct.")] = 1.0,
-    speed_weight: Annotated[float, typer.Option("--speed-weight", help="γ: weight of min(t_base/t, r_max).")] = 1.0,
-    r_max: Annotated[float, typer.Option("--r-max", min=0.0, help="Cap on the speedup term.")] = 3.0,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", metavar="ADDRESS", help="Ray cluster address for --backend ray (default: start or join a local one).", show_default=False)] = None,
+    trials: Annotated[int, typer.Option("--trials", min=1, metavar="N", help="Correctness trials per completion.")] = 5,
+    eval_config: Annotated[Optional[str], typer.Option("--eval-config", metavar="JSON", help="JSON object of EvalConfig fields, e.g. '{\"target_ms\": 50}'.", show_default=False)] = None,
+    compile_weight: Annotated[float, typer.Option("--compile-weight", metavar="X", callback=finite(0), help="α: reward for compiling.")] = 0.5,
+    correct_weight: Annotated[float, typer.Option("--correct-weight", metavar="X", callback=finite(0), help="β: reward for being correct.")] = 1.0,
+    speed_weight: Annotated[float, typer.Option("--speed-weight", metavar="X", callback=finite(0), help="γ: weight of min(t_base/t, r_max).")] = 1.0,
+    r_max: Annotated[float, typer.Option("--r-max", min=0.0, metavar="X", callback=finite(0), help="Cap on the speedup term.")] = 3.0,
     baseline: Annotated[Baseline, typer.Option("--baseline", help="compile (TorchInductor) or eager.")] = Baseline.compile,
-    isolation: Annotated[str, typer.Option("--isolation", help="auto, bwrap or none.")] = "auto",
-    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Baseline cache (default ~/.cache/kernelagent).", show_default=False)] = None,
+    isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|none", help="Sandbox of the harness: bubblewrap where it works (auto), always, or never.")] = "auto",
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", help="Baseline cache (default ~/.cache/kernelagent).", show_default=False)] = None,
 ) -> None:
     """Serve rewards over HTTP: POST /reward with a batch, GET /health."""
     from kernelagent.cli import run_guarded
@@ -78,8 +79,10 @@ def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_wor
         engine = RayBackend(address=ray_address, cpu_actors=cpu_workers,
                             cache_dir=str(cache_dir) if cache_dir else None, isolation=isolation)
     else:
+        from kernelagent.devices import check_gpu_list
         from kernelagent.harness.caller.pool import EvaluatorPool, parse_gpus
 
+        check_gpu_list(gpus, quiet=True)  # the CPU fallback is named in the "listening" line
         try:
             devices = parse_gpus(gpus)
         except ValueError as exc:
@@ -99,21 +102,24 @@ def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_wor
         raise UserError(f"cannot listen on {host}:{port}: {exc}") from None
     bound_host, bound_port = httpd.server_address[:2]
     devices_text = ",".join(getattr(engine, "devices", [])) or "?"
-    typer.echo(f"kernelagent serve: listening on http://{bound_host}:{bound_port} "
-               f"(backend {backend}, devices {devices_text}, capacity {max_pending})")
-    sys.stdout.flush()
 
     def stop(*_args) -> None:
         service.closing = True  # requests still arriving get 503 + Retry-After
         threading.Thread(target=httpd.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
-    try:
+    got_sigint = False
+    try:  # from the first line on, Ctrl-C is a clean stop (exit 130)
+        typer.echo(f"kernelagent serve: listening on http://{bound_host}:{bound_port} "
+                   f"(backend {backend}, devices {devices_text}, capacity {max_pending})")
+        sys.stdout.flush()
         httpd.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
-        pass
+        got_sigint = True
     finally:
         httpd.server_close()
         service.httpd = None
         service.close()
+    if got_sigint:  # Ctrl-C: 130, as for every command (SIGTERM is a requested stop: 0)
+        raise interrupted("kernelagent serve: interrupted, stopped")
     typer.echo("kernelagent serve: stopped")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 
 # (atol, rtol) by the reference output's dtype. fp32 is held at 1e-4 so that a kernel
@@ -34,6 +35,10 @@ class StageTimeouts:
     # backend "cuda": the load and compile stages get at least this long (nvcc builds the
     # candidate's extension there), and so does the compile-only nvcc check without a GPU.
     cuda_build: float = 300.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _require_number(f"timeouts.{f.name}", getattr(self, f.name), minimum=0, strict=True)
 
     def limit(self, stage: str, backend: str = "triton") -> float:
         """The hard limit of `stage` for an evaluation with this backend."""
@@ -105,6 +110,31 @@ class EvalConfig:
     backend: str = "triton"
     timeouts: StageTimeouts = field(default_factory=StageTimeouts)
 
+    def __post_init__(self) -> None:
+        """Refuse settings that would make a verdict meaningless (a NaN tolerance passes any
+        output) or a run impossible. ValueError with the field's name, one line."""
+        for name in ("atol", "rtol"):
+            if getattr(self, name) is not None:
+                _require_number(name, getattr(self, name), minimum=0)
+        _require_int("trials", self.trials, minimum=1)
+        for name in ("seed", "weight_seed", "heavy_op_min_elements"):
+            _require_int(name, getattr(self, name), minimum=0)
+        for name in ("min_reps", "max_reps", "rotating_input_sets"):
+            _require_int(name, getattr(self, name), minimum=1)
+        if self.max_reps < self.min_reps:
+            raise ValueError(f"max_reps ({self.max_reps}) must be >= min_reps ({self.min_reps})")
+        for name in ("warmup_ms", "target_ms"):
+            _require_number(name, getattr(self, name), minimum=0)
+        _require_number("roofline_margin", self.roofline_margin, minimum=0)
+        if self.min_own_device_share is not None:
+            _require_number("min_own_device_share", self.min_own_device_share, minimum=0, maximum=1)
+        if self.static_check not in ("reject", "warn", "off"):
+            raise ValueError(f"static_check must be reject, warn or off (got {self.static_check!r})")
+        if isinstance(self.timeouts, dict):  # from JSON
+            self.timeouts = StageTimeouts(**self.timeouts)
+        if not isinstance(self.timeouts, StageTimeouts):
+            raise ValueError(f"timeouts must be a StageTimeouts (got {type(self.timeouts).__name__})")
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -124,6 +154,25 @@ class EvalConfig:
                       "rotating_input_sets", "flush_l2", "smoke_inputs_on_cpu")
         }
         return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _require_number(name: str, value: object, minimum: float | None = None, maximum: float | None = None,
+                    strict: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number (got {value!r})")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number (got {value!r})")
+    if minimum is not None and (value < minimum or (strict and value == minimum)):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g} (got {value!r})")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum:g} (got {value!r})")
+
+
+def _require_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer (got {value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum} (got {value!r})")
 
 
 def tolerance_for(dtype_name: str, atol: float | None, rtol: float | None) -> tuple[float, float]:

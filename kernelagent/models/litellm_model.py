@@ -65,6 +65,30 @@ def is_retryable(exc: BaseException) -> bool:
     return status is not None and (status in RETRY_STATUS or status >= 500)
 
 
+def connect_failure(exc: BaseException) -> BaseException | None:
+    """The httpx.ConnectError under `exc`, if no connection was ever made (refused, DNS
+    failure, unreachable host). litellm reports these as InternalServerError (HTTP 500),
+    although no HTTP answer came; the cause chain tells."""
+    import httpx
+
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, httpx.ConnectError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+def _root_cause(exc: BaseException) -> str:
+    while (exc.__cause__ or exc.__context__) is not None:
+        exc = exc.__cause__ or exc.__context__
+    text = str(exc).strip()
+    if text.startswith("[Errno"):  # "[Errno 111] Connection refused" -> "Connection refused"
+        text = text.split("]", 1)[-1].strip()
+    return text or type(exc).__name__
+
+
 def retry_after_seconds(exc: BaseException) -> float | None:
     """The server's Retry-After (seconds form), if the error carries a response."""
     # litellm keeps the provider's headers in `litellm_response_headers`; its `response`
@@ -109,6 +133,9 @@ class LitellmModel:
         self.temperature = temperature
         self.extra = extra
         self.api_key = self._resolve_key(api_key)
+        # Retries are for a server that answered once (or gives HTTP errors): one that was
+        # never reached on the first call is a wrong --api-base or no network, not a hiccup.
+        self._answered = False
 
     def _resolve_key(self, api_key: str | None) -> str | None:
         """Fail now, in one line, when the provider needs a key that is not there."""
@@ -133,6 +160,33 @@ class LitellmModel:
                 f"model '{self.name}' needs an API key: set {' or '.join(missing)} "
                 "(or pass --api-key)")
         return None
+
+    def check_reachable(self, timeout: float = 5.0) -> None:
+        """Before a run starts: a TCP connection to --api-base's host and port. A refusal or
+        a name that does not resolve is a ModelConfigError now (one line, exit 2), not a
+        minute of retries after the harness has started. A timeout proves nothing (a slow
+        network): the real call and its retries decide then."""
+        if not self.api_base:
+            return
+        import socket
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(self.api_base)
+            host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:
+            raise ModelConfigError(f"--api-base {self.api_base!r} is not a URL: {exc}") from None
+        if parts.scheme not in ("http", "https") or not host:
+            raise ModelConfigError(f"--api-base must be an http(s) URL such as http://localhost:8000/v1 "
+                                   f"(got {self.api_base!r})")
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+        except (socket.timeout, TimeoutError):
+            return
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            raise ModelConfigError(f"cannot reach the model server at {self.api_base}: {reason} "
+                                   "(check --api-base and that the server is running)") from None
 
     # -- retries -----------------------------------------------------------------------
     def _wait(self, state: "tenacity.RetryCallState") -> float:
@@ -170,14 +224,26 @@ class LitellmModel:
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
 
+        def retry(exc: BaseException) -> bool:
+            if connect_failure(exc) is None:
+                self._answered = True  # an HTTP answer, or a timeout after connecting
+            elif not self._answered:
+                return False
+            return is_retryable(exc)
+
         retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(is_retryable),
+            retry=tenacity.retry_if_exception(retry),
             stop=tenacity.stop_after_attempt(self.max_retries + 1),
             wait=self._wait, before_sleep=self._log_retry, reraise=True)
         start = time.monotonic()
         try:
             response = retrying(litellm.completion, **kwargs)
         except Exception as exc:  # every failure leaves here as one ModelError line
+            if not self._answered and connect_failure(exc) is not None:
+                where = self.api_base or f"the API of '{self.name}'"
+                raise ModelConfigError(
+                    f"cannot reach the model server at {where}: {_root_cause(exc)} "
+                    "(check --api-base and that the server is running)") from exc
             status = _status(exc)
             if status in (401, 403):
                 raise ModelConfigError(
@@ -189,6 +255,7 @@ class LitellmModel:
                     "--api-base") from exc
             attempts = "" if not is_retryable(exc) else f" after {self.max_retries + 1} attempts"
             raise ModelError(f"model call failed{attempts}: {describe_error(exc)}") from exc
+        self._answered = True
         latency = time.monotonic() - start
         return self._parse(litellm, response, latency)
 

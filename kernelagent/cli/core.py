@@ -1,0 +1,212 @@
+"""What every command shares: one-line errors, plain help that reads well at 80 columns,
+and number types that refuse NaN and infinities.
+
+Light on purpose (click and typer only): command modules import it at `kernelagent --help`.
+
+- `Group.main` runs click in non-standalone mode and maps what comes out to the documented
+  exit codes itself, so a usage error, a UserError and Ctrl-C each give one line on stderr
+  (click's own handling prints a usage block, and turns Ctrl-C into a silent exit).
+- Help is click's plain layout with our own records: usage names arguments as PROBLEM, not
+  `{problem}`; options show a metavar saying what to pass (N, X, DIR, URL...), never `<bool>`;
+  descriptions wrap, never cut (the command list included).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+try:  # typer >= 0.25 carries its own copy of click; its classes are the ones in play
+    from typer import _click as click
+except ImportError:  # pragma: no cover - older typer runs on the installed click
+    import click
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+
+from kernelagent.errors import EXIT_INTERRUPTED, UserError
+
+
+def finite(min: float | None = None, max: float | None = None, min_open: bool = False):
+    """An option callback: the number must be finite (no nan, no inf) and within [min, max]
+    ((min, max] with `min_open`). Range checks on floats let NaN through (every comparison
+    with NaN is False), and `--rtol nan` would pass any kernel."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return value
+        number = float(value)
+        if not math.isfinite(number):
+            raise typer.BadParameter(f"{value} is not a finite number")
+        if min is not None and (number < min or (min_open and number == min)):
+            raise typer.BadParameter(f"{value:g} is out of range: it must be {'>' if min_open else '>='} {min:g}")
+        if max is not None and number > max:
+            raise typer.BadParameter(f"{value:g} is out of range: it must be <= {max:g}")
+        return value
+
+    return check
+
+
+# -- help ------------------------------------------------------------------------------
+def _metavar(param: Any) -> str:
+    """The option's metavar, else one derived from its type: N, X, PATH, a|b|c, TEXT."""
+    if param.metavar:
+        return param.metavar
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "|".join(str(m.value) for m in annotation)
+    return {int: "N", float: "X", Path: "PATH"}.get(annotation, "TEXT")
+
+
+def _default_text(param: Any) -> str | None:
+    if not param.show_default or param.default is None or callable(param.default):
+        return None
+    value = param.default
+    if param.is_flag:
+        if param.secondary_opts:  # --timing/--no-timing: say which one is the default
+            return param.opts[0] if value else param.secondary_opts[0]
+        return None
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, (list, tuple)):
+        value = ",".join(map(str, value))
+    return str(value)
+
+
+def option_record(param: Any) -> tuple[str, str]:
+    names = click.formatting.join_options(param.opts)[0]
+    if param.secondary_opts:
+        names += " / " + click.formatting.join_options(param.secondary_opts)[0]
+    if not param.is_flag and not getattr(param, "count", False):
+        names += f" {_metavar(param)}"
+    extra = []
+    default = _default_text(param)
+    if default is not None:
+        extra.append(f"default: {default}")
+    if param.envvar and isinstance(param.envvar, str):
+        extra.append(f"env: {param.envvar}")
+    text = (param.help or "").strip()
+    if extra:
+        text = f"{text}  [{'; '.join(extra)}]"
+    return names, text
+
+
+def argument_name(param: Any) -> str:
+    return param.metavar or param.name.upper()
+
+
+class _Help:
+    """Help records built here (see the module docstring); mixed into both classes."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                name = argument_name(param) + ("..." if param.nargs != 1 else "")
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.format_usage(ctx, formatter)
+        self.format_help_text(ctx, formatter)
+        self.format_options(ctx, formatter)
+        self.format_epilog(ctx, formatter)
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        args, opts = [], []
+        for param in self.get_params(ctx):
+            if getattr(param, "hidden", False):
+                continue
+            if isinstance(param, TyperArgument):
+                help_text = (getattr(param, "help", None) or "").strip()
+                args.append((argument_name(param), help_text + ("" if param.required else "  [optional]")))
+            elif isinstance(param, TyperOption):
+                opts.append(option_record(param))
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        if opts:
+            with formatter.section("Options"):
+                formatter.write_dl(opts)
+
+
+class Command(_Help, TyperCommand):
+    pass
+
+
+class Group(_Help, TyperGroup):
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [*_Help.collect_usage_pieces(self, ctx), self.subcommand_metavar]
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_options(ctx, formatter)
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is None or cmd.hidden:
+                continue
+            # The whole first paragraph: click's short help would cut it with "...".
+            first = (cmd.help or "").strip().split("\n\n")[0]
+            rows.append((name, " ".join(first.split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra: Any) -> Any:
+        """Run the command; every outcome leaves through sys.exit with a documented code."""
+        _interrupt_reported[0] = False
+        try:
+            code = super().main(args=args, prog_name=prog_name or "kernelagent", complete_var=complete_var,
+                                standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # a bare group: its help, exit 0
+            click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+            code = 0
+        except click.exceptions.ClickException as exc:
+            hint = ""
+            ctx = getattr(exc, "ctx", None)
+            if isinstance(exc, click.exceptions.UsageError) and ctx is not None:
+                hint = f" (see '{ctx.command_path} --help')"
+            message = " ".join(exc.format_message().split())
+            click.echo(f"error: {message}{hint}", err=True)
+            code = exc.exit_code
+        except UserError as exc:
+            click.echo(f"error: {' '.join(str(exc).split())}", err=True)
+            code = exc.exit_code
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            code = EXIT_INTERRUPTED
+        except OSError as exc:
+            import errno
+
+            if exc.errno != errno.EPIPE:  # a closed pipe (`| head`) is not an error
+                raise
+            code = 1
+        if code == EXIT_INTERRUPTED and not _interrupt_reported[0]:
+            # typer turns a KeyboardInterrupt inside a command into a silent exit 130.
+            click.echo("interrupted", err=True)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+_interrupt_reported = [False]
+
+
+def interrupted(message: str) -> typer.Exit:
+    """Say what an interrupted command kept (one line on stderr); raise the result (exit 130)."""
+    _interrupt_reported[0] = True
+    typer.echo(message, err=True)
+    return typer.Exit(EXIT_INTERRUPTED)
+
+
+def typer_app(**kwargs: Any) -> typer.Typer:
+    """A Typer with our group class and plain help."""
+    return typer.Typer(cls=Group, rich_markup_mode=None, add_completion=False,
+                       pretty_exceptions_enable=False, **kwargs)
+
+
+def help_or_exit(ctx: typer.Context) -> None:
+    """Bare `kernelagent` / `kernelagent dataset`: print the help and exit 0."""
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)

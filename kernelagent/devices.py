@@ -1,0 +1,96 @@
+"""Which devices exist, asked without initialising CUDA in this process.
+
+The CLI checks a requested device here before anything starts, so that `--device cuda:7`
+(or `--gpus 7`) on a machine without that GPU is one line and exit 2 instead of a run that
+silently lands on the CPU. Only `auto` may choose the CPU, and it says so on stderr.
+
+Sources, in order: CUDA_VISIBLE_DEVICES (what the harness processes would inherit),
+`nvidia-smi`, then the driver's /proc/driver/nvidia/gpus. Indices are the physical ones,
+as `Evaluator(device="cuda:N")` and `bench --gpus` use them (they pin CUDA_VISIBLE_DEVICES=N).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kernelagent.errors import UserError
+
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+CPU_NOTE = "note: no GPU found: running on the CPU under the Triton interpreter (timings are not meaningful)"
+
+
+def gpu_indices() -> list[int] | None:
+    """Physical indices of the GPUs this process may use; None when that cannot be told
+    (CUDA_VISIBLE_DEVICES names GPUs by UUID or MIG instance)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        parts = [p.strip() for p in env.split(",") if p.strip()]
+        if not parts or parts[0] == "-1":
+            return []
+        if not all(p.isdigit() for p in parts):
+            return None
+        return [int(p) for p in parts]
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=30)
+            if out.returncode == 0:
+                return [int(line) for line in out.stdout.split() if line.strip().isdigit()]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    proc = Path("/proc/driver/nvidia/gpus")
+    try:
+        return list(range(sum(1 for _ in proc.iterdir()))) if proc.is_dir() else []
+    except OSError:
+        return []
+
+
+def _describe(gpus: list[int]) -> str:
+    return f"visible GPUs: {','.join(map(str, gpus))}" if gpus else "this machine has no visible GPU"
+
+
+def check_device(device: str, option: str = "--device", quiet: bool = False) -> str:
+    """Validate a device option; returns it normalised. An explicit GPU that does not exist
+    is a UserError (exit 2). `auto` with no GPU prints one note on stderr (unless quiet)."""
+    value = (device or "auto").strip().lower()
+    if not DEVICE_PATTERN.fullmatch(value):
+        raise UserError(f"{option} must be auto, cpu, cuda or cuda:N (got {device!r})")
+    if value == "cpu":
+        return value
+    gpus = gpu_indices()
+    if value == "auto":
+        if gpus == [] and not quiet:
+            print(CPU_NOTE, file=sys.stderr, flush=True)
+        return value
+    if gpus is None:  # named by UUID: CUDA decides in the harness
+        return value
+    if not gpus:
+        raise UserError(f"{option} {device}: {_describe(gpus)} (use --device cpu or auto)")
+    if value.startswith("cuda:") and int(value[5:]) not in gpus:
+        raise UserError(f"{option} {device}: no such GPU ({_describe(gpus)})")
+    return value
+
+
+def check_gpu_list(spec: str | None, option: str = "--gpus", quiet: bool = False) -> None:
+    """`--gpus 0,1` / `cpu` / `all` / None: every index named must exist; all (or None)
+    with no GPU falls back to the CPU and says so."""
+    text = (spec or "").strip().lower()
+    if text == "cpu":
+        return
+    if text in ("", "all"):
+        check_device("auto", option, quiet=quiet)
+        return
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise UserError(f"{option} takes GPU indices like 0,1 (or cpu / all), got {spec!r}")
+    gpus = gpu_indices()
+    if gpus is None:  # named by UUID: CUDA decides in the harness
+        return
+    missing = [p for p in parts if int(p) not in gpus]
+    if missing:
+        raise UserError(f"{option} {spec}: no GPU {','.join(missing)} ({_describe(gpus)}; use --gpus cpu)")
