@@ -49,7 +49,7 @@ def local_gpu_name() -> str | None:
     """The name of the first GPU this process may use (nvidia-smi), or None without one."""
     import subprocess
 
-    from kernelagent.harness.pool import visible_gpus
+    from kernelagent.harness.caller.pool import visible_gpus
 
     gpus = visible_gpus()
     if not gpus:

@@ -47,7 +47,7 @@ def shared_backend(devices: list[str] | None = None, cpu_workers: int = 1,
     key = (tuple(devices), isolation, cache_dir)
     with _shared_lock:
         if key not in _shared:
-            from kernelagent.harness.pool import EvaluatorPool
+            from kernelagent.harness.caller.pool import EvaluatorPool
 
             _shared[key] = EvaluatorPool(devices=devices, cache_dir=cache_dir, isolation=isolation,
                                          cpu_workers=cpu_workers)

@@ -173,7 +173,7 @@ def default_backend_args(devices: list[str] | None, cpu_workers: int = 1) -> lis
     trainer is using those GPUs and timings next to training measure the training."""
     if devices:
         return list(devices)
-    from kernelagent.harness.pool import visible_gpus
+    from kernelagent.harness.caller.pool import visible_gpus
 
     gpus = visible_gpus()
     if gpus:

@@ -187,6 +187,6 @@ def bubblewrap_prefix(scratch_root: Path, extra_ro: list[Path] | None = None, ex
 
 def bubblewrap_command(scratch_root: Path, extra_ro: list[Path] | None = None,
                        extra_rw: list[Path] | None = None) -> list[str] | None:
-    """Drop-in for the old kernelagent.harness.sandbox.bubblewrap_command (argv or None)."""
+    """Drop-in for the old kernelagent.harness.caller.sandbox.bubblewrap_command (argv or None)."""
     prefix = bubblewrap_prefix(scratch_root, extra_ro, extra_rw, probe_jail=False)
     return prefix.argv if prefix else None

@@ -85,10 +85,12 @@ def describe(tensors: list[torch.Tensor], use_ipc: bool) -> Outgoing:
         if not owned.is_contiguous():
             owned = owned.contiguous()
         nbytes = owned.numel() * owned.element_size()
+        handle = None
         if use_ipc and owned.is_cuda and nbytes:
             storage = owned.untyped_storage()
             shared = storage._share_cuda_()  # (device, handle, size, offset within the allocation, ...)
-            handle, storage_offset = shared[1], int(shared[3])
+            handle, storage_offset = _raw_ipc_handle(bytes(shared[1])), int(shared[3])
+        if handle is not None:
             out.keepalive.append(owned)
             out.records.append({**meta, "kind": "ipc", "handle": base64.b64encode(bytes(handle)).decode(),
                                 "offset": storage_offset + owned.storage_offset() * owned.element_size(),
@@ -102,6 +104,17 @@ def describe(tensors: list[torch.Tensor], use_ipc: bool) -> Outgoing:
             out.payloads.append(memoryview(flat.numpy()) if nbytes else b"")
             out.records.append({**meta, "kind": "bytes", "nbytes": nbytes})
     return out
+
+
+def _raw_ipc_handle(shared: bytes) -> bytes | None:
+    """The 64-byte cudaIpcMemHandle_t inside what torch's caching allocator shares: recent torch
+    prefixes it with a format version byte and an allocation-type byte ('c' for cudaMalloc'd
+    memory). Expandable segments share another kind of handle: None (then the bytes path)."""
+    if len(shared) == 64:
+        return shared
+    if len(shared) == 66 and shared[1:2] == b"c":
+        return shared[2:]
+    return None
 
 
 def release(outgoing: Outgoing) -> None:
