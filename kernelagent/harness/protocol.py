@@ -52,9 +52,9 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "check": {"name": (str,), "kind": (str,), "seed": (int,), "n_outputs": (int,), "outputs": (list,),
               "inputs": (list,), "stop_on_failure": (bool,)},
     "calibrate": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,),
-                  "l2_bytes": (int, type(None))},
+                  "budget_bytes": (int,), "l2_bytes": (int, type(None))},
     "baselines": {"compile_modes": (list,), "l2_bytes": (int, type(None)), "inductor_dir": (str,),
-                  "seed": (int,)},
+                  "seed": (int,), "budget_bytes": (int,)},
     "exit": {},
     # reference -> server
     "ref_ready": {"n_extra": (int,), "alt": (bool,), "input_bytes": (int,), "output_bytes": (int,),
@@ -73,7 +73,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "run_check": {"name": (str,), "kind": (str,), "seed": (int,)},
     "check_reply": {"passed": (bool,), "stop": (bool,)},
     "time": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,),
-             "l2_bytes": (int, type(None))},
+             "budget_bytes": (int,), "l2_bytes": (int, type(None))},
     "finish": {"profile": (bool,), "device_share": (bool,)},
     # candidate -> server (claims)
     "stage": {"stage": (str,)},

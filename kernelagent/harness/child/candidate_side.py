@@ -244,7 +244,8 @@ class CandidateSide:
         self.stage("timing")
         calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
         try:
-            sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device)
+            sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
+                                           budget_bytes=int(order["budget_bytes"]))
             slots = [[torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.output_shapes]
                      for _ in range(max(keep, 0))]
             kept_index: list[int] = [-1] * len(slots)

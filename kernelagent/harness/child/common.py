@@ -155,11 +155,13 @@ def _clone(value: Any) -> Any:
 
 
 def make_timing_sets(problem: Any, seed: int, config: EvalConfig, smoke: bool,
-                     device: torch.device) -> list[list[Any]]:
+                     device: torch.device, budget_bytes: int | None = None) -> list[list[Any]]:
     """Rotating input sets for timing the baselines, as many as memory comfortably allows."""
     sets = [inputs_mod.make_inputs(problem, "main", seed, smoke, device)]
     per_set = max(inputs_mod.tensor_bytes(sets[0]), 1)
-    if device.type == "cuda":
+    if budget_bytes is not None:
+        affordable = int(budget_bytes // per_set)
+    elif device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         affordable = int(free * 0.2 // per_set)
     else:

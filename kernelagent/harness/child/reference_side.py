@@ -161,7 +161,8 @@ class ReferenceSide:
         costs from its clock around the candidate's loop."""
         calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
         started = time.perf_counter()
-        sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device)
+        sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
+                                           budget_bytes=int(order["budget_bytes"]))
         dummy = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.output_shapes]
         slots = [[torch.empty_like(d) for d in dummy] for _ in range(max(keep, 0))]
         first_kept = calls - len(slots)
@@ -186,7 +187,8 @@ class ReferenceSide:
         if message.get("inductor_dir"):
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(message["inductor_dir"])
         try:
-            input_sets = make_timing_sets(self.problem, int(message["seed"]), self.config, self.smoke, self.device)
+            input_sets = make_timing_sets(self.problem, int(message["seed"]), self.config, self.smoke, self.device,
+                                          budget_bytes=int(message["budget_bytes"]))
             timer = make_timer(self.device, self.config, message.get("l2_bytes"))
             runners: dict[str, Any] = {"eager": self.model}
             for mode in message.get("compile_modes", []):

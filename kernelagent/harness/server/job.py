@@ -492,20 +492,24 @@ class Job:
 
     def timed_loop(self, deadline: float) -> bool:
         config = self.config
-        estimate = max(min(self.call_latency_ms or [float(self.ready.get("estimate_ms", 1.0))]), 1e-3)
+        if self.fingerprint.get("cuda"):
+            # The reference's eager time (trusted) sizes the loop on a GPU; a candidate slower than
+            # eager gets a longer loop, never a shorter one.
+            estimate = max(float(self.ready.get("estimate_ms", 1.0)), 0.005)
+        else:  # the interpreter is far slower than eager: the server's clock on the checks
+            estimate = max(min(self.call_latency_ms or [1.0]), 1e-3)
         calls = int(min(max(-(-config.target_ms // estimate), config.min_reps), config.max_reps))
         warmup = int(min(max(-(-config.warmup_ms // estimate), 2), 50))
-        out_bytes = max(int(self.ready.get("output_bytes", 0)), 1)
-        budget = (KEEP_DEVICE_SHARE * self.ready.get("memory", {}).get("free_bytes", 0)
-                  if self.fingerprint.get("cuda") else KEEP_CPU_BYTES)
+        budget = self.harness_budget()
         keep = 0
         if config.defences:
-            # Every measured call keeps its output, so the secret subset can be any of them;
-            # when memory allows fewer, the loop is shortened to what can be kept.
-            keep = int(min(calls, MAX_KEPT_CALLS, max(budget // out_bytes, 1)))
-            calls = max(keep, min(calls, keep)) if keep >= 2 else calls
+            # Every measured call keeps its output, so that the secret subset can be any of them;
+            # where memory holds fewer, the loop is shortened to what can be kept.
+            keep = int(min(calls, MAX_KEPT_CALLS, max(budget // max(int(self.ready.get("output_bytes", 0)), 1), 1)))
+            calls = keep if keep >= 2 else calls
         l2 = self.fingerprint.get("l2_bytes")
-        order = {"calls": calls, "warmup_calls": warmup, "keep": keep, "l2_bytes": int(l2) if l2 else None}
+        order = {"calls": calls, "warmup_calls": warmup, "keep": keep, "budget_bytes": int(budget),
+                 "l2_bytes": int(l2) if l2 else None}
         # The loop's own cost, measured in the trusted process on this clock.
         calibration_s = None
         if self.fingerprint.get("cuda") or config.defences:
@@ -565,6 +569,17 @@ class Job:
             if roof:
                 self.flag(roof)
         return ok
+
+    def harness_budget(self) -> int:
+        """Device bytes the harness itself may hold in one process beyond the problem's own
+        inputs and outputs (fresh input sets made ahead, kept outputs): twice the problem's
+        I/O bytes or 1 GiB, whichever is more, within a fifth of the free memory. On the CPU a
+        fixed 256 MiB."""
+        if not self.fingerprint.get("cuda"):
+            return KEEP_CPU_BYTES
+        io = int(self.ready.get("input_bytes", 0)) + int(self.ready.get("output_bytes", 0))
+        free = int(self.ready.get("memory", {}).get("free_bytes", 0))
+        return int(min(0.2 * free, max(2 * io, 1 << 30)))
 
     def finish_candidate(self, device_share: bool) -> None:
         self.enter("profile" if (self.config.profile or device_share) else "finishing")
@@ -650,7 +665,7 @@ class Job:
         l2 = self.fingerprint.get("l2_bytes")
         protocol.send(self.to_ref, "baselines", self.job_id, self.ref_nonce, compile_modes=modes,
                       l2_bytes=int(l2) if l2 else None, inductor_dir=str(inductor_dir),
-                      seed=self.base_seed + SEED_TIMING)
+                      seed=self.base_seed + SEED_TIMING, budget_bytes=self.harness_budget())
         try:
             message = self.ref_recv({"baseline_timings"}, time.monotonic() + self.config.timeouts.baselines)
             self.result["baselines"] = {"timings": message["timings"], "errors": message["errors"]}
