@@ -19,8 +19,8 @@ def open_cached_evaluator(*, store: Path | None, device: str, cache_dir: Path | 
 
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         raise UserError(f"--device must be auto, cpu, cuda or cuda:N (got {device!r})")
-    if isolation not in ("auto", "bwrap", "none"):
-        raise UserError(f"--isolation must be auto, bwrap or none (got {isolation!r})")
+    if isolation not in ("auto", "bwrap", "namespaces", "none"):
+        raise UserError(f"--isolation must be auto, bwrap, namespaces or none (got {isolation!r})")
     store_path = store or default_store_path()
     if store_path.exists() and not store_path.is_file():
         raise UserError(f"--store {store_path} is not a file")

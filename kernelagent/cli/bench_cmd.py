@@ -47,7 +47,7 @@ def bench(
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Time eager and torch.compile baselines (cached).")] = True,
     max_autotune: Annotated[bool, typer.Option("--max-autotune", help="Also time torch.compile max-autotune-no-cudagraphs.")] = False,
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
-    isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|none", help="Sandbox of the harness: bubblewrap where it works (auto), always, or never.")] = "auto",
+    isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", help="Baseline cache directory (default ~/.cache/kernelagent).", show_default=False)] = None,
     model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds to wait for one model reply.")] = 300.0,
     max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=100, metavar="N", help="Retries of a model call on rate limits, timeouts and 5xx.")] = 6,
@@ -68,8 +68,8 @@ def bench(
 
     if directory is None and resume is None:
         raise fail("give a benchmark directory DIR, or --resume RUN")
-    if isolation not in ("auto", "bwrap", "none"):
-        raise fail(f"--isolation must be auto, bwrap or none (got {isolation!r})")
+    if isolation not in ("auto", "bwrap", "namespaces", "none"):
+        raise fail(f"--isolation must be auto, bwrap, namespaces or none (got {isolation!r})")
     if backend not in ("triton", "cuda"):
         raise fail(f"--backend must be triton or cuda (got {backend!r})")
     spec = None

@@ -22,10 +22,10 @@ def eval_command(
     baselines: Annotated[bool, typer.Option(help="Time eager and torch.compile baselines (cached on disk).")] = True,
     max_autotune: Annotated[bool, typer.Option(help="Also time torch.compile mode max-autotune-no-cudagraphs.")] = False,
     profile: Annotated[bool, typer.Option(help="Report the candidate's top kernels (torch.profiler).")] = False,
-    seed: Annotated[int, typer.Option(min=0, metavar="N", help="Seed of the first trial's inputs.")] = 42,
+    seed: Annotated[Optional[int], typer.Option(min=0, metavar="N", help="Fix the inputs' seeds (for debugging). By default every evaluation draws secret seeds, reported in the result afterwards.", show_default=False)] = None,
     atol: Annotated[Optional[float], typer.Option(metavar="X", callback=finite(0), help="Absolute tolerance, finite and >= 0 (default: by dtype).")] = None,
     rtol: Annotated[Optional[float], typer.Option(metavar="X", callback=finite(0), help="Relative tolerance, finite and >= 0 (default: by dtype).")] = None,
-    isolation: Annotated[str, typer.Option(metavar="auto|bwrap|none", help="Sandbox of the harness: bubblewrap where it works (auto), always, or never.")] = "auto",
+    isolation: Annotated[str, typer.Option(metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
     cache_dir: Annotated[Optional[Path], typer.Option(metavar="DIR", help="Cache directory (default ~/.cache/kernelagent).")] = None,
     backend: Annotated[str, typer.Option(metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with torch.utils.cpp_extension.load_inline.")] = "triton",
 ) -> None:
@@ -44,8 +44,8 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
     from kernelagent.harness import EvalConfig, Evaluator, Status
     from kernelagent.problem import load_problem, read_candidate
 
-    if isolation not in ("auto", "bwrap", "none"):
-        raise UserError(f"--isolation must be auto, bwrap or none (got {isolation!r})")
+    if isolation not in ("auto", "bwrap", "namespaces", "none"):
+        raise UserError(f"--isolation must be auto, bwrap, namespaces or none (got {isolation!r})")
     if backend not in ("triton", "cuda"):
         raise UserError(f"--backend must be triton or cuda (got {backend!r})")
     loaded = load_problem(problem)

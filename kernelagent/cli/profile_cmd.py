@@ -28,7 +28,7 @@ def profile(
     ncu_timeout: Annotated[float, typer.Option(min=10.0, metavar="SECONDS", callback=finite(10), help="Seconds for the ncu run.")] = 180.0,
     trials: Annotated[int, typer.Option(min=1, max=100, metavar="N", help="Correctness trials before profiling.")] = 2,
     baselines: Annotated[bool, typer.Option(help="Also time eager and torch.compile.")] = True,
-    isolation: Annotated[str, typer.Option(metavar="auto|bwrap|none", help="Sandbox of the harness: bubblewrap where it works (auto), always, or never.")] = "auto",
+    isolation: Annotated[str, typer.Option(metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
     cache_dir: Annotated[Optional[Path], typer.Option(metavar="DIR", help="Cache directory (default ~/.cache/kernelagent).")] = None,
 ) -> None:
     """Profile CANDIDATE on PROBLEM: top kernels, roofline fraction, Nsight Compute metrics."""
@@ -49,8 +49,8 @@ def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials,
 
     if backend not in BACKENDS:
         raise UserError(f"--backend must be {' or '.join(BACKENDS)} (got {backend!r})")
-    if isolation not in ("auto", "bwrap", "none"):
-        raise UserError(f"--isolation must be auto, bwrap or none (got {isolation!r})")
+    if isolation not in ("auto", "bwrap", "namespaces", "none"):
+        raise UserError(f"--isolation must be auto, bwrap, namespaces or none (got {isolation!r})")
     loaded = load_problem(problem)
     source = read_candidate(candidate)
     device = check_device(device)  # a GPU that is not there: exit 2 before anything starts

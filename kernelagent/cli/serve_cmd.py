@@ -37,7 +37,7 @@ def serve(
     speed_weight: Annotated[float, typer.Option("--speed-weight", metavar="X", callback=finite(0), help="γ: weight of min(t_base/t, r_max).")] = 1.0,
     r_max: Annotated[float, typer.Option("--r-max", min=0.0, metavar="X", callback=finite(0), help="Cap on the speedup term.")] = 3.0,
     baseline: Annotated[Baseline, typer.Option("--baseline", help="compile (TorchInductor) or eager.")] = Baseline.compile,
-    isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|none", help="Sandbox of the harness: bubblewrap where it works (auto), always, or never.")] = "auto",
+    isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", help="Baseline cache (default ~/.cache/kernelagent).", show_default=False)] = None,
 ) -> None:
     """Serve rewards over HTTP: POST /reward with a batch, GET /health."""
