@@ -282,3 +282,46 @@ def test_service_bodies_413_408_and_503(small_service):
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(request, timeout=10)
     assert err.value.code == 503 and err.value.headers["Retry-After"] == "5"
+
+
+def test_token_is_required_when_set_and_client_sends_it(tmp_path):
+    """--token: a request without the bearer token gets 401; RemoteReward with it is served."""
+    import urllib.error
+    import urllib.request
+
+    from kernelagent.rl.service import RemoteReward, RewardService
+
+    class NoReward:
+        config = type("C", (), {"to_dict": staticmethod(lambda: {})})()
+        _backend = None
+
+        def close(self) -> None:
+            pass
+
+    service = RewardService(NoReward(), token="s3cret")  # type: ignore[arg-type]
+    httpd = service.make_server("127.0.0.1", 0)
+    import threading
+
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            urllib.request.urlopen(f"{url}/health", timeout=10)
+        assert denied.value.code == 401
+        wrong = urllib.request.Request(f"{url}/health", headers={"Authorization": "Bearer nope"})
+        with pytest.raises(urllib.error.HTTPError) as denied2:
+            urllib.request.urlopen(wrong, timeout=10)
+        assert denied2.value.code == 401
+        assert RemoteReward(url, token="s3cret").health()["status"] == "ok"
+    finally:
+        service.close()
+
+
+def test_a_problem_path_never_echoes_file_content(tmp_path):
+    from kernelagent.rl.trl import problems_from_columns
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:TOP-SECRET-LINE\n")
+    [problem] = problems_from_columns({"problem_path": [str(secret)]}, 1)
+    assert isinstance(problem, Exception)
+    assert "TOP-SECRET" not in str(problem) and "not a readable KernelBench problem" in str(problem)

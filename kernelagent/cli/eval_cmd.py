@@ -68,6 +68,8 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
         raise interrupted("interrupted: the evaluation was stopped before a verdict") from None
     finally:
         evaluator.close()
+    if result.isolation.get("warning"):
+        typer.echo(f"warning: {result.isolation['warning']}", err=True)
     if result.status == Status.BAD_PROBLEM:
         # The problem's fault, not the candidate's: what went wrong goes to stderr (in full
         # under --json), nothing to stdout that looks like a verdict.

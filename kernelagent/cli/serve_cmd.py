@@ -39,24 +39,29 @@ def serve(
     baseline: Annotated[Baseline, typer.Option("--baseline", help="compile (TorchInductor) or eager.")] = Baseline.compile,
     isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", help="Baseline cache (default ~/.cache/kernelagent).", show_default=False)] = None,
+    token: Annotated[Optional[str], typer.Option("--token", metavar="TOKEN", envvar="KERNELAGENT_SERVE_TOKEN", help="Require 'Authorization: Bearer TOKEN' on every request (or set $KERNELAGENT_SERVE_TOKEN; RemoteReward reads the same variable). Needed with a --host other than 127.0.0.1.", show_default=False)] = None,
 ) -> None:
     """Serve rewards over HTTP: POST /reward with a batch, GET /health."""
     from kernelagent.cli import run_guarded
 
     run_guarded(_serve, gpus, host, port, max_pending, request_timeout, read_timeout, cpu_workers, backend.value,
                 ray_address, trials, eval_config, compile_weight, correct_weight, speed_weight,
-                r_max, baseline.value, isolation, cache_dir)
+                r_max, baseline.value, isolation, cache_dir, token)
 
 
 def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_workers, backend, ray_address,
            trials, eval_config, compile_weight, correct_weight, speed_weight, r_max, baseline,
-           isolation, cache_dir) -> None:
+           isolation, cache_dir, token=None) -> None:
     import json
     import signal
     import sys
     import threading
 
     from kernelagent.errors import UserError
+
+    if not token and host not in ("127.0.0.1", "localhost", "::1"):
+        raise UserError(f"--host {host} exposes the service beyond this machine: give --token (or set "
+                        "$KERNELAGENT_SERVE_TOKEN) so that only your trainers can use it")
     from kernelagent.harness import EvalConfig
     from kernelagent.rl.reward import RewardConfig
     from kernelagent.rl.service import RewardService
@@ -94,7 +99,7 @@ def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_wor
     reward = KernelReward(engine, config=reward_config, eval_config=config)
     reward._own_backend = True  # the service closes it
     service = RewardService(reward, max_pending=max_pending, request_timeout=request_timeout,
-                            read_timeout=read_timeout)
+                            read_timeout=read_timeout, token=token)
     try:
         httpd = service.make_server(host, port)
     except OSError as exc:

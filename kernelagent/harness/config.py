@@ -117,7 +117,9 @@ class EvalConfig:
             if getattr(self, name) is not None:
                 _require_number(name, getattr(self, name), minimum=0)
         _require_int("trials", self.trials, minimum=1)
-        for name in ("seed", "weight_seed", "heavy_op_min_elements"):
+        if self.seed is not None:
+            _require_int("seed", self.seed, minimum=0)
+        for name in ("weight_seed", "heavy_op_min_elements"):
             _require_int(name, getattr(self, name), minimum=0)
         for name in ("min_reps", "max_reps", "rotating_input_sets"):
             _require_int(name, getattr(self, name), minimum=1)

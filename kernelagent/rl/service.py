@@ -25,6 +25,7 @@ with exponential backoff (tenacity; Retry-After is honoured), `as_async()` gives
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
@@ -50,8 +51,10 @@ class Busy(Exception):
 class RewardService:
     def __init__(self, reward: KernelReward, *, max_pending: int = 256,
                  request_timeout: float = 900.0, max_body: int = MAX_BODY,
-                 read_timeout: float = 60.0) -> None:
+                 read_timeout: float = 60.0, token: str | None = None) -> None:
         self.reward = reward
+        # A bearer token every request must carry (None: none needed; bind to 127.0.0.1 then).
+        self.token = token or None
         self.read_timeout = read_timeout
         self.closing = False
         self.max_pending = max_pending
@@ -186,13 +189,28 @@ class RewardService:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _authorised(self) -> bool:
+                if service.token is None:
+                    return True
+                given = self.headers.get("Authorization", "")
+                if hmac.compare_digest(given.encode(), f"Bearer {service.token}".encode()):
+                    return True
+                self.close_connection = True
+                self._send(401, {"error": "a bearer token is required (Authorization: Bearer <token>)"},
+                           {"WWW-Authenticate": "Bearer"})
+                return False
+
             def do_GET(self) -> None:
+                if not self._authorised():
+                    return
                 if self.path.rstrip("/") == "/health":
                     self._send(200, service.health())
                 else:
                     self._send(404, {"error": "not found: GET /health, POST /reward"})
 
             def do_POST(self) -> None:
+                if not self._authorised():
+                    return
                 if self.path.rstrip("/") != "/reward":
                     self._send(404, {"error": "not found: GET /health, POST /reward"})
                     return
@@ -307,8 +325,12 @@ class RemoteReward:
 
     def __init__(self, url: str, *, timeout: float = 1800.0, retries: int = 60,
                  backoff: float = 1.0, max_backoff: float = 30.0,
-                 max_wait: float | None = 3600.0) -> None:
+                 max_wait: float | None = 3600.0, token: str | None = None) -> None:
+        import os
+
         self.url = url.rstrip("/")
+        # The service's bearer token: given, or $KERNELAGENT_SERVE_TOKEN.
+        self.token = token or os.environ.get("KERNELAGENT_SERVE_TOKEN") or None
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self.max_backoff, self.max_wait = max_backoff, max_wait
         self.last: list[dict] = []
@@ -385,7 +407,7 @@ class RemoteReward:
 
         self.attempts += 1
         request = urllib.request.Request(f"{self.url}/reward", data=data, method="POST",
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json", **self._auth()})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return json.loads(response.read())
@@ -401,8 +423,12 @@ class RemoteReward:
         except json.JSONDecodeError as exc:
             raise _Retryable(f"an unreadable answer: {exc}") from None
 
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
     def health(self) -> dict:
-        with urllib.request.urlopen(f"{self.url}/health", timeout=30) as response:
+        request = urllib.request.Request(f"{self.url}/health", headers=self._auth())
+        with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 
 

@@ -132,6 +132,11 @@ def problems_from_columns(kwargs: dict, n: int) -> list[Any]:
             try:
                 cache[key] = resolve_problem(path=key[1], source=key[0], problem_id=key[2])
             except Exception as exc:  # a broken problem is not the policy's fault
+                if key[0] is None:
+                    # Read from a path the caller named: say what is wrong, never what the file
+                    # holds (a reward service must not echo /etc/passwd back to a client).
+                    exc = ValueError(f"problem_path {str(key[1])[:200]!r} is not a readable KernelBench problem "
+                                     f"({type(exc).__name__})")
                 cache[key] = exc
         out.append(cache[key])
     return out

@@ -171,6 +171,17 @@ class Evaluator:
             self._conn.close()
         self._conn = None
 
+    def abort(self) -> None:
+        """Kill the harness server (and so every job process) at once, without waiting for an
+        evaluation in progress or taking the lock: for Ctrl-C. The evaluation in progress ends
+        as a harness error; the next one starts a fresh server."""
+        proc = self._proc
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, 9)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None and self._proc is not None and self._proc.poll() is None:

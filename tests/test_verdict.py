@@ -1,0 +1,125 @@
+"""server/verdict.py as a table: pure functions over trusted check records, no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelagent.harness.result import Status
+from kernelagent.harness.server import verdict
+from kernelagent.harness.server.verdict import CheckRecord
+
+
+def rec(name: str, passed: bool = True, kind: str = "main", **extra) -> CheckRecord:
+    return CheckRecord(name=name, kind=kind, seed=1, passed=passed, message="" if passed else "mismatch", **extra)
+
+
+PLAN = ["trial 0", "trial 1", "signed-normal inputs", "extra input set 0", "timed call 3", "post-timing check"]
+
+
+def all_passed() -> dict[str, CheckRecord]:
+    return {n: rec(n, kind="alt" if n.startswith("signed") else "extra:0" if n.startswith("extra") else "main")
+            for n in PLAN}
+
+
+# (planned, checks, expected status, expected flag kind or None, reason fragment)
+TABLE = [
+    # every planned check compared and passed: correct
+    (PLAN, all_passed(), Status.CORRECT, None, ""),
+    # a forged 'done' before the plan: nothing planned, nothing compared -> never correct
+    ([], {}, Status.HARNESS_ERROR, None, "no correctness check"),
+    # a planned check the reference never compared (the candidate skipped it) -> never correct
+    (PLAN, {n: r for n, r in all_passed().items() if n != "trial 1"}, Status.HARNESS_ERROR, None, "never compared"),
+    # a failed trial
+    (PLAN, {**all_passed(), "trial 1": rec("trial 1", passed=False)}, Status.INCORRECT, None, "trial 1: mismatch"),
+    # a failed timed call: incorrect at the post-check stage, with the hint about timed calls
+    (PLAN, {**all_passed(), "timed call 3": rec("timed call 3", passed=False)}, Status.INCORRECT, None,
+     "do the timed calls compute something else"),
+    # signed-normal only: incorrect with the input-distribution note
+    (PLAN, {**all_passed(), "signed-normal inputs": rec("signed-normal inputs", passed=False, kind="alt")},
+     Status.INCORRECT, "input-distribution", "signed normal"),
+    # extra input set only: correct but flagged for review (shape specialisation)
+    (PLAN, {**all_passed(), "extra input set 0": rec("extra input set 0", passed=False, kind="extra:0")},
+     Status.CORRECT, "shape-specialisation", ""),
+    # the reference saw a mutated input: rejected
+    (PLAN, {**all_passed(), "trial 0": rec("trial 0", passed=False, rejected="input-mutation")},
+     Status.REJECTED, "input-mutation", "[input-mutation]"),
+    # the reference's own comparison failed: a harness error, never the candidate's
+    (PLAN, {**all_passed(), "trial 0": rec("trial 0", passed=False, harness_error=True)},
+     Status.HARNESS_ERROR, None, "mismatch"),
+]
+
+
+@pytest.mark.parametrize("planned,checks,status,flag_kind,fragment", TABLE)
+def test_conclude_checks(planned, checks, status, flag_kind, fragment):
+    outcome = verdict.conclude_checks(planned, checks)
+    assert outcome.status == status
+    assert fragment in outcome.reason
+    kinds = [f["kind"] for f in outcome.flags]
+    if flag_kind:
+        assert flag_kind in kinds
+    else:
+        assert not [k for k in kinds if k not in ("input-distribution",)]
+
+
+def test_rejects_outrank_correct_but_not_harness_errors():
+    flags = [verdict.flag("tampering", "clock patched", "reject")]
+    correct = verdict.conclude_checks(PLAN, all_passed())
+    assert verdict.apply_rejects(correct, flags).status == Status.REJECTED
+    harness = verdict.Outcome(Status.HARNESS_ERROR, "out of memory in the reference", "correctness")
+    assert verdict.apply_rejects(harness, flags).status == Status.HARNESS_ERROR
+
+
+def test_claimed_severities_are_ignored():
+    # The candidate's process says its tampering evidence is only "info": the server's table decides.
+    flags = verdict.trusted_flags([{"kind": "tampering", "message": "x", "severity": "info"},
+                                   {"kind": "made-up", "message": "y", "severity": "reject"}, "junk"])
+    assert [(f["kind"], f["severity"]) for f in flags] == [("tampering", "reject"), ("made-up", "info")]
+
+
+# -- the candidate's time against the server's clock ----------------------------------------
+
+def test_honest_claims_agree_with_the_server_clock():
+    samples = [1.0] * 100  # 1 ms per call claimed
+    # 100 calls: the loop took 100 ms of work plus 30 ms of overhead; calibration measured 30 ms.
+    decision = verdict.trusted_time(samples, 100, loop_s=0.130, calibration_s=0.030, meaningful=True)
+    assert decision.source == "in-process"
+    assert decision.timing["median_ms"] == pytest.approx(1.0)
+    assert decision.flags == []
+
+
+def test_rebound_clocks_are_timed_by_the_server_within_ten_percent():
+    # The candidate claims 0.001 ms per call; the server saw 2 ms per call of real work.
+    samples = [0.001] * 100
+    decision = verdict.trusted_time(samples, 100, loop_s=0.230, calibration_s=0.030, meaningful=True)
+    assert decision.source == "server"
+    assert decision.timing["median_ms"] == pytest.approx(2.0, rel=0.10)
+    kinds = {f["kind"]: f["severity"] for f in decision.flags}
+    assert kinds["clock-mismatch"] == "review"
+    assert kinds["tampering"] == "reject"
+
+
+def test_small_disagreement_within_the_allowance_is_not_flagged():
+    # 5% more on the server's clock than claimed, on a 200 ms loop: noise, not tampering.
+    samples = [2.0] * 100
+    decision = verdict.trusted_time(samples, 100, loop_s=0.050 + 0.210, calibration_s=0.050, meaningful=True)
+    assert decision.source == "in-process" and not decision.flags
+
+
+def test_moderate_disagreement_reports_the_server_time_for_review_only():
+    samples = [1.0] * 100  # claims 100 ms, the server saw 160 ms of work: flagged, not rejected
+    decision = verdict.trusted_time(samples, 100, loop_s=0.170, calibration_s=0.010, meaningful=True)
+    assert decision.source == "server"
+    assert decision.timing["median_ms"] == pytest.approx(1.6)
+    assert [f["kind"] for f in decision.flags] == ["clock-mismatch"]
+
+
+def test_no_samples_falls_back_to_the_server_clock():
+    decision = verdict.trusted_time([float("nan"), -1], 10, loop_s=0.1, calibration_s=0.05, meaningful=True)
+    assert decision.source == "server"
+    assert decision.timing["median_ms"] == pytest.approx(5.0)
+
+
+def test_cpu_timings_are_never_judged_against_the_clock():
+    decision = verdict.trusted_time([0.001] * 10, 10, loop_s=5.0, calibration_s=0.1, meaningful=False)
+    assert decision.source == "in-process" and not decision.flags
+    assert decision.timing["meaningful"] is False
