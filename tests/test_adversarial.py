@@ -73,7 +73,10 @@ TABLE = [
     ("c10_gc_scan.py", RELU, BASE, Status.REJECTED, "reading-reference"),
     ("c10_frame_walk.py", RELU, BASE, Status.REJECTED, "static:reading-reference"),
     ("c10_frame_walk.py", RELU, NO_STATIC, Status.REJECTED, "reading-reference"),
-    ("c10_read_reference_dir.py", RELU, BASE, Status.REJECTED, "reading-reference"),
+    # In the per-job namespaces the reference's directory does not exist for the candidate (the
+    # attempt finds nothing, and the honest kernel is correct); without them the audit hook's
+    # evidence rejects it.
+    ("c10_read_reference_dir.py", RELU, BASE, (Status.CORRECT, Status.REJECTED), None),
     # 11 input distribution
     ("c11_relu_identity.py", RELU, BASE, Status.INCORRECT, "input-distribution"),
     # 12 precision downgrade
@@ -108,7 +111,8 @@ def test_exploit_gets_its_verdict(adv_evaluator, row):
     print(f"\n{name}: {result.status} {result.reason[:300]}")
     assert result.status in (status if isinstance(status, tuple) else (status,)), \
         result.feedback() + "\n" + result.log
-    assert not result.passed or name in ("c03_cache_by_pointer.py", "c03_cache_by_identity.py")
+    assert not result.passed or name in ("c03_cache_by_pointer.py", "c03_cache_by_identity.py",
+                                         "c10_read_reference_dir.py")
     if kind is not None:
         kinds = [f.kind for f in result.flags]
         assert kind in kinds, result.feedback()
@@ -153,7 +157,7 @@ def test_sandbox_write_did_not_happen_and_isolation_is_reported(adv_evaluator):
     assert result.status == Status.REJECTED
     assert "sandbox-escape" in result.reason
     assert not (home / marker).exists() and not (REPO / marker).exists()
-    assert "bubblewrap" in result.isolation and "sandbox" in result.isolation
+    assert "bubblewrap" in result.isolation and "mode" in result.isolation and "jail" in result.isolation
     print("\nisolation:", result.isolation)
 
 

@@ -563,7 +563,7 @@ class Job:
                                          claimed_mean_ms=decision.claimed_mean_ms, source=decision.source)
         for item in decision.flags:
             self.flag(item)
-        if config.defences and self.fingerprint.get("cuda"):
+        if config.defences:  # on the CPU this notes that the check does not apply
             roof = verdict.check_roofline(self.fingerprint, self.ready, float(timing["median_ms"]),
                                           config.roofline_margin)
             if roof:
