@@ -12,12 +12,16 @@ import textwrap
 
 import pytest
 
-from kernelagent.harness import EvalConfig, Status, cuda_build, static_check
+from kernelagent.harness import EvalConfig, Status
+from kernelagent.harness import cuda_source
+from kernelagent.harness.caller import static_check
+from kernelagent.harness.server import build_cache
+from kernelagent.harness.server.precompile import find_nvcc
 from tests.conftest import CANDIDATES, REPO, TESTS, read
 
 CUDA = TESTS / "cuda_candidates"
 RELU = CANDIDATES / "relu_problem.py"
-needs_nvcc = pytest.mark.skipif(cuda_build.find_nvcc() is None, reason="nvcc not installed")
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
 
 
 # -- compact errors --------------------------------------------------------------------
@@ -44,8 +48,8 @@ ninja: build stopped: subcommand failed.
 
 
 def test_compact_errors_keeps_the_candidates_errors_with_source_and_caret():
-    smap = cuda_build.SourceMap(spans=[(4, 20, "cuda_sources", 10)])
-    text = cuda_build.compact_errors(NVCC_SPEW, {"cuda.cu": smap}, name="ext")
+    smap = cuda_source.SourceMap(spans=[(4, 20, "cuda_sources", 10)])
+    text = cuda_source.compact_errors(NVCC_SPEW, {"cuda.cu": smap}, name="ext")
     lines = text.splitlines()
     assert lines[0] == "CUDA extension 'ext' failed to build: 3 errors"
     assert "candidate.py:13 (cuda_sources line 4): error: identifier \"blockIdxx\" is undefined" in text
@@ -59,41 +63,41 @@ def test_compact_errors_gcc_format_and_fallback():
     log = ("main.cpp: In function 'at::Tensor f(at::Tensor)':\n"
            "main.cpp:5:3: error: 'foo' was not declared in this scope\n"
            "    5 |   foo(x);\n      |   ^~~\n")
-    smap = cuda_build.SourceMap(spans=[(2, 10, "cpp_sources", 30)])
-    text = cuda_build.compact_errors(log, {"main.cpp": smap})
+    smap = cuda_source.SourceMap(spans=[(2, 10, "cpp_sources", 30)])
+    text = cuda_source.compact_errors(log, {"main.cpp": smap})
     assert "candidate.py:33 (cpp_sources line 4): error: 'foo' was not declared" in text and "^~~" in text
-    assert "ptxas error" in cuda_build.compact_errors("ptxas error   : Entry function 'k' uses too much shared data")
-    assert cuda_build.compact_errors("something odd\nError building extension 'x'") .endswith("Error building extension 'x'")
+    assert "ptxas error" in cuda_source.compact_errors("ptxas error   : Entry function 'k' uses too much shared data")
+    assert cuda_source.compact_errors("something odd\nError building extension 'x'") .endswith("Error building extension 'x'")
 
 
 def test_flags_allowlist():
-    assert cuda_build.check_flags("extra_cuda_cflags", ["-O3", "--use_fast_math", "-Xptxas=-v", "-DBLOCK=256",
+    assert cuda_source.check_flags("extra_cuda_cflags", ["-O3", "--use_fast_math", "-Xptxas=-v", "-DBLOCK=256",
                                                         "-gencode=arch=compute_90a,code=sm_90a"])
     for bad in (["-ccbin=/tmp/sh"], ["--compiler-bindir", "/x"], ["-Xlinker", "-rpath"], ["@opts.txt"], ["-o", "/etc/x"]):
-        with pytest.raises(cuda_build.CudaBuildError, match="not allowed"):
-            cuda_build.check_flags("extra_cuda_cflags", bad)
-    with pytest.raises(cuda_build.CudaBuildError):
-        cuda_build.check_flags("extra_ldflags", ["-lcublas"])
+        with pytest.raises(cuda_source.CudaBuildError, match="not allowed"):
+            cuda_source.check_flags("extra_cuda_cflags", bad)
+    with pytest.raises(cuda_source.CudaBuildError):
+        cuda_source.check_flags("extra_ldflags", ["-lcublas"])
 
 
 def test_kernel_names():
     src = ("template <typename T> __global__ void __launch_bounds__(256) tk(const T* x) {}\n"
            "__global__ void relu_kernel(const float* x, float* y, int n) {}\n// __global__ void old_k(int)\n")
-    assert cuda_build.global_kernel_names(src) == {"tk", "relu_kernel"}
-    assert cuda_build.kernel_base_name("void tk<float>(float const*)") == "tk"
-    assert cuda_build.kernel_base_name("relu_kernel(float const*, float*, int)") == "relu_kernel"
-    assert cuda_build.kernel_base_name("void (anonymous namespace)::ns::k2<4, true>(float*)") == "k2"
+    assert cuda_source.global_kernel_names(src) == {"tk", "relu_kernel"}
+    assert cuda_source.kernel_base_name("void tk<float>(float const*)") == "tk"
+    assert cuda_source.kernel_base_name("relu_kernel(float const*, float*, int)") == "relu_kernel"
+    assert cuda_source.kernel_base_name("void (anonymous namespace)::ns::k2<4, true>(float*)") == "k2"
     own = {"relu_kernel", "softmax_kernel"}
-    assert cuda_build.is_own_kernel("relu_kernel(float const*, float*, long)", own)
-    assert cuda_build.is_own_kernel("softmax_kernel_0d1d", own)
-    assert not cuda_build.is_own_kernel("void at::native::vectorized_elementwise_kernel<4>(int)", own)
+    assert cuda_source.is_own_kernel("relu_kernel(float const*, float*, long)", own)
+    assert cuda_source.is_own_kernel("softmax_kernel_0d1d", own)
+    assert not cuda_source.is_own_kernel("void at::native::vectorized_elementwise_kernel<4>(int)", own)
 
 
 def test_extract_extensions_maps_lines():
-    specs = cuda_build.extract_extensions(read(CUDA / "relu_typo.py"))
+    specs = cuda_source.extract_extensions(read(CUDA / "relu_typo.py"))
     assert len(specs) == 1 and specs[0].name == "ka_relu_typo" and not specs[0].unresolved
     assert specs[0].functions == ["relu_forward"] and specs[0].extra_cuda_cflags == ["-O3"]
-    files = cuda_build.generated_files(specs[0])
+    files = cuda_source.generated_files(specs[0])
     text, smap = files["cuda.cu"]
     line = text.splitlines().index(next(x for x in text.splitlines() if "blockIdxx" in x)) + 1
     assert smap.locate(line).startswith("candidate.py:8 ")
@@ -182,15 +186,19 @@ from pathlib import Path
 scratch, cache = Path(sys.argv[1]), sys.argv[2]
 os.chdir(scratch)
 os.environ.update(TORCH_EXTENSIONS_DIR=str(scratch / ".torch_extensions"), TMPDIR=str(scratch), HOME=str(scratch))
-from kernelagent.harness import cuda_build, defences, inputs
+from kernelagent.harness.child import cuda_build, defences, inputs
 from kernelagent.harness.config import EvalConfig
-builder = cuda_build.BuildHook(scratch, cache, "c" * 64, "")
+from kernelagent.harness.server import build_cache
+# What the server does before the job: copy this candidate's hash-checked cache entries into
+# the job's scratch; the hook only ever reads that copy.
+staged = build_cache.stage(cache, "c" * 64, scratch / ".ka-build-cache")
+builder = cuda_build.BuildHook(scratch, scratch / ".ka-build-cache", "c" * 64, "")
 builder.install()
 monitor = defences.Monitor(scratch / "candidate.py", scratch, EvalConfig(backend="cuda"), builder=builder)
 monitor.install()
 started = time.monotonic()
 module = inputs.import_file(scratch / "candidate.py", "candidate")
-print("HOOK " + json.dumps({"out": module.OUT, "violations": monitor.state.violations, "builds": builder.builds,
+print("HOOK " + json.dumps({"out": module.OUT, "staged": staged, "violations": monitor.state.violations, "builds": builder.builds,
                             "calls": builder.calls, "seconds": time.monotonic() - started}))
 """
 
@@ -251,16 +259,25 @@ def test_build_hook_allows_its_builds_only_and_caches(tmp_path):
     assert any("outside a load_inline build" in v for v in escapes)
     assert not any("ninja" in v and "candidate" not in v and "outside" not in v for v in escapes)
     # The server publishes the job's build; the next job with the same candidate loads it.
-    assert cuda_build.publish(tmp_path / "job1", cache, "c" * 64) == 1
+    assert build_cache.publish(tmp_path / "job1", cache, "c" * 64) == 1
     second = _run_hook(tmp_path / "job2", cache)
     print(f"cached load {second['seconds']:.1f} s")
+    assert first["staged"] == 0 and second["staged"] == 1
     assert second["builds"][0]["cached"] is True and second["out"]["value"] == [1.0, 1.0, 1.0]
+    # The server stages only bytes whose hash it recorded at publish: a cache entry changed
+    # afterwards is not handed to a job (which then builds afresh).
+    entry = cache / ("c" * 32) / first["builds"][0]["key"]
+    assert build_cache.stage(cache, "c" * 64, tmp_path / "stage_ok") == 1
+    so = entry / "ka_add_one.so"
+    so.write_bytes(so.read_bytes() + b"\0")
+    assert build_cache.stage(cache, "c" * 64, tmp_path / "stage_bad") == 0
+    assert not (tmp_path / "stage_bad").exists() or not any((tmp_path / "stage_bad").rglob("*.so"))
     # A forged manifest only reaches the candidate's own cache folder.
     (tmp_path / "job3").mkdir()
     (tmp_path / "job3" / "evil.so").write_bytes(b"x")
-    (tmp_path / "job3" / cuda_build.MANIFEST).write_text(json.dumps(
+    (tmp_path / "job3" / cuda_source.MANIFEST).write_text(json.dumps(
         [{"key": "f" * 64, "name": "victim", "so": str(tmp_path / "job3" / "evil.so")}]))
-    cuda_build.publish(tmp_path / "job3", cache, "d" * 64)
+    build_cache.publish(tmp_path / "job3", cache, "d" * 64)
     assert (cache / ("d" * 32) / ("f" * 64) / "victim.so").exists()
     assert not (cache / ("c" * 32) / ("f" * 64)).exists()
 
@@ -272,6 +289,6 @@ def test_run_time_build_errors_are_located_in_candidate_py_by_their_source_line(
     log = ("/scratch/ext/ka_relu_typo/cuda.cu(9): error: identifier \"blockIdxx\" is undefined\n"
            "      long i = (long)blockIdxx.x * blockDim.x + threadIdx.x;\n"
            "                     ^\n\n1 error detected in the compilation of \"cuda.cu\".\n")
-    text = cuda_build.compact_errors(log, {}, name="ka_relu_typo", candidate_source=candidate)
+    text = cuda_source.compact_errors(log, {}, name="ka_relu_typo", candidate_source=candidate)
     assert "candidate.py:8: error: identifier \"blockIdxx\" is undefined" in text
     assert len(text.splitlines()) <= 8

@@ -47,43 +47,71 @@ EVAL_TIMEOUT = 300
 CORRECT, INCORRECT, REJECTED = "correct", "incorrect", "rejected"
 
 # --------------------------------------------------------------------------------------
-# What each isolation mode guarantees. A row names the guarantees its expectations rest on;
-# where the mode lacks one, the row's failures are reported as xfail (with what got through)
-# instead of failures, because that mode cannot promise them.
+# What each isolation mode guarantees (the rebuilt harness: kernelagent/harness/{caller,server,
+# child}/, protocol.py). A row names the guarantees its expectations rest on; where the mode
+# lacks one, the row's failures are reported as xfail (with what got through) instead of
+# failures, because that mode cannot promise them.
 #
-#   channel  the candidate's process holds only its own channel; messages are typed, tagged
-#            with job id and nonce; garbage is a verdict, not a crash. Lives outside the
-#            candidate's process: holds in every mode.
-#   verdict  `correct` only from checks compared in the reference process (trusted facts):
-#            every mode.
-#   clock    the reported time comes from the server's clock: every mode.
-#   inputs   secret per-evaluation seeds, timed and checked calls drawn alike, a secret subset
-#            of timed outputs checked: every mode (the server draws them).
-#   pid      a pid namespace per job: no other process visible, every descendant dies with
-#            the job. Needs namespaces (bubblewrap or unshare).
-#   mount    read-only root, only the job's scratch writable, caches and store not mounted,
-#            private /proc and /dev/shm. Needs namespaces.
-#   secrets  no capabilities (a user namespace even for root), nothing of the caller's
-#            environment or home reachable. Needs namespaces.
+#   channel  the candidate's process holds only its own pipe to the server (every other fd is
+#            closed right after the fork); every message is schema-checked JSON with the job id,
+#            the caller<->server socket carries a per-job nonce sent only after the fork; no
+#            pickle anywhere; anything unexpected is `rejected: protocol`, never a crash.
+#            Lives outside the candidate's process.
+#   verdict  `correct` only when every planned check was compared in the reference process; a
+#            message from the candidate's process is a claim (a `done` before the plan is a
+#            protocol breach).
+#   clock    the timed loop is ordered and clocked by the server, against a calibration loop
+#            run by the reference process; in-process times that disagree are reported as
+#            `clock-mismatch` (review) or `tampering` (reject), and the server's time is used.
+#   inputs   seeds drawn with os.urandom in the server after the fork (unless --seed), each
+#            revealed only when its check runs; a secret subset of the timed calls' outputs (plus
+#            the last) is compared by the reference.
+#   pid      a pid namespace per job: no other process visible, the job's pid 1 dying kills
+#            every process it started (daemons included).
+#   mount    read-only root, only the job's scratch writable, the caches (KERNELAGENT_CACHE_DIR),
+#            HOME and other jobs' scratch hidden, private /proc and /dev/shm.
+#   secrets  a user namespace with zero capabilities (also when the caller is root), nothing of
+#            the caller's environment or home reachable.
 #   inproc   in-process evidence (monitor, audit hook, dispatch recorder) that the candidate
 #            cannot switch off. No mode guarantees it: anything in the candidate's process is
 #            the candidate's (issue 11: "no guarantee may rest on them"). On the CPU there is
-#            no out-of-process evidence of *who* computed a result, so rows that need it are
-#            xfail everywhere here; on a GPU a server-owned profiler session can replace it.
+#            no out-of-process evidence of *who* computed a result (torch or the kernel), so
+#            rows that need it are xfail everywhere here; on a GPU a server-owned profiler
+#            session can replace it.
+#
+# Without a pid namespace (`--isolation none`) the candidate's process runs as the caller's uid
+# next to the server, so the out-of-process guarantees hold only against attacks on the
+# harness's channels and messages, not against a candidate that reaches into the server or
+# the caller through /proc or ptrace (h6 rows show the caller's environment is readable there).
 # --------------------------------------------------------------------------------------
 OUT_OF_PROCESS = frozenset({"channel", "verdict", "clock", "inputs"})
 NAMESPACED = OUT_OF_PROCESS | {"pid", "mount", "secrets"}
 GUARANTEES: dict[str, frozenset[str]] = {
-    # Assumption: "auto" picks the strongest isolation the machine offers, and CI offers
-    # namespaces (bubblewrap installed, or unshare permitted).
+    # "auto" = bubblewrap around the server where it works + per-job namespaces where they
+    # work; the test reads the result's `isolation` field and judges by what auto resolved to.
     "auto": NAMESPACED,
     "namespaces": NAMESPACED,
     "bwrap": NAMESPACED,
-    # No sandbox: only what lives outside the candidate's process holds.
+    # Only fd closing and a process group: what lives outside the candidate's process.
     "none": OUT_OF_PROCESS,
 }
-# "default" runs `kernelagent eval` without --isolation (today's CLI); it must behave as "auto".
+# "default" runs `kernelagent eval` without --isolation; it must behave as "auto".
 GUARANTEES["default"] = GUARANTEES["auto"]
+# `default` repeats `auto`; it runs on these rows only (one per sandbox guarantee), to keep the
+# table's run time down.
+DEFAULT_ROWS = {"h1_socket_pickle.py", "h4_baseline_cache.py", "h5_setsid_daemon.py", "h6_ancestor_environ.py"}
+
+
+def _resolved_guarantees(mode: str, result: dict) -> frozenset[str]:
+    """What the mode guarantees as it resolved on this machine: auto (and default) without
+    working namespaces fall back to no sandbox, and every result says so."""
+    if mode not in ("auto", "default"):
+        return GUARANTEES[mode]
+    iso = result.get("isolation") or {}
+    text = json.dumps(iso)
+    if iso and '"namespaces"' not in text and '"bwrap"' not in text:
+        return GUARANTEES["none"]
+    return GUARANTEES[mode]
 
 
 def _offered_modes() -> set[str]:
@@ -109,12 +137,8 @@ def _cli() -> list[str]:
 OFFERED = _offered_modes()
 
 
-def _mode_params() -> list:
-    params = [pytest.param("default", id="default")]
-    for mode in ("auto", "namespaces", "bwrap", "none"):
-        marks = [] if mode in OFFERED else [pytest.mark.xfail(strict=False, reason="needs --isolation " + mode)]
-        params.append(pytest.param(mode, id=mode, marks=marks))
-    return params
+def _mode_marks(mode: str) -> list:
+    return [] if mode in OFFERED else [pytest.mark.xfail(strict=False, reason="needs --isolation " + mode)]
 
 
 # --------------------------------------------------------------------------------------
@@ -268,8 +292,18 @@ def _run_eval(candidate: Path, mode: str, env: dict[str, str], cwd: Path) -> tup
     return proc.returncode, proc.stdout, proc.stderr
 
 
-@pytest.mark.parametrize("mode", _mode_params())
-@pytest.mark.parametrize("row", TABLE, ids=[r.candidate.removesuffix(".py") for r in TABLE])
+def _params() -> list:
+    params = []
+    for mode in ("default", "auto", "namespaces", "bwrap", "none"):
+        for row in TABLE:
+            if mode == "default" and row.candidate not in DEFAULT_ROWS:
+                continue
+            params.append(pytest.param(row, mode, id=f"{row.candidate.removesuffix('.py')}-{mode}",
+                                       marks=_mode_marks(mode)))
+    return params
+
+
+@pytest.mark.parametrize("row, mode", _params())
 def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     shutil.copytree(template_home, home, symlinks=True)
@@ -378,7 +412,7 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path) -> No
 
     # The caller's survival is a guarantee of every mode (it lives outside the candidate).
     assert not survival, f"{row.candidate} [{mode}]: " + "; ".join(survival)
-    missing = row.needs - GUARANTEES[mode]
+    missing = row.needs - _resolved_guarantees(mode, result)
     if problems and missing:
         pytest.xfail(f"mode {mode!r} cannot guarantee {sorted(missing)}; got through: " + "; ".join(problems))
     assert not problems, f"{row.candidate} [{mode}] got through: " + "; ".join(problems)

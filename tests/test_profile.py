@@ -50,6 +50,23 @@ def test_roofline_fractions_and_lines():
     assert hardware.roofline_floor(hardware.describe_device({"cuda": False}), 1e6, None, "float32")[0] is None
 
 
+
+def test_server_roofline_check_flags_a_time_below_the_floor():
+    """Class 16 on the server's side: a median below the hardware floor for the problem's bytes is
+    flagged impossible-speed; one above it is not; without a GPU the check says it was skipped."""
+    from kernelagent.harness.server import verdict
+
+    h100 = {"cuda": True, "gpu_name": "NVIDIA H100 80GB HBM3", "sm_count": 132}
+    ready = {"input_bytes": 4096 * 16384 * 4, "output_bytes": 4096 * 16384 * 4, "param_bytes": 0,
+             "flops": None, "output_dtype": "float32"}
+    floor, _how = verdict.roofline_floor(h100, ready)
+    assert floor is not None and abs(floor - 2 * 4096 * 16384 * 4 / 3350e9 * 1e3) < 0.05 * floor
+    fast = verdict.check_roofline(h100, ready, floor * 0.1, margin=0.5)
+    assert fast is not None and fast["kind"] == "impossible-speed" and fast["severity"] == "review"
+    assert verdict.check_roofline(h100, ready, floor * 1.2, margin=0.5) is None
+    skipped = verdict.check_roofline({"cuda": False}, ready, 1e-9, margin=0.5)
+    assert skipped is not None and skipped["kind"] == "roofline" and skipped["severity"] == "info"
+
 NCU_CSV = '''"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","dram__throughput.avg.pct_of_peak_sustained_elapsed","sm__throughput.avg.pct_of_peak_sustained_elapsed","sm__warps_active.avg.pct_of_peak_sustained_active","sm__maximum_warps_per_active_cycle_pct","launch__registers_per_thread","launch__shared_mem_per_block_static","launch__shared_mem_per_block_dynamic","launch__occupancy_limit_registers","launch__occupancy_limit_shared_mem","launch__occupancy_limit_blocks","launch__occupancy_limit_warps","gpu__time_duration.sum","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
 "","","","","","","","%","%","%","%","register/thread","byte/block","byte/block","block","block","block","block","nsecond","ratio","ratio","ratio"
 "0","1","python","h","softmax_row_kernel(const float *, float *, long)","1","7","41.2","20.5","45.0","50.0","128","4096","0","1","8","32","4","1,000","6.0","1.5","0.5"

@@ -123,7 +123,7 @@ def test_syntax_error_gives_no_findings():
     assert check_source("def broken(:\n") == []
 
 
-@pytest.mark.skipif(__import__("kernelagent.harness.cuda_build", fromlist=["x"]).find_nvcc() is None,
+@pytest.mark.skipif(__import__("kernelagent.harness.server.precompile", fromlist=["x"]).find_nvcc() is None,
                     reason="nvcc not installed")
 def test_cuda_extension_function_named_relu_reaches_the_compiler(tmp_path):
     """`_ext.relu(x)` used to be rejected as a tensor's .relu(); now the candidate reaches nvcc

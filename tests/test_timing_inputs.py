@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelagent.harness import inputs as inputs_mod
-from kernelagent.harness.config import EvalConfig
-from kernelagent.harness.child.timing import Timer
-from kernelagent.harness.workers import FreshInputs, _Capture
+from kernelagent.harness.child import inputs as inputs_mod
+from kernelagent.harness.child.inputs import FreshInputs
+from kernelagent.harness.child.timing import FixedLoop, Timer
+
+BASE_SEED = 1234
 
 PROBLEM_SOURCE = """
 import torch
@@ -51,14 +52,22 @@ def test_timer_never_repeats_an_index_between_warm_up_and_measurement():
     assert len(set(sets.asked)) == len(sets.asked), sets.asked
 
 
+def test_fixed_loop_makes_exactly_the_ordered_calls_on_distinct_sets():
+    sets = RecordingSets()
+    seen: list[int] = []
+    report = FixedLoop(Timer(torch.device("cpu"), flush_bytes=0)).run(
+        lambda x: x, sets, warmup_calls=3, calls=5, after_call=lambda index, out: seen.append(index))
+    assert sets.asked == list(range(8))  # warm-up and measured calls, each on its own set
+    assert seen == list(range(5))  # after_call sees the measured calls only, numbered from 0
+    assert report.timing.reps == 5 and len(report.samples_ms) == 5
+
+
 def test_fresh_inputs_are_the_seeded_sets_and_all_distinct(problem):
-    config = EvalConfig()
-    fresh = FreshInputs(problem, config, smoke=False, device=torch.device("cpu"))
+    fresh = FreshInputs(problem, BASE_SEED, smoke=False, device=torch.device("cpu"))
     seen = []
     for index in range(0, 5):
         values = fresh[index]
-        assert fresh.last_seed == fresh.base + index
-        expected = inputs_mod.make_inputs(problem, "main", fresh.base + index, False, torch.device("cpu"))
+        expected = inputs_mod.make_inputs(problem, "main", BASE_SEED + index, False, torch.device("cpu"))
         assert all(torch.equal(a, b) for a, b in zip(values, expected))
         assert not any(torch.equal(values[0], earlier) for earlier in seen)
         seen.append(values[0])
@@ -66,7 +75,7 @@ def test_fresh_inputs_are_the_seeded_sets_and_all_distinct(problem):
 
 def test_fresh_inputs_come_in_batches_and_are_handed_out_once(problem, monkeypatch):
     monkeypatch.setattr(FreshInputs, "MAX_BATCH", 4)
-    fresh = FreshInputs(problem, EvalConfig(), smoke=False, device=torch.device("cpu"))
+    fresh = FreshInputs(problem, BASE_SEED, smoke=False, device=torch.device("cpu"))
     fresh[0]
     assert fresh.batch_size == 4 and fresh.generated == 4
     assert sorted(fresh.batch) == [1, 2, 3]  # the set handed out is no longer held
@@ -78,11 +87,26 @@ def test_fresh_inputs_come_in_batches_and_are_handed_out_once(problem, monkeypat
     assert sorted(fresh.batch) == [101, 102, 103] and fresh.generated == 12
 
 
-def test_capture_keeps_the_seed_of_the_last_timed_call(problem):
-    fresh = FreshInputs(problem, EvalConfig(), smoke=False, device=torch.device("cpu"))
-    capture = _Capture(lambda x, idx: x * 2, fresh)
-    Timer(torch.device("cpu"), flush_bytes=0).measure(
-        capture, fresh, warmup_ms=0.5, target_ms=1.0, min_reps=3, max_reps=5, budget_s=10.0)
-    seed, args, out = capture.last
-    again = inputs_mod.make_inputs(problem, "main", seed, False, torch.device("cpu"))
-    assert torch.equal(args[0], again[0]) and torch.equal(out, again[0] * 2)
+def test_fresh_inputs_batch_size_follows_the_memory_budget(problem):
+    one_set = inputs_mod.tensor_bytes(inputs_mod.make_inputs(problem, "main", BASE_SEED, False, torch.device("cpu")))
+    fresh = FreshInputs(problem, BASE_SEED, smoke=False, device=torch.device("cpu"), budget_bytes=3 * one_set)
+    fresh[0]
+    assert fresh.batch_size == 3 and fresh.generated == 3
+
+
+def test_timed_call_n_ran_on_the_set_of_seed_base_plus_warmup_plus_n(problem):
+    """The server verifies a secret subset of the kept timed outputs, recomputing "timed call N"
+    from seed base + warmup + N: the loop must feed measured call N exactly that set, and hand
+    after_call that call's own output."""
+    warmup, calls = 2, 6
+    fresh = FreshInputs(problem, BASE_SEED, smoke=False, device=torch.device("cpu"))
+    kept: dict[int, torch.Tensor] = {}
+    FixedLoop(Timer(torch.device("cpu"), flush_bytes=0)).run(
+        lambda x, idx: x * 2 + idx.sum(), fresh, warmup, calls,
+        after_call=lambda index, out: kept.__setitem__(index, out.clone()))
+    assert sorted(kept) == list(range(calls))
+    for index, out in kept.items():
+        x, idx = inputs_mod.make_inputs(problem, "main", BASE_SEED + warmup + index, False, torch.device("cpu"))
+        assert torch.equal(out, x * 2 + idx.sum()), index
+    # and no two measured calls shared a set
+    assert len({tuple(out.flatten().tolist()) for out in kept.values()}) == calls

