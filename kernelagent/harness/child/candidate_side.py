@@ -238,14 +238,15 @@ class CandidateSide:
 
     # -- timing ------------------------------------------------------------------------
     def time(self, order: dict[str, Any]) -> None:
-        """The timed loop, exactly as the server ordered it: `warmup_calls + calls` calls, each
-        on a fresh input set from the server's seed, the outputs of the last `keep` measured
-        calls copied aside (outside the timed region) and handed over for verification."""
+        """The timed loop, exactly as the server ordered it, in two phases: `warmup_calls` calls on
+        fresh inputs from the order's seed (allocations, caches and clocks settle; not clocked by
+        the server), then, once the server answers `go` with the measured calls' seed, `calls`
+        calls on fresh inputs from that seed, the outputs of the last `keep` copied aside (outside
+        the timed region) and handed over for verification."""
         self.stage("timing")
         calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
+        budget = int(order["budget_bytes"])
         try:
-            sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
-                                           budget_bytes=int(order["budget_bytes"]))
             slots = [[torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.output_shapes]
                      for _ in range(max(keep, 0))]
             kept_index: list[int] = [-1] * len(slots)
@@ -261,7 +262,22 @@ class CandidateSide:
                 kept_index[slot] = index
 
             timer = make_timer(self.device, self.config, order.get("l2_bytes"))
-            report = timing.FixedLoop(timer).run(self.model, sets, warmup, calls, after_call)
+            loop = timing.FixedLoop(timer)
+            warm_sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
+                                               budget_bytes=budget)
+            loop.run(self.model, warm_sets, 0, warmup)
+            del warm_sets
+            _sync(self.device)
+        except transfer.OutputTypeError as exc:
+            raise CandidateFailure("rejected", "timing", f"a warm-up call: {exc}")
+        except BaseException as exc:
+            raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
+                                   "the warm-up calls raised:\n" + compact_traceback(exc, "candidate.py"))
+        self.send("warmed")
+        go = protocol.recv(self.server, {"go"}, self.job_id)
+        try:
+            sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device, budget_bytes=budget)
+            report = loop.run(self.model, sets, 0, calls, after_call)
             _sync(self.device)
             del sets
         except transfer.OutputTypeError as exc:

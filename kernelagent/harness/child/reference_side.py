@@ -156,13 +156,11 @@ class ReferenceSide:
         self.send("verdict", **verdict)
 
     def calibrate(self, order: dict[str, Any]) -> None:
-        """The candidate's timed loop with an empty model: fresh input sets, L2 flush,
-        synchronisation and the output copy, so the server can subtract what the loop itself
-        costs from its clock around the candidate's loop."""
+        """The candidate's timed loop with an empty model, in the same two phases: fresh input
+        sets, L2 flush, synchronisation and the output copy, so the server can subtract what the
+        loop itself costs from its clock around the candidate's measured phase."""
         calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
-        started = time.perf_counter()
-        sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
-                                           budget_bytes=int(order["budget_bytes"]))
+        budget = int(order["budget_bytes"])
         dummy = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.output_shapes]
         slots = [[torch.empty_like(d) for d in dummy] for _ in range(max(keep, 0))]
         first_kept = calls - len(slots)
@@ -176,10 +174,18 @@ class ReferenceSide:
                     target.copy_(value)
 
         timer = make_timer(self.device, self.config, order.get("l2_bytes"))
-        timing.FixedLoop(timer).run(empty_model, sets, warmup, calls, after_call)
+        loop = timing.FixedLoop(timer)
+        loop.run(empty_model, inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
+                                                     budget_bytes=budget), 0, warmup)
+        _sync(self.device)
+        self.send("warmed")
+        go = protocol.recv(self.server, {"go"}, self.job_id, self.nonce)
+        started = time.perf_counter()
+        sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device, budget_bytes=budget)
+        loop.run(empty_model, sets, 0, calls, after_call)
         _sync(self.device)
         del sets
-        self.send("calibrated", seconds=time.perf_counter() - started, calls=calls + warmup)
+        self.send("calibrated", seconds=time.perf_counter() - started, calls=calls)
 
     def baselines(self, message: dict[str, Any]) -> None:
         timings: dict[str, Any] = {}

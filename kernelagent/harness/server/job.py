@@ -510,16 +510,22 @@ class Job:
         l2 = self.fingerprint.get("l2_bytes")
         order = {"calls": calls, "warmup_calls": warmup, "keep": keep, "budget_bytes": int(budget),
                  "l2_bytes": int(l2) if l2 else None}
-        # The loop's own cost, measured in the trusted process on this clock.
+        # The loop's own cost, measured in the trusted process on this clock; then the candidate's
+        # loop. Each warms up first, unclocked; the clock runs from `go` (which reveals the measured
+        # calls' seed) to the report, so nothing of the measured calls can happen outside it.
         calibration_s = None
         if self.fingerprint.get("cuda") or config.defences:
             protocol.send(self.to_ref, "calibrate", self.job_id, self.ref_nonce,
                           seed=self.rng.getrandbits(40), **order)
+            self.ref_recv({"warmed"}, deadline)
+            protocol.send(self.to_ref, "go", self.job_id, self.ref_nonce, seed=self.rng.getrandbits(40))
             t0 = time.perf_counter()
             self.ref_recv({"calibrated"}, deadline)
             calibration_s = time.perf_counter() - t0
+        protocol.send(self.to_cand, "time", self.job_id, seed=self.rng.getrandbits(40), **order)
+        self.cand_recv({"warmed"}, deadline)
         timed_seed = self.base_seed + SEED_TIMING + self.rng.getrandbits(30)
-        protocol.send(self.to_cand, "time", self.job_id, seed=timed_seed, **order)
+        protocol.send(self.to_cand, "go", self.job_id, seed=timed_seed)
         t0 = time.perf_counter()
         message = self.cand_recv({"timing"}, deadline)
         loop_s = time.perf_counter() - t0
@@ -542,7 +548,7 @@ class Job:
                 index = entry["index"]
                 if index != calls - keep + slot:
                     raise protocol.ProtocolError("kept outputs out of order")
-                check = {"name": f"timed call {index}", "kind": "main", "seed": timed_seed + warmup + index,
+                check = {"name": f"timed call {index}", "kind": "main", "seed": timed_seed + index,
                          "stop": True}
                 self.planned.append(check["name"])
                 record = self.compare(check, len(entry["outputs"]), entry["outputs"], [], kept_payloads[slot],
@@ -555,7 +561,7 @@ class Job:
         if len(samples) > 100_000 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                             for x in samples):
             raise protocol.ProtocolError("malformed timing samples")
-        decision = verdict.trusted_time(samples, calls + warmup, loop_s, calibration_s,
+        decision = verdict.trusted_time(samples, calls, loop_s, calibration_s,
                                         bool(message["meaningful"]) and bool(self.fingerprint.get("cuda")))
         timing = dict(decision.timing, samples_ms=[float(x) for x in samples][:5000], source=decision.source)
         self.result["timings"]["candidate"] = timing
