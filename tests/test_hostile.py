@@ -138,7 +138,9 @@ OFFERED = _offered_modes()
 
 
 def _mode_marks(mode: str) -> list:
-    return [] if mode in OFFERED else [pytest.mark.xfail(strict=False, reason="needs --isolation " + mode)]
+    if mode == "default" or mode in OFFERED:
+        return []
+    return [pytest.mark.xfail(strict=False, reason="needs --isolation " + mode)]
 
 
 # --------------------------------------------------------------------------------------
@@ -177,8 +179,12 @@ def need(*names: str) -> frozenset[str]:
 
 TABLE = [
     # 1 code execution in the caller / garbage on its socket: the candidate must not hold it.
-    Row("h1_socket_pickle.py", (INCORRECT, REJECTED), need("channel")),
-    Row("h1_socket_garbage.py", (INCORRECT, REJECTED), need("channel")),
+    # Its inherited fd is closed in every mode, but it also takes the server's fd with
+    # pidfd_getfd (its parent, same uid): only a pid namespace hides the parent. In `none` the
+    # frame reaches the caller, which survives it (no pickle, no nonce) but ends the job as a
+    # harness error and restarts the server (checked by the survival asserts in every mode).
+    Row("h1_socket_pickle.py", (INCORRECT, REJECTED), need("channel", "pid")),
+    Row("h1_socket_garbage.py", (INCORRECT, REJECTED), need("channel", "pid")),
     # 2 forged events on the candidate's own channel: claims, never conclusions.
     Row("h2_forged_done.py", (INCORRECT, REJECTED), need("verdict")),
     Row("h2_forged_timing.py", (CORRECT, REJECTED), need("clock"), check=honest_time),
@@ -211,7 +217,11 @@ TABLE = [
     Row("h6_remount_rw.py", (INCORRECT, REJECTED), need("mount", "secrets")),
     # 7 predictable inputs.
     Row("h7_precomputed_seeds.py", (INCORRECT,), need("inputs")),
-    Row("h7_timed_vs_checked.py", (CORRECT, REJECTED), need("inputs"), check=honest_time),
+    # Its timed calls are right, only computed by torch: telling them from checks uses the
+    # process's own state (the dispatch stack), which no in-process change can hide for good (the
+    # call stack differs too). The outputs are verified (a secret subset); who computed them only
+    # out-of-process kernel evidence can say, which is not built yet (issue 11, open).
+    Row("h7_timed_vs_checked.py", (CORRECT, REJECTED), need("inproc"), check=honest_time),
 ]
 
 

@@ -119,7 +119,10 @@ def test_no_samples_falls_back_to_the_server_clock():
     assert decision.timing["median_ms"] == pytest.approx(5.0)
 
 
-def test_cpu_timings_are_never_judged_against_the_clock():
+def test_cpu_timings_are_checked_against_the_clock_too():
+    # Not meaningful as a speed, but a rebound clock on the CPU is still caught.
     decision = verdict.trusted_time([0.001] * 10, 10, loop_s=5.0, calibration_s=0.1, meaningful=False)
-    assert decision.source == "in-process" and not decision.flags
-    assert decision.timing["meaningful"] is False
+    assert decision.source == "server" and decision.timing["meaningful"] is False
+    assert {f["kind"] for f in decision.flags} == {"clock-mismatch", "tampering"}
+    honest = verdict.trusted_time([480.0] * 10, 10, loop_s=5.0, calibration_s=0.1, meaningful=False)
+    assert honest.source == "in-process" and not honest.flags

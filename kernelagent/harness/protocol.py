@@ -66,7 +66,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
                 "max_abs_err": _NUM + (type(None),), "max_rel_err": _NUM + (type(None),),
                 "rel_l2_err": _NUM + (type(None),), "rejected": (str, type(None)), "harness_error": (bool,),
                 "skipped": (bool,)},
-    "warmed": {},
+    "warmed": {"kept": (list,)},
     "calibrated": {"seconds": _NUM, "calls": (int,)},
     "baseline_timings": {"timings": (dict,), "errors": (dict,)},
     "ref_stats": {"memory": (dict,)},

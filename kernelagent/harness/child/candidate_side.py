@@ -273,7 +273,12 @@ class CandidateSide:
         except BaseException as exc:
             raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
                                    "the warm-up calls raised:\n" + compact_traceback(exc, "candidate.py"))
-        self.send("warmed")
+        # On a GPU the kept slots are described (CUDA IPC handles of their memory) now, before the
+        # clock starts: that costs real time (a handle and a reference-count file per slot), and the
+        # reference reads the slots in place after the loop, with this process stopped.
+        use_ipc = self.device.type == "cuda" and self.job.get("ipc", True)
+        described = [transfer.describe(slot, True) for slot in slots] if use_ipc else []
+        self.send("warmed", kept=[{"index": first_kept + i, "outputs": d.records} for i, d in enumerate(described)])
         go = protocol.recv(self.server, {"go"}, self.job_id)
         try:
             sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device, budget_bytes=budget)
@@ -285,16 +290,14 @@ class CandidateSide:
         except BaseException as exc:
             raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
                                    "the timed calls raised:\n" + compact_traceback(exc, "candidate.py"))
-        if self.monitor is not None:
-            self.monitor.check_tampering("during timing")
-        use_ipc = self.device.type == "cuda" and self.job.get("ipc", True)
-        described = [transfer.describe(slot, use_ipc) for slot in slots]
-        kept = [{"index": index, "outputs": d.records} for index, d in zip(kept_index, described)]
-        event_ms = [float(x) for x in report.samples_ms]
+        if not use_ipc:  # CPU: the kept outputs' bytes follow the report
+            described = [transfer.describe(slot, False) for slot in slots]
+        kept = [] if use_ipc else [{"index": index, "outputs": d.records} for index, d in zip(kept_index, described)]
         try:
-            self.send("timing", samples_ms=event_ms, event_ms=[], overhead_ms=float(timer.overhead_ms),
-                      calls=calls, kept=kept, meaningful=bool(report.timing.meaningful))
-            for d in described:
+            self.send("timing", samples_ms=[float(x) for x in report.samples_ms], event_ms=[],
+                      overhead_ms=float(timer.overhead_ms), calls=calls, kept=kept,
+                      meaningful=bool(report.timing.meaningful))
+            for d in ([] if use_ipc else described):
                 for data in d.payloads:
                     protocol.send_payload(self.server, data)
             # The kept outputs stay alive until the server has had them verified.
@@ -303,6 +306,8 @@ class CandidateSide:
             for d in described:
                 transfer.release(d)
         del described
+        if self.monitor is not None:  # evidence, outside the server's clock
+            self.monitor.check_tampering("during timing")
         if timing.escaped_work_is_significant(report):
             self.flags.append({"kind": "timer-escape", "severity": "review",
                                "message": f"about {report.escaped_ms:.3f} ms per call ran outside the timed "

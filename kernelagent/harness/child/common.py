@@ -46,10 +46,11 @@ def child_setup(log_path: Path, workdir: Path, keep_fds: list[int]) -> None:
     os.dup2(log_fd, 2)
     os.close(log_fd)
     close_other_fds(set(keep_fds))
-    try:
-        os.setpgid(0, 0)
-    except OSError:
-        pass  # already a group leader (pid 1 of its own namespace)
+    if os.getpid() != 1:  # pid 1 of a jail stays in the group of its waiter, which the server signals
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:

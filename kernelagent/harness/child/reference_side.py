@@ -178,7 +178,7 @@ class ReferenceSide:
         loop.run(empty_model, inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
                                                      budget_bytes=budget), 0, warmup)
         _sync(self.device)
-        self.send("warmed")
+        self.send("warmed", kept=[])
         go = protocol.recv(self.server, {"go"}, self.job_id, self.nonce)
         started = time.perf_counter()
         sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device, budget_bytes=budget)

@@ -523,20 +523,25 @@ class Job:
             self.ref_recv({"calibrated"}, deadline)
             calibration_s = time.perf_counter() - t0
         protocol.send(self.to_cand, "time", self.job_id, seed=self.rng.getrandbits(40), **order)
-        self.cand_recv({"warmed"}, deadline)
+        warmed = self.cand_recv({"warmed"}, deadline)
+        ipc_kept = warmed["kept"]  # on a GPU: the kept slots' IPC handles, sent before the clock ran
         timed_seed = self.base_seed + SEED_TIMING + self.rng.getrandbits(30)
         protocol.send(self.to_cand, "go", self.job_id, seed=timed_seed)
         t0 = time.perf_counter()
         message = self.cand_recv({"timing"}, deadline)
         loop_s = time.perf_counter() - t0
-        if message["calls"] != calls or len(message["kept"]) != keep:
+        # Nothing of the candidate's may run while its kept outputs are read: its processes are
+        # stopped until the comparisons are done (GPU work it queued still completes).
+        stopped = bool(ipc_kept) and self.stop_candidate(True)
+        kept = ipc_kept or message["kept"]
+        if message["calls"] != calls or len(kept) != keep:
             raise protocol.ProtocolError("the timed loop did not run as ordered")
         kept_payloads = []
-        for entry in message["kept"]:
+        for entry in kept:
             if not isinstance(entry, dict) or not isinstance(entry.get("outputs"), list) \
                     or not isinstance(entry.get("index"), int):
                 raise protocol.ProtocolError("malformed kept output")
-            kept_payloads.append(self.relay_payloads(entry["outputs"]))
+            kept_payloads.append([] if ipc_kept else self.relay_payloads(entry["outputs"]))
         self.result["timed_loop"] = {"calls": calls, "warmup_calls": warmup, "kept": keep,
                                      "server_loop_s": loop_s, "calibration_s": calibration_s}
         # A secret subset of the timed calls, always including the last, compared by the reference.
@@ -544,7 +549,7 @@ class Job:
         if keep:
             chosen = sorted(set(self.rng.sample(range(keep - 1), min(TIMED_CHECKS, keep - 1))) | {keep - 1})
             for slot in chosen:
-                entry = message["kept"][slot]
+                entry = kept[slot]
                 index = entry["index"]
                 if index != calls - keep + slot:
                     raise protocol.ProtocolError("kept outputs out of order")
@@ -556,6 +561,8 @@ class Job:
                 if not record.passed:
                     ok = False
                     break
+        if stopped:
+            self.stop_candidate(False)
         protocol.send(self.to_cand, "check_reply", self.job_id, passed=ok, stop=not ok)
         samples = message["samples_ms"]
         if len(samples) > 100_000 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
@@ -575,6 +582,36 @@ class Job:
             if roof:
                 self.flag(roof)
         return ok
+
+    def stop_candidate(self, stop: bool) -> bool:
+        """SIGSTOP (or SIGCONT) every process of the candidate's job: its process group and,
+        in a jail, every process of its pid namespace (a setsid helper included)."""
+        assert self.cand is not None
+        sig = signal.SIGSTOP if stop else signal.SIGCONT
+        targets = set()
+        try:
+            os.killpg(self.cand.pid, sig)
+        except OSError:
+            pass
+        try:
+            children = open(f"/proc/{self.cand.pid}/task/{self.cand.pid}/children").read().split()
+            namespace = os.readlink(f"/proc/{children[0]}/ns/pid") if children else None
+        except (OSError, IndexError):
+            namespace = None
+        if namespace and namespace != os.readlink("/proc/self/ns/pid"):
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    try:
+                        if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                            targets.add(int(entry))
+                    except OSError:
+                        continue
+        for pid in targets:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        return True
 
     def harness_budget(self) -> int:
         """Device bytes the harness itself may hold in one process beyond the problem's own

@@ -1,0 +1,165 @@
+"""benchmarks/fidelity.py on the CPU: the end-to-end run (fresh `kernelagent eval` processes, the
+baseline cache on and off), its JSONL rows and Markdown summary, resuming, bad input, and the
+statistics on synthetic rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "fidelity.py"
+PAIR = f"{ROOT / 'tests/candidates/relu_problem.py'}:{ROOT / 'tests/candidates/relu_good.py'}"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("fidelity_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve the script's annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def fidelity(cwd: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    """One real run: 1 pair, 2 repetitions, cache on and off (5 evaluations with the prime)."""
+    cwd = tmp_path_factory.mktemp("fidelity")
+    proc = fidelity(cwd, "--reps", "2", "--pair", PAIR, "--device", "cpu", "--out", "rows.jsonl",
+                    "--summary", "summary.md")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [json.loads(line) for line in (cwd / "rows.jsonl").read_text().splitlines()]
+    return cwd, proc, rows
+
+
+def test_rows_one_per_evaluation_with_cache_on_and_off(cpu_run):
+    cwd, _, rows = cpu_run
+    keys = [(r["cache"], r["rep"], r["prime"]) for r in rows]
+    assert sorted(keys) == [("off", 1, False), ("off", 2, False), ("on", 0, True), ("on", 1, False), ("on", 2, False)]
+    assert keys[0] == ("on", 0, True)  # the prime fills the shared cache before the counted repetitions
+    for row in rows:
+        assert row["label"] == "relu_problem" and row["status"] == "correct" and row["rc"] == 0
+        assert row["device"] == "cpu" and row["meaningful"] is False
+        assert row["candidate_ms"] > 0 and row["eager_ms"] > 0 and row["speedup_eager"] > 0
+        assert row["compile_ms"] is None  # the harness skips Inductor on the CPU
+        low, high = row["interval_eager"]
+        assert low <= high
+        assert row["source"] in ("in-process", "server")
+        loop = row["timed_loop"]
+        assert loop["ratio"] == pytest.approx(loop["server_ms_per_call"] / loop["claimed_mean_ms"])
+        assert row["n_samples"] >= 4 and row["drift_q4_q1"] > 0
+        assert row["clocks_before"] is None and row["clocks_after"] is None  # no nvidia-smi here
+    # shared cache: the counted 'on' repetitions reuse the prime's baselines; 'off' never finds any
+    assert [r["baselines_cached"] for r in rows if r["cache"] == "on"] == [False, True, True]
+    assert [r["baselines_cached"] for r in rows if r["cache"] == "off"] == [False, False]
+    on = [r["eager_ms"] for r in rows if r["cache"] == "on"]
+    assert on[1] == on[2] == on[0]  # the same cached number, not a new timing
+    work = cwd / "rows.jsonl.work"  # next to --out, wherever the evals themselves run
+    assert any((work / "cache-on" / "baselines").iterdir())
+    assert not list(work.glob("cache-off-*"))  # each fresh 'off' cache is removed after its evaluation
+
+
+def test_summary_table_and_not_meaningful_label(cpu_run):
+    cwd, proc, rows = cpu_run
+    summary = (cwd / "summary.md").read_text()
+    assert summary in proc.stdout  # the same Markdown on stdout and in --summary
+    assert "NOT MEANINGFUL" in summary and "Triton interpreter" in summary
+    assert "nvidia-smi not found" in summary
+    table = [line for line in summary.splitlines() if line.startswith("| relu_problem |")]
+    assert len(table) == 2
+    cells = {line.split(" | ")[1]: line.split(" | ") for line in table}
+    assert set(cells) == {"on", "off"}
+    assert cells["on"][2] == "2/2" and cells["off"][2] == "2/2"
+    assert cells["on"][-1].rstrip(" |") == "2/2" and cells["off"][-1].rstrip(" |") == "0/2"  # cached column
+    assert "CV x Ind" in summary and "<= 1%" in summary and "<= 3%" in summary
+    assert "n/a" in summary and "MISS" not in summary  # no target judged on the CPU
+    # the CV printed is the one of the rows
+    cands = [r["candidate_ms"] for r in rows if r["cache"] == "off"]
+    mean = sum(cands) / 2
+    cv = abs(cands[0] - cands[1]) / 2 ** 0.5 / mean
+    assert cells["off"][4] == f"{100 * cv:.2f}%"
+
+
+def test_resume_adds_nothing_and_existing_out_is_refused(cpu_run):
+    cwd, _, rows = cpu_run
+    again = fidelity(cwd, "--reps", "2", "--pair", PAIR, "--device", "cpu", "--out", "rows.jsonl")
+    assert again.returncode == 2
+    assert again.stderr.strip().count("\n") == 0 and "--resume" in again.stderr
+    resumed = fidelity(cwd, "--reps", "2", "--pair", PAIR, "--device", "cpu", "--out", "rows.jsonl", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "5 evaluations planned, 5 already in" in resumed.stdout
+    assert len((cwd / "rows.jsonl").read_text().splitlines()) == len(rows)
+    assert "| relu_problem | off | 2/2 |" in resumed.stdout
+
+
+@pytest.mark.parametrize("pair, message", [
+    ("nope.py:also_nope.py", "no such file"),
+    ("just_one_path.py", "expected PROBLEM:CANDIDATE"),
+    (PAIR + "@batch_size=big", "not name=number"),
+    (PAIR + "@no_such_global=3", "no module-level no_such_global"),
+])
+def test_bad_pair_is_one_line_exit_2(tmp_path, pair, message):
+    proc = fidelity(tmp_path, "--pair", pair, "--out", "x.jsonl", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and message in proc.stderr
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_size_override_writes_a_resized_copy(tmp_path):
+    fid = load_script()
+    pair = fid.parse_pair(PAIR + "@batch_size=8,dim=128")
+    assert pair.overrides == {"batch_size": 8, "dim": 128} and pair.label == "relu_problem@batch_size=8,dim=128"
+    path = fid.problem_file(pair, tmp_path)
+    namespace: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    assert tuple(namespace["get_inputs"]()[0].shape) == (8, 128)
+
+
+def synthetic(cand_ms: float, speedups: list[float], meaningful: bool = True) -> list[dict]:
+    return [{"label": "p", "cache": "off", "rep": i + 1, "prime": False, "status": "correct",
+             "candidate_ms": cand_ms, "eager_ms": 2 * cand_ms, "compile_ms": s * cand_ms,
+             "speedup_compile": s, "speedup_eager": 2.0, "interval_compile": [s - 0.02, s + 0.02],
+             "interval_eager": [1.9, 2.1], "drift_q4_q1": d, "source": "in-process",
+             "timed_loop": {"ratio": 1.0}, "baselines_cached": False, "meaningful": meaningful,
+             "clocks_before": {"clocks.sm": 1980.0, "clocks.max.sm": 1980.0, "temperature.gpu": 40.0, "power.draw": 100.0},
+             "clocks_after": {"clocks.sm": 1755.0, "clocks.max.sm": 1980.0, "temperature.gpu": 55.0, "power.draw": 400.0}}
+            for i, (s, d) in enumerate(zip(speedups, [1.0, 1.08, 0.99, 1.01]))]
+
+
+def test_targets_by_kernel_size_on_synthetic_rows():
+    fid = load_script()
+    speedups = [1.00, 1.02, 1.00, 1.02]  # CV 1.14%: misses the 1% target, meets the 3% one
+    big = fid.summarize(synthetic(0.2, speedups), reps=4)[0]
+    small = fid.summarize(synthetic(0.01, speedups), reps=4)[0]
+    assert big["cv_speedup_compile"] == pytest.approx(0.01143, abs=1e-5)
+    assert (big["target"], big["verdict"]) == (0.01, "MISS")
+    assert (small["target"], small["verdict"]) == (0.03, "ok")
+    assert big["cv_candidate"] == 0.0 and big["speedup_compile"] == pytest.approx(1.01)
+    assert big["drift_q4_q1_worst"] == 1.08 and big["drift_q4_q1"] == pytest.approx(1.005)
+    assert big["interval_covers"] == 4 and big["interval"] == [pytest.approx(0.99), pytest.approx(1.03)]
+    assert big["sm_mhz"] == (1755.0, 1980.0) and big["temp_c"] == (40.0, 55.0)
+    cpu = fid.summarize(synthetic(0.2, speedups, meaningful=False), reps=4)[0]
+    assert cpu["verdict"] == "n/a"
+    header = {"device": "H100", "torch": "x", "torch_cuda": "12", "triton": "y", "python": "3",
+              "driver": "d", "clocks": "nvidia-smi, before and after each repetition", "reps": 4, "note": "", "notes": []}
+    text = fid.render([big, small], [], header)
+    assert "NOT MEANINGFUL" not in text and "<= 1%: MISS" in text and "<= 3%: ok" in text
+    assert "| p | off | 1755-1980 | 1980-1980 | 40-55 | 100.0-400.0 |" in text
+    assert "Target met for 1 of 2" in text
+
+
+def test_quarter_drift_and_cv():
+    fid = load_script()
+    assert fid.quarter_drift([1, 1, 2, 2, 2, 2, 3, 3]) == 3.0
+    assert fid.quarter_drift([1, 2, 3]) is None
+    assert fid.cv([1.0]) is None and fid.cv([2.0, 2.0]) == 0.0
+    assert fid.cv([1.0, 3.0]) == pytest.approx(2 ** 0.5 / 2)
