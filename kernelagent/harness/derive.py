@@ -31,23 +31,32 @@ Vocabulary and rules (all deterministic; the same source always gives the same a
   over 3/4, 5/8, 7/8 in source order and makes it odd, so the dims change by different factors (a
   kernel that assumes M == N or a fixed ratio fails). Variant 3 (asked for with n >= 3) keeps
   divisibility: ``v - 2**k`` with 2**k the largest power of two dividing v that is <= v/4 (a
-  fallback when odd sizes break a divisibility the problem needs). Further variants cycle the
-  ratios differently. Every variant differs from the main set and is never larger than it in any
+  fallback when odd sizes break a divisibility the problem needs). Variant 4 halves (odd) only
+  the constants used solely as the leading (batch) dim, for models that tie their other dims
+  together. Further variants cycle the ratios differently. Every variant differs from the main set and is never larger than it in any
   dim of 4 or more. If a problem has nothing to vary the list is empty. **The caller must
   validate** each variant by running the reference on it (with the main set's init inputs) and
   drop those that fail: these rules do not know every constraint a model has
   (:func:`validate_variant` does it in-process).
-* **Smoke** (:func:`derive_smoke`): every size slot (scalar size constants and elements of
-  sequence constants, pinned ones too) becomes ``min(v, cap)``, with one common ``cap`` chosen as
-  the largest value >= :data:`SMOKE_FLOOR` for which every tensor that ``get_inputs()`` builds has
-  at most ``target_elements`` elements (estimated statically from the shapes). Small dims (channels
-  of 3, counts, axes) stay as they are, ranks never change, large dims all come down to about
-  the same size. A shrunk value is made a multiple of the (new) value of every group-like constant
-  (name with a token starting with group/head/cluster/patch/window) that divided it, so
-  ``channels % num_groups`` and ``embed % heads`` survive; otherwise it is made odd when that
-  costs at most 1. When no cap reaches the target (literal dims in ``get_inputs`` such as
-  ``224``), the cap is the floor: the smallest the rule allows. :func:`validate_smoke` runs the
-  result in-process and says why it fails, if it does.
+* **Smoke** (:func:`smoke_candidates`, :func:`derive_smoke` = the first, :func:`pick_smoke` = the
+  first that runs). A size slot is a scalar size constant or an element of a sequence constant,
+  pinned ones included; the budget is ``target_elements`` per tensor that ``get_inputs()`` builds,
+  estimated statically from the shapes. Three candidates, in this order:
+  1. *common power of two*: every slot above :data:`SMOKE_FLOOR` is divided by the same ``2**k``
+     (smallest k that meets the budget), never below the floor, then rounded up to a multiple of
+     ``gcd(v, 8)`` and of the new value of every group-like constant (a name token starting with
+     group/head/cluster/patch/window) that divided it. Ratios, equalities (a LayerNorm over
+     ``out_channels`` applied to ``2 * W``) and divisibility (``channels % num_groups``,
+     ``% 4`` asserts) survive.
+  2. *common cap*: every slot becomes ``min(v, cap)`` with the largest cap >= SMOKE_FLOOR that
+     meets the budget (the floor when none does), a multiple of the group-like divisors as above,
+     else odd when that costs 1. Small dims stay; all large dims come down to about the same size,
+     which keeps deep pooling stacks alive.
+  3. *batch only*: constants used solely as the leading dim of the inputs become ``min(v, 2)``,
+     for models whose construction fixes the other sizes (an image size default).
+  Candidates that meet the budget statically come first (stable). Ranks never change. Literal
+  dims in ``get_inputs()`` (``224``) cannot shrink, so a budget may be unreachable.
+  :func:`validate_smoke` runs one candidate in-process and says why it fails, if it does.
 
 :func:`apply` rewrites only the assignments it has to, through the AST's byte offsets, and keeps
 every other byte; a chained assignment whose names get different values is split into
@@ -403,11 +412,19 @@ def derive_check_variants(source: str, n: int = 2) -> list[dict[str, Value]]:
                 and not (isinstance(v, (list, tuple)) and tuple(v) == seqs.get(k))}
 
     half = [_half_odd(v) for _, _, v in slots]
+    m = _Module(source)
+    first, rest = set(), set()
+    for exprs in m.factory_shapes():
+        for i, e in enumerate(exprs):
+            (first if i == 0 and not isinstance(e, (ast.Tuple, ast.List, ast.Starred)) else rest).update(_names_in(e))
+    leading = first - rest
     gens = [half]
     for cycle in _RATIO_CYCLES:
         gens.append([_skew(v, cycle[i % len(cycle)], {h}) for i, ((_, _, v), h) in enumerate(zip(slots, half))])
         if len(gens) == 2:
             gens.append([_pow2_step(v) for _, _, v in slots])
+            # The batch alone: the last resort when the model ties its other dims together.
+            gens.append([_half_odd(v) if idx is None and name in leading else v for name, idx, v in slots])
     variants: list[dict[str, Value]] = []
     for values in gens:
         ov = build(values)
@@ -467,9 +484,11 @@ def _leading_values(slots: list[tuple[str, int | None, int]], leading: set[str])
 
 def smoke_candidates(source: str, target_elements: int = 1 << 16) -> list[dict[str, Value]]:
     """Smoke override sets in order of preference (rules in the module doc): first the common
-    power-of-two divisor (keeps every ratio, equality and divisibility between sizes that the
-    model may rely on), then the common cap (odd sizes, all large dims about equal). Both shrink
-    pinned constants too. Deduplicated; empty overrides when nothing needs shrinking."""
+    power-of-two divisor (keeps ratios, equalities and the divisibility between sizes that the
+    model may rely on), then the common cap (odd sizes, all large dims about equal), then the
+    batch only (for models whose construction fixes the other sizes). All but the last shrink
+    pinned constants too. Those whose static estimate meets target_elements come first.
+    Deduplicated; [{}] when there is nothing to shrink."""
     m = _Module(source)
     scal = size_constants(source)
     seqs = sequence_constants(source)
@@ -540,7 +559,9 @@ def smoke_candidates(source: str, target_elements: int = 1 << 16) -> list[dict[s
     for ov in (pow2, capped, batch):
         if ov not in out:
             out.append(ov)
-    return out
+    # Those that meet the target statically first (stable): the preference order holds among them.
+    return sorted(out, key=lambda ov: 0 if (lambda b: b is None or b <= target_elements)(
+        max((math.prod(sh) for sh in input_shapes(source, ov) or []), default=0)) else 1)
 
 
 def derive_smoke(source: str, target_elements: int = 1 << 16) -> dict[str, Value]:

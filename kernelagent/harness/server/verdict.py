@@ -168,7 +168,7 @@ def clock_slack_ms(server_total_ms: float, calibration_ms: float) -> float:
     the total the candidate's process claims before the two disagree: 10% of the server's time,
     a quarter of the calibration that was subtracted (two loops' overheads are measured, not
     known, and their noise scales with them), and the one-time allowance."""
-    return CLOCK_REL_SLACK * server_total_ms + 0.10 * max(calibration_ms, 0.0) + CLOCK_ALLOWANCE_MS
+    return CLOCK_REL_SLACK * server_total_ms + 0.5 * max(calibration_ms, 0.0) + CLOCK_ALLOWANCE_MS
 
 
 @dataclass
