@@ -95,7 +95,7 @@ TABLE = [
     (["eval", "{tmp}/missing.py", GOOD], 2, "problem file not found"),
     (["eval", str(CANDIDATES / "bad_problem_no_model.py"), GOOD], 2, "not a KernelBench problem: missing Model"),
     (["eval", PROBLEM, "{tmp}/missing.py"], 2, "candidate file not found"),
-    (["eval", PROBLEM, GOOD, "--isolation", "maybe"], 2, "--isolation must be auto, bwrap or none"),
+    (["eval", PROBLEM, GOOD, "--isolation", "maybe"], 2, "--isolation must be auto, bwrap, namespaces or none"),
     (["report", "--compare", "a"], 2, "--compare"),
     # usage
     (["eval"], 2, "Missing argument 'PROBLEM'"),

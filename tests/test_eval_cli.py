@@ -37,9 +37,14 @@ def test_json_output_is_one_object_with_fingerprint_and_seeds(cache_dir):
     result = invoke(PROBLEM, str(CANDIDATES / "relu_good.py"), *FAST, "--json", cache_dir=cache_dir)
     assert result.exit_code == 0
     data = json.loads(result.stdout)
-    assert data["status"] == "correct" and data["format_version"] == 1
+    assert data["status"] == "correct" and data["format_version"] == 2
     assert {"python", "torch", "triton"} <= set(data["fingerprint"])
-    assert data["seeds"]["trials"] == [42, 43]
+    # Secret by default: drawn by the server, reported afterwards.
+    seeds = data["seeds"]
+    assert seeds["secret"] is True and seeds["trials"] == [seeds["base"], seeds["base"] + 1]
+    fixed = json.loads(invoke(PROBLEM, str(CANDIDATES / "relu_good.py"), *FAST, "--seed", "42", "--json",
+                              cache_dir=cache_dir).stdout)["seeds"]
+    assert fixed["secret"] is False and fixed["trials"] == [42, 43]
     assert "log" in data and "isolation" in data
 
 

@@ -21,11 +21,16 @@ def test_correct_triton_candidate_passes(evaluator, relu_problem, fast_config):
     assert result.status == Status.CORRECT, result.feedback() + result.log
     assert result.passed and result.compiled and result.correct
     names = [t.name for t in result.trials]
-    # 3 trials, the signed-normal check, two extra input sets, the post-timing check.
+    # 3 trials, the signed-normal check, two extra input sets, a secret subset of the timed calls
+    # (always including the last), the post-timing check.
+    timed = [n for n in names if n.startswith("timed call ")]
     assert names == ["trial 0", "trial 1", "trial 2", "signed-normal inputs", "extra input set 0",
-                     "extra input set 1", "post-timing check"]
+                     "extra input set 1"] + timed + ["post-timing check"]
+    assert timed and timed[-1] == f"timed call {result.timed_loop['calls'] - 1}"
     assert all(t.passed for t in result.trials)
-    assert [t.seed for t in result.trials[:3]] == [42, 43, 44]
+    # Secret seeds (no --seed): drawn per evaluation, reported afterwards, trial i at base + i.
+    base = result.seeds["base"]
+    assert result.seeds["secret"] and [t.seed for t in result.trials[:3]] == [base, base + 1, base + 2]
     assert result.input_set == "smoke"
     candidate_time = result.timings["candidate"]
     assert candidate_time.reps >= 1 and not candidate_time.meaningful

@@ -18,17 +18,17 @@ PathArg = Annotated[Optional[Path], typer.Argument(
     metavar="[PATH]", help="kernelagent.toml, or the folder holding it (default: the current folder).",
     show_default=False)]
 Only = Annotated[Optional[list[str]], typer.Option(
-    "--only", help="Only these kernels (by name; repeat or comma-separate).", show_default=False)]
+    "--only", metavar="NAME", help="Only these kernels (by name; repeat or comma-separate).", show_default=False)]
 StoreOpt = Annotated[Optional[Path], typer.Option(
-    "--store", help="Bench store (SQLite) caching the results (default: $KERNELAGENT_CACHE_DIR/bench.sqlite).",
+    "--store", metavar="FILE", help="Bench store (SQLite) caching the results (default: $KERNELAGENT_CACHE_DIR/bench.sqlite).",
     show_default=False)]
 DeviceOpt = Annotated[Optional[str], typer.Option(
-    "--device", help="auto, cpu, cuda or cuda:N (default: the manifest's `device`, else auto).", show_default=False)]
+    "--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N (default: the manifest's `device`, else auto).", show_default=False)]
 TrialsOpt = Annotated[Optional[int], typer.Option(
-    "--trials", min=1, help="Correctness trials (default: the manifest's `trials`, else 5).", show_default=False)]
+    "--trials", min=1, metavar="N", help="Correctness trials (default: the manifest's `trials`, else 5).", show_default=False)]
 CacheOpt = Annotated[Optional[Path], typer.Option(
-    "--cache-dir", help="The harness's baseline cache folder.", show_default=False)]
-IsolationOpt = Annotated[str, typer.Option("--isolation", help="auto, bwrap or none.")]
+    "--cache-dir", metavar="DIR", help="The harness's baseline cache folder.", show_default=False)]
+IsolationOpt = Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox of the harness (see eval --help).")]
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -38,7 +38,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def verify(
     path: PathArg = None,
-    junit: Annotated[Optional[Path], typer.Option("--junit", help="Write JUnit XML here: one test case per kernel.", show_default=False)] = None,
+    junit: Annotated[Optional[Path], typer.Option("--junit", metavar="FILE", help="Write JUnit XML here: one test case per kernel.", show_default=False)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout (the per-kernel lines go to stderr).")] = False,
     update_lock: Annotated[bool, typer.Option("--update-lock", help="Rewrite the lock from this run (the exit code still judges against the old lock).")] = False,
     only: Only = None,
@@ -88,13 +88,13 @@ def regenerate(
     path: PathArg = None,
     only: Only = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be regenerated, and why; change nothing.")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Each kernel's trajectory and summary go to OUT/<name>/ (default: runs/regenerate-<timestamp>).", show_default=False)] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", envvar="KERNELAGENT_MODEL", help="litellm model string (default: the manifest's `model`).", show_default=False)] = None,
-    api_base: Annotated[Optional[str], typer.Option("--api-base", envvar="KERNELAGENT_API_BASE", help="OpenAI-compatible server (default: the manifest's `api_base`).", show_default=False)] = None,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
-    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, help="Seconds to wait for one model reply.")] = 300.0,
-    max_retries: Annotated[int, typer.Option("--max-retries", min=0, help="Retries of a model call on rate limits, timeouts, connection errors and 5xx.")] = 6,
-    retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, help="Base seconds of the exponential retry backoff.")] = 2.0,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Each kernel's trajectory and summary go to OUT/<name>/ (default: runs/regenerate-<timestamp>).", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string (default: the manifest's `model`).", show_default=False)] = None,
+    api_base: Annotated[Optional[str], typer.Option("--api-base", metavar="URL", envvar="KERNELAGENT_API_BASE", help="OpenAI-compatible server (default: the manifest's `api_base`).", show_default=False)] = None,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
+    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", help="Seconds to wait for one model reply.")] = 300.0,
+    max_retries: Annotated[int, typer.Option("--max-retries", min=0, metavar="N", help="Retries of a model call on rate limits, timeouts, connection errors and 5xx.")] = 6,
+    retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, metavar="SECONDS", help="Base seconds of the exponential retry backoff.")] = 2.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout (progress goes to stderr).")] = False,
     store: StoreOpt = None,
     device: DeviceOpt = None,
@@ -153,8 +153,8 @@ def regenerate(
 
 def init(
     path: Annotated[Optional[Path], typer.Argument(metavar="[DIR]", help="Where kernelagent.toml goes (default: the current folder).", show_default=False)] = None,
-    problems: Annotated[Optional[Path], typer.Option("--problems", help="Folder of problem files (default: DIR/problems).", show_default=False)] = None,
-    kernels: Annotated[Optional[Path], typer.Option("--kernels", help="Folder of kernels, named like their problems (default: DIR/kernels).", show_default=False)] = None,
+    problems: Annotated[Optional[Path], typer.Option("--problems", metavar="DIR", help="Folder of problem files (default: DIR/problems).", show_default=False)] = None,
+    kernels: Annotated[Optional[Path], typer.Option("--kernels", metavar="DIR", help="Folder of kernels, named like their problems (default: DIR/kernels).", show_default=False)] = None,
     from_bench: Annotated[Optional[str], typer.Option("--from-bench", metavar="RUN", help="Take a bench run's best kernels (a run directory or id); copies them into DIR/problems and DIR/kernels.", show_default=False)] = None,
     store: StoreOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing kernelagent.toml.")] = False,

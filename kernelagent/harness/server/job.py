@@ -233,6 +233,7 @@ class Job:
         self.ref_nonce = secrets.token_hex(16)
         self.base_seed = self.config.seed if self.config.seed is not None else self.rng.getrandbits(40)
         self.result["seeds"] = {"base": self.base_seed, "secret": self.config.seed is None,
+                                "trials": [self.base_seed + i for i in range(self.config.trials)],
                                 "weights": self.config.weight_seed, "compile": self.compile_seed}
         try:
             protocol.send(self.to_ref, "ref_nonce", self.job_id, nonce=self.ref_nonce)
