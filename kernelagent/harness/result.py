@@ -84,6 +84,12 @@ class Timing:
     def iqr_ms(self) -> float:
         return self.q3_ms - self.q1_ms
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Timing":
+        """From a result's or the cache's JSON: derived (iqr_ms) and unknown keys are dropped."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
 
 @dataclass
 class Flag:
@@ -162,9 +168,8 @@ class EvalResult:
     def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
         data = dict(data)
         data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
-        timing_fields = {f.name for f in dataclasses.fields(Timing)}
         data["timings"] = {
-            k: Timing(**{f: v for f, v in t.items() if f in timing_fields})
+            k: Timing.from_dict(t)
             for k, t in data.get("timings", {}).items()
         }
         data["flags"] = [Flag(**f) for f in data.get("flags", [])]

@@ -22,6 +22,15 @@ DEFAULT_RESAMPLES = 1000
 DEFAULT_LEVEL = 0.95
 
 
+def quantile(sorted_values: list[float], q: float) -> float:
+    """The q-quantile of already sorted values, linearly interpolated (NaN when empty)."""
+    if not sorted_values:
+        return float("nan")
+    pos = (len(sorted_values) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     n = len(ordered)

@@ -327,13 +327,10 @@ class Evaluator:
                                            "problem_sha256": result.problem_sha256})
         else:
             timings = {}
-        import dataclasses
-
         from kernelagent.harness import stats
 
-        fields = {f.name for f in dataclasses.fields(Timing)}
         for name, t in timings.items():
-            result.timings[name] = Timing(**{k: v for k, v in t.items() if k in fields})
+            result.timings[name] = Timing.from_dict(t)
         candidate = result.timings.get("candidate")
         if any(f.kind == "impossible-speed" for f in result.flags):
             candidate = None  # a time the hardware cannot deliver is never a speedup

@@ -247,19 +247,11 @@ class CandidateSide:
         calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
         budget = int(order["budget_bytes"])
         try:
-            slots = [[torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.output_shapes]
-                     for _ in range(max(keep, 0))]
-            kept_index: list[int] = [-1] * len(slots)
-            first_kept = calls - len(slots)
+            kept_outputs = timing.KeptOutputs(self.output_shapes, keep, calls, self.device)
+            slots = kept_outputs.slots
 
             def after_call(index: int, out: Any) -> None:
-                if index < first_kept:
-                    return
-                outputs = transfer.flatten_outputs(out)
-                slot = index - first_kept
-                for target, value in zip(slots[slot], outputs):
-                    target.copy_(value)
-                kept_index[slot] = index
+                kept_outputs(index, transfer.flatten_outputs(out))  # every timed output must be plain
 
             timer = make_timer(self.device, self.config, order.get("l2_bytes"))
             loop = timing.FixedLoop(timer)
@@ -278,7 +270,8 @@ class CandidateSide:
         # reference reads the slots in place after the loop, with this process stopped.
         use_ipc = self.device.type == "cuda" and self.job.get("ipc", True)
         described = [transfer.describe(slot, True) for slot in slots] if use_ipc else []
-        self.send("warmed", kept=[{"index": first_kept + i, "outputs": d.records} for i, d in enumerate(described)])
+        self.send("warmed", kept=[{"index": kept_outputs.first + i, "outputs": d.records}
+                                  for i, d in enumerate(described)])
         go = protocol.recv(self.server, {"go"}, self.job_id)
         try:
             sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device, budget_bytes=budget)
@@ -292,7 +285,8 @@ class CandidateSide:
                                    "the timed calls raised:\n" + compact_traceback(exc, "candidate.py"))
         if not use_ipc:  # CPU: the kept outputs' bytes follow the report
             described = [transfer.describe(slot, False) for slot in slots]
-        kept = [] if use_ipc else [{"index": index, "outputs": d.records} for index, d in zip(kept_index, described)]
+        kept = [] if use_ipc else [{"index": index, "outputs": d.records}
+                                   for index, d in zip(kept_outputs.index, described)]
         try:
             self.send("timing", samples_ms=[float(x) for x in report.samples_ms], event_ms=[],
                       overhead_ms=float(timer.overhead_ms), calls=calls, kept=kept,
@@ -335,13 +329,13 @@ class CandidateSide:
             except Exception as exc:  # noqa: BLE001 - a profiler failure is not the candidate's verdict
                 kernels = []
                 self.flags.append({"kind": "profile", "severity": "info", "message": f"torch.profiler failed: {exc}"})
-            self.send("kernels", kernels=_plain(kernels))
+            self.send("kernels", kernels=protocol.json_safe(kernels))
         if self.monitor is None and hasattr(self, "threads_before"):
             new_threads = [t.name for t in threading.enumerate() if t.ident not in self.threads_before]
             if new_threads:
                 self.flags.append({"kind": "threads", "severity": "info",
                                    "message": f"the candidate started threads: {', '.join(new_threads[:5])}"})
-        self.send("done", flags=_plain(self.final_flags()), memory=self.memory())
+        self.send("done", flags=protocol.json_safe(self.final_flags()), memory=self.memory())
 
     def memory(self) -> dict[str, Any]:
         if getattr(self, "device", None) is not None and self.device.type == "cuda":
@@ -363,21 +357,6 @@ class CandidateSide:
                 flags.append({"kind": "numeric-modes", "severity": "info",
                               "message": "the candidate changed global numeric modes: " + "; ".join(changed)})
         return flags
-
-
-def _plain(value: Any) -> Any:
-    """JSON-safe copy (non-finite floats become None, odd objects strings)."""
-    import math
-
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    return str(value)
 
 
 def profile_kernels(model: Any, problem: Any, seed: int, smoke: bool, device: torch.device,
@@ -440,6 +419,6 @@ def _report_failure(side: CandidateSide, kind: str, stage: str, message: str) ->
     except Exception:  # noqa: BLE001
         flags = []
     try:
-        side.send("failure", kind=kind, stage=stage, message=message[:20000], flags=_plain(flags))
+        side.send("failure", kind=kind, stage=stage, message=message[:20000], flags=protocol.json_safe(flags))
     except (OSError, ValueError):
         pass

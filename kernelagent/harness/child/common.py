@@ -18,24 +18,8 @@ import torch
 from kernelagent import hardware
 from kernelagent.harness.child import inputs as inputs_mod, timing
 from kernelagent.harness.child.defences import GLUE_OPS
+from kernelagent.harness.child.namespaces import close_inherited_fds
 from kernelagent.harness.config import EvalConfig
-
-def close_other_fds(keep: set[int]) -> None:
-    """Close every inherited file descriptor except `keep` and stdin/stdout/stderr: a process
-    forked from the server holds exactly the channel it was given, never the caller's socket,
-    another job's pipes or the other process's ends."""
-    keep = set(keep) | {0, 1, 2}
-    try:
-        fds = [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        fds = list(range(3, 1024))
-    for fd in fds:
-        if fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
 
 def child_setup(log_path: Path, workdir: Path, keep_fds: list[int]) -> None:
     """First thing in a process forked from the server: stdout/stderr to its own log, every other
@@ -45,7 +29,9 @@ def child_setup(log_path: Path, workdir: Path, keep_fds: list[int]) -> None:
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(log_fd)
-    close_other_fds(set(keep_fds))
+    # The same closing as the jail's (already done there for the candidate; the reference
+    # process gets it here).
+    close_inherited_fds(keep_fds)
     if os.getpid() != 1:  # pid 1 of a jail stays in the group of its waiter, which the server signals
         try:
             os.setpgid(0, 0)

@@ -162,16 +162,10 @@ class ReferenceSide:
         calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
         budget = int(order["budget_bytes"])
         dummy = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.output_shapes]
-        slots = [[torch.empty_like(d) for d in dummy] for _ in range(max(keep, 0))]
-        first_kept = calls - len(slots)
+        after_call = timing.KeptOutputs(self.output_shapes, keep, calls, self.device)
 
         def empty_model(*inputs: Any) -> Any:
             return dummy
-
-        def after_call(index: int, out: Any) -> None:
-            if index >= first_kept:
-                for target, value in zip(slots[index - first_kept], out):
-                    target.copy_(value)
 
         timer = make_timer(self.device, self.config, order.get("l2_bytes"))
         loop = timing.FixedLoop(timer)
@@ -184,7 +178,7 @@ class ReferenceSide:
         sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device, budget_bytes=budget)
         loop.run(empty_model, sets, 0, calls, after_call)
         _sync(self.device)
-        del sets
+        del sets, after_call
         self.send("calibrated", seconds=time.perf_counter() - started, calls=calls)
 
     def baselines(self, message: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Callable
 import torch
 
 from kernelagent.harness.result import Timing
+from kernelagent.harness.stats import quantile
 
 # Bound now, before any candidate code runs in this process.
 _perf_counter = time.perf_counter
@@ -38,14 +39,6 @@ class TimingReport:
     timing: Timing
     escaped_ms: float = 0.0  # median host time beyond the event time, overhead removed
     samples_ms: list[float] = field(default_factory=list)
-
-
-def _quantile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    pos = (len(sorted_values) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 class Timer:
@@ -65,21 +58,8 @@ class Timer:
 
     def _one(self, fn: Callable[..., Any], inputs: list[Any]) -> tuple[float, float]:
         """(event ms, host ms) of one call."""
-        if not self.cuda:
-            t0 = _perf_counter()
-            fn(*inputs)
-            host = (_perf_counter() - t0) * 1e3
-            return host, host
-        self._flush()
-        _cuda_synchronize()
-        start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
-        t0 = _perf_counter()
-        _event_record(start)
-        fn(*inputs)
-        _event_record(end)
-        _cuda_synchronize()
-        host = (_perf_counter() - t0) * 1e3
-        return _event_elapsed(start, end), host
+        event, host, _out = self._one_out(fn, inputs)
+        return event, host
 
     def _one_out(self, fn: Callable[..., Any], inputs: list[Any]) -> tuple[float, float, Any]:
         """(event ms, host ms, output) of one call."""
@@ -106,7 +86,7 @@ class Timer:
             event, host = self._one(lambda: None, [])
             samples.append(host - event)
         samples.sort()
-        return max(_quantile(samples, 0.5), 0.0)
+        return max(quantile(samples, 0.5), 0.0)
 
     def measure(self, fn: Callable[..., Any], input_sets: list[list[Any]], warmup_ms: float,
                 target_ms: float, min_reps: int, max_reps: int, budget_s: float) -> TimingReport:
@@ -141,16 +121,37 @@ class Timer:
                     break
         ordered = sorted(samples)
         timing = Timing(
-            median_ms=_quantile(ordered, 0.5),
-            q1_ms=_quantile(ordered, 0.25),
-            q3_ms=_quantile(ordered, 0.75),
+            median_ms=quantile(ordered, 0.5),
+            q1_ms=quantile(ordered, 0.25),
+            q3_ms=quantile(ordered, 0.75),
             min_ms=ordered[0],
             reps=len(ordered),
             meaningful=self.cuda,
             note="" if self.cuda else "CPU wall clock (Triton interpreter): not meaningful",
         )
-        escaped = _quantile(sorted(gaps), 0.5) if self.cuda else 0.0
+        escaped = quantile(sorted(gaps), 0.5) if self.cuda else 0.0
         return TimingReport(timing=timing, escaped_ms=max(escaped, 0.0), samples_ms=samples)
+
+
+class KeptOutputs:
+    """The outputs of the last `keep` of `calls` measured calls, copied into slots allocated
+    up front (outside the timed region; the server has them verified after the loop). The
+    candidate's loop and the reference's calibration loop use this one class, so the copies the
+    server's clock sees cost the same on both sides."""
+
+    def __init__(self, shapes: list[tuple[tuple[int, ...], Any]], keep: int, calls: int, device: Any):
+        self.slots = [[torch.empty(shape, dtype=dtype, device=device) for shape, dtype in shapes]
+                      for _ in range(max(keep, 0))]
+        self.first = calls - len(self.slots)  # the call index kept in slot 0
+        self.index = [-1] * len(self.slots)  # the call each slot holds
+
+    def __call__(self, call: int, outputs: list[Any]) -> None:
+        if call < self.first:
+            return
+        slot = call - self.first
+        for target, value in zip(self.slots[slot], outputs):
+            target.copy_(value)
+        self.index[slot] = call
 
 
 class FixedLoop:
@@ -182,11 +183,11 @@ class FixedLoop:
                     after_call(index - warmup_calls, out)
                 del out
         ordered = sorted(samples)
-        timing = Timing(median_ms=_quantile(ordered, 0.5), q1_ms=_quantile(ordered, 0.25),
-                        q3_ms=_quantile(ordered, 0.75), min_ms=ordered[0] if ordered else float("nan"),
+        timing = Timing(median_ms=quantile(ordered, 0.5), q1_ms=quantile(ordered, 0.25),
+                        q3_ms=quantile(ordered, 0.75), min_ms=ordered[0] if ordered else float("nan"),
                         reps=len(ordered), meaningful=timer.cuda,
                         note="" if timer.cuda else "CPU wall clock (Triton interpreter): not meaningful")
-        escaped = _quantile(sorted(gaps), 0.5) if timer.cuda and gaps else 0.0
+        escaped = quantile(sorted(gaps), 0.5) if timer.cuda and gaps else 0.0
         return TimingReport(timing=timing, escaped_ms=max(escaped, 0.0), samples_ms=samples)
 
 

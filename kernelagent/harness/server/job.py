@@ -155,7 +155,6 @@ class Job:
         self.ref: mp.Process | None = None
         self.cand: mp.Process | None = None
         self.ref_nonce = ""
-        self.cand_alive = True
         self.call_latency_ms: list[float] = []
 
     # -- helpers -------------------------------------------------------------------
@@ -184,8 +183,8 @@ class Job:
         self.refdir = self.root / "reference"
         self.scratch.mkdir(parents=True)
         self.refdir.mkdir(parents=True)
-        for directory in (self.root, self.scratch):
-            os.chmod(directory, 0o711 if directory == self.root else 0o700)
+        os.chmod(self.root, 0o711)
+        os.chmod(self.scratch, 0o700)
         (self.scratch / "problem.py").write_text(self.request["problem_source"])
         (self.scratch / "candidate.py").write_text(self.request["candidate_source"])
         (self.refdir / "problem.py").write_text(self.request["problem_source"])

@@ -13,11 +13,13 @@ passed. Nothing here does I/O, so tests/test_verdict.py runs the whole table in 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from kernelagent.harness.result import SEVERITY, Status
+from kernelagent.harness.stats import quantile
 
 # Timed loop checks (trusted_time): the server's per-call time may exceed the mean that the
 # candidate's process claims by this share of the server's time, plus an absolute allowance for
@@ -46,9 +48,7 @@ class CheckRecord:
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> "CheckRecord":
-        return cls(**{k: message[k] for k in ("name", "kind", "seed", "passed", "message", "max_abs_err",
-                                              "max_rel_err", "rel_l2_err", "rejected", "harness_error",
-                                              "skipped")})
+        return cls(**{f.name: message[f.name] for f in dataclasses.fields(cls)})
 
 
 @dataclass
@@ -147,14 +147,6 @@ def apply_rejects(outcome: Outcome, flags: list[dict[str, str]]) -> Outcome:
 # --------------------------------------------------------------------------------------
 # Timing: the candidate's in-process samples against the server's own clock
 # --------------------------------------------------------------------------------------
-
-def quantile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    pos = (len(sorted_values) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
 
 # Jitter a clocked loop may have that its calibration did not (a page fault, the scheduler, one
 # slow message): allowed once per loop, not per call. Both loops warm up unclocked first, so
