@@ -350,6 +350,11 @@ class Job:
             except EOFError:
                 raise CandidateGone() from None
             if message["type"] == "failure":
+                if not self.ready:
+                    # The candidate runs the problem's code too (its inputs): before blaming it,
+                    # hear whether the problem itself works. A broken problem is the user's error
+                    # (bad_problem, raised from ref_recv), never the candidate's verdict.
+                    self.ready = self.ref_recv({"ref_ready"}, time.monotonic() + self.limit("start"))
                 self.candidate_failure(message)
                 raise _Stop()
             if message["type"] == "stage":
