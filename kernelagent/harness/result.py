@@ -51,6 +51,7 @@ class Status:
     REJECTED = "rejected"  # caught cheating: mutated inputs, bad outputs, banned code
     BAD_PROBLEM = "bad_problem"  # the problem file itself is broken (user error, exit 2)
     HARNESS_ERROR = "harness_error"  # our fault or the machine's, not the candidate's
+    TOO_LARGE = "too_large"  # the problem does not fit this device (or the CPU): not about the candidate
 
     PASSING = (CORRECT,)
 

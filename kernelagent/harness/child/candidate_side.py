@@ -162,7 +162,9 @@ class CandidateSide:
         except transfer.OutputTypeError as exc:
             raise CandidateFailure("rejected", "compile", str(exc))
         self.output_shapes = [(tuple(o.shape), o.dtype) for o in outputs]
-        self.poison_bytes = 2 * (inputs_mod.tensor_bytes(outputs) + inputs_mod.tensor_bytes(first)) + (64 << 20)
+        # Poison as much freed memory as one input set and its outputs occupied (where the next
+        # outputs will be allocated), within the memory plan.
+        self.poison_bytes = inputs_mod.tensor_bytes(outputs) + inputs_mod.tensor_bytes(first) + (64 << 20)
         del out, first, outputs
         self.send("compiled")
         if self.config.compile_only:
@@ -206,9 +208,16 @@ class CandidateSide:
     def check(self, check: dict[str, Any]) -> None:
         kind, seed = check["kind"], int(check["seed"])
         try:
+            # The harness's own allocations, apart from the candidate's call: running out of
+            # memory here is the harness's failure (the server judges whether that is plausible).
             values = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
             if self.monitor is not None and self.device.type == "cuda":
                 defences.poison_cuda_memory(self.device, self.poison_bytes)
+        except BaseException as exc:
+            kind_ = _error_kind(exc, "runtime_error")
+            raise CandidateFailure("harness_out_of_memory" if kind_ == "out_of_memory" else kind_, self.current,
+                                   f"making the inputs of {check['name']} raised:\n" + compact_traceback(exc))
+        try:
             with torch.no_grad(), self._watch(check["name"], values):
                 out = self.model(*values)
                 _sync(self.device)
@@ -240,9 +249,10 @@ class CandidateSide:
     def time(self, order: dict[str, Any]) -> None:
         """The timed loop, exactly as the server ordered it, in two phases: `warmup_calls` calls on
         fresh inputs from the order's seed (allocations, caches and clocks settle; not clocked by
-        the server), then, once the server answers `go` with the measured calls' seed, `calls`
-        calls on fresh inputs from that seed, the outputs of the last `keep` copied aside (outside
-        the timed region) and handed over for verification."""
+        the server), then `segments` times: once the server answers `go` with the segment's seed,
+        `calls` calls on fresh inputs from that seed, every output copied aside into the kept
+        slots (outside the timed region), the report, and the server's answer once it has had the
+        outputs it chose verified."""
         self.stage("timing")
         calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
         budget = int(order["budget_bytes"])
@@ -266,40 +276,55 @@ class CandidateSide:
             raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
                                    "the warm-up calls raised:\n" + compact_traceback(exc, "candidate.py"))
         # On a GPU the kept slots are described (CUDA IPC handles of their memory) now, before the
-        # clock starts: that costs real time (a handle and a reference-count file per slot), and the
-        # reference reads the slots in place after the loop, with this process stopped.
+        # clock starts: the reference reads the slots in place after each segment, with this
+        # process stopped.
         use_ipc = self.device.type == "cuda" and self.job.get("ipc", True)
         described = [transfer.describe(slot, True) for slot in slots] if use_ipc else []
         self.send("warmed", kept=[{"index": kept_outputs.first + i, "outputs": d.records}
                                   for i, d in enumerate(described)])
-        go = protocol.recv(self.server, {"go"}, self.job_id)
+        samples: list[float] = []
+        escaped: list[float] = []
         try:
-            sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device, budget_bytes=budget)
-            report = loop.run(self.model, sets, 0, calls, after_call)
-            _sync(self.device)
-            del sets
-        except transfer.OutputTypeError as exc:
-            raise CandidateFailure("rejected", "timing", f"a timed call: {exc}")
-        except BaseException as exc:
-            raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
-                                   "the timed calls raised:\n" + compact_traceback(exc, "candidate.py"))
-        if not use_ipc:  # CPU: the kept outputs' bytes follow the report
-            described = [transfer.describe(slot, False) for slot in slots]
-        kept = [] if use_ipc else [{"index": index, "outputs": d.records}
-                                   for index, d in zip(kept_outputs.index, described)]
-        try:
-            self.send("timing", samples_ms=[float(x) for x in report.samples_ms], event_ms=[],
-                      overhead_ms=float(timer.overhead_ms), calls=calls, kept=kept,
-                      meaningful=bool(report.timing.meaningful))
-            for d in ([] if use_ipc else described):
-                for data in d.payloads:
-                    protocol.send_payload(self.server, data)
-            # The kept outputs stay alive until the server has had them verified.
-            protocol.recv(self.server, {"check_reply"}, self.job_id)
+            # The loop runs in the segments the server ordered (the kept slots are reused by each):
+            # a segment's seed comes with its `go`, and the server answers after checking the
+            # outputs it chose in secret, if any.
+            for _ in range(max(int(order["segments"]), 1)):
+                go = protocol.recv(self.server, {"go"}, self.job_id)
+                try:
+                    sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device,
+                                                  budget_bytes=budget)
+                    report = loop.run(self.model, sets, 0, calls, after_call)
+                    _sync(self.device)
+                    del sets
+                except transfer.OutputTypeError as exc:
+                    raise CandidateFailure("rejected", "timing", f"a timed call: {exc}")
+                except BaseException as exc:
+                    raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
+                                           "the timed calls raised:\n" + compact_traceback(exc, "candidate.py"))
+                samples += [float(x) for x in report.samples_ms]
+                escaped.append(report.escaped_ms)
+                cpu_described = [] if use_ipc else [transfer.describe(slot, False) for slot in slots]
+                kept = [{"index": index, "outputs": d.records}
+                        for index, d in zip(kept_outputs.index, cpu_described)]
+                try:
+                    self.send("timing", samples_ms=[float(x) for x in report.samples_ms], event_ms=[],
+                              overhead_ms=float(timer.overhead_ms), calls=calls, kept=kept,
+                              meaningful=bool(report.timing.meaningful))
+                    for d in cpu_described:
+                        for data in d.payloads:
+                            protocol.send_payload(self.server, data)
+                    # The kept outputs stay as they are until the server has had them verified.
+                    reply = protocol.recv(self.server, {"check_reply"}, self.job_id)
+                finally:
+                    for d in cpu_described:
+                        transfer.release(d)
+                if reply["stop"]:
+                    break
         finally:
             for d in described:
                 transfer.release(d)
-        del described
+            del described
+        report.escaped_ms = sorted(escaped)[len(escaped) // 2] if escaped else 0.0
         if self.monitor is not None:  # evidence, outside the server's clock
             self.monitor.check_tampering("during timing")
         if timing.escaped_work_is_significant(report):

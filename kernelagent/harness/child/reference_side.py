@@ -20,7 +20,7 @@ import torch
 
 from kernelagent.harness import protocol
 from kernelagent.harness.child import compare, inputs as inputs_mod, timing, transfer
-from kernelagent.harness.child.common import (_clone, _device, _op_names, _param_bytes, _sync, child_setup,
+from kernelagent.harness.child.common import (_clone, _device, _error_kind, _op_names, _param_bytes, _sync, child_setup,
                                                compact_traceback, import_problem, make_timer, make_timing_sets)
 from kernelagent.harness.config import EvalConfig
 
@@ -40,6 +40,23 @@ class ReferenceSide:
 
     def send(self, msg_type: str, /, **fields: Any) -> None:
         protocol.send(self.server, msg_type, self.job_id, self.nonce, **fields)
+
+    def fits(self) -> bool:
+        """The memory plan's estimate (child/memory_plan.py), before anything is allocated."""
+        if self.device.type != "cuda" or not self.job.get("device_free_bytes"):
+            return True
+        from kernelagent.harness.child import memory_plan
+
+        try:
+            problem = import_problem(self.job, self.workdir)
+        except BaseException:  # noqa: BLE001 - setup() reports a broken problem
+            return True
+        sizes = memory_plan.estimate(problem)
+        reason = memory_plan.too_large_reason(sizes, int(self.job["device_free_bytes"])) if sizes else None
+        if reason:
+            self.send("ref_error", kind="too_large", message=reason)
+            return False
+        return True
 
     def setup(self) -> bool:
         try:
@@ -66,6 +83,13 @@ class ReferenceSide:
             _sync(self.device)
             estimate_ms = (time.perf_counter() - started) * 1e3 / 2
         except BaseException as exc:  # a broken problem is the user's error: say where
+            if _error_kind(exc, "") == "out_of_memory":  # the machine's limit, not a broken problem
+                free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else 0
+                self.send("ref_error", kind="too_large",
+                          message=f"the reference ran out of device memory building the problem's model, inputs "
+                                  f"and outputs ({free / 2**30:.1f} GiB free now): run it on a larger GPU or make "
+                                  "its inputs smaller (this is not the candidate's failure)")
+                return False
             self.send("ref_error", kind="bad_problem", message=compact_traceback(exc, "problem.py"))
             return False
         self.atol = self.config.atol if self.config.atol is not None else getattr(self.problem, "ATOL", None)
@@ -173,13 +197,16 @@ class ReferenceSide:
                                                      budget_bytes=budget), 0, warmup)
         _sync(self.device)
         self.send("warmed", kept=[])
-        go = protocol.recv(self.server, {"go"}, self.job_id, self.nonce)
-        started = time.perf_counter()
-        sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device, budget_bytes=budget)
-        loop.run(empty_model, sets, 0, calls, after_call)
-        _sync(self.device)
-        del sets, after_call
-        self.send("calibrated", seconds=time.perf_counter() - started, calls=calls)
+        for _ in range(max(int(order["segments"]), 1)):  # the candidate's loop runs in these segments too
+            go = protocol.recv(self.server, {"go"}, self.job_id, self.nonce)
+            started = time.perf_counter()
+            sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device,
+                                          budget_bytes=budget)
+            loop.run(empty_model, sets, 0, calls, after_call)
+            _sync(self.device)
+            del sets
+            self.send("calibrated", seconds=time.perf_counter() - started, calls=calls)
+        del after_call
 
     def baselines(self, message: dict[str, Any]) -> None:
         timings: dict[str, Any] = {}
@@ -226,7 +253,7 @@ def reference_main(job: dict[str, Any], server: Connection, workdir: Path) -> No
     try:
         hello = protocol.recv(server, {"ref_nonce"}, job["job_id"])
         side = ReferenceSide(job, server, workdir, hello["nonce"])
-        if side.setup():
+        if side.fits() and side.setup():
             side.serve()
     except (EOFError, OSError, protocol.ProtocolError):
         pass

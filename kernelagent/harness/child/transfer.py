@@ -85,16 +85,19 @@ def describe(tensors: list[torch.Tensor], use_ipc: bool) -> Outgoing:
         if not owned.is_contiguous():
             owned = owned.contiguous()
         nbytes = owned.numel() * owned.element_size()
-        handle = None
+        handle, base_offset = None, 0
         if use_ipc and owned.is_cuda and nbytes:
-            storage = owned.untyped_storage()
-            shared = storage._share_cuda_()  # (device, handle, size, offset within the allocation, ...)
-            handle, storage_offset = _raw_ipc_handle(bytes(shared[1])), int(shared[3])
+            # The driver's handle of the allocation, not torch's `_share_cuda_()`: torch's sharing
+            # parks every shared block in a limbo until the receiver decrements a reference count
+            # through torch's own IPC rebuild, which the reference never runs; each check then
+            # leaked its outputs and inputs (KernelBench's 6 GiB problems ran out of memory at
+            # the third trial).
+            with torch.cuda.device(owned.device):
+                handle, base_offset = _CudaIpc.export(owned.data_ptr())
         if handle is not None:
             out.keepalive.append(owned)
             out.records.append({**meta, "kind": "ipc", "handle": base64.b64encode(bytes(handle)).decode(),
-                                "offset": storage_offset + owned.storage_offset() * owned.element_size(),
-                                "nbytes": nbytes})
+                                "offset": base_offset, "nbytes": nbytes})
         else:
             host = owned.to("cpu") if owned.is_cuda else owned
             if nbytes > MAX_BYTES_TENSOR:
@@ -104,17 +107,6 @@ def describe(tensors: list[torch.Tensor], use_ipc: bool) -> Outgoing:
             out.payloads.append(memoryview(flat.numpy()) if nbytes else b"")
             out.records.append({**meta, "kind": "bytes", "nbytes": nbytes})
     return out
-
-
-def _raw_ipc_handle(shared: bytes) -> bytes | None:
-    """The 64-byte cudaIpcMemHandle_t inside what torch's caching allocator shares: recent torch
-    prefixes it with a format version byte and an allocation-type byte ('c' for cudaMalloc'd
-    memory). Expandable segments share another kind of handle: None (then the bytes path)."""
-    if len(shared) == 64:
-        return shared
-    if len(shared) == 66 and shared[1:2] == b"c":
-        return shared[2:]
-    return None
 
 
 def release(outgoing: Outgoing) -> None:
@@ -143,8 +135,27 @@ class _CudaIpc:
             opener.restype = ctypes.c_int
             lib.cuIpcCloseMemHandle.argtypes = [ctypes.c_uint64]
             lib.cuIpcCloseMemHandle.restype = ctypes.c_int
-            cls._lib, cls._open = lib, opener
+            ranger = getattr(lib, "cuMemGetAddressRange_v2", None) or lib.cuMemGetAddressRange
+            ranger.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64]
+            ranger.restype = ctypes.c_int
+            lib.cuIpcGetMemHandle.argtypes = [ctypes.POINTER(cls.Handle), ctypes.c_uint64]
+            lib.cuIpcGetMemHandle.restype = ctypes.c_int
+            cls._lib, cls._open, cls._range = lib, opener, ranger
         return cls._lib
+
+    @classmethod
+    def export(cls, ptr: int) -> tuple[bytes | None, int]:
+        """(the IPC handle of the allocation holding `ptr`, `ptr`'s offset in it); (None, 0)
+        where the memory cannot be exported (expandable segments, managed memory): then the
+        tensor crosses as bytes."""
+        lib = cls.lib()
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        if cls._range(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)) != 0:
+            return None, 0
+        raw = cls.Handle()
+        if lib.cuIpcGetMemHandle(ctypes.byref(raw), base) != 0:
+            return None, 0
+        return ctypes.string_at(ctypes.addressof(raw), 64), int(ptr - base.value)  # all 64 bytes, NULs included
 
     @classmethod
     def open(cls, handle: bytes) -> int:

@@ -46,6 +46,9 @@ def probe_device(requested: str) -> dict[str, Any]:
         from kernelagent import hardware
 
         info.update(cuda=True, device=f"cuda:{index}", **hardware.torch_device_facts(index))
+        # Free memory before any job (this probe's own context aside): what one evaluation's two
+        # processes can share. The reference process checks a problem's estimate against it.
+        info["free_bytes"] = int(torch.cuda.mem_get_info(index)[0])
         try:
             import subprocess
 

@@ -1,0 +1,56 @@
+"""The timed loop in segments (issue 12's memory plan): where memory holds only a few kept
+outputs, the loop runs as several segments of that many calls, the server verifies outputs it
+chose in secret over the whole loop, and the loop keeps the length timing needs."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import CANDIDATES
+
+
+@pytest.fixture(scope="module")
+def small_keep_evaluator(tmp_path_factory):
+    """A server whose harness budget holds three outputs of relu_problem's smoke shape
+    (37 x 1001 float32), so that two are kept per segment."""
+    import os
+
+    from kernelagent.harness import Evaluator
+
+    old = os.environ.get("KERNELAGENT_CPU_KEEP_BYTES")
+    os.environ["KERNELAGENT_CPU_KEEP_BYTES"] = str(3 * 37 * 1001 * 4)
+    try:
+        with Evaluator(device="cpu", cache_dir=tmp_path_factory.mktemp("seg-cache")) as ev:
+            yield ev
+    finally:
+        if old is None:
+            os.environ.pop("KERNELAGENT_CPU_KEEP_BYTES", None)
+        else:
+            os.environ["KERNELAGENT_CPU_KEEP_BYTES"] = old
+
+
+def _config():
+    from kernelagent.harness import EvalConfig, StageTimeouts
+
+    return EvalConfig(trials=2, target_ms=20, warmup_ms=5, min_reps=12, max_reps=12,
+                      timeouts=StageTimeouts(start=60, load=30, compile=60, correctness=60, timing=120))
+
+
+def test_segmented_loop_times_every_call_and_verifies_across_segments(small_keep_evaluator):
+    result = small_keep_evaluator.evaluate(CANDIDATES / "relu_problem.py",
+                                           (CANDIDATES / "relu_good.py").read_text(), _config())
+    assert result.status == "correct", result.reason
+    loop = result.timed_loop
+    assert loop["kept"] == 2 and loop["segments"] == 6, loop
+    assert loop["calls"] == loop["kept"] * loop["segments"] == 12
+    assert result.timings["candidate"].reps == 12  # samples from every segment
+    assert loop["verified"] == 4  # three secret calls and the last
+    timed_checks = [t for t in result.trials if t.name.startswith("timed call")]
+    assert len(timed_checks) == 4 and all(t.passed for t in timed_checks)
+
+
+def test_segmented_loop_catches_wrong_timed_calls(small_keep_evaluator):
+    result = small_keep_evaluator.evaluate(CANDIDATES / "relu_problem.py",
+                                           (CANDIDATES / "relu_wrong_late.py").read_text(), _config())
+    assert result.status == "incorrect", (result.status, result.reason)
+    assert "timed call" in result.reason
