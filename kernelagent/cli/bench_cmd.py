@@ -115,7 +115,8 @@ def bench(
         geo = m["geomean_speedup"]["inductor"]
         typer.echo(f"run {outcome.run_id}: {m['problems']} problems, compiled {rate(m['compile_rate'])}, "
                    f"correct {rate(m['correctness_rate'])}, fast_1.0 vs inductor "
-                   f"{rate(m['fast_p']['inductor']['1.0'])}, geomean vs inductor "
+                   f"{rate(m['fast_p']['inductor']['1.0'])} on the lower bound "
+                   f"({rate(m['fast_p_point']['inductor']['1.0'])} on the point estimate), geomean vs inductor "
                    f"{'–' if geo is None else f'{geo:.3f}x'}; {outcome.evaluations} evaluations, "
                    f"{outcome.reused} from the store, {outcome.skipped} problems already done")
         for item in m.get("skipped") or []:
