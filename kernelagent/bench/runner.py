@@ -52,6 +52,9 @@ class BenchSpec:
     timing: bool = True
     baselines: bool = True
     max_autotune: bool = False
+    # Inductor modes beyond those --max-autotune gives (None: default, plus
+    # max-autotune-no-cudagraphs with max_autotune); left out of the run id when None.
+    inductor_modes: list[str] | None = None
     backend: str = "triton"  # "triton" or "cuda" (CUDA C++ through load_inline)
     # agent settings (agent mode only)
     model: str | None = None
@@ -77,6 +80,8 @@ class BenchSpec:
 
     def identity(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        if self.inductor_modes is None:  # runs started before the option keep their ids
+            data.pop("inductor_modes")
         if self.mode == "candidates":  # the agent's settings do not change a candidates run
             for name in ("model", "api_base", "agent_mode", "max_turns", "max_tokens", "max_cost", "timeout",
                          "target_speedup", "quick_trials", "temperature"):
@@ -93,8 +98,12 @@ class BenchSpec:
         from kernelagent.harness import EvalConfig
 
         return EvalConfig(trials=self.trials, timing=self.timing, baselines=self.baselines, backend=self.backend,
-                          compile_modes=("default", "max-autotune-no-cudagraphs") if self.max_autotune
-                          else ("default",))
+                          compile_modes=self.compile_modes())
+
+    def compile_modes(self) -> tuple[str, ...]:
+        if self.inductor_modes:
+            return tuple(self.inductor_modes)
+        return ("default", "max-autotune-no-cudagraphs") if self.max_autotune else ("default",)
 
 
 @dataclass
@@ -592,7 +601,8 @@ def _run_agent(spec: BenchSpec, session: Session, store: Store, run_id: str, dis
     from kernelagent.agent.budget import Budget
     from kernelagent.problem import ProblemError
 
-    overrides = {"compile_modes": ["default", "max-autotune-no-cudagraphs"]} if spec.max_autotune else {}
+    overrides: dict[str, Any] = {"compile_modes": spec.compile_modes()} if spec.compile_modes() != ("default",) \
+        else {}
     overrides["baselines"] = spec.baselines
     stop = threading.Event()
 
