@@ -60,7 +60,7 @@ repetitions for every problem. Cost on an H100, from the measured stages (a fres
 of imports, ~8 s server start, ~3 s for a cached level-1 evaluation; ~8-15 s more when the
 baselines are timed, Inductor compile included): ~13 s per "on" repetition, ~20-30 s per "off"
 repetition or prime. So 8 pairs x 5 repetitions x both settings is ~25-30 minutes, split over
-calls with --resume; one 9-minute call holds the primes and ~3 rounds with --cache on for 8 pairs.
+calls with --resume; one 8-minute call holds the primes and 2-3 rounds with --cache on for 8 pairs.
 """
 
 from __future__ import annotations
