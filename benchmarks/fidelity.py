@@ -81,7 +81,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-KERNELBENCH = ROOT.parent / "shared" / "kernelbench" / "KernelBench"
+# KernelBench's problems: ../shared/kernelbench beside the checkout, or shared/kernelbench inside it
+# (where the GPU machine's copy of the working tree puts it).
+KERNELBENCH = next((p for p in (ROOT.parent / "shared" / "kernelbench" / "KernelBench",
+                                ROOT / "shared" / "kernelbench" / "KernelBench") if p.is_dir()),
+                   ROOT.parent / "shared" / "kernelbench" / "KernelBench")
 SMALL_KERNEL_MS = 0.05  # the line between the 1% and the 3% targets
 CLOCK_FIELDS = ("clocks.sm", "clocks.max.sm", "temperature.gpu", "power.draw")
 
