@@ -49,8 +49,18 @@ Columns of the table (per problem and cache setting, over the counted repetition
                server (the server's clock over the timed loop)
   srv/claim    timed_loop.server_ms_per_call / timed_loop.claimed_mean_ms, median over repetitions
   cached       repetitions whose baselines came from the cache
-A second table gives the GPU's SM clock, its maximum, temperature and power from nvidia-smi,
-read before and after each repetition.
+A second table gives the GPU's SM clock, its maximum, temperature, power and (NVML) throttle
+reasons, read before and after each repetition: from NVML (pynvml, else ctypes on
+libnvidia-ml.so.1, which the GPU machines have without pynvml), else from nvidia-smi.
+
+Time cap: `--max-minutes M` bounds the whole invocation (no evaluation starts unless the slowest
+one so far still fits; each one's timeout is cut to the time left), and the plan is round robin
+(all primes, then repetition 1 of every pair, then 2, ...), so a capped run has the same number of
+repetitions for every problem. Cost on an H100, from the measured stages (a fresh process: ~2 s
+of imports, ~8 s server start, ~3 s for a cached level-1 evaluation; ~8-15 s more when the
+baselines are timed, Inductor compile included): ~13 s per "on" repetition, ~20-30 s per "off"
+repetition or prime. So 8 pairs x 5 repetitions x both settings is ~25-30 minutes, split over
+calls with --resume; one 8-minute call holds the primes and 2-3 rounds with --cache on for 8 pairs.
 """
 
 from __future__ import annotations
@@ -71,7 +81,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-KERNELBENCH = ROOT.parent / "shared" / "kernelbench" / "KernelBench"
+# KernelBench's problems: ../shared/kernelbench beside the checkout, or shared/kernelbench inside it
+# (where the GPU machine's copy of the working tree puts it).
+KERNELBENCH = next((p for p in (ROOT.parent / "shared" / "kernelbench" / "KernelBench",
+                                ROOT / "shared" / "kernelbench" / "KernelBench") if p.is_dir()),
+                   ROOT.parent / "shared" / "kernelbench" / "KernelBench")
 SMALL_KERNEL_MS = 0.05  # the issue's line between the 1% and the 3% targets
 CLOCK_FIELDS = ("clocks.sm", "clocks.max.sm", "temperature.gpu", "power.draw")
 
@@ -161,10 +175,101 @@ def problem_file(pair: Pair, work: Path) -> Path:
     return path
 
 
+class _Nvml:
+    """NVML through pynvml when it is installed, else through ctypes on libnvidia-ml.so.1 (the GPU
+    machines have the driver's library but not pynvml); `None` from `open()` where neither loads."""
+
+    CLOCK_SM, TEMPERATURE_GPU = 1, 0
+
+    def __init__(self, lib, via: str):
+        self.lib, self.via = lib, via
+
+    @classmethod
+    def open(cls) -> "_Nvml | None":
+        try:
+            import pynvml  # type: ignore[import-not-found]
+
+            pynvml.nvmlInit()
+            return cls(pynvml, "pynvml")
+        except Exception:  # noqa: BLE001 - absent or unusable: try the library itself
+            pass
+        import ctypes
+
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
+            if init() != 0:
+                return None
+        except (OSError, AttributeError):
+            return None
+        return cls(lib, "ctypes:libnvidia-ml.so.1")
+
+    def read(self, index: int) -> dict:
+        """SM clock and its maximum (MHz), temperature (C), power (W), throttle reasons (bit mask)."""
+        if self.via == "pynvml":
+            n = self.lib
+            handle = n.nvmlDeviceGetHandleByIndex(index)
+            values = {"clocks.sm": n.nvmlDeviceGetClockInfo(handle, self.CLOCK_SM),
+                      "clocks.max.sm": n.nvmlDeviceGetMaxClockInfo(handle, self.CLOCK_SM),
+                      "temperature.gpu": n.nvmlDeviceGetTemperature(handle, self.TEMPERATURE_GPU),
+                      "power.draw": n.nvmlDeviceGetPowerUsage(handle) / 1000.0}
+            try:
+                values["throttle_reasons"] = int(n.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+            except Exception:  # noqa: BLE001
+                values["throttle_reasons"] = None
+            return values
+        import ctypes
+
+        lib = self.lib
+        handle = ctypes.c_void_p()
+        get = getattr(lib, "nvmlDeviceGetHandleByIndex_v2", None) or lib.nvmlDeviceGetHandleByIndex
+        if get(ctypes.c_uint(index), ctypes.byref(handle)) != 0:
+            return {"error": f"NVML has no device {index}"}
+        out: dict = {}
+
+        def uint(name: str, fn, *args) -> None:
+            value = ctypes.c_uint()
+            out[name] = float(value.value) if fn(handle, *args, ctypes.byref(value)) == 0 else None
+
+        uint("clocks.sm", lib.nvmlDeviceGetClockInfo, ctypes.c_int(self.CLOCK_SM))
+        uint("clocks.max.sm", lib.nvmlDeviceGetMaxClockInfo, ctypes.c_int(self.CLOCK_SM))
+        uint("temperature.gpu", lib.nvmlDeviceGetTemperature, ctypes.c_int(self.TEMPERATURE_GPU))
+        uint("power.draw", lib.nvmlDeviceGetPowerUsage)
+        if out.get("power.draw") is not None:
+            out["power.draw"] /= 1000.0  # mW -> W
+        reasons = ctypes.c_ulonglong()
+        fn = getattr(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        out["throttle_reasons"] = int(reasons.value) if fn is not None and fn(handle, ctypes.byref(reasons)) == 0 \
+            else None
+        return out
+
+
+_NVML: list = []  # opened once: [handle or None]
+
+
+def nvml() -> "_Nvml | None":
+    if not _NVML:
+        _NVML.append(_Nvml.open())
+    return _NVML[0]
+
+
 def read_clocks(gpu_index: str | None) -> dict | None:
-    """SM clock (MHz), its maximum, temperature (C), power (W) from nvidia-smi; None without it."""
+    """SM clock (MHz), its maximum, temperature (C), power (W): from NVML (pynvml, else ctypes on
+    libnvidia-ml.so.1; with the throttle reasons), else from nvidia-smi; None without either.
+    `source` says which. The index is NVML's, which follows CUDA_VISIBLE_DEVICES only when the
+    machine's order matches it."""
+    lib = nvml() if gpu_index is not None else None
+    if lib is not None:
+        try:
+            values = lib.read(int(gpu_index))
+            values["source"] = f"NVML ({lib.via})"
+            return values
+        except Exception as exc:  # noqa: BLE001 - fall back to nvidia-smi
+            nvml_error = f"NVML failed: {exc}"
+    else:
+        nvml_error = None
     if shutil.which("nvidia-smi") is None:
-        return None
+        return {"error": nvml_error} if nvml_error else None
     cmd = ["nvidia-smi", f"--query-gpu={','.join(CLOCK_FIELDS)}", "--format=csv,noheader,nounits"]
     if gpu_index is not None:
         cmd += ["-i", gpu_index]
@@ -174,7 +279,7 @@ def read_clocks(gpu_index: str | None) -> dict | None:
         return {"error": "nvidia-smi failed"}
     if not out:
         return {"error": "nvidia-smi printed nothing"}
-    values = {}
+    values: dict = {"source": "nvidia-smi"}
     for name, raw in zip(CLOCK_FIELDS, out[0].split(",")):
         try:
             values[name] = float(raw.strip())
@@ -184,7 +289,16 @@ def read_clocks(gpu_index: str | None) -> dict | None:
 
 
 def gpu_index(device: str) -> str | None:
-    return device.split(":", 1)[1] if device.startswith("cuda:") else ("0" if device == "cuda" else None)
+    """The GPU whose clocks are read: cuda:N -> N; cuda and auto -> the first visible one (None for
+    the CPU; on a machine without a GPU nothing is read anyway)."""
+    if device.startswith("cuda:"):
+        return device.split(":", 1)[1]
+    if device in ("cuda", "auto"):
+        import os
+
+        first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
+        return first if first.isdigit() else "0"
+    return None
 
 
 def quarter_drift(samples: list[float]) -> float | None:
@@ -315,6 +429,9 @@ def summarize(rows: list[dict], reps: int) -> list[dict]:
             "cached": sum(1 for r in ok if r.get("baselines_cached")),
             "sm_mhz": span("clocks.sm"), "max_sm_mhz": span("clocks.max.sm"),
             "temp_c": span("temperature.gpu"), "power_w": span("power.draw"),
+            # NVML's throttle reasons other than "GPU idle" (bit 0) seen around the repetitions
+            "throttled": sum(1 for c in clocks if (c.get("throttle_reasons") or 0) & ~1),
+            "throttle_read": sum(1 for c in clocks if c.get("throttle_reasons") is not None),
             "failures": [f"rep {r['rep']}: {r.get('status')}: {str(r.get('reason', ''))[:160]}"
                          for r in group if r not in ok],
         })
@@ -353,15 +470,17 @@ def render(summary: list[dict], rows: list[dict], header: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     if not meaningful:
         lines += ["", warn]
-    lines += ["", "## GPU clocks (nvidia-smi, before and after each repetition)", ""]
+    lines += ["", f"## GPU clocks ({header['clocks']})", ""]
     if header["clocks"].startswith("nvidia-smi not found"):
         lines.append("nvidia-smi not found on this machine: no clocks, temperatures or power were read.")
     else:
-        lines += ["| problem | cache | SM MHz (min-max) | max SM MHz | temp C | power W |", "|---|---|---|---|---|---|"]
+        lines += ["| problem | cache | SM MHz (min-max) | max SM MHz | temp C | power W | throttled readings |",
+                  "|---|---|---|---|---|---|---|"]
         rng = lambda v, spec=".0f": "—" if v is None else f"{v[0]:{spec}}-{v[1]:{spec}}"  # noqa: E731
         for s in summary:
+            throttled = f"{s.get('throttled', 0)}/{s['throttle_read']}" if s.get("throttle_read") else "—"
             lines.append(f"| {s['label']} | {s['cache']} | {rng(s['sm_mhz'])} | {rng(s['max_sm_mhz'])} | "
-                         f"{rng(s['temp_c'])} | {rng(s['power_w'], '.1f')} |")
+                         f"{rng(s['temp_c'])} | {rng(s['power_w'], '.1f')} | {throttled} |")
     failures = [f"- {s['label']} (cache {s['cache']}) {f}" for s in summary for f in s["failures"]]
     if failures:
         lines += ["", "## Repetitions without a correct timed result", "", *failures]
@@ -378,8 +497,12 @@ def header_for(rows: list[dict], reps: int, notes: list[str]) -> dict:
     fp = next((r["fingerprint"] for r in rows if r.get("fingerprint")), {})
     note = next((r["timing_note"] for r in rows if r.get("timing_note")), "")
     driver, clocks = "—", "nvidia-smi not found: no GPU clocks read"
+    sources = sorted({c["source"] for r in rows for c in (r.get("clocks_before"), r.get("clocks_after"))
+                      if isinstance(c, dict) and c.get("source")})
+    if sources:
+        clocks = f"{', '.join(sources)}, before and after each repetition"
     if shutil.which("nvidia-smi"):
-        clocks = "nvidia-smi, before and after each repetition"
+        clocks = clocks if sources else "nvidia-smi, before and after each repetition"
         try:
             driver = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                                     capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
@@ -412,7 +535,8 @@ def run(args: argparse.Namespace) -> int:
         pairs += read_pairs_file(args.pairs) if args.pairs else []
     else:
         pairs, notes = default_pairs(args.kernelbench)
-    pairs = [p for p in pairs if fnmatch.fnmatch(p.label, args.filter)]
+    globs = [g.strip() for g in args.filter.split(",") if g.strip()] or ["*"]
+    pairs = [p for p in pairs if any(fnmatch.fnmatch(p.label, g) for g in globs)]
     if not pairs:
         raise FidelityError(f"no pair matches --filter {args.filter!r}")
     if len({p.label for p in pairs}) != len(pairs):
@@ -428,14 +552,16 @@ def run(args: argparse.Namespace) -> int:
     done = {(r["label"], r["cache"], r["rep"], bool(r.get("prime"))) for r in existing}
     run_id = time.strftime("%Y%m%dT%H%M%S")
     gpu = gpu_index(args.device)
-    if shutil.which("nvidia-smi") is None:
-        print("nvidia-smi not found: GPU clocks, temperature and power will not be read", flush=True)
+    if shutil.which("nvidia-smi") is None and (gpu is None or nvml() is None):
+        print("neither NVML nor nvidia-smi found: GPU clocks, temperature and power will not be read", flush=True)
 
+    # Round robin: every pair's cache prime first, then repetition 1 of every pair and setting, then
+    # repetition 2, ... A run cut by --max-minutes so has the same number of repetitions (within
+    # one) for every problem, rather than all of the first problems and none of the last.
     plan = []
-    for pair in pairs:
-        if "on" in settings and not args.no_prime:
-            plan.append((pair, "on", 0, True))
-        plan += [(pair, cache, rep, False) for rep in range(1, args.reps + 1) for cache in settings]
+    if "on" in settings and not args.no_prime:
+        plan += [(pair, "on", 0, True) for pair in pairs]
+    plan += [(pair, cache, rep, False) for rep in range(1, args.reps + 1) for pair in pairs for cache in settings]
     todo = [step for step in plan if (step[0].label, step[1], step[2], step[3]) not in done]
     print(f"{len(plan)} evaluations planned, {len(plan) - len(todo)} already in {out}; "
           f"each in a fresh `python -m kernelagent eval` process", flush=True)
@@ -444,10 +570,20 @@ def run(args: argparse.Namespace) -> int:
 
     started, stopped_early = time.perf_counter(), 0
     cache_on = work / "cache-on"
+    # The cap holds for the whole invocation: an evaluation starts only if the slowest one seen so
+    # far (per cache setting, primes count as "off": they time the baselines) still fits, and its
+    # timeout is cut to the time left, so the run ends within --max-minutes plus the summary.
+    slowest: dict[str, float] = {}
     for index, (pair, cache, rep, prime) in enumerate(todo):
-        if args.max_minutes is not None and time.perf_counter() - started > args.max_minutes * 60:
-            stopped_early = len(todo) - index
-            break
+        eval_timeout = args.eval_timeout
+        if args.max_minutes is not None:
+            left = args.max_minutes * 60 - (time.perf_counter() - started)
+            kind = "off" if prime else cache
+            expected = slowest.get(kind, max(slowest.values(), default=0.0))
+            if left <= 0 or (index > 0 and expected > left):
+                stopped_early = len(todo) - index
+                break
+            eval_timeout = min(eval_timeout, max(left, 1.0))
         problem = problem_file(pair, work)
         if cache == "on":
             cache_dir = cache_on
@@ -456,8 +592,10 @@ def run(args: argparse.Namespace) -> int:
             cache_dir = Path(tempfile.mkdtemp(prefix="cache-off-", dir=work))
         try:
             before = read_clocks(gpu)
-            rc, data, stderr, wall = run_eval(problem, pair.candidate, cache_dir, args.device, args.eval_timeout)
+            rc, data, stderr, wall = run_eval(problem, pair.candidate, cache_dir, args.device, eval_timeout)
             after = read_clocks(gpu)
+            kind = "off" if prime else cache
+            slowest[kind] = max(slowest.get(kind, 0.0), wall)
         finally:
             if cache == "off":
                 shutil.rmtree(cache_dir, ignore_errors=True)
@@ -494,13 +632,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pair", action="append", metavar="PROBLEM:CANDIDATE[@name=value,...]",
                         help="a problem and its candidate (repeatable); replaces the default list")
     parser.add_argument("--pairs", type=Path, metavar="FILE", help="a file of pairs, one a line")
-    parser.add_argument("--filter", default="*", help="glob over the pair labels, e.g. 'kb/*'")
+    parser.add_argument("--filter", default="*",
+                        help="glob over the pair labels, e.g. 'kb/*'; several globs comma-separated (any matches)")
     parser.add_argument("--device", default="auto", help="passed to `kernelagent eval --device`")
     parser.add_argument("--out", type=Path, default=Path("fidelity.jsonl"), help="JSONL rows, appended as they come")
     parser.add_argument("--summary", type=Path, default=None, help="also write the Markdown summary here")
     parser.add_argument("--resume", action="store_true", help="continue --out, skipping the evaluations it has")
     parser.add_argument("--max-minutes", type=float, default=None,
-                        help="start no new evaluation after this many minutes (then --resume to go on)")
+                        help="cap on the whole invocation: no evaluation starts unless the slowest so far still "
+                             "fits, and each one's timeout is cut to the time left (then --resume to go on)")
     parser.add_argument("--eval-timeout", type=float, default=900.0, help="seconds for one evaluation")
     parser.add_argument("--no-prime", action="store_true",
                         help="do not fill the shared cache first (then repetition 1 with the cache on is a miss)")

@@ -26,7 +26,7 @@ from kernelagent.agent import (
 )
 from kernelagent.agent import trajectory as trajectory_module
 from kernelagent.agent.prompts import prompt_dirs
-from kernelagent.agent.tools import TOOL_NAMES, TOOL_SCHEMAS, describe_inputs
+from kernelagent.agent.tools import TOOL_NAMES, TOOL_SCHEMAS, HarnessTools, describe_inputs
 from kernelagent.models import ScriptedModel, text_reply, tool_reply
 from kernelagent.models.litellm_model import LitellmModel
 from tests.fake_openai_server import FakeOpenAIServer, error, text, tool
@@ -207,8 +207,26 @@ def test_check_target():
     assert "TorchInductor" in check_target(gpu, 1.5)[1]
     eager_only = Observation(text="", passed=True, timed=True, measurable=True, speedups={"eager": 2.0})
     assert check_target(eager_only, 1.5) == (True, "2.000x vs eager (no TorchInductor baseline), "
-                                                   "target 1.5x: met")
+                                                   "target 1.5x: met (point estimate: no interval measured)")
     assert not check_target(Observation(text="", passed=True), 1.0)[0]
+
+
+def test_check_target_decides_on_the_lower_bound():
+    # The point estimate beats 1.0, the interval's low end does not: not met.
+    noisy = Observation(text="", passed=True, timed=True, measurable=True, speedups={"compile": 1.12},
+                        intervals={"compile": [0.86, 1.30]})
+    met, label = check_target(noisy, 1.0)
+    assert not met
+    assert "1.120x [0.860, 1.300]" in label and "lower bound" in label and "not met" in label
+    # The whole interval is above the target: met.
+    sure = Observation(text="", passed=True, timed=True, measurable=True, speedups={"compile": 1.12},
+                       intervals={"compile": [1.05, 1.20]})
+    assert check_target(sure, 1.0)[0] and not check_target(sure, 1.1)[0]
+    # An interval for another baseline does not count for TorchInductor's decision.
+    other = Observation(text="", passed=True, timed=True, measurable=True, speedups={"compile": 1.12, "eager": 3.0},
+                        intervals={"eager": [2.9, 3.1]})
+    assert check_target(other, 1.0) == (True, "1.120x vs TorchInductor, target 1x: met "
+                                              "(point estimate: no interval measured)")
 
 
 def test_prompts_render_and_are_found():
@@ -272,6 +290,18 @@ class FakeTools:
         return obs
 
 
+class IntervalTools(FakeTools):
+    """'noisy' -> point 1.12x, interval [0.9, 1.3]; 'sure' -> point 1.12x, interval [1.05, 1.2]."""
+
+    def _obs(self, code, full, submitted=False):
+        interval = [0.9, 1.3] if "noisy" in code else [1.05, 1.2] if "sure" in code else None
+        if interval is None:
+            return super()._obs(code, full, submitted)
+        return Observation(text=f"verdict for {code}", verdict="correct", code=code, passed=True, timed=True,
+                           measurable=True, speedups={"compile": 1.12}, intervals={"compile": interval},
+                           full=full, submitted=submitted)
+
+
 def run_loop(replies, tools=None, mode="auto", target=1.0, **budget):
     tools = tools or FakeTools()
     agent = Agent(ScriptedModel(replies), tools, Prompts(), Budget(**{"max_turns": 10, **budget}),
@@ -295,6 +325,59 @@ def test_target_met_stops_and_fastest_is_kept():
     assert result.exit_code == 0 and result.stop_reason == "target_met"
     assert "fast" in result.best.code and result.best.speedups["compile"] == 2.0
     assert len(tools.verified) == 1  # re-verified with the full trial count
+
+
+def test_point_above_target_but_lower_bound_below_does_not_stop_the_run():
+    result, agent, _ = run_loop([text_reply(block("noisy\nclass ModelNew: ...\n")),
+                                 text_reply(block("sure\nclass ModelNew: ...\n")),
+                                 text_reply("never asked")], tools=IntervalTools(), mode="text", target=1.0)
+    # The first candidate (1.12x, lower bound 0.9) did not stop the loop; the second did.
+    assert result.stop_reason == "target_met" and result.exit_code == 0
+    assert "sure" in result.best.code and agent.budget.turns == 2
+    assert "lower bound" in result.target_check
+
+
+def test_lower_bound_short_of_target_is_short_of_target():
+    result, _, _ = run_loop([tool_reply("submit", {"code": "noisy"}), tool_reply("submit", {"code": "noisy"})],
+                            tools=IntervalTools(), target=1.0)
+    assert result.outcome == "short_of_target" and result.exit_code == 3
+    assert "[0.900, 1.300]" in result.target_check
+
+
+def test_profile_and_submit_time_with_the_same_settings(problem):
+    """Issue 13: `profile` and `submit` must time the candidate and its baselines the same way.
+    Both configs come from tools.timed_settings; they may differ only in trials and in the
+    profiler pass (after the timed loop), and they share the baseline cache key."""
+    from kernelagent.harness.caller.baseline_cache import BaselineCache
+    from kernelagent.harness.result import EvalResult
+    from kernelagent.problem import load_problem
+
+    class Recorder:
+        def __init__(self):
+            self.configs = []
+
+        def evaluate(self, problem, code, config):
+            self.configs.append(config)
+            return EvalResult(status="incorrect")
+
+    recorder = Recorder()
+    tools = HarnessTools(recorder, load_problem(problem), Prompts(), trials=5, quick_trials=2,
+                         eval_overrides={"compile_modes": ("default", "reduce-overhead")}, inputs={})
+    for name in ("profile", "submit"):
+        tools.run(name, {"code": "class ModelNew: pass"})
+    tools.verify("class ModelNew: pass")
+    tools.evaluate("class ModelNew: pass")
+    profile_cfg, *others = recorder.configs
+    assert profile_cfg.profile and profile_cfg.trials == 2
+    for other in others:
+        a, b = profile_cfg.to_dict(), other.to_dict()
+        differing = {k for k in a if a[k] != b[k]}
+        assert differing <= {"trials", "profile"}, differing
+        assert other.timing and other.baselines and not other.profile
+        fingerprint = {"gpu_name": "NVIDIA H200", "driver": "1", "torch": "2", "triton": "3", "python": "3.12"}
+        cache = BaselineCache("/nonexistent")
+        assert cache.key("p", fingerprint, profile_cfg) == cache.key("p", fingerprint, other)
+    assert profile_cfg.compile_modes == ("default", "reduce-overhead")
 
 
 def test_final_verification_falls_back_to_next_best():

@@ -266,3 +266,67 @@ def test_compare_with_different_problem_sets_uses_the_shared_ones(tmp_path):
     assert data["a"]["metrics"]["problems"] == data["b"]["metrics"]["problems"] == 6
     assert data["a"]["metrics"] == data["b"]["metrics"]  # the same six records: B - A is 0
     assert note.replace("'", "&#x27;") in (tmp_path / "cmp" / "compare.html").read_text()
+
+
+# -- fast_p on the lower bound of the speedup interval (issue 13) ----------------------------
+def test_fast_p_decides_on_the_lower_bound_and_reports_both():
+    from kernelagent.bench.progress import describe_record
+    from kernelagent.bench.report import _problem_table, _xi, problems_csv
+
+    noisy = {**record("level1/a", correct=True, eager=3.0, inductor=1.12), "interval_inductor": [0.9, 1.3],
+             "interval_eager": [2.8, 3.2]}
+    sure = {**record("level1/b", correct=True, eager=3.0, inductor=1.12), "interval_inductor": [1.05, 1.2]}
+    point_only = record("level1/c", correct=True, eager=3.0, inductor=1.12)  # no interval measured
+    wrong = {**record("level1/d", correct=False), "speedup_inductor": 5.0, "interval_inductor": [4.0, 6.0]}
+    records = [noisy, sure, point_only, wrong]
+    # Point beats 1.0 but the lower bound does not: not fast_1.
+    assert M.fast_p([noisy], "inductor", 1.0) == 0.0
+    assert M.fast_p([noisy], "inductor", 1.0, rule="point") == 1.0
+    assert M.fast_p([sure], "inductor", 1.0) == 1.0 and M.fast_p([sure], "inductor", 1.1) == 0.0
+    assert M.fast_p([point_only], "inductor", 1.0) == 1.0  # the point estimate decides, and it is counted
+    assert M.speedup_low(noisy, "inductor") == 0.9 and M.speedup_low(point_only, "inductor") == 1.12
+    assert M.interval(wrong, "inductor") is None  # an incorrect kernel has no speedup at all
+    m = M.compute(records)
+    assert m["fast_p"]["inductor"]["1.0"] == pytest.approx(2 / 4)  # sure + point_only
+    assert m["fast_p_point"]["inductor"]["1.0"] == pytest.approx(3 / 4)
+    assert m["fast_p"]["eager"]["2.0"] == pytest.approx(3 / 4)
+    assert m["point_only"] == {"eager": 2, "inductor": 1}
+    assert "lower bound" in m["fast_p_rule"]
+    # Shown with both numbers: the table, the CSV and the progress line.
+    assert _xi(noisy, "inductor") == "1.120x [0.900, 1.300]" and _xi(point_only, "inductor") == "1.120x"
+    assert "1.120x [0.900, 1.300]" in _problem_table(records)
+    rows = list(csv.DictReader(problems_csv(records).splitlines()))
+    assert rows[0]["speedup_inductor_low"] == "0.9" and rows[0]["speedup_inductor_high"] == "1.3"
+    assert rows[2]["speedup_inductor_low"] == ""
+    assert describe_record(noisy) == "correct, 1.12x [0.90, 1.30] vs inductor"
+
+
+def test_report_shows_other_inductor_modes_by_name(tmp_path):
+    rec = {**record("level1/1_relu", correct=True, eager=2.0, inductor=1.2), "interval_inductor": [1.1, 1.3],
+           "raw_speedups": {"eager": 2.0, "compile": 1.2, "compile:reduce-overhead": 0.8},
+           "raw_intervals": {"compile:reduce-overhead": [0.7, 0.9]}}
+    store = tmp_path / "s.sqlite"
+    synthetic_run(store, "modes", [rec])
+    with Store(store) as s:
+        paths = write_reports(s, "modes", tmp_path / "modes")
+    html = paths["html"].read_text()
+    assert "Inductor reduce-overhead 0.800x [0.700, 0.900]" in html
+    assert "fast_1.0 (lower bound)" in html and "fast_1.0 (point estimate)" in html
+
+
+def test_records_carry_the_intervals_from_the_result():
+    from kernelagent.bench.runner import ProblemRef, candidates_record, summarise
+
+    result = {"status": "correct", "compiled": True, "flags": [],
+              "timings": {"candidate": {"meaningful": True}, "compile": {"meaningful": True}},
+              "speedups": {"eager": 2.0, "compile": 1.1, "compile:max-autotune-no-cudagraphs": 0.9},
+              "speedup_intervals": {"eager": [1.9, 2.1], "compile": [0.95, 1.2]}}
+    summary = summarise(result)
+    assert summary["interval_inductor"] == [0.95, 1.2] and summary["interval_eager"] == [1.9, 2.1]
+    ref = ProblemRef(path=Path("/b/level1/x.py"), level="level1", name="x")
+    rec = candidates_record(ref, [{"summary": summary, "sample": "x.py", "reused": False}])
+    assert rec["interval_inductor"] == [0.95, 1.2]
+    assert rec["raw_speedups"]["compile:max-autotune-no-cudagraphs"] == 0.9
+    assert M.fast_p([rec], "inductor", 1.0) == 0.0 and M.fast_p([rec], "inductor", 1.0, rule="point") == 1.0
+    cpu = summarise({**result, "timings": {"candidate": {"meaningful": False}}})
+    assert cpu["interval_inductor"] is None and cpu["speedup_inductor"] is None

@@ -163,3 +163,65 @@ def test_quarter_drift_and_cv():
     assert fid.quarter_drift([1, 2, 3]) is None
     assert fid.cv([1.0]) is None and fid.cv([2.0, 2.0]) == 0.0
     assert fid.cv([1.0, 3.0]) == pytest.approx(2 ** 0.5 / 2)
+
+
+def _fake_eval(walls: list[float]):
+    """A stand-in for run_eval: a correct CPU-like result, each call taking walls[i] 'seconds'."""
+    calls = []
+
+    def run_eval(problem, candidate, cache_dir, device, timeout):
+        calls.append(timeout)
+        data = {"status": "correct", "device": "cpu", "timings": {"candidate": {"median_ms": 1.0, "samples_ms": [1.0] * 8,
+                                                                                "meaningful": False}},
+                "speedups": {}, "speedup_intervals": {}, "baselines_cached": False}
+        return 0, data, "", walls[min(len(calls) - 1, len(walls) - 1)]
+
+    return run_eval, calls
+
+
+def test_plan_is_round_robin_over_pairs(tmp_path, monkeypatch):
+    mod = load_script()
+    run_eval, _ = _fake_eval([0.01])
+    monkeypatch.setattr(mod, "run_eval", run_eval)
+    out = tmp_path / "rows.jsonl"
+    assert mod.main(["--reps", "2", "--pair", PAIR, "--pair", PAIR + "@batch_size=8", "--device", "cpu",
+                     "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    order = [(r["label"], r["cache"], r["rep"]) for r in rows]
+    a, b = "relu_problem", "relu_problem@batch_size=8"
+    assert order == [(a, "on", 0), (b, "on", 0),
+                     (a, "on", 1), (a, "off", 1), (b, "on", 1), (b, "off", 1),
+                     (a, "on", 2), (a, "off", 2), (b, "on", 2), (b, "off", 2)]
+
+
+def test_time_cap_is_predictive_and_bounds_the_timeout(tmp_path, monkeypatch):
+    import time as real_time
+    from types import SimpleNamespace
+
+    mod = load_script()
+    now = [0.0]
+    inner, timeouts = _fake_eval([20.0])  # each evaluation "takes" 20 s; the cap is 30 s
+
+    def run_eval(*args):
+        result = inner(*args)
+        now[0] += result[3]  # the fake clock moves by the evaluation's wall time
+        return result
+
+    monkeypatch.setattr(mod, "run_eval", run_eval)
+    monkeypatch.setattr(mod, "time", SimpleNamespace(perf_counter=lambda: now[0], strftime=real_time.strftime))
+    out = tmp_path / "rows.jsonl"
+    assert mod.main(["--reps", "3", "--pair", PAIR, "--device", "cpu", "--out", str(out), "--max-minutes", "0.5",
+                     "--summary", str(tmp_path / "s.md")]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 1  # the next one would not fit: 20 s expected with < 20 s left
+    assert timeouts[0] <= 30.0  # the first one's timeout is cut to the time left
+    assert "stopped after --max-minutes 0.5" in (tmp_path / "s.md").read_text()
+
+
+def test_nvml_absent_here_and_clock_index():
+    mod = load_script()
+    assert mod.gpu_index("cuda:3") == "3" and mod.gpu_index("cpu") is None
+    assert mod.gpu_index("auto") in ("0",) or mod.gpu_index("auto").isdigit()
+    # This machine has no NVIDIA driver: NVML does not load, and no clock is read or faked.
+    assert mod.nvml() is None
+    assert mod.read_clocks("0") is None

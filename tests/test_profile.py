@@ -26,6 +26,13 @@ def test_profile_cli_on_cpu_degrades_clearly(tmp_path):
     assert "no GPU" in data["roofline"]["unavailable"] and "no GPU" in data["ncu"]["unavailable"]
     text = "\n".join(data["lines"])
     assert "roofline: no GPU" in text and "ncu: not measured: no GPU" in text and "top CPU ops" in text
+    # Both clocks, host overhead apart; on the CPU labelled not meaningful (CPU ops, interpreter).
+    clocks = data["clocks"]
+    assert clocks["kind"] == "cpu" and clocks["meaningful"] is False and clocks["within_pct"] is None
+    assert clocks["harness_ms"] > 0 and clocks["profiler_ms"] > 0
+    assert abs(clocks["host_overhead_ms"] - (clocks["harness_ms"] - clocks["profiler_ms"])) < 1e-9
+    assert "clocks: harness" in text and "profiler CPU ops" in text and "not meaningful" in text
+    assert data["numerics"]["tf32"] is False
     plain = CliRunner().invoke(app, ["profile", str(SOFTMAX), str(SOFTMAX_SOL), "--device", "cpu",
                                      "--cache-dir", str(tmp_path), "--no-baselines", "--no-ncu"])
     assert plain.exit_code == 0 and "roofline: no GPU" in plain.output and "ncu" not in plain.output
@@ -95,3 +102,32 @@ def test_ncu_parsing_and_summary():
     assert "occupancy limited by registers (128/thread)" in text
     assert "top stalls: long scoreboard" in text
     assert len(lines) <= 8
+
+
+def _fake_result(median_ms, kernels, meaningful=True, source="in-process"):
+    from kernelagent.harness.result import EvalResult, Timing
+
+    result = EvalResult(status="correct", kernels=kernels, fingerprint={"cuda": True})
+    result.timings["candidate"] = Timing(median_ms=median_ms, q1_ms=median_ms, q3_ms=median_ms, min_ms=median_ms,
+                                         reps=10, meaningful=meaningful, source=source)
+    return result
+
+
+def test_clocks_on_synthetic_profiles():
+    # Top rows only (the profiler keeps 10): the total comes from a row's share, so rows cut off count.
+    kernels = [{"name": "softmax_kernel", "total_ms": 0.090, "calls": 1, "share": 0.9, "own": True, "kind": "device"},
+               {"name": "copy", "total_ms": 0.005, "calls": 1, "share": 0.05, "own": False, "kind": "device"}]
+    c = profiling.clocks(_fake_result(0.1025, kernels))
+    assert abs(c["profiler_ms"] - 0.1) < 1e-12 and abs(c["host_overhead_ms"] - 0.0025) < 1e-12
+    assert abs(c["diff_pct"] - 2.5) < 1e-9 and c["within_pct"] is True and c["kind"] == "device"
+    line = profiling.clock_line(c)
+    assert line == ("clocks: harness 0.1025 ms/call median (in-process); profiler device kernels 0.1000 ms/call; "
+                    "host overhead 0.0025 ms/call (+2.5% of the profiler's); within 3%")
+    far = profiling.clocks(_fake_result(0.110, kernels))
+    assert far["within_pct"] is False and "NOT within 3%" in profiling.clock_line(far)
+    small = profiling.clocks(_fake_result(0.030, [{"name": "k", "total_ms": 0.010, "calls": 1, "share": 1.0,
+                                                   "kind": "device"}]))
+    assert small["within_pct"] is None and "no agreement target" in small["note"]
+    assert "unavailable" in profiling.clocks(_fake_result(0.1, []))
+    summary = profiling.summary_lines(_fake_result(0.1025, kernels), {"unavailable": "x"}, None)
+    assert line in summary

@@ -61,3 +61,20 @@ def test_profile_names_the_top_kernel_and_a_roofline_fraction(gpu_evaluator, bac
         first = ncu["kernels"][0]
         assert first["dram_pct"] is not None and first["registers_per_thread"]
         assert any(line.startswith("ncu ") for line in report["lines"])
+
+
+def test_profile_clocks_agree_within_3_percent_for_a_long_kernel(gpu_evaluator):
+    """Issue 13, scope 2: for a kernel of 50 us or more, the harness median and the profiler's
+    summed device kernel time per call agree within 3%; the host overhead is reported apart."""
+    from kernelagent.harness.caller import profiling
+
+    report = profiling.profile(SOFTMAX, read(BENCHMARKS / "solutions" / "level1" / "5_softmax.py"),
+                               evaluator=gpu_evaluator, use_ncu=False, baselines=False)
+    clocks = report["clocks"]
+    print("\n" + profiling.clock_line(clocks))
+    assert report["result"].status == Status.CORRECT
+    assert clocks["kind"] == "device" and clocks["meaningful"]
+    assert clocks["profiler_ms"] >= profiling.AGREEMENT_MIN_MS, clocks
+    assert abs(clocks["diff_pct"]) <= profiling.AGREEMENT_PCT, clocks
+    assert clocks["within_pct"] is True
+    assert abs(clocks["host_overhead_ms"] - (clocks["harness_ms"] - clocks["profiler_ms"])) < 1e-12

@@ -200,3 +200,11 @@ def test_judge_is_reported_apart_and_mixed_only_when_asked():
     down = Judge("openai/fake-judge", api_base="http://127.0.0.1:9/v1", api_key="k", timeout=2).score("a", "b")
     assert down.score is None and down.error
     assert reward_from_result(result, RewardConfig(judge_weight=1.0, mix_judge=True), judge=down).reward == pytest.approx(A)
+
+
+def test_reward_pays_the_point_estimate_not_the_lower_bound():
+    """Documented choice (issue 13): decisions use the interval's low end, the reward the point."""
+    result = timed(compile=1.5, eager=3.0)
+    result.speedup_intervals = {"compile": [0.9, 2.0], "eager": [2.5, 3.5]}
+    breakdown = reward_from_result(result, RewardConfig())
+    assert breakdown.speedup == 1.5 and breakdown.reward == pytest.approx(formula(True, True, 1.5))

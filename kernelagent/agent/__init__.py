@@ -233,6 +233,8 @@ def build_summary(result: RunResult, problem: Any, out_dir: Path, budget: Budget
             "speedup_vs_eager": speedups.get("eager") if measurable else None,
             "speedup_vs_inductor": speedups.get("compile") if measurable else None,
             "raw_speedups": speedups,
+            # 95% intervals ([low, high]) of each speedup; the target is judged on the low end.
+            "speedup_intervals": dict(best.intervals) if measurable else {},
             "timings_meaningful": measurable,
             "timings_ms": {k: v.get("median_ms") for k, v in best.data.get("timings", {}).items()},
         },

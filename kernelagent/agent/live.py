@@ -21,10 +21,13 @@ def describe_obs(obs: Any) -> str:
     if obs.passed and obs.timed:
         if not obs.measurable:
             text += " (timing not meaningful on CPU)"
-        elif "compile" in obs.speedups:
-            text += f", {obs.speedups['compile']:.2f}x vs inductor"
-        elif "eager" in obs.speedups:
-            text += f", {obs.speedups['eager']:.2f}x vs eager"
+        else:
+            for name, label in (("compile", "inductor"), ("eager", "eager")):
+                if name in obs.speedups:
+                    bounds = (getattr(obs, "intervals", None) or {}).get(name)
+                    text += f", {obs.speedups[name]:.2f}x" + (
+                        f" [{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds and len(bounds) == 2 else "") + f" vs {label}"
+                    break
     return text
 
 

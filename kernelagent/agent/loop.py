@@ -10,7 +10,8 @@ which is evaluated in full and the results come back as the next user message), 
 (tools, but a reply with a code block and no tool call is evaluated as in text mode).
 
 Stopping: a correct candidate that meets the target (speedup vs TorchInductor, else vs
-eager) ends the run; so does `submit` of a correct candidate (one short of the target is
+eager; decided on the LOW end of its 95% interval, `EvalResult.speedup_intervals`, and on
+the point estimate only where no interval was measured, which the label says) ends the run; so does `submit` of a correct candidate (one short of the target is
 pushed back once while budget is left). On the CPU timings mean nothing, so a correct,
 timed candidate counts as meeting the target ("not measurable on CPU"). At the end the
 best correct candidate (by measured speedup; without measurements, the submitted one, else
@@ -34,7 +35,7 @@ from kernelagent.agent.trajectory import Trajectory
 from kernelagent.models.base import Model, ModelConfigError, ModelError, ModelReply
 
 __all__ = ["Agent", "AgentConfig", "FormatError", "LimitsExceeded", "Observation", "RunResult",
-           "Submitted", "ToolExecutor", "check_target", "extract_code"]
+           "Submitted", "ToolExecutor", "check_target", "decision_speed", "extract_code"]
 
 
 class Submitted(Exception):
@@ -64,6 +65,9 @@ class Observation:
     timed: bool = False  # the candidate was timed
     measurable: bool = False  # ... and the timings mean something (not CPU/interpreter)
     speedups: dict[str, float] = field(default_factory=dict)  # "eager"/"compile" -> x
+    # The 95% interval of each speedup ([low, high], EvalResult.speedup_intervals): the target
+    # is decided on its low end (harness/stats.py `beats`).
+    intervals: dict[str, list[float]] = field(default_factory=dict)
     full: bool = False  # checked with the full trial count
     submitted: bool = False
     seconds: float = 0.0
@@ -98,21 +102,39 @@ class RunResult:
     tool_calls: dict[str, int]
 
 
+def decision_speed(obs: Observation) -> tuple[str | None, float | None, list[float] | None]:
+    """(baseline, point, interval) the target is judged on: TorchInductor (default mode), else
+    eager; interval None when none was measured."""
+    base = "compile" if "compile" in obs.speedups else ("eager" if "eager" in obs.speedups else None)
+    if base is None:
+        return None, None, None
+    interval = obs.intervals.get(base)
+    return base, obs.speedups[base], (list(interval) if interval and len(interval) == 2 else None)
+
+
 def check_target(obs: Observation, target: float) -> tuple[bool, str]:
-    """(met, label) for a correct, timed candidate."""
+    """(met, label) for a correct, timed candidate. Met when the LOW end of the speedup's 95%
+    interval reaches the target (harness/stats.py `beats`): a kernel whose point estimate beats
+    TorchInductor only by noise does not stop the run. Without an interval the point estimate
+    decides, and the label says so."""
+    from kernelagent.harness.stats import beats
+
     if not obs.passed:
         return False, "not correct"
     if not obs.timed:
         return False, "not timed yet"
     if not obs.measurable:
         return True, "not measurable on CPU"
-    base = "compile" if "compile" in obs.speedups else "eager"
-    value = obs.speedups.get(base)
-    if value is None:
+    base, value, interval = decision_speed(obs)
+    if base is None or value is None:
         return False, "no baseline timing"
     name = "TorchInductor" if base == "compile" else "eager (no TorchInductor baseline)"
-    met = value >= target
-    return met, f"{value:.3f}x vs {name}, target {target:g}x: {'met' if met else 'not met'}"
+    met = beats(interval, value, target)
+    if interval is not None:
+        return met, (f"{value:.3f}x [{interval[0]:.3f}, {interval[1]:.3f}] vs {name}, target {target:g}x "
+                     f"on the lower bound: {'met' if met else 'not met'}")
+    return met, (f"{value:.3f}x vs {name}, target {target:g}x: {'met' if met else 'not met'} "
+                 "(point estimate: no interval measured)")
 
 
 FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -298,8 +320,10 @@ class Agent:
         """Correct candidates, best first: measured speedup, then submitted, then latest."""
         def key(item: tuple[Observation, int]) -> tuple:
             obs, turn = item
-            speed = obs.speedups.get("compile", obs.speedups.get("eager", 0.0)) if obs.measurable else 0.0
-            return (obs.measurable, speed, obs.submitted, turn)
+            # Ranked as the target is judged: the interval's low end (the point without one).
+            _base, point, interval = decision_speed(obs) if obs.measurable else (None, None, None)
+            low = interval[0] if interval else (point or 0.0)
+            return (obs.measurable, low, point or 0.0, obs.submitted, turn)
         return sorted(self.candidates.values(), key=key, reverse=True)
 
     def finish(self, stop_reason: str, stop_detail: str) -> RunResult:

@@ -2,9 +2,15 @@
 
 A record (built by runner.py, stored in the `problems` table) has, among others:
     key, level, status, compiled, correct (EvalResult.passed of the best sample: correct AND
-    nothing rejected or flagged for review), speedup_eager, speedup_inductor (None unless the
-    timings were meaningful: on a GPU, never on the CPU interpreter), samples, correct_samples,
+    nothing rejected or flagged for review), speedup_eager, speedup_inductor (point estimates;
+    None unless the timings were meaningful: on a GPU, never on the CPU interpreter),
+    interval_eager, interval_inductor ([low, high], the 95% bootstrap interval of that speedup,
+    EvalResult.speedup_intervals; None where none was measured), samples, correct_samples,
     tokens {prompt, completion, total}, cost_usd, wall_s.
+`fast_p` decides on the LOW end of the interval where a record has one, and on the point
+estimate otherwise (`fast_p_point` is the same count on point estimates only, for comparison;
+`point_only` says how many measured records had no interval). Geometric means and plots use
+the point estimates.
 Every rate is over ALL problems of the run, including those without a candidate or that
 failed in any way, except the skipped ones (status "skipped": not evaluated for a reason that
 is neither the candidate's nor the agent's, such as a package the problem needs that is not
@@ -19,6 +25,9 @@ from typing import Any
 
 THRESHOLDS = (0.0, 1.0, 1.5, 2.0)
 BASELINES = {"eager": "speedup_eager", "inductor": "speedup_inductor"}
+INTERVALS = {"eager": "interval_eager", "inductor": "interval_inductor"}
+FAST_P_RULE = ("correct, and the lower bound of the speedup's 95% interval is above p "
+               "(the point estimate where no interval was measured)")
 
 
 def p_label(p: float) -> str:
@@ -45,11 +54,44 @@ def speedup(record: dict, baseline: str) -> float | None:
     return value if value > 0 and math.isfinite(value) else None
 
 
-def fast_p(records: list[dict], baseline: str, p: float) -> float | None:
+def interval(record: dict, baseline: str) -> list[float] | None:
+    """The record's [low, high] for `baseline`, or None (no interval, or no measured speedup)."""
+    value = record.get(INTERVALS[baseline])
+    if speedup(record, baseline) is None or not isinstance(value, (list, tuple)) or len(value) != 2:
+        return None
+    try:
+        low, high = float(value[0]), float(value[1])
+    except (TypeError, ValueError):
+        return None
+    return [low, high] if math.isfinite(low) and math.isfinite(high) else None
+
+
+def speedup_low(record: dict, baseline: str) -> float | None:
+    """What fast_p decides on: the interval's low end, else the point estimate, else None."""
+    point = speedup(record, baseline)
+    if point is None:
+        return None
+    bounds = interval(record, baseline)
+    return bounds[0] if bounds is not None else point
+
+
+def fast_p(records: list[dict], baseline: str, p: float, rule: str = "low") -> float | None:
     """Fraction of ALL problems (skipped ones aside) that are correct with a measured speedup
-    strictly above p."""
+    strictly above p: its interval's lower bound (rule "low", the default; the point estimate
+    for a record without an interval), or its point estimate (rule "point")."""
+    from kernelagent.harness.stats import beats
+
     records = [r for r in records if not is_skipped(r)]
-    hits = sum(1 for r in records if (s := speedup(r, baseline)) is not None and s > p)
+    hits = 0
+    for r in records:
+        point = speedup(r, baseline)
+        if point is None:
+            continue
+        bounds = interval(r, baseline) if rule == "low" else None
+        # stats.beats is "low >= target"; fast_p is strictly above p, as KernelBench defines it.
+        decided = bounds[0] if bounds is not None else point
+        if beats(bounds, point, p) and decided != p:
+            hits += 1
     return _rate(hits, len(records))
 
 
@@ -113,6 +155,11 @@ def compute(records: list[dict], *, with_levels: bool = True) -> dict[str, Any]:
         "compile_rate": _rate(compiled, n),
         "correctness_rate": _rate(correct, n),
         "fast_p": {b: {p_label(p): fast_p(records, b, p) for p in THRESHOLDS} for b in BASELINES},
+        "fast_p_point": {b: {p_label(p): fast_p(records, b, p, rule="point") for p in THRESHOLDS}
+                         for b in BASELINES},
+        "fast_p_rule": FAST_P_RULE,
+        "point_only": {b: sum(1 for r in records if speedup(r, b) is not None and interval(r, b) is None)
+                       for b in BASELINES},
         "geomean_speedup": {b: geomean(s for r in records if (s := speedup(r, b)) is not None)
                             for b in BASELINES},
         "measured": {b: sum(1 for r in records if speedup(r, b) is not None) for b in BASELINES},

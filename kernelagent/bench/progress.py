@@ -34,12 +34,16 @@ def describe_record(record: dict) -> str:
     if (record.get("samples") or 0) > 1:
         extras.append(f"{record.get('correct_samples', 0)}/{record['samples']} samples correct")
     if record.get("correct"):
-        if record.get("speedup_inductor") is not None:
-            text += f", {record['speedup_inductor']:.2f}x vs inductor"
-        elif record.get("speedup_eager") is not None:
-            text += f", {record['speedup_eager']:.2f}x vs eager"
-        elif not record.get("timings_meaningful"):
-            extras.append("timing not meaningful")
+        for field, name in (("inductor", "inductor"), ("eager", "eager")):
+            if record.get(f"speedup_{field}") is not None:
+                bounds = record.get(f"interval_{field}")
+                text += f", {record[f'speedup_{field}']:.2f}x" + (
+                    f" [{bounds[0]:.2f}, {bounds[1]:.2f}]" if isinstance(bounds, (list, tuple)) and len(bounds) == 2
+                    else "") + f" vs {name}"
+                break
+        else:
+            if not record.get("timings_meaningful"):
+                extras.append("timing not meaningful")
     return text + (f" ({', '.join(extras)})" if extras else "")
 
 

@@ -22,7 +22,8 @@ from kernelagent.bench.store import Store, default_store_path
 from kernelagent.errors import UserError
 
 CSV_FIELDS = ["key", "level", "name", "status", "compiled", "correct", "samples", "correct_samples",
-              "speedup_eager", "speedup_inductor", "timings_meaningful", "tokens_prompt", "tokens_completion",
+              "speedup_eager", "speedup_eager_low", "speedup_eager_high", "speedup_inductor",
+              "speedup_inductor_low", "speedup_inductor_high", "other_baselines", "timings_meaningful", "tokens_prompt", "tokens_completion",
               "tokens_total", "cost_usd", "wall_s", "evaluations", "reused", "reason"]
 HIST_EDGES = [0.0, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0]
 
@@ -88,7 +89,10 @@ def problems_csv(records: list[dict]) -> str:
     writer.writeheader()
     for r in records:
         tokens = r.get("tokens") or {}
-        writer.writerow({**{k: r.get(k) for k in CSV_FIELDS}, "tokens_prompt": tokens.get("prompt", 0),
+        bounds = {f"speedup_{b}_{end}": (M.interval(r, b) or [None, None])[i]
+                  for b in M.BASELINES for i, end in enumerate(("low", "high"))}
+        writer.writerow({**{k: r.get(k) for k in CSV_FIELDS}, **bounds, "other_baselines": _other_baselines(r),
+                         "tokens_prompt": tokens.get("prompt", 0),
                          "tokens_completion": tokens.get("completion", 0), "tokens_total": tokens.get("total", 0),
                          "reason": (r.get("reason") or "").replace("\n", " ")})
     return buffer.getvalue()
@@ -189,6 +193,37 @@ def _x(v: float | None) -> str:
     return "–" if v is None else f"{v:.3f}x"
 
 
+def _xi(record: dict, baseline: str) -> str:
+    """Point estimate and 95% interval, e.g. "1.120x [0.950, 1.300]" (the point alone without one)."""
+    point = M.speedup(record, baseline)
+    bounds = M.interval(record, baseline)
+    return _x(point) + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "")
+
+
+def baseline_label(name: str) -> str:
+    """A result's baseline name as shown: compile -> TorchInductor, compile:MODE -> Inductor MODE."""
+    if name == "compile":
+        return "TorchInductor"
+    if name.startswith("compile:"):
+        return f"Inductor {name.split(':', 1)[1]}"
+    return name
+
+
+def _other_baselines(record: dict) -> str:
+    """Speedups over the Inductor modes beyond the default (--inductor-modes), each by its name."""
+    if not record.get("correct"):
+        return ""
+    speedups, intervals = record.get("raw_speedups") or {}, record.get("raw_intervals") or {}
+    parts = []
+    for name in sorted(speedups):
+        if not name.startswith("compile:") or speedups[name] is None:
+            continue
+        bounds = intervals.get(name)
+        parts.append(f"{baseline_label(name)} {speedups[name]:.3f}x"
+                     + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds and len(bounds) == 2 else ""))
+    return "; ".join(parts)
+
+
 def _num(v: Any, fmt: str = "{:.3f}") -> str:
     return "–" if v is None else fmt.format(v)
 
@@ -210,7 +245,8 @@ def _cards(m: dict) -> str:
              ("correctness rate", _pct(m["correctness_rate"])),
              ("geomean vs inductor", _x(m["geomean_speedup"]["inductor"])),
              ("geomean vs eager", _x(m["geomean_speedup"]["eager"])),
-             ("fast_1.0 vs inductor", _pct(m["fast_p"]["inductor"]["1.0"])),
+             ("fast_1.0 vs inductor (lower bound)", _pct(m["fast_p"]["inductor"]["1.0"])),
+             ("fast_1.0 vs inductor (point)", _pct(m.get("fast_p_point", m["fast_p"])["inductor"]["1.0"])),
              ("tokens", f"{m['tokens']['total']:,}"), ("cost", f"${m['cost_usd']:.4f}"),
              ("wall (sum over problems)", f"{m['wall_s']:.1f} s")]
     return '<div class="cards">' + "".join(
@@ -221,14 +257,20 @@ def _cards(m: dict) -> str:
 def _fast_table(columns: list[tuple[str, dict]]) -> str:
     head = "".join(f"<th>{escape(name)} vs {b}</th>" for name, _ in columns for b in M.BASELINES)
     rows = []
-    for p in M.THRESHOLDS:
-        label = M.p_label(p)
-        cells = "".join(f'<td class="num">{_pct(m["fast_p"][b][label])}</td>' for _, m in columns for b in M.BASELINES)
-        rows.append(f"<tr><td>fast_{label}</td>{cells}</tr>")
+    for key, what in (("fast_p", "lower bound"), ("fast_p_point", "point estimate")):
+        for p in M.THRESHOLDS:
+            label = M.p_label(p)
+            cells = "".join(f'<td class="num">{_pct(m.get(key, m["fast_p"])[b][label])}</td>'
+                            for _, m in columns for b in M.BASELINES)
+            rows.append(f"<tr><td>fast_{label} ({what})</td>{cells}</tr>")
     geo = "".join(f'<td class="num">{_x(m["geomean_speedup"][b])} (n={m["measured"][b]})</td>'
                   for _, m in columns for b in M.BASELINES)
     rows.append(f"<tr><td>geomean speedup (correct)</td>{geo}</tr>")
-    return f'<table id="fast-p"><thead><tr><th>metric</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    point_only = "; ".join(f"{escape(name) + ' ' if name else ''}{b}: {m.get('point_only', {}).get(b, 0)}"
+                           for name, m in columns for b in M.BASELINES)
+    return (f'<table id="fast-p"><thead><tr><th>metric</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            f'<p class="meta">fast_p (lower bound): {escape(M.FAST_P_RULE)}. Measured problems without an '
+            f'interval (decided on the point estimate): {point_only}. The geometric mean uses point estimates.</p>')
 
 
 def _level_table(m: dict) -> str:
@@ -267,16 +309,17 @@ def _problem_table(records: list[dict]) -> str:
         rows.append(f'<tr class="{cls}">' + "".join([
             _cell(r["key"]), _cell(r.get("status") or "?", cls="st"), _cell("yes" if r.get("compiled") else "no"),
             _cell("yes" if r.get("correct") else "no"), _cell(samples, r.get("correct_samples", 0), "num"),
-            _cell(_x(r.get("speedup_eager")), r.get("speedup_eager") if r.get("speedup_eager") is not None else -1,
-                  "num"),
-            _cell(_x(r.get("speedup_inductor")),
+            _cell(_xi(r, "eager"), r.get("speedup_eager") if r.get("speedup_eager") is not None else -1, "num"),
+            _cell(_xi(r, "inductor"),
                   r.get("speedup_inductor") if r.get("speedup_inductor") is not None else -1, "num"),
+            _cell(_other_baselines(r)),
             _cell(f"{tokens:,}", tokens, "num"), _cell(f'${float(r.get("cost_usd") or 0):.4f}', r.get("cost_usd") or 0,
                                                         "num"),
             _cell(_num(r.get("wall_s"), "{:.1f}"), r.get("wall_s") or 0, "num"),
             _cell((r.get("reason") or "")[:160])]) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("problem", "status", "compiled", "correct", "correct samples",
-                                               "vs eager", "vs inductor", "tokens", "cost", "wall s", "reason"))
+                                               "vs eager [95% interval]", "vs inductor [95% interval]",
+                                               "other Inductor modes", "tokens", "cost", "wall s", "reason"))
     return (f'<table class="sortable" id="problems"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>')
 

@@ -52,6 +52,9 @@ class BenchSpec:
     timing: bool = True
     baselines: bool = True
     max_autotune: bool = False
+    # Inductor modes beyond those --max-autotune gives (None: default, plus
+    # max-autotune-no-cudagraphs with max_autotune); left out of the run id when None.
+    inductor_modes: list[str] | None = None
     backend: str = "triton"  # "triton" or "cuda" (CUDA C++ through load_inline)
     # agent settings (agent mode only)
     model: str | None = None
@@ -77,6 +80,8 @@ class BenchSpec:
 
     def identity(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        if self.inductor_modes is None:  # runs started before the option keep their ids
+            data.pop("inductor_modes")
         if self.mode == "candidates":  # the agent's settings do not change a candidates run
             for name in ("model", "api_base", "agent_mode", "max_turns", "max_tokens", "max_cost", "timeout",
                          "target_speedup", "quick_trials", "temperature"):
@@ -93,8 +98,12 @@ class BenchSpec:
         from kernelagent.harness import EvalConfig
 
         return EvalConfig(trials=self.trials, timing=self.timing, baselines=self.baselines, backend=self.backend,
-                          compile_modes=("default", "max-autotune-no-cudagraphs") if self.max_autotune
-                          else ("default",))
+                          compile_modes=self.compile_modes())
+
+    def compile_modes(self) -> tuple[str, ...]:
+        if self.inductor_modes:
+            return tuple(self.inductor_modes)
+        return ("default", "max-autotune-no-cudagraphs") if self.max_autotune else ("default",)
 
 
 @dataclass
@@ -141,6 +150,7 @@ def summarise(result: dict) -> dict[str, Any]:
     timings = result.get("timings") or {}
     meaningful = bool(timings) and all(t.get("meaningful", True) for t in timings.values())
     speedups = result.get("speedups") or {}
+    intervals = result.get("speedup_intervals") or {}
     passed = _passed(result)
     return {
         "status": result.get("status"),
@@ -149,7 +159,11 @@ def summarise(result: dict) -> dict[str, Any]:
         "timings_meaningful": meaningful,
         "speedup_eager": speedups.get("eager") if meaningful and passed else None,
         "speedup_inductor": speedups.get("compile") if meaningful and passed else None,
+        # The 95% intervals (fast_p decides on their low end: metrics.py).
+        "interval_eager": intervals.get("eager") if meaningful and passed else None,
+        "interval_inductor": intervals.get("compile") if meaningful and passed else None,
         "raw_speedups": speedups,
+        "raw_intervals": intervals,
         "flags": [f"{f.get('severity')}:{f.get('kind')}" for f in result.get("flags") or []
                   if f.get("severity") in ("review", "reject")],
         "reason": (result.get("reason") or "").strip().splitlines()[0][:300] if result.get("reason") else "",
@@ -169,8 +183,14 @@ def skipped_record(ref: ProblemRef, reason: str) -> dict[str, Any]:
 
 
 def _rank(summary: dict) -> tuple:
-    speed = summary.get("speedup_inductor") or summary.get("speedup_eager") or 0.0
-    return (bool(summary.get("passed")), speed, bool(summary.get("compiled")))
+    """Best sample first: passed, then the speedup as fast_p judges it (the interval's low end,
+    the point estimate without one), then the point estimate, then compiled."""
+    from kernelagent.bench import metrics as M
+
+    record = {**summary, "correct": summary.get("passed")}
+    base = "inductor" if summary.get("speedup_inductor") else "eager"
+    return (bool(summary.get("passed")), M.speedup_low(record, base) or 0.0, M.speedup(record, base) or 0.0,
+            bool(summary.get("compiled")))
 
 
 def candidates_record(ref: ProblemRef, attempts: list[dict]) -> dict[str, Any]:
@@ -187,6 +207,9 @@ def candidates_record(ref: ProblemRef, attempts: list[dict]) -> dict[str, Any]:
     return {**base, "status": s["status"], "compiled": any(a["summary"]["compiled"] for a in attempts),
             "correct": bool(s["passed"]), "speedup_eager": s["speedup_eager"],
             "speedup_inductor": s["speedup_inductor"], "timings_meaningful": s["timings_meaningful"],
+            "interval_eager": s.get("interval_eager"), "interval_inductor": s.get("interval_inductor"),
+            "raw_speedups": s.get("raw_speedups") or {} if s["timings_meaningful"] else {},
+            "raw_intervals": s.get("raw_intervals") or {} if s["timings_meaningful"] else {},
             "correct_samples": sum(1 for a in attempts if a["summary"]["passed"]),
             "compiled_samples": sum(1 for a in attempts if a["summary"]["compiled"]),
             "reason": s.get("reason", ""), "flags": s.get("flags", []),
@@ -556,6 +579,11 @@ def agent_record(ref: ProblemRef, summary: dict, attempts: list[dict], wall_s: f
             "correct": correct,
             "speedup_eager": best.get("speedup_vs_eager") if correct and meaningful else None,
             "speedup_inductor": best.get("speedup_vs_inductor") if correct and meaningful else None,
+            "interval_eager": (best.get("speedup_intervals") or {}).get("eager") if correct and meaningful else None,
+            "interval_inductor": (best.get("speedup_intervals") or {}).get("compile")
+            if correct and meaningful else None,
+            "raw_speedups": best.get("raw_speedups") or {} if meaningful else {},
+            "raw_intervals": best.get("speedup_intervals") or {} if meaningful else {},
             "timings_meaningful": meaningful,
             "samples": 1, "correct_samples": int(correct), "compiled_samples": int(any(
                 a["summary"]["compiled"] for a in attempts)),
@@ -573,7 +601,8 @@ def _run_agent(spec: BenchSpec, session: Session, store: Store, run_id: str, dis
     from kernelagent.agent.budget import Budget
     from kernelagent.problem import ProblemError
 
-    overrides = {"compile_modes": ["default", "max-autotune-no-cudagraphs"]} if spec.max_autotune else {}
+    overrides: dict[str, Any] = {"compile_modes": spec.compile_modes()} if spec.compile_modes() != ("default",) \
+        else {}
     overrides["baselines"] = spec.baselines
     stop = threading.Event()
 

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import finite, interrupted
+from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, finite, inductor_modes, interrupted
 from kernelagent.cli.optimize_cmd import Mode
 from kernelagent.errors import EXIT_USAGE, UserError
 
@@ -45,7 +45,8 @@ def bench(
     quick_trials: Annotated[int, typer.Option("--quick-trials", min=1, metavar="N", help="Agent: correctness trials for run_tests and profile.")] = 2,
     timing: Annotated[bool, typer.Option("--timing/--no-timing", help="Time candidates (and baselines).")] = True,
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Time eager and torch.compile baselines (cached).")] = True,
-    max_autotune: Annotated[bool, typer.Option("--max-autotune", help="Also time torch.compile max-autotune-no-cudagraphs.")] = False,
+    max_autotune: MaxAutotuneOpt = False,
+    modes: InductorModesOpt = None,
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
     isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", help="Baseline cache directory (default ~/.cache/kernelagent).", show_default=False)] = None,
@@ -72,11 +73,19 @@ def bench(
         raise fail(f"--isolation must be auto, bwrap, namespaces or none (got {isolation!r})")
     if backend not in ("triton", "cuda"):
         raise fail(f"--backend must be triton or cuda (got {backend!r})")
+    try:
+        compile_modes = inductor_modes(modes, max_autotune)
+    except UserError as exc:
+        raise fail(str(exc)) from None
+    # The run id hashes the spec: the two settings --max-autotune has always had keep their ids.
+    max_autotune = compile_modes == ("default", "max-autotune-no-cudagraphs")
+    extra_modes = None if compile_modes in (("default",), ("default", "max-autotune-no-cudagraphs")) \
+        else list(compile_modes)
     spec = None
     if directory is not None:
         spec = BenchSpec(root=str(directory), candidates=str(candidates) if candidates else None, levels=levels,
                          filter=filter_glob, limit=limit, trials=trials, timing=timing, baselines=baselines,
-                         max_autotune=max_autotune, backend=backend, model=model, api_base=api_base, agent_mode=mode.value,
+                         max_autotune=max_autotune, inductor_modes=extra_modes, backend=backend, model=model, api_base=api_base, agent_mode=mode.value,
                          max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost, timeout=timeout,
                          target_speedup=target_speedup, quick_trials=quick_trials, temperature=temperature)
     session = Session(gpus=gpus, cpu_workers=cpu_workers, isolation=isolation,
@@ -115,7 +124,8 @@ def bench(
         geo = m["geomean_speedup"]["inductor"]
         typer.echo(f"run {outcome.run_id}: {m['problems']} problems, compiled {rate(m['compile_rate'])}, "
                    f"correct {rate(m['correctness_rate'])}, fast_1.0 vs inductor "
-                   f"{rate(m['fast_p']['inductor']['1.0'])}, geomean vs inductor "
+                   f"{rate(m['fast_p']['inductor']['1.0'])} on the lower bound "
+                   f"({rate(m['fast_p_point']['inductor']['1.0'])} on the point estimate), geomean vs inductor "
                    f"{'–' if geo is None else f'{geo:.3f}x'}; {outcome.evaluations} evaluations, "
                    f"{outcome.reused} from the store, {outcome.skipped} problems already done")
         for item in m.get("skipped") or []:

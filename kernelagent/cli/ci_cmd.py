@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, inductor_modes
 from kernelagent.errors import UserError
 
 PathArg = Annotated[Optional[Path], typer.Argument(
@@ -47,6 +48,8 @@ def verify(
     trials: TrialsOpt = None,
     cache_dir: CacheOpt = None,
     isolation: IsolationOpt = "auto",
+    max_autotune: MaxAutotuneOpt = False,
+    modes: InductorModesOpt = None,
 ) -> None:
     """Re-evaluate every kernel of kernelagent.toml with the trusted harness; exit 1 if any fails."""
     from kernelagent.ci import outputs
@@ -63,11 +66,12 @@ def verify(
               + (" (from the store)" if check.reused else ""), file=err, flush=True)
 
     try:
+        compile_modes = inductor_modes(modes, max_autotune)
         manifest = load_manifest(path)
         with open_cached_evaluator(store=store, device=device or manifest.device, cache_dir=cache_dir,
                                    isolation=isolation, run_id=f"verify:{manifest.path}") as cached:
             report = run_verify(manifest, cached, update_lock=update_lock, only=only, trials=trials,
-                                on_check=progress)
+                                on_check=progress, compile_modes=compile_modes)
     except UserError as exc:
         raise _fail(str(exc), exc.exit_code) from None
     # Every output is written before the exit code: CI wants the report most when it fails.

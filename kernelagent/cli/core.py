@@ -17,7 +17,7 @@ import enum
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -210,3 +210,36 @@ def help_or_exit(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
+
+
+# -- options shared by eval, bench, optimize, verify and profile ------------------------------
+# The Inductor modes of the torch.compile baseline, defined once (issue 13). The list of valid
+# modes lives in harness/config.py (INDUCTOR_MODES), which imports no torch.
+InductorModesOpt = Annotated[Optional[str], typer.Option(
+    "--inductor-modes", metavar="MODES",
+    help="torch.compile modes to time the Inductor baseline in, comma-separated: default, "
+         "max-autotune-no-cudagraphs, reduce-overhead (CUDA graphs), max-autotune. default is always timed "
+         "(targets and fast_p compare against it); the others are reported by name (compile:MODE).",
+    show_default=False)]
+MaxAutotuneOpt = Annotated[bool, typer.Option(
+    "--max-autotune", help="Alias of --inductor-modes default,max-autotune-no-cudagraphs.")]
+
+
+def inductor_modes(value: str | None, max_autotune: bool = False) -> tuple[str, ...]:
+    """EvalConfig.compile_modes from --inductor-modes and --max-autotune: "default" first, then
+    the others in the order given, without repeats. An unknown mode is a UserError (exit 2)."""
+    from kernelagent.harness.config import INDUCTOR_MODES
+
+    asked = [m.strip() for m in (value or "").split(",") if m.strip()]
+    if value is not None and not asked:
+        raise UserError(f"--inductor-modes is empty (use some of {', '.join(INDUCTOR_MODES)})")
+    for mode in asked:
+        if mode not in INDUCTOR_MODES:
+            raise UserError(f"--inductor-modes: unknown mode {mode!r} (use {', '.join(INDUCTOR_MODES)})")
+    if max_autotune:
+        asked.append("max-autotune-no-cudagraphs")
+    modes = ["default"]
+    for mode in asked:
+        if mode not in modes:
+            modes.append(mode)
+    return tuple(modes)

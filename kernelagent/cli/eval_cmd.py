@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import finite, interrupted
+from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, finite, inductor_modes, interrupted
 from kernelagent.errors import EXIT_FAILED, EXIT_OK, UserError
 
 
@@ -20,7 +20,8 @@ def eval_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one machine-readable JSON result.")] = False,
     timing: Annotated[bool, typer.Option(help="Time the candidate (and the baselines).")] = True,
     baselines: Annotated[bool, typer.Option(help="Time eager and torch.compile baselines (cached on disk).")] = True,
-    max_autotune: Annotated[bool, typer.Option(help="Also time torch.compile mode max-autotune-no-cudagraphs.")] = False,
+    max_autotune: MaxAutotuneOpt = False,
+    modes: InductorModesOpt = None,
     profile: Annotated[bool, typer.Option(help="Report the candidate's top kernels (torch.profiler).")] = False,
     seed: Annotated[Optional[int], typer.Option(min=0, metavar="N", help="Fix the inputs' seeds (for debugging). By default every evaluation draws secret seeds, reported in the result afterwards.", show_default=False)] = None,
     atol: Annotated[Optional[float], typer.Option(metavar="X", callback=finite(0), help="Absolute tolerance, finite and >= 0 (default: by dtype).")] = None,
@@ -33,12 +34,12 @@ def eval_command(
     from kernelagent.cli import run_guarded
 
     code = run_guarded(_run, problem, candidate, trials, device, as_json, timing, baselines, max_autotune,
-                       profile, seed, atol, rtol, isolation, cache_dir, backend)
+                       profile, seed, atol, rtol, isolation, cache_dir, backend, modes)
     raise typer.Exit(code)
 
 
 def _run(problem, candidate, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
-         isolation, cache_dir, backend="triton") -> int:
+         isolation, cache_dir, backend="triton", modes=None) -> int:
     from kernelagent.devices import check_device
     from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator, Status
@@ -48,12 +49,13 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
         raise UserError(f"--isolation must be auto, bwrap, namespaces or none (got {isolation!r})")
     if backend not in ("triton", "cuda"):
         raise UserError(f"--backend must be triton or cuda (got {backend!r})")
+    compile_modes = inductor_modes(modes, max_autotune)  # an unknown mode: exit 2 before any file is read
     loaded = load_problem(problem)
     source = read_candidate(candidate)
     try:
         config = EvalConfig(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed,
                             atol=atol, rtol=rtol, backend=backend,
-                            compile_modes=("default", "max-autotune-no-cudagraphs") if max_autotune else ("default",))
+                            compile_modes=compile_modes)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     device = check_device(device)  # a GPU that is not there: exit 2 before anything starts

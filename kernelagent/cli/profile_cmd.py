@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import finite
+from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, finite, inductor_modes
 from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UserError
 
 
@@ -30,23 +30,26 @@ def profile(
     baselines: Annotated[bool, typer.Option(help="Also time eager and torch.compile.")] = True,
     isolation: Annotated[str, typer.Option(metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
     cache_dir: Annotated[Optional[Path], typer.Option(metavar="DIR", help="Cache directory (default ~/.cache/kernelagent).")] = None,
+    max_autotune: MaxAutotuneOpt = False,
+    modes: InductorModesOpt = None,
 ) -> None:
     """Profile CANDIDATE on PROBLEM: top kernels, roofline fraction, Nsight Compute metrics."""
     from kernelagent.cli import run_guarded
 
     code = run_guarded(_run, problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines,
-                       isolation, cache_dir)
+                       isolation, cache_dir, modes, max_autotune)
     raise typer.Exit(code)
 
 
 def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines, isolation,
-         cache_dir) -> int:
+         cache_dir, modes=None, max_autotune=False) -> int:
     from kernelagent.devices import check_device
     from kernelagent.harness import Evaluator, Status
     from kernelagent.harness.caller import profiling
     from kernelagent.harness.cuda_source import BACKENDS
     from kernelagent.problem import load_problem, read_candidate
 
+    compile_modes = inductor_modes(modes, max_autotune)
     if backend not in BACKENDS:
         raise UserError(f"--backend must be {' or '.join(BACKENDS)} (got {backend!r})")
     if isolation not in ("auto", "bwrap", "namespaces", "none"):
@@ -57,7 +60,8 @@ def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials,
     try:
         with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation) as evaluator:
             report = profiling.profile(loaded, source, evaluator=evaluator, backend=backend, trials=trials,
-                                       use_ncu=ncu, ncu_timeout=ncu_timeout, baselines=baselines)
+                                       use_ncu=ncu, ncu_timeout=ncu_timeout, baselines=baselines,
+                                       config_overrides={"compile_modes": tuple(compile_modes)})
     except ValueError as exc:  # a bad --device
         raise UserError(str(exc)) from None
     result = report["result"]
@@ -70,7 +74,9 @@ def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials,
                                "device": result.device, "backend": backend, "lines": report["lines"],
                                "kernels": result.kernels, "roofline": report["roofline"], "ncu": report["ncu"],
                                "timings": {k: v.__dict__ for k, v in result.timings.items()},
-                               "speedups": result.speedups, "workload": result.workload,
+                               "speedups": result.speedups, "speedup_intervals": result.speedup_intervals,
+                               "clocks": report["clocks"], "numerics": result.numerics,
+                               "workload": result.workload,
                                "flags": [f.__dict__ for f in result.flags]}, default=str))
     else:
         typer.echo(f"{problem.name} / {candidate.name} [{backend}] on {result.device or '?'}: {result.status}"

@@ -31,9 +31,14 @@ def render_result(result: EvalResult, console: Console | None = None) -> None:
                                       f"{timing.reps} reps{note}")
     meaningful = all(t.meaningful for t in result.timings.values())
     for name, value in result.speedups.items():
-        table.add_row(f"speedup vs {name}", f"{value:.3f}x" + ("" if meaningful else "  (not meaningful)"))
+        bounds = result.speedup_intervals.get(name)
+        interval = f" [{bounds[0]:.3f}, {bounds[1]:.3f}] (95%)" if bounds and len(bounds) == 2 else ""
+        table.add_row(f"speedup vs {name}", f"{value:.3f}x{interval}" + ("" if meaningful else "  (not meaningful)"))
     if result.baselines_cached:
         table.add_row("baselines", "from cache")
+    if any(name != "candidate" for name in result.timings) and result.numerics:
+        table.add_row("numerics", "TF32 off in every baseline" if result.numerics.get("tf32") is False
+                      else str(result.numerics.get("note", "")))
     console.print(table)
     for trial in result.trials:
         if not trial.passed:

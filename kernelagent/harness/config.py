@@ -22,6 +22,18 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 }
 
 
+# torch.compile modes the Inductor baseline can be timed in (`--inductor-modes`). "default" is
+# always timed: optimize's target, bench's fast_p and verify's gate compare against it. Each mode's
+# timing is reported under its own baseline name (baseline_name).
+INDUCTOR_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
+
+
+def baseline_name(mode: str) -> str:
+    """The result's baseline name for an Inductor mode: "compile" for default, "compile:MODE" else
+    (the names the reference process times them under)."""
+    return "compile" if mode == "default" else f"compile:{mode}"
+
+
 @dataclass
 class StageTimeouts:
     """Hard wall-clock limits, in seconds, for each stage of one evaluation."""
@@ -66,7 +78,8 @@ class EvalConfig:
     compile_only: bool = False
     timing: bool = True
     baselines: bool = True
-    # torch.compile baseline modes. "default" always; "max-autotune-no-cudagraphs" on request.
+    # torch.compile baseline modes (INDUCTOR_MODES): "default" always; the others on request
+    # (`--inductor-modes`), each reported under baseline_name(mode).
     compile_modes: tuple[str, ...] = ("default",)
     # On the CPU, torch.compile needs a C++ toolchain and minutes per problem, and the
     # numbers mean nothing there; skip it unless asked.
@@ -130,6 +143,12 @@ class EvalConfig:
         _require_number("roofline_margin", self.roofline_margin, minimum=0)
         if self.min_own_device_share is not None:
             _require_number("min_own_device_share", self.min_own_device_share, minimum=0, maximum=1)
+        if isinstance(self.compile_modes, (list, str)):
+            self.compile_modes = (self.compile_modes,) if isinstance(self.compile_modes, str) else \
+                tuple(self.compile_modes)
+        unknown = [m for m in self.compile_modes if m not in INDUCTOR_MODES]
+        if unknown:
+            raise ValueError(f"unknown Inductor mode {unknown[0]!r} (use {', '.join(INDUCTOR_MODES)})")
         if self.static_check not in ("reject", "warn", "off"):
             raise ValueError(f"static_check must be reject, warn or off (got {self.static_check!r})")
         if isinstance(self.timeouts, dict):  # from JSON

@@ -105,6 +105,16 @@ class Flag:
     severity: str = "info"
 
 
+def baseline_numerics() -> dict[str, Any]:
+    """What every baseline (and the reference) is computed with, stated in each result: full fp32,
+    no TF32 (child/common.py clean_numeric_modes sets these in the reference process before any
+    baseline is built or timed)."""
+    return {"tf32": False, "float32_matmul_precision": "highest",
+            "note": "TF32 is off in every baseline (eager and each torch.compile mode) and in the reference: "
+                    "torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False, "
+                    "float32 matmul precision 'highest'"}
+
+
 @dataclass
 class EvalResult:
     status: str
@@ -133,6 +143,8 @@ class EvalResult:
     # The timed loop as the server ran it: calls, kept outputs, its own clock, the source of the time.
     timed_loop: dict[str, Any] = field(default_factory=dict)
     baselines_cached: bool = False
+    # The numeric modes the baselines were timed in (baseline_numerics(): TF32 off in every one).
+    numerics: dict[str, Any] = field(default_factory=baseline_numerics)
     input_set: str = "main"  # "main", or "smoke" when the problem's small CPU inputs were used
     device: str = ""
     fingerprint: dict[str, Any] = field(default_factory=dict)

@@ -8,6 +8,11 @@ eager PyTorch with baseline="eager"). So a kernel that does not compile scores 0
 compiles but is wrong 0.5, a correct one 1.5 + its capped speedup (at most 4.5).
 
 Decisions (documented in the README section):
+- The speed term uses the POINT estimate of the speedup (`EvalResult.speedups`), not the low
+  end of its 95% interval (`speedup_intervals`) that optimize's target, bench's fast_p and
+  verify's gate decide on. A reward is averaged over many samples, where timing noise averages
+  out; the lower bound would pay less for fewer timing samples (a wider interval), a bias
+  against large problems, not a property of the kernel.
 - "correct" means `EvalResult.passed`: every trial passed AND no flag of severity
   "review" or "reject". A result the hack defences flag for review scores as incorrect but
   keeps its compile credit (it compiled and ran honestly enough to be looked at).

@@ -265,6 +265,66 @@ def _stall_words(reason: str) -> str:
             "sleeping": "sleeping", "selected": "selected (issuing)"}.get(reason, reason.replace("_", " "))
 
 
+AGREEMENT_PCT = 3.0  # issue 13: the harness median and the profiler's kernel sum agree within 3% ...
+AGREEMENT_MIN_MS = 0.05  # ... for kernels of 50 us or more
+
+
+def clocks(result: Any) -> dict[str, Any]:
+    """The two clocks of one evaluation, per forward call: the harness's median (the timed loop:
+    L2 flushed before each call, synchronised, host time included) and the device time of every
+    kernel the profiler saw, summed (torch.profiler in the candidate's process, 3 calls on the
+    main inputs right after the timed loop; child/candidate_side.profile_kernels). Their
+    difference is the host overhead per call (launches, Python, synchronisation), plus what the
+    L2 flush costs the harness's calls (the profiled calls run without a flush).
+
+    {"harness_ms", "profiler_ms", "host_overhead_ms", "diff_pct", "within_pct" (True/False, or
+    None under 50 us where no target applies), "meaningful", "kernels", "note"}; {"unavailable":
+    why} when either clock is missing."""
+    timing = result.timings.get("candidate") if getattr(result, "timings", None) else None
+    kernels = list(getattr(result, "kernels", None) or [])
+    if timing is None:
+        return {"unavailable": "the candidate was not timed"}
+    if not kernels:
+        return {"unavailable": "the profiler reported no kernels (ask for profiling: EvalConfig(profile=True))"}
+    device = all(k.get("kind", "device") == "device" for k in kernels)
+    # profile_kernels keeps the top 10 rows, each with its share of ALL the profiled time: the
+    # total is any row's time over its share (exact for every row), so rows cut off still count.
+    shared = [k for k in kernels if (k.get("share") or 0) > 0 and (k.get("total_ms") or 0) > 0]
+    profiler_ms = (shared[0]["total_ms"] / shared[0]["share"]) if shared else \
+        sum(float(k.get("total_ms") or 0.0) for k in kernels)
+    harness_ms = float(timing.median_ms)
+    meaningful = bool(timing.meaningful) and device
+    out: dict[str, Any] = {
+        "harness_ms": harness_ms, "harness_source": getattr(timing, "source", "in-process"),
+        "profiler_ms": profiler_ms, "host_overhead_ms": harness_ms - profiler_ms,
+        "diff_pct": 100.0 * (harness_ms - profiler_ms) / profiler_ms if profiler_ms > 0 else None,
+        "kernels": len(kernels), "kind": "device" if device else "cpu", "meaningful": meaningful,
+    }
+    if meaningful and out["diff_pct"] is not None and profiler_ms >= AGREEMENT_MIN_MS:
+        out["within_pct"] = abs(out["diff_pct"]) <= AGREEMENT_PCT
+    else:
+        out["within_pct"] = None
+    if not meaningful:
+        out["note"] = ("not meaningful: no GPU (the profiler's rows are CPU ops and the times are the Triton "
+                       "interpreter's)" if not device else "not meaningful: the harness timing is not meaningful here")
+    elif profiler_ms < AGREEMENT_MIN_MS:
+        out["note"] = f"under {AGREEMENT_MIN_MS * 1e3:.0f} us of device time: no agreement target applies"
+    return out
+
+
+def clock_line(c: dict[str, Any]) -> str:
+    """One line with both clocks and the host overhead apart."""
+    if "unavailable" in c:
+        return f"clocks: {c['unavailable']}"
+    what = "device kernels" if c.get("kind") == "device" else "CPU ops"
+    diff = "" if c.get("diff_pct") is None else f" ({c['diff_pct']:+.1f}% of the profiler's)"
+    agree = {True: f"; within {AGREEMENT_PCT:g}%", False: f"; NOT within {AGREEMENT_PCT:g}%", None: ""}[
+        c.get("within_pct")]
+    return (f"clocks: harness {c['harness_ms']:.4f} ms/call median ({c.get('harness_source', 'in-process')}); "
+            f"profiler {what} {c['profiler_ms']:.4f} ms/call; host overhead {c['host_overhead_ms']:.4f} ms/call"
+            f"{diff}{agree}" + (f" [{c['note']}]" if c.get("note") else ""))
+
+
 def summary_lines(result: Any, roof: dict[str, Any], ncu: dict[str, Any] | None) -> list[str]:
     """The report in a few lines a model can act on."""
     lines: list[str] = []
@@ -284,6 +344,8 @@ def summary_lines(result: Any, roof: dict[str, Any], ncu: dict[str, Any] | None)
         lines.append(f"top {what}: " + "; ".join(parts))
         if not cpu and result.kernels and not result.kernels[0].get("own"):
             lines.append(f"note: the top kernel ({result.kernels[0]['name'][:60]}) is not one of your own kernels")
+        if timing is not None:
+            lines.append(clock_line(clocks(result)))
     if "unavailable" in roof:
         lines.append(f"roofline: {roof['unavailable']}")
     else:
@@ -398,4 +460,4 @@ def profile(problem: Any, candidate_source: str, *, evaluator: Any = None, devic
                           kernel_names=sorted({kernel_base_name(n) for n in names}), timeout=ncu_timeout,
                           cache_dir=getattr(evaluator, "cuda_cache_dir", None), candidate_sha=result.candidate_sha256)
     lines = summary_lines(result, roof, ncu)
-    return {"result": result, "roofline": roof, "ncu": ncu, "lines": lines}
+    return {"result": result, "roofline": roof, "ncu": ncu, "lines": lines, "clocks": clocks(result)}
