@@ -58,3 +58,18 @@ def test_side_stream_work_is_timed(gpu_evaluator):
     assert t_hidden >= 0.8 * t_honest
     assert any(f.kind == "timer-escape" for f in hidden.flags)
     assert not any(f.kind == "timer-escape" for f in honest.flags)
+
+
+def test_problem_too_large_for_the_device_is_too_large_without_allocating(gpu_evaluator, tmp_path):
+    """The reference's meta-device estimate (child/memory_plan.py) stops a problem that cannot
+    fit before anything is allocated: `too_large`, the bytes in the reason, not the candidate's."""
+    problem = tmp_path / "huge_problem.py"
+    problem.write_text(read(CANDIDATES / "relu_problem.py").replace("dim = 65536", "dim = 65536 * 16384")
+                       .replace("def get_smoke_inputs", "def _unused_smoke"))
+    result = gpu_evaluator.evaluate(problem, read(CANDIDATES / "relu_good.py"), EvalConfig(trials=2))
+    print("\ntoo large:", result.status, result.reason[:300])
+    assert result.status == Status.TOO_LARGE, result.reason
+    assert "GiB" in result.reason and "not the candidate's" in result.reason
+    follow = gpu_evaluator.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"),
+                                    EvalConfig(trials=2, baselines=False))
+    assert follow.status == Status.CORRECT, follow.reason

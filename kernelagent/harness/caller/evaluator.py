@@ -316,15 +316,23 @@ class Evaluator:
         if cached is not None:
             result.baselines_cached = True
             timings = cached["timings"]
+            for name, error in (cached.get("errors") or {}).items():
+                result.flags.append(Flag("baseline-error", f"{name} baseline failed (cached): {error[-400:]}", "info"))
         elif baselines is not None:
             timings = baselines.get("timings", {})
             for name, error in baselines.get("errors", {}).items():
                 result.flags.append(Flag("baseline-error", f"{name} baseline failed: {error[-400:]}", "info"))
             for name, why in baselines.get("skipped", {}).items():
                 result.flags.append(Flag("baseline-skipped", why, "info"))
-            if timings and not baselines.get("errors") and config.use_baseline_cache:
+            # What was measured is cached even when one mode failed (a mode that cannot compile
+            # this problem fails the same way next time); otherwise every later evaluation would
+            # re-time all the baselines afresh, and `profile` and `submit` could divide by
+            # different ones. A failed setup (no eager time) is not cached.
+            if timings and "eager" in timings and "setup" not in baselines.get("errors", {}) \
+                    and config.use_baseline_cache:
                 self.cache.put(cache_key, {"timings": timings, "fingerprint": result.fingerprint,
-                                           "problem_sha256": result.problem_sha256})
+                                           "problem_sha256": result.problem_sha256,
+                                           "errors": dict(baselines.get("errors", {}))})
         else:
             timings = {}
         from kernelagent.harness import stats
