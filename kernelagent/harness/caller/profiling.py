@@ -169,9 +169,32 @@ def summarise_ncu(records: list[dict[str, Any]], top: int = 3) -> list[dict[str,
     return kernels[:top]
 
 
+UNSANDBOXED_NCU = ("ncu would run the candidate outside any sandbox here (bubblewrap was not found, and ncu "
+                   "runs its target itself): pass --ncu to allow that for a candidate you trust")
+
+
+def ncu_sandbox(scratch: Path, allow_unsandboxed: bool) -> tuple[list[str] | None, str | None]:
+    """(the bubblewrap prefix ncu runs under, None) or (None, why ncu must not run).
+
+    ncu starts the candidate's code itself, outside the harness server's per-job jail, so it
+    gets the server's outer layer instead: bubblewrap with a read-only root, the home hidden,
+    only its scratch writable, its own pid/net/ipc namespaces and no capabilities. Without
+    bubblewrap it runs only when the user asked for it explicitly (`--ncu`): the candidate
+    could otherwise read the caller's environment through /proc."""
+    from kernelagent.harness.caller import sandbox
+
+    prefix = sandbox.bubblewrap_command(scratch)
+    if prefix is not None:
+        return prefix, None
+    if allow_unsandboxed:
+        return [], None
+    return None, UNSANDBOXED_NCU
+
+
 def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "triton", device: str = "cuda:0",
             kernel_names: list[str] | None = None, calls: int = 2, timeout: float = 180.0,
-            cache_dir: str | Path | None = None, candidate_sha: str = "") -> dict[str, Any]:
+            cache_dir: str | Path | None = None, candidate_sha: str = "",
+            allow_unsandboxed: bool = False) -> dict[str, Any]:
     """Nsight Compute metrics for the top kernels: {"kernels": [...]} or {"unavailable": why}."""
     ncu = find_ncu()
     if ncu is None:
@@ -181,6 +204,9 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
     scratch = Path(tempfile.mkdtemp(prefix="kernelagent-ncu-"))
     started = time.monotonic()
     try:
+        jail, why = ncu_sandbox(scratch, allow_unsandboxed)
+        if jail is None:
+            return {"unavailable": why}
         (scratch / "candidate.py").write_text(candidate_source)
         report = scratch / "report"
         env = sandbox.scrubbed_environ()
@@ -200,7 +226,10 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
         app = [sys.executable, "-m", "kernelagent.harness.child.ncu_entry", str(Path(problem_path).resolve()),
                str(scratch / "candidate.py"), backend, str(calls)]
         names = [re.escape(n) for n in (kernel_names or []) if n][:4]
-        base = [ncu, "--profile-from-start", "off", "--target-processes", "all", "-f", "-o", str(report)]
+        # Inside the sandbox the problem file must be readable: a copy sits in the scratch.
+        shutil.copyfile(problem_path, scratch / "problem.py")
+        app[3] = str(scratch / "problem.py")
+        base = jail + [ncu, "--profile-from-start", "off", "--target-processes", "all", "-f", "-o", str(report)]
         if names:
             base += ["--kernel-name", "regex:" + "|".join(names)]
         base += ["--launch-count", str(max(1, calls) * 8)]
@@ -455,7 +484,7 @@ def profile(problem: Any, candidate_source: str, *, evaluator: Any = None, devic
             from kernelagent.harness.cuda_source import kernel_base_name
 
             dev = getattr(evaluator, "visible_devices", None)
-            ncu = run_ncu(problem.path, candidate_source, backend=backend,
+            ncu = run_ncu(problem.path, candidate_source, backend=backend, allow_unsandboxed=use_ncu is True,
                           device=f"cuda:{dev}" if dev is not None else "cuda:0",
                           kernel_names=sorted({kernel_base_name(n) for n in names}), timeout=ncu_timeout,
                           cache_dir=getattr(evaluator, "cuda_cache_dir", None), candidate_sha=result.candidate_sha256)
