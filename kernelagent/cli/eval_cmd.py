@@ -23,6 +23,7 @@ def eval_command(
     max_autotune: MaxAutotuneOpt = False,
     modes: InductorModesOpt = None,
     profile: Annotated[bool, typer.Option(help="Report the candidate's top kernels (torch.profiler).")] = False,
+    kernel_evidence: Annotated[bool, typer.Option("--kernel-evidence", help="After a correct CUDA result, run the candidate once more under Nsight Compute (sandboxed) and check the kernels it saw against the candidate's source and timing: evidence from outside its process.")] = False,
     seed: Annotated[Optional[int], typer.Option(min=0, metavar="N", help="Fix the inputs' seeds (for debugging). By default every evaluation draws secret seeds, reported in the result afterwards.", show_default=False)] = None,
     atol: Annotated[Optional[float], typer.Option(metavar="X", callback=finite(0), help="Absolute tolerance, finite and >= 0 (default: by dtype).")] = None,
     rtol: Annotated[Optional[float], typer.Option(metavar="X", callback=finite(0), help="Relative tolerance, finite and >= 0 (default: by dtype).")] = None,
@@ -34,12 +35,12 @@ def eval_command(
     from kernelagent.cli import run_guarded
 
     code = run_guarded(_run, problem, candidate, trials, device, as_json, timing, baselines, max_autotune,
-                       profile, seed, atol, rtol, isolation, cache_dir, backend, modes)
+                       profile, seed, atol, rtol, isolation, cache_dir, backend, modes, kernel_evidence)
     raise typer.Exit(code)
 
 
 def _run(problem, candidate, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
-         isolation, cache_dir, backend="triton", modes=None) -> int:
+         isolation, cache_dir, backend="triton", modes=None, kernel_evidence=False) -> int:
     from kernelagent.devices import check_device
     from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator, Status
@@ -55,7 +56,7 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
     try:
         config = EvalConfig(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed,
                             atol=atol, rtol=rtol, backend=backend,
-                            compile_modes=compile_modes)
+                            compile_modes=compile_modes, kernel_evidence=kernel_evidence)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     device = check_device(device)  # a GPU that is not there: exit 2 before anything starts

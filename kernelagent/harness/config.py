@@ -102,6 +102,10 @@ class EvalConfig:
     use_baseline_cache: bool = True
     # Also run the candidate under torch.profiler and report its top kernels.
     profile: bool = False
+    # After a correct CUDA result, run the candidate once more under Nsight Compute (sandboxed)
+    # and check the kernels ncu saw against its source and its timing (caller/kernel_evidence.py):
+    # evidence from outside the candidate's process. Costs an ncu run (seconds); needs ncu.
+    kernel_evidence: bool = False
     # Reward-hacking defences (see kernelagent/harness/defences.py for each class and its
     # verdict). False turns off the run-time evidence, the static pass, fresh inputs per timed
     # iteration, the timed-output check, memory poisoning and the roofline check: the harness

@@ -34,6 +34,7 @@ SEVERITY: dict[str, str] = {
     "protocol": "reject",  # the candidate's process broke the protocol (forged or malformed messages)
     "clock-mismatch": "review",  # its in-process timings disagree with the server's clock
     "isolation": "info",
+    "kernel-evidence": "info",  # why the out-of-process kernel evidence could not be collected
 }
 
 
@@ -136,6 +137,10 @@ class EvalResult:
     # Confidence interval of each speedup (baseline name -> [low, high]), from the timing samples
     # (harness/stats.py). Decisions that must not be fooled by noise use the low end.
     speedup_intervals: dict[str, list[float]] = field(default_factory=dict)
+    # Out-of-process kernel evidence (config.kernel_evidence; caller/kernel_evidence.py): the
+    # kernels Nsight Compute saw ({"kernels": [{name, launches, total_ns}], "seconds"}) or
+    # {"unavailable": why}. Empty when not asked for.
+    kernel_evidence: dict[str, Any] = field(default_factory=dict)
     # Bytes the problem moves (io_bytes = inputs + outputs of one call) and the peak device memory
     # of each process (peak_reference_bytes, peak_candidate_bytes; the latter is the candidate's
     # claim). Empty on the CPU where no peak is measured.

@@ -266,8 +266,44 @@ class Evaluator:
             return base
         result = self._merge(base, reply["result"], cached, cache_key, config)
         result.flags.extend(static_flags)
+        if config.kernel_evidence:
+            self._kernel_evidence(result, problem, candidate_source, config.backend)
         result.stage_seconds["total"] = time.monotonic() - started
         return result
+
+    def _kernel_evidence(self, result: EvalResult, problem: Problem, candidate_source: str, backend: str) -> None:
+        """Out-of-process evidence (caller/kernel_evidence.py) for a correct CUDA result: ncu's
+        kernels, judged against the candidate's source and its checked timing. A reject flag
+        turns the verdict into `rejected`; why it could not run is an info flag."""
+        from kernelagent.harness.caller import kernel_evidence
+
+        if result.status != Status.CORRECT:
+            return
+        if not (result.fingerprint or {}).get("cuda"):
+            result.flags.append(Flag("kernel-evidence", "not collected: it needs a CUDA GPU and Nsight Compute", "info"))
+            return
+        if not getattr(problem, "path", None):
+            result.flags.append(Flag("kernel-evidence", "not collected: the problem has no file for ncu", "info"))
+            return
+        dev = self.visible_devices
+        evidence = kernel_evidence.collect(problem.path, candidate_source, backend=backend,
+                                           device=f"cuda:{dev}" if dev is not None else "cuda:0",
+                                           cache_dir=self.cuda_cache_dir, candidate_sha=result.candidate_sha256)
+        result.kernel_evidence = {k: v for k, v in evidence.items() if k != "kernels"}
+        if "unavailable" in evidence:
+            result.flags.append(Flag("kernel-evidence", "not collected: " + str(evidence["unavailable"])[:400],
+                                     "info"))
+            return
+        result.kernel_evidence["kernels"] = [{"name": k["name"], "launches": k["launches"],
+                                              "total_ns": k["total_ns"]} for k in evidence["kernels"][:20]]
+        candidate = result.timings.get("candidate")
+        found = kernel_evidence.judge(evidence, kernel_evidence.static_own_names(candidate_source),
+                                      candidate.median_ms if candidate else None)
+        result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in found)
+        rejects = [f for f in found if f["severity"] == "reject"]
+        if rejects:  # explicit evidence of an exploit outranks the comparison, as in server/verdict.py
+            result.status, result.stage, result.correct = Status.REJECTED, "evidence", False
+            result.reason = f"[{rejects[0]['kind']}] {rejects[0]['message']}"
 
     def _deadline(self, config: EvalConfig) -> float:
         t = config.timeouts

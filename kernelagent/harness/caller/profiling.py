@@ -194,8 +194,11 @@ def ncu_sandbox(scratch: Path, allow_unsandboxed: bool) -> tuple[list[str] | Non
 def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "triton", device: str = "cuda:0",
             kernel_names: list[str] | None = None, calls: int = 2, timeout: float = 180.0,
             cache_dir: str | Path | None = None, candidate_sha: str = "",
-            allow_unsandboxed: bool = False) -> dict[str, Any]:
-    """Nsight Compute metrics for the top kernels: {"kernels": [...]} or {"unavailable": why}."""
+            allow_unsandboxed: bool = False, metric_sets: list[list[str]] | None = None,
+            top: int = 3, launch_count: int | None = None) -> dict[str, Any]:
+    """Nsight Compute metrics for the top kernels: {"kernels": [...]} or {"unavailable": why}.
+    metric_sets: the metric lists to try in turn (default: the profile's, with stalls first);
+    launch_count: how many launches ncu profiles (default 8 per call)."""
     ncu = find_ncu()
     if ncu is None:
         return {"unavailable": "ncu (Nsight Compute) was not found (PATH, /usr/local/cuda/bin, $KERNELAGENT_NCU)"}
@@ -232,8 +235,8 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
         base = jail + [ncu, "--profile-from-start", "off", "--target-processes", "all", "-f", "-o", str(report)]
         if names:
             base += ["--kernel-name", "regex:" + "|".join(names)]
-        base += ["--launch-count", str(max(1, calls) * 8)]
-        attempts = [NCU_METRICS + [NCU_STALLS], NCU_METRICS]
+        base += ["--launch-count", str(launch_count or max(1, calls) * 8)]
+        attempts = metric_sets or [NCU_METRICS + [NCU_STALLS], NCU_METRICS]
         last = ""
         for metrics in attempts:
             remaining = timeout - (time.monotonic() - started)
@@ -263,7 +266,7 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
                                        f"{', '.join(kernel_names or []) or 'none'})"}
             imported = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw"], capture_output=True,
                                       text=True, timeout=60)
-            kernels = summarise_ncu(parse_ncu_csv(imported.stdout))
+            kernels = summarise_ncu(parse_ncu_csv(imported.stdout), top=top)
             if not kernels:
                 return {"unavailable": "ncu returned no metrics: " + imported.stderr[-300:]}
             return {"kernels": kernels, "seconds": time.monotonic() - started,

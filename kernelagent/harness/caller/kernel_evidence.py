@@ -1,0 +1,101 @@
+"""Evidence from outside the candidate's process (issue 11, scope 7): which kernels really ran,
+and for how long, as Nsight Compute saw them.
+
+Everything the candidate's process reports about its kernels (the dispatch recorder, the
+torch.profiler rows, the device-time share) comes from code running beside the candidate, which
+can switch it off or lie. With `--kernel-evidence`, a correct CUDA result is checked once more:
+the candidate runs again under `ncu` (in bubblewrap, like `kernelagent profile`'s ncu), ncu's
+host process records every kernel's name and `gpu__time_duration`, and this module compares
+that with facts the caller holds itself:
+
+- the candidate's own kernel names, read statically from its source (Triton `@triton.jit`
+  functions, CUDA `__global__` functions), never from its process;
+- the timing the server checked on its own clock.
+
+Rules (`judge`, pure):
+- no kernel of the candidate's own ran, while device time was spent: `no-custom-kernel` (reject);
+- the candidate's own kernels took under half the device time: `hidden-work` (reject, as the
+  same rule in the candidate's process, `min_own_device_share`): the heavy work ran in library
+  kernels;
+- the kernels of one call took clearly longer on the device than the reported median
+  (over 1.5x plus 5 us): `clock-mismatch` (review).
+
+What this cannot see: ncu's data collection runs partly inside the profiled process (its
+injection library), so a candidate that recognises ncu can behave differently under it. The
+evidence makes a lie harder, not impossible; the server's clock and the reference's checks stay
+the guarantees.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+from kernelagent.harness.cuda_source import global_kernel_names, is_own_kernel
+from kernelagent.harness.result import SEVERITY
+
+METRICS = ["gpu__time_duration.sum"]
+CALLS = 3
+SLOWER_FACTOR = 1.5
+SLOWER_SLACK_MS = 0.005
+
+
+def static_own_names(source: str) -> set[str]:
+    """The candidate's own kernel names, from its source text: functions decorated with a
+    Triton decorator (`triton.jit`, `jit`, `triton.autotune(...)`, `triton.heuristics(...)`)
+    and the `__global__` functions in its CUDA strings."""
+    names = set(global_kernel_names(source))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return names
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for deco in node.decorator_list:
+                target = deco.func if isinstance(deco, ast.Call) else deco
+                text = ast.unparse(target)
+                if text.split(".")[-1] in ("jit", "autotune", "heuristics"):
+                    names.add(node.name)
+                    break
+    return names
+
+
+def judge(evidence: dict[str, Any], own_names: set[str], median_ms: float | None,
+          calls: int = CALLS) -> list[dict[str, str]]:
+    """Flags from ncu's kernels (`evidence["kernels"]`: name, launches, total_ns) for `calls`
+    profiled forward calls."""
+    kernels = [k for k in evidence.get("kernels", []) if (k.get("total_ns") or 0) > 0]
+    total_ns = sum(k["total_ns"] for k in kernels)
+    if not kernels or total_ns <= 0:
+        return []
+    own = [k for k in kernels if is_own_kernel(k["name"], own_names)]
+    own_ns = sum(k["total_ns"] for k in own)
+    top = ", ".join(f"{k['name'][:60]} ({k['total_ns'] / total_ns:.0%})" for k in kernels[:3])
+    flags: list[dict[str, str]] = []
+    if not own:
+        flags.append({"kind": "no-custom-kernel", "severity": SEVERITY["no-custom-kernel"],
+                      "message": "Nsight Compute, outside the candidate's process, saw none of its own kernels "
+                                 f"({', '.join(sorted(own_names)) or 'none found in its source'}) run; the device "
+                                 f"time went to {top}: the heavy work must run in the candidate's own kernels"})
+    elif own_ns < 0.5 * total_ns:
+        flags.append({"kind": "hidden-work", "severity": SEVERITY["hidden-work"],
+                      "message": f"Nsight Compute saw the candidate's own kernels take only {own_ns / total_ns:.0%} "
+                                 f"of the device time; the rest went to {top}"})
+    per_call_ms = total_ns / 1e6 / max(calls, 1)
+    if median_ms is not None and per_call_ms > SLOWER_FACTOR * median_ms + SLOWER_SLACK_MS:
+        flags.append({"kind": "clock-mismatch", "severity": SEVERITY["clock-mismatch"],
+                      "message": f"Nsight Compute summed {per_call_ms:.4f} ms of kernel time per call, but the "
+                                 f"reported median is {median_ms:.4f} ms"})
+    return flags
+
+
+def collect(problem_path: str | Path, candidate_source: str, *, backend: str, device: str,
+            cache_dir: str | Path | None, candidate_sha: str, timeout: float = 180.0) -> dict[str, Any]:
+    """Run the candidate under ncu (sandboxed; never unsandboxed) for CALLS forward calls and
+    return every kernel it launched: {"kernels": [...]} or {"unavailable": why}."""
+    from kernelagent.harness.caller import profiling
+
+    return profiling.run_ncu(problem_path, candidate_source, backend=backend, device=device, calls=CALLS,
+                             timeout=timeout, cache_dir=cache_dir, candidate_sha=candidate_sha,
+                             metric_sets=[METRICS], top=1000, launch_count=100_000)
