@@ -47,6 +47,9 @@ MAX_KEPT_CALLS = 1000
 KEEP_DEVICE_SHARE = 0.15
 KEEP_CPU_BYTES = 256 << 20
 TIMED_CHECKS = 3  # timed calls verified, chosen in secret after the loop (the last one always too)
+# The server reads the SM clock around the candidate's loop only where NVML starts faster than
+# this (measured by the device probe): it opens and closes NVML around each loop.
+NVML_INIT_MAX_MS = 200.0
 
 _START_STAGES = ("start", "load", "compile")
 
@@ -531,10 +534,17 @@ class Job:
         warmed = self.cand_recv({"warmed"}, deadline)
         ipc_kept = warmed["kept"]  # on a GPU: the kept slots' IPC handles, sent before the clock ran
         timed_seed = self.base_seed + SEED_TIMING + self.rng.getrandbits(30)
-        protocol.send(self.to_cand, "go", self.job_id, seed=timed_seed)
-        t0 = time.perf_counter()
-        message = self.cand_recv({"timing"}, deadline)
-        loop_s = time.perf_counter() - t0
+        # The SM clock over the candidate's loop, read here (NVML, a thread) where it cannot touch it.
+        sampler = self.clock_sampler(calls * max(float(self.ready.get("estimate_ms", 1.0)), 0.005) / 1e3)
+        try:
+            protocol.send(self.to_cand, "go", self.job_id, seed=timed_seed)
+            t0 = time.perf_counter()
+            if sampler is not None:
+                sampler.start()
+            message = self.cand_recv({"timing"}, deadline)
+            loop_s = time.perf_counter() - t0
+        finally:
+            clocks = sampler.stop() if sampler is not None else None
         # Nothing of the candidate's may run while its kept outputs are read: its processes are
         # stopped until the comparisons are done (GPU work it queued still completes).
         stopped = bool(ipc_kept) and self.stop_candidate(True)
@@ -575,11 +585,14 @@ class Job:
             raise protocol.ProtocolError("malformed timing samples")
         decision = verdict.trusted_time(samples, calls, loop_s, calibration_s,
                                         bool(message["meaningful"]) and bool(self.fingerprint.get("cuda")))
-        timing = dict(decision.timing, samples_ms=[float(x) for x in samples][:5000], source=decision.source)
+        timing = dict(decision.timing, samples_ms=[float(x) for x in samples][:5000], source=decision.source,
+                      clocks_mhz=clocks or [])
         self.result["timings"]["candidate"] = timing
         self.result["timed_loop"].update(server_ms_per_call=decision.server_ms,
                                          claimed_mean_ms=decision.claimed_mean_ms, source=decision.source)
         for item in decision.flags:
+            self.flag(item)
+        for item in self.timer_flags(clocks):
             self.flag(item)
         if config.defences:  # on the CPU this notes that the check does not apply
             roof = verdict.check_roofline(self.fingerprint, self.ready, float(timing["median_ms"]),
@@ -587,6 +600,42 @@ class Job:
             if roof:
                 self.flag(roof)
         return ok
+
+    def clock_sampler(self, expected_s: float) -> Any:
+        """A ClockSampler for the device (child/timing.py), or None: no GPU, no NVML in the probe,
+        or an NVML whose start-up is too slow to pay for on every evaluation."""
+        nvml = self.fingerprint.get("nvml") or {}
+        if not self.fingerprint.get("cuda") or not nvml.get("available") or \
+                float(nvml.get("init_ms") or 1e9) > NVML_INIT_MAX_MS:
+            return None
+        from kernelagent.harness.child.timing import ClockSampler
+
+        try:
+            return ClockSampler.for_device(self.fingerprint.get("uuid"), self.fingerprint.get("pci_bus_id"), expected_s)
+        except Exception:  # noqa: BLE001 - no clocks rather than no evaluation
+            return None
+
+    def timer_flags(self, clocks: list[float] | None) -> list[dict[str, str]]:
+        """The timer traps that concern the candidate's loop: the clock dropped over it, or the
+        device probe found that the L2 flush does not evict or that persisting L2 cannot be reset."""
+        from kernelagent.harness.result import throttling_flag
+
+        flags = []
+        throttled = throttling_flag("candidate's", clocks)
+        if throttled is not None:
+            flags.append(verdict.flag(throttled.kind, throttled.message))
+        if not self.fingerprint.get("cuda"):
+            return flags
+        flush = self.fingerprint.get("l2_flush") or {}
+        if flush.get("evicts") is False:
+            flags.append(verdict.flag(
+                "l2-flush", f"the L2 flush did not evict in the device probe ({flush.get('note') or ''}"
+                f"flushed read {flush.get('cold_ms')} ms vs warm {flush.get('warm_ms')} ms; rule: {flush.get('rule')}): "
+                "the times are partly warm-L2"))
+        reset = self.fingerprint.get("l2_reset")
+        if reset and reset != "ok":
+            flags.append(verdict.flag("l2-reset", f"persisting L2 lines were not reset before each timed call: {reset}"))
+        return flags
 
     def stop_candidate(self, stop: bool) -> bool:
         """SIGSTOP (or SIGCONT) every process of the candidate's job: its process group and,
@@ -716,7 +765,15 @@ class Job:
                       seed=self.base_seed + SEED_TIMING, budget_bytes=self.harness_budget())
         try:
             message = self.ref_recv({"baseline_timings"}, time.monotonic() + self.config.timeouts.baselines)
-            self.result["baselines"] = {"timings": message["timings"], "errors": message["errors"]}
+            timings = message["timings"]
+            for name, value in message["overhead_ms"].items():
+                # In each baseline's Timing, so that it is cached with it (result.baseline_overhead_ms).
+                if isinstance(timings.get(name), dict) and isinstance(value, (int, float)) \
+                        and not isinstance(value, bool):
+                    timings[name]["empty_call_ms"] = float(value)
+            self.result["baselines"] = {"timings": timings, "errors": message["errors"]}
+            for item in baseline_timer_flags(timings):
+                self.flag(item)
         except StageTimeout:
             self.result["baselines"] = {"errors": {"timeout": f"baselines ran past {self.config.timeouts.baselines:.0f} s"}}
         except (ReferenceGone, _Stop) as exc:
@@ -737,6 +794,23 @@ class Job:
                 self.result["memory"]["peak_reference_bytes"] = peak
         except (StageTimeout, ReferenceGone, _Stop, OSError, protocol.ProtocolError):
             pass
+
+
+def baseline_timer_flags(timings: dict[str, Any]) -> list[dict[str, str]]:
+    """`throttling` and `launch-bound` flags for freshly timed baselines (the caller adds the
+    launch-bound ones for cached baselines). Never raises: the timings stand without flags."""
+    from kernelagent.harness.result import Timing, launch_bound_flags, throttling_flag
+
+    flags = []
+    for name, data in timings.items():
+        try:
+            throttled = throttling_flag(f"{name} baseline's", data.get("clocks_mhz"))
+            if throttled is not None:
+                flags.append(verdict.flag(throttled.kind, throttled.message))
+            flags += [verdict.flag(f.kind, f.message) for f in launch_bound_flags({name: Timing.from_dict(data)})]
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return flags
 
 
 class _Stop(Exception):
