@@ -91,6 +91,14 @@ def test_missing_symbol_and_failing_call_are_recorded_once(fake_stream):
     assert reset.status.count("cuCtxResetPersistingL2Cache failed") == 1
 
 
+def test_device_without_persisting_l2_is_not_a_problem(fake_stream):
+    driver = FakeDriver(reset_code=timing.PersistingL2.NOT_SUPPORTED)
+    reset = timing.PersistingL2(loader=lambda: driver)
+    reset()
+    reset()
+    assert reset.status == "ok" and driver.calls.count(("reset",)) == 1
+
+
 # -- NVML -------------------------------------------------------------------------------------
 
 def test_nvml_missing_is_none():

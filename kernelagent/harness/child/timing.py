@@ -84,6 +84,7 @@ class PersistingL2:
 
     LIMIT_PERSISTING_L2 = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
     STREAM_ACCESS_POLICY_WINDOW = 1  # CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW
+    NOT_SUPPORTED = 801  # CUDA_ERROR_NOT_SUPPORTED
 
     def __init__(self, loader: Callable[[], Any] = transfer.libcuda):
         self.problems: list[str] = []
@@ -101,6 +102,9 @@ class PersistingL2:
         # CUstreamAttrValue is a 64-byte union; all zeros is an access-policy window of 0 bytes
         # (no window), hit and miss properties "normal".
         self._no_window = (ctypes.c_char * 64)()
+        # Its address, taken once: ctypes.addressof raises an audit event, and the candidate's
+        # process runs an audit hook (defences.py) that should not be paid for on every call.
+        self._no_window_at = ctypes.addressof(self._no_window)
 
     def _bind(self, lib: Any, name: str, argtypes: list[Any]) -> Any:
         fn = getattr(lib, name, None)
@@ -115,25 +119,32 @@ class PersistingL2:
         """"ok" when every step worked so far, else what could not be reset."""
         return "ok" if not self.problems else "could not reset: " + "; ".join(self.problems)
 
+    def _failed(self, code: int, what: str) -> bool:
+        """True when `code` is an error: recorded, and the step is not tried again. A device
+        without persisting L2 (CUDA_ERROR_NOT_SUPPORTED) has nothing to reset: not a problem."""
+        if code == 0:
+            return False
+        if code != self.NOT_SUPPORTED:
+            self.problems.append(f"{what} failed (CUresult {code})")
+        return True
+
     def __call__(self) -> None:
-        if self._reset is not None and self._reset() != 0:
-            self.problems.append("cuCtxResetPersistingL2Cache failed")
+        if self._reset is not None and self._failed(self._reset(), "cuCtxResetPersistingL2Cache"):
             self._reset = None
         if self._get_limit is not None and self._set_limit is not None:
             value = ctypes.c_size_t(0)
-            if self._get_limit(ctypes.byref(value), self.LIMIT_PERSISTING_L2) != 0:
-                self.problems.append("cuCtxGetLimit(PERSISTING_L2_CACHE_SIZE) failed")
+            if self._failed(self._get_limit(ctypes.byref(value), self.LIMIT_PERSISTING_L2),
+                            "cuCtxGetLimit(PERSISTING_L2_CACHE_SIZE)"):
                 self._get_limit = None
             elif value.value:
                 self.carveout_removed = max(self.carveout_removed, int(value.value))
-                if self._set_limit(self.LIMIT_PERSISTING_L2, 0) != 0:
-                    self.problems.append("cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE, 0) failed")
+                if self._failed(self._set_limit(self.LIMIT_PERSISTING_L2, 0),
+                                "cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE, 0)"):
                     self._set_limit = None
         if self._set_attr is not None:
             stream = _current_stream().cuda_stream
-            if self._set_attr(ctypes.c_void_p(stream), self.STREAM_ACCESS_POLICY_WINDOW,
-                              ctypes.addressof(self._no_window)) != 0:
-                self.problems.append("cuStreamSetAttribute(ACCESS_POLICY_WINDOW) failed")
+            if self._failed(self._set_attr(ctypes.c_void_p(stream), self.STREAM_ACCESS_POLICY_WINDOW,
+                                           self._no_window_at), "cuStreamSetAttribute(ACCESS_POLICY_WINDOW)"):
                 self._set_attr = None
 
 

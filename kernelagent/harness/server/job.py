@@ -627,14 +627,15 @@ class Job:
         if not self.fingerprint.get("cuda"):
             return flags
         flush = self.fingerprint.get("l2_flush") or {}
-        if flush.get("evicts") is False:
+        if flush.get("evicts") is False and self.config.flush_l2:
             flags.append(verdict.flag(
-                "l2-flush", f"the L2 flush did not evict in the device probe ({flush.get('note') or ''}"
-                f"flushed read {flush.get('cold_ms')} ms vs warm {flush.get('warm_ms')} ms; rule: {flush.get('rule')}): "
+                "l2-flush", f"the L2 flush did not evict in the device probe (a read after the flush took "
+                f"{flush.get('cold_ms')} ms, a second read {flush.get('warm_ms')} ms; rule: {flush.get('rule')}): "
                 "the times are partly warm-L2"))
         reset = self.fingerprint.get("l2_reset")
         if reset and reset != "ok":
-            flags.append(verdict.flag("l2-reset", f"persisting L2 lines were not reset before each timed call: {reset}"))
+            flags.append(verdict.flag("l2-reset", "persisting L2 lines were not reset before each timed call: "
+                                      + str(reset)))
         return flags
 
     def stop_candidate(self, stop: bool) -> bool:
