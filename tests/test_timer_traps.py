@@ -178,6 +178,13 @@ def test_throttling_rule(clocks, flagged):
         assert f"{clocks[0]:.0f} MHz" in flag.message and f"{clocks[1]:.0f} MHz" in flag.message
 
 
+def test_throttling_message_gives_the_deciles_call_times():
+    samples = [1.0] * 10 + [1.05] * 80 + [1.2] * 10
+    flag = throttling_flag("candidate's", [1980, 1600], samples)
+    assert "1.0000 ms in the first tenth, 1.2000 ms in the last" in flag.message
+    assert "median call" not in throttling_flag("candidate's", [1980, 1600], samples[:5]).message
+
+
 def test_clock_sampler_on_synthetic_clocks():
     readings = iter([1980] * 3 + [1900] * 20 + [1600] * 1000)
     closed = []

@@ -229,18 +229,36 @@ class EvalResult:
         return "\n".join(lines)
 
 
-def throttling_flag(loop: str, clocks_mhz: list[float] | None) -> Flag | None:
+def decile_medians(samples_ms: list[float] | None) -> list[float] | None:
+    """[median of the first tenth, median of the last tenth] of a loop's per-call times, in call
+    order (at least one call each); None with fewer than 10 calls."""
+    if not samples_ms or len(samples_ms) < 10:
+        return None
+    n = max(len(samples_ms) // 10, 1)
+
+    def median(values: list[float]) -> float:
+        ordered = sorted(values)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+    return [median(list(samples_ms[:n])), median(list(samples_ms[-n:]))]
+
+
+def throttling_flag(loop: str, clocks_mhz: list[float] | None, samples_ms: list[float] | None = None) -> Flag | None:
     """`throttling` when the SM clock of `loop` fell by more than THROTTLE_DROP from the first
-    decile of the loop to the last (clocks_mhz = [first, last]); None otherwise or unknown."""
+    decile of the loop to the last (clocks_mhz = [first, last]); None otherwise or unknown. The
+    message gives the per-call times of the same deciles when `samples_ms` are there."""
     if not clocks_mhz or len(clocks_mhz) != 2 or not all(isinstance(c, (int, float)) for c in clocks_mhz):
         return None
     first, last = float(clocks_mhz[0]), float(clocks_mhz[1])
     if first <= 0 or last >= (1 - THROTTLE_DROP) * first:
         return None
+    times = decile_medians(samples_ms)
+    calls = f" (median call {times[0]:.4f} ms in the first tenth, {times[1]:.4f} ms in the last)" if times else ""
     return Flag("throttling",
                 f"the SM clock fell from {first:.0f} MHz to {last:.0f} MHz ({100 * (1 - last / first):.0f}% lower) "
-                f"between the first and the last tenth of the {loop} timed loop: the GPU throttled (heat or "
-                "power), so the later calls ran slower and the time is not repeatable", SEVERITY["throttling"])
+                f"between the first and the last tenth of the {loop} timed loop{calls}: the GPU throttled (heat "
+                "or power), so the later calls ran slower and the time is not repeatable", SEVERITY["throttling"])
 
 
 def launch_bound_flags(timings: dict[str, Timing]) -> list[Flag]:

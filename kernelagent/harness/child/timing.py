@@ -26,7 +26,7 @@ Known traps, and what this module does about each:
   libnvidia-ml.so.1) on about 30 evenly spaced calls, between the flush and the synchronize
   (outside the timed region, while the device is busy), and reports the means of the first
   and last decile as `Timing.clocks_mhz`; `ClockSampler` does the same from a thread (the
-  server, around the candidate's loop). A drop of more than THROTTLE_DROP is the flag
+  server, around the candidate's loop). A drop of more than 10% (result.THROTTLE_DROP) is the flag
   `throttling`. Without NVML nothing is recorded.
 """
 

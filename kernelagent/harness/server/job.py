@@ -592,7 +592,7 @@ class Job:
                                          claimed_mean_ms=decision.claimed_mean_ms, source=decision.source)
         for item in decision.flags:
             self.flag(item)
-        for item in self.timer_flags(clocks):
+        for item in self.timer_flags(clocks, timing["samples_ms"]):
             self.flag(item)
         if config.defences:  # on the CPU this notes that the check does not apply
             roof = verdict.check_roofline(self.fingerprint, self.ready, float(timing["median_ms"]),
@@ -615,13 +615,13 @@ class Job:
         except Exception:  # noqa: BLE001 - no clocks rather than no evaluation
             return None
 
-    def timer_flags(self, clocks: list[float] | None) -> list[dict[str, str]]:
+    def timer_flags(self, clocks: list[float] | None, samples_ms: list[float]) -> list[dict[str, str]]:
         """The timer traps that concern the candidate's loop: the clock dropped over it, or the
         device probe found that the L2 flush does not evict or that persisting L2 cannot be reset."""
         from kernelagent.harness.result import throttling_flag
 
         flags = []
-        throttled = throttling_flag("candidate's", clocks)
+        throttled = throttling_flag("candidate's", clocks, samples_ms)
         if throttled is not None:
             flags.append(verdict.flag(throttled.kind, throttled.message))
         if not self.fingerprint.get("cuda"):
@@ -805,7 +805,7 @@ def baseline_timer_flags(timings: dict[str, Any]) -> list[dict[str, str]]:
     flags = []
     for name, data in timings.items():
         try:
-            throttled = throttling_flag(f"{name} baseline's", data.get("clocks_mhz"))
+            throttled = throttling_flag(f"{name} baseline's", data.get("clocks_mhz"), data.get("samples_ms"))
             if throttled is not None:
                 flags.append(verdict.flag(throttled.kind, throttled.message))
             flags += [verdict.flag(f.kind, f.message) for f in launch_bound_flags({name: Timing.from_dict(data)})]
