@@ -150,6 +150,14 @@ def main() -> None:
         "target_s": 5.0,
         "defences": args.defences,
     }
+    # A "cached" row whose baselines were timed again (a baseline error keeps them out of the
+    # cache) measures the baselines too: the ratio would be meaningless, so say so.
+    recomputed = [f"{r['problem']} ({r['defences']})" for r in rows
+                  if r["phase"] == "cached" and not r["baselines_cached"] and r["status"] == "correct"]
+    summary["cached_rows_without_cache"] = len(recomputed)
+    if recomputed:
+        print(f"WARNING: {len(recomputed)} 'cached' evaluations timed their baselines again (not cached): "
+              + ", ".join(recomputed[:5]))
     if args.defences == "both":
         overhead = summary["defences_overhead"] = defence_ratios(rows)
         print(f"\n{'problem':34} {'off s':>7} {'on s':>7} {'on/off':>7}   stage seconds off->on")

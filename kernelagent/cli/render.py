@@ -27,8 +27,11 @@ def render_result(result: EvalResult, console: Console | None = None) -> None:
     table.add_row("correct", f"{'yes' if result.correct else 'no'} ({passed}/{len(result.trials)} checks)")
     for name, timing in result.timings.items():
         note = "" if timing.meaningful else "  (not meaningful: CPU/interpreter)"
+        empty = f", empty call {timing.empty_call_ms:.4f} ms" if timing.empty_call_ms is not None else ""
+        clocks = (f", SM clock {timing.clocks_mhz[0]:.0f}->{timing.clocks_mhz[1]:.0f} MHz"
+                  if len(timing.clocks_mhz) == 2 else "")
         table.add_row(f"time {name}", f"{timing.median_ms:.4f} ms median, IQR {timing.iqr_ms:.4f}, "
-                                      f"{timing.reps} reps{note}")
+                                      f"{timing.reps} reps{empty}{clocks}{note}")
     meaningful = all(t.meaningful for t in result.timings.values())
     for name, value in result.speedups.items():
         bounds = result.speedup_intervals.get(name)

@@ -68,7 +68,8 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
                 "skipped": (bool,)},
     "warmed": {"kept": (list,)},
     "calibrated": {"seconds": _NUM, "calls": (int,)},
-    "baseline_timings": {"timings": (dict,), "errors": (dict,)},
+    # overhead_ms: each baseline's empty-call time (its per-call overhead), null where unmeasured
+    "baseline_timings": {"timings": (dict,), "errors": (dict,), "overhead_ms": (dict,)},
     "ref_stats": {"memory": (dict,)},
     # server -> candidate
     "plan": {"reference_ops": (list,)},

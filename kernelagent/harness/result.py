@@ -35,7 +35,19 @@ SEVERITY: dict[str, str] = {
     "clock-mismatch": "review",  # its in-process timings disagree with the server's clock
     "isolation": "info",
     "kernel-evidence": "info",  # why the out-of-process kernel evidence could not be collected
+    # Timer traps (child/timing.py). All "info": they describe the machine, not the candidate, and
+    # "review" would stop a correct kernel from counting for a condition it did not cause. The
+    # result says so, so that a person (or the fidelity benchmark) can discount the numbers.
+    "throttling": "info",  # the SM clock dropped > 10% over a timed loop (first vs last decile)
+    "l2-flush": "info",  # the L2 flush did not measurably evict on this device: times are warm-L2
+    "l2-reset": "info",  # the persisting-L2 state could not be reset (driver symbol missing or failing)
+    "launch-bound": "info",  # a baseline's call is under 2x its own empty call: launch overhead dominates
 }
+
+# A loop whose SM clock fell by more than this share (first vs last decile) is flagged `throttling`.
+THROTTLE_DROP = 0.10
+# A baseline whose median is under this many times its own empty call is flagged `launch-bound`.
+LAUNCH_BOUND_FACTOR = 2.0
 
 
 class Status:
@@ -81,6 +93,12 @@ class Timing:
     # numbers come from: "in-process" (checked against the server's clock) or "server".
     samples_ms: list[float] = field(default_factory=list)
     source: str = "in-process"
+    # SM clock (MHz, NVML) over the loop: [mean of the first decile, mean of the last]; empty
+    # without NVML.
+    clocks_mhz: list[float] = field(default_factory=list)
+    # Baselines only: the same runner's time for an empty call (one tiny op on a 1-element
+    # tensor, the same torch.compile mode), timed by the same timer: its per-call overhead.
+    empty_call_ms: float | None = None
 
     @property
     def iqr_ms(self) -> float:
@@ -169,6 +187,13 @@ class EvalResult:
             f.severity in ("review", "reject") for f in self.flags)
 
     @property
+    def baseline_overhead_ms(self) -> dict[str, float]:
+        """Each baseline's empty-call time (its per-call overhead), from its Timing; in the JSON
+        as `baseline_overhead_ms` (derived, so it also comes with cached baselines)."""
+        return {name: t.empty_call_ms for name, t in self.timings.items()
+                if name != "candidate" and t.empty_call_ms is not None}
+
+    @property
     def speedup_eager(self) -> float | None:
         return self.speedups.get("eager")
 
@@ -180,6 +205,7 @@ class EvalResult:
         data = dataclasses.asdict(self)
         for name, timing in self.timings.items():
             data["timings"][name]["iqr_ms"] = timing.iqr_ms
+        data["baseline_overhead_ms"] = self.baseline_overhead_ms
         return data
 
     @classmethod
@@ -207,9 +233,10 @@ class EvalResult:
             lines.append(f"  {trial.name} (seed {trial.seed}): {trial.message}")
         for name, timing in self.timings.items():
             label = "" if timing.meaningful else " [not meaningful: CPU/interpreter]"
+            empty = f", empty call {timing.empty_call_ms:.4f} ms" if timing.empty_call_ms is not None else ""
             lines.append(
                 f"time {name}: median {timing.median_ms:.4f} ms, IQR {timing.iqr_ms:.4f} ms, "
-                f"{timing.reps} reps{label}"
+                f"{timing.reps} reps{empty}{label}"
             )
         meaningful = all(t.meaningful for t in self.timings.values())
         for name, value in self.speedups.items():
@@ -218,3 +245,52 @@ class EvalResult:
             label = {"reject": "REJECTED", "review": "FLAGGED FOR REVIEW"}.get(flag.severity, "note")
             lines.append(f"{label} [{flag.kind}]: {flag.message}")
         return "\n".join(lines)
+
+
+def decile_medians(samples_ms: list[float] | None) -> list[float] | None:
+    """[median of the first tenth, median of the last tenth] of a loop's per-call times, in call
+    order (at least one call each); None with fewer than 10 calls."""
+    if not samples_ms or len(samples_ms) < 10:
+        return None
+    n = max(len(samples_ms) // 10, 1)
+
+    def median(values: list[float]) -> float:
+        ordered = sorted(values)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+    return [median(list(samples_ms[:n])), median(list(samples_ms[-n:]))]
+
+
+def throttling_flag(loop: str, clocks_mhz: list[float] | None, samples_ms: list[float] | None = None) -> Flag | None:
+    """`throttling` when the SM clock of `loop` fell by more than THROTTLE_DROP from the first
+    decile of the loop to the last (clocks_mhz = [first, last]); None otherwise or unknown. The
+    message gives the per-call times of the same deciles when `samples_ms` are there."""
+    if not clocks_mhz or len(clocks_mhz) != 2 or not all(isinstance(c, (int, float)) for c in clocks_mhz):
+        return None
+    first, last = float(clocks_mhz[0]), float(clocks_mhz[1])
+    if first <= 0 or last >= (1 - THROTTLE_DROP) * first:
+        return None
+    times = decile_medians(samples_ms)
+    calls = f" (median call {times[0]:.4f} ms in the first tenth, {times[1]:.4f} ms in the last)" if times else ""
+    return Flag("throttling",
+                f"the SM clock fell from {first:.0f} MHz to {last:.0f} MHz ({100 * (1 - last / first):.0f}% lower) "
+                f"between the first and the last tenth of the {loop} timed loop{calls}: the GPU throttled (heat "
+                "or power), so the later calls ran slower and the time is not repeatable", SEVERITY["throttling"])
+
+
+def launch_bound_flags(timings: dict[str, Timing]) -> list[Flag]:
+    """`launch-bound` for each meaningful baseline whose median is under LAUNCH_BOUND_FACTOR
+    times its own empty call: most of that baseline's time is per-call overhead, so a speedup
+    against it mostly measures launch overhead, not a faster kernel."""
+    flags = []
+    for name, t in timings.items():
+        if name == "candidate" or not t.meaningful or not t.empty_call_ms or t.empty_call_ms <= 0:
+            continue
+        if t.median_ms < LAUNCH_BOUND_FACTOR * t.empty_call_ms:
+            flags.append(Flag(
+                "launch-bound",
+                f"the {name} baseline takes {t.median_ms:.4f} ms per call and an empty call of the same kind "
+                f"{t.empty_call_ms:.4f} ms: it is launch-bound, so the speedup vs {name} comes mostly from "
+                "launch overhead, not from faster kernels", SEVERITY["launch-bound"]))
+    return flags

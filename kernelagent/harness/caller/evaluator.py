@@ -375,6 +375,10 @@ class Evaluator:
 
         for name, t in timings.items():
             result.timings[name] = Timing.from_dict(t)
+        if result.baselines_cached:  # fresh ones were flagged by the server; cached ones here
+            from kernelagent.harness.result import launch_bound_flags
+
+            result.flags += launch_bound_flags({k: result.timings[k] for k in timings if k in result.timings})
         candidate = result.timings.get("candidate")
         if any(f.kind == "impossible-speed" for f in result.flags):
             candidate = None  # a time the hardware cannot deliver is never a speedup

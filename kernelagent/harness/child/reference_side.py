@@ -211,33 +211,60 @@ class ReferenceSide:
     def baselines(self, message: dict[str, Any]) -> None:
         timings: dict[str, Any] = {}
         errors: dict[str, str] = {}
+        overhead: dict[str, float | None] = {}
         if message.get("inductor_dir"):
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(message["inductor_dir"])
         try:
             input_sets = make_timing_sets(self.problem, int(message["seed"]), self.config, self.smoke, self.device,
                                           budget_bytes=int(message["budget_bytes"]))
             timer = make_timer(self.device, self.config, message.get("l2_bytes"))
-            runners: dict[str, Any] = {"eager": self.model}
+            # Each runner with its "empty" twin: a one-op module on a 1-element tensor, run the
+            # same way (eager, or compiled in the same mode). Its time is the runner's own
+            # per-call cost (Python, guards, launch, CUDA-graph replay), which a speedup on a
+            # small problem may come from.
+            empty = _EmptyModel().to(self.device)
+            runners: dict[str, Any] = {"eager": (self.model, empty)}
             for mode in message.get("compile_modes", []):
                 name = "compile" if mode == "default" else f"compile:{mode}"
                 try:
-                    runners[name] = torch.compile(self.model, mode=None if mode == "default" else mode)
+                    options = {"mode": None if mode == "default" else mode}
+                    runners[name] = (torch.compile(self.model, **options), torch.compile(empty, **options))
                 except BaseException as exc:
                     errors[name] = compact_traceback(exc)
-            for name, runner in runners.items():
+            empty_inputs = [[torch.zeros(1, device=self.device)]]
+            for name, (runner, empty_runner) in runners.items():
                 try:
-                    with torch.no_grad():
-                        runner(*input_sets[0])  # compiles torch.compile's graph, untimed
-                    _sync(self.device)
-                    report = timer.measure(runner, input_sets, self.config.warmup_ms, self.config.target_ms,
-                                           self.config.min_reps, self.config.max_reps,
-                                           budget_s=self.config.timeouts.timing)
+                    report = self._time_runner(timer, runner, input_sets)
                     timings[name] = {**report.timing.__dict__, "samples_ms": [float(x) for x in report.samples_ms]}
+                    if self.device.type == "cuda" and not torch.backends.cuda.matmul.allow_tf32 \
+                            and not torch.backends.cudnn.allow_tf32:
+                        timings[name]["note"] = (timings[name]["note"] + "; " if timings[name]["note"] else "") \
+                            + "TF32 off (full fp32 matmuls and convolutions)"
                 except BaseException as exc:
                     errors[name] = compact_traceback(exc)
+                    continue
+                try:
+                    overhead[name] = float(self._time_runner(timer, empty_runner, empty_inputs).timing.median_ms)
+                except BaseException as exc:  # the baseline's own time stands without it
+                    overhead[name] = None
+                    errors[f"{name} (empty call)"] = compact_traceback(exc)
         except BaseException as exc:
             errors["setup"] = compact_traceback(exc)
-        self.send("baseline_timings", timings=timings, errors=errors)
+        self.send("baseline_timings", timings=timings, errors=errors, overhead_ms=protocol.json_safe(overhead))
+
+    def _time_runner(self, timer: timing.Timer, runner: Any, input_sets: list[list[Any]]) -> timing.TimingReport:
+        with torch.no_grad():
+            runner(*input_sets[0])  # compiles torch.compile's graph, untimed
+        _sync(self.device)
+        return timer.measure(runner, input_sets, self.config.warmup_ms, self.config.target_ms,
+                             self.config.min_reps, self.config.max_reps, budget_s=self.config.timeouts.timing)
+
+
+class _EmptyModel(torch.nn.Module):
+    """The least a call can do: one elementwise op on a 1-element tensor."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
 
 
 def _finite(value: Any) -> float | None:

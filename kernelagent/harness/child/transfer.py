@@ -118,6 +118,18 @@ def release(outgoing: Outgoing) -> None:
 # The receiving side (reference process)
 # --------------------------------------------------------------------------------------
 
+_LIBCUDA: Any = None
+
+
+def libcuda() -> Any:
+    """The CUDA driver library (ctypes), loaded once per process. Raises OSError where there is
+    none. Shared with child/timing.py (persisting-L2 reset), so there is one loader."""
+    global _LIBCUDA
+    if _LIBCUDA is None:
+        _LIBCUDA = ctypes.CDLL("libcuda.so.1")
+    return _LIBCUDA
+
+
 class _CudaIpc:
     """cuIpcOpenMemHandle / cuIpcCloseMemHandle through the driver library."""
 
@@ -129,7 +141,7 @@ class _CudaIpc:
     @classmethod
     def lib(cls) -> Any:
         if cls._lib is None:
-            lib = ctypes.CDLL("libcuda.so.1")
+            lib = libcuda()
             opener = getattr(lib, "cuIpcOpenMemHandle_v2", None) or lib.cuIpcOpenMemHandle
             opener.argtypes = [ctypes.POINTER(ctypes.c_uint64), cls.Handle, ctypes.c_uint]
             opener.restype = ctypes.c_int

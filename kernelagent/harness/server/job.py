@@ -48,6 +48,9 @@ KEEP_DEVICE_SHARE = 0.3
 KEEP_CPU_BYTES = 256 << 20
 TIMED_CHECKS = 3  # timed calls verified, chosen in secret over the whole loop (the last one always too)
 MAX_SEGMENTS = 256  # a loop of huge outputs (one kept per segment) stops here
+# The server reads the SM clock around the candidate's loop only where NVML starts faster than
+# this (measured by the device probe): it opens and closes NVML around each loop.
+NVML_INIT_MAX_MS = 200.0
 
 _START_STAGES = ("start", "load", "compile")
 
@@ -556,46 +559,54 @@ class Job:
         samples: list[Any] = []
         loop_s = 0.0
         ok, meaningful = True, True
-        for segment in range(segments):
-            first = segment * calls
-            protocol.send(self.to_cand, "go", self.job_id, seed=timed_seed + first)
-            t0 = time.perf_counter()
-            message = self.cand_recv({"timing"}, deadline)
-            loop_s += time.perf_counter() - t0
-            kept = ipc_kept or message["kept"]
-            if message["calls"] != calls or len(kept) != keep or not isinstance(message["samples_ms"], list) \
-                    or len(samples) + len(message["samples_ms"]) > 100_000:
-                raise protocol.ProtocolError("the timed loop did not run as ordered")
-            samples += message["samples_ms"]
-            meaningful = meaningful and bool(message["meaningful"])
-            kept_payloads = []
-            for entry in kept:
-                if not isinstance(entry, dict) or not isinstance(entry.get("outputs"), list) \
-                        or not isinstance(entry.get("index"), int):
-                    raise protocol.ProtocolError("malformed kept output")
-                kept_payloads.append([] if ipc_kept else self.relay_payloads(entry["outputs"]))
-            here = sorted(i for i in chosen if first <= i < first + calls)
-            # Nothing of the candidate's may run while its kept outputs are read: its processes
-            # are stopped until the comparisons are done (GPU work it queued still completes).
-            stopped = bool(here) and bool(ipc_kept) and self.stop_candidate(True)
-            for index in here:
-                slot = index - first
-                entry = kept[slot]
-                if not ipc_kept and entry["index"] != slot:
-                    raise protocol.ProtocolError("kept outputs out of order")
-                check = {"name": f"timed call {index}", "kind": "main", "seed": timed_seed + index, "stop": True}
-                self.planned.append(check["name"])
-                record = self.compare(check, len(entry["outputs"]), entry["outputs"], [], kept_payloads[slot],
-                                      deadline)
-                if not record.passed:
-                    ok = False
+        # The SM clock over the candidate's loop, read here (NVML, a thread) where it cannot touch it.
+        sampler = self.clock_sampler(measured * max(float(self.ready.get("estimate_ms", 1.0)), 0.005) / 1e3)
+        clocks = None
+        if sampler is not None:
+            sampler.start()
+        try:
+            for segment in range(segments):
+                first = segment * calls
+                protocol.send(self.to_cand, "go", self.job_id, seed=timed_seed + first)
+                t0 = time.perf_counter()
+                message = self.cand_recv({"timing"}, deadline)
+                loop_s += time.perf_counter() - t0
+                kept = ipc_kept or message["kept"]
+                if message["calls"] != calls or len(kept) != keep or not isinstance(message["samples_ms"], list) \
+                        or len(samples) + len(message["samples_ms"]) > 100_000:
+                    raise protocol.ProtocolError("the timed loop did not run as ordered")
+                samples += message["samples_ms"]
+                meaningful = meaningful and bool(message["meaningful"])
+                kept_payloads = []
+                for entry in kept:
+                    if not isinstance(entry, dict) or not isinstance(entry.get("outputs"), list) \
+                            or not isinstance(entry.get("index"), int):
+                        raise protocol.ProtocolError("malformed kept output")
+                    kept_payloads.append([] if ipc_kept else self.relay_payloads(entry["outputs"]))
+                here = sorted(i for i in chosen if first <= i < first + calls)
+                # Nothing of the candidate's may run while its kept outputs are read: its processes
+                # are stopped until the comparisons are done (GPU work it queued still completes).
+                stopped = bool(here) and bool(ipc_kept) and self.stop_candidate(True)
+                for index in here:
+                    slot = index - first
+                    entry = kept[slot]
+                    if not ipc_kept and entry["index"] != slot:
+                        raise protocol.ProtocolError("kept outputs out of order")
+                    check = {"name": f"timed call {index}", "kind": "main", "seed": timed_seed + index, "stop": True}
+                    self.planned.append(check["name"])
+                    record = self.compare(check, len(entry["outputs"]), entry["outputs"], [], kept_payloads[slot],
+                                          deadline)
+                    if not record.passed:
+                        ok = False
+                        break
+                if stopped:
+                    self.stop_candidate(False)
+                last = segment == segments - 1
+                protocol.send(self.to_cand, "check_reply", self.job_id, passed=ok, stop=not ok or last)
+                if not ok:
                     break
-            if stopped:
-                self.stop_candidate(False)
-            last = segment == segments - 1
-            protocol.send(self.to_cand, "check_reply", self.job_id, passed=ok, stop=not ok or last)
-            if not ok:
-                break
+        finally:
+            clocks = sampler.stop() if sampler is not None else None
         self.result["timed_loop"]["server_loop_s"] = loop_s
         if not ok:
             return False
@@ -603,11 +614,14 @@ class Job:
             raise protocol.ProtocolError("malformed timing samples")
         decision = verdict.trusted_time(samples, measured, loop_s, calibration_s,
                                         meaningful and bool(self.fingerprint.get("cuda")))
-        timing = dict(decision.timing, samples_ms=[float(x) for x in samples][:5000], source=decision.source)
+        timing = dict(decision.timing, samples_ms=[float(x) for x in samples][:5000], source=decision.source,
+                      clocks_mhz=clocks or [])
         self.result["timings"]["candidate"] = timing
         self.result["timed_loop"].update(server_ms_per_call=decision.server_ms,
                                          claimed_mean_ms=decision.claimed_mean_ms, source=decision.source)
         for item in decision.flags:
+            self.flag(item)
+        for item in self.timer_flags(clocks, timing["samples_ms"]):
             self.flag(item)
         if config.defences:  # on the CPU this notes that the check does not apply
             roof = verdict.check_roofline(self.fingerprint, self.ready, float(timing["median_ms"]),
@@ -615,6 +629,43 @@ class Job:
             if roof:
                 self.flag(roof)
         return ok
+
+    def clock_sampler(self, expected_s: float) -> Any:
+        """A ClockSampler for the device (child/timing.py), or None: no GPU, no NVML in the probe,
+        or an NVML whose start-up is too slow to pay for on every evaluation."""
+        nvml = self.fingerprint.get("nvml") or {}
+        if not self.fingerprint.get("cuda") or not nvml.get("available") or \
+                float(nvml.get("init_ms") or 1e9) > NVML_INIT_MAX_MS:
+            return None
+        from kernelagent.harness.child.timing import ClockSampler
+
+        try:
+            return ClockSampler.for_device(self.fingerprint.get("uuid"), self.fingerprint.get("pci_bus_id"), expected_s)
+        except Exception:  # noqa: BLE001 - no clocks rather than no evaluation
+            return None
+
+    def timer_flags(self, clocks: list[float] | None, samples_ms: list[float]) -> list[dict[str, str]]:
+        """The timer traps that concern the candidate's loop: the clock dropped over it, or the
+        device probe found that the L2 flush does not evict or that persisting L2 cannot be reset."""
+        from kernelagent.harness.result import throttling_flag
+
+        flags = []
+        throttled = throttling_flag("candidate's", clocks, samples_ms)
+        if throttled is not None:
+            flags.append(verdict.flag(throttled.kind, throttled.message))
+        if not self.fingerprint.get("cuda"):
+            return flags
+        flush = self.fingerprint.get("l2_flush") or {}
+        if flush.get("evicts") is False and self.config.flush_l2:
+            flags.append(verdict.flag(
+                "l2-flush", f"the L2 flush did not evict in the device probe (a read after the flush took "
+                f"{flush.get('cold_ms')} ms, a second read {flush.get('warm_ms')} ms; rule: {flush.get('rule')}): "
+                "the times are partly warm-L2"))
+        reset = self.fingerprint.get("l2_reset")
+        if reset and reset != "ok":
+            flags.append(verdict.flag("l2-reset", "persisting L2 lines were not reset before each timed call: "
+                                      + str(reset)))
+        return flags
 
     def stop_candidate(self, stop: bool) -> bool:
         """SIGSTOP (or SIGCONT) every process of the candidate's job: its process group and,
@@ -765,7 +816,15 @@ class Job:
                       seed=self.base_seed + SEED_TIMING, budget_bytes=self.harness_budget() // 2)
         try:
             message = self.ref_recv({"baseline_timings"}, time.monotonic() + self.config.timeouts.baselines)
-            self.result["baselines"] = {"timings": message["timings"], "errors": message["errors"]}
+            timings = message["timings"]
+            for name, value in message["overhead_ms"].items():
+                # In each baseline's Timing, so that it is cached with it (result.baseline_overhead_ms).
+                if isinstance(timings.get(name), dict) and isinstance(value, (int, float)) \
+                        and not isinstance(value, bool):
+                    timings[name]["empty_call_ms"] = float(value)
+            self.result["baselines"] = {"timings": timings, "errors": message["errors"]}
+            for item in baseline_timer_flags(timings):
+                self.flag(item)
         except StageTimeout:
             self.result["baselines"] = {"errors": {"timeout": f"baselines ran past {self.config.timeouts.baselines:.0f} s"}}
         except (ReferenceGone, _Stop) as exc:
@@ -786,6 +845,23 @@ class Job:
                 self.result["memory"]["peak_reference_bytes"] = peak
         except (StageTimeout, ReferenceGone, _Stop, OSError, protocol.ProtocolError):
             pass
+
+
+def baseline_timer_flags(timings: dict[str, Any]) -> list[dict[str, str]]:
+    """`throttling` and `launch-bound` flags for freshly timed baselines (the caller adds the
+    launch-bound ones for cached baselines). Never raises: the timings stand without flags."""
+    from kernelagent.harness.result import Timing, launch_bound_flags, throttling_flag
+
+    flags = []
+    for name, data in timings.items():
+        try:
+            throttled = throttling_flag(f"{name} baseline's", data.get("clocks_mhz"), data.get("samples_ms"))
+            if throttled is not None:
+                flags.append(verdict.flag(throttled.kind, throttled.message))
+            flags += [verdict.flag(f.kind, f.message) for f in launch_bound_flags({name: Timing.from_dict(data)})]
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return flags
 
 
 class _Stop(Exception):

@@ -46,6 +46,7 @@ def probe_device(requested: str) -> dict[str, Any]:
         from kernelagent import hardware
 
         info.update(cuda=True, device=f"cuda:{index}", **hardware.torch_device_facts(index))
+        info.update(probe_timer(index, info.get("l2_bytes")))
         # Free memory before any job (this probe's own context aside): what one evaluation's two
         # processes can share. The reference process checks a problem's estimate against it.
         info["free_bytes"] = int(torch.cuda.mem_get_info(index)[0])
@@ -60,6 +61,55 @@ def probe_device(requested: str) -> dict[str, Any]:
     else:
         info["device"] = "cpu"
     return info
+
+
+def probe_timer(index: int, l2_bytes: int | None) -> dict[str, Any]:
+    """Once per server, in the probe's child (child/timing.py): does the timer's L2 flush evict
+    (`l2_flush`), can persisting L2 be reset (`l2_reset`, and the microseconds one reset costs), is
+    NVML there and how long it takes to start (`nvml`), and NVML's names for the device (`uuid`,
+    `pci_bus_id`: the server reads the clock by these, never by index). Never raises."""
+    import time
+
+    from kernelagent import hardware
+    from kernelagent.harness.child import timing
+
+    out: dict[str, Any] = {}
+    try:
+        out.update(timing.torch_device_ids(index))
+    except Exception as exc:  # noqa: BLE001
+        out["uuid"] = out["pci_bus_id"] = None
+        out["device_ids_error"] = str(exc)[:200]
+    try:
+        device = torch.device(f"cuda:{index}")
+        torch.cuda.set_device(device)
+        l2 = int(l2_bytes) if l2_bytes else None
+        timer = timing.Timer(device, flush_bytes=2 * l2 if l2 else hardware.DEFAULT_L2_FLUSH_BYTES)
+        out["l2_flush"] = timer.check_flush(l2 or hardware.DEFAULT_L2_FLUSH_BYTES // 2)
+        started = time.perf_counter()
+        for _ in range(100):
+            timer.persisting()
+        out["l2_reset"] = timer.l2_reset
+        out["l2_reset_us"] = round((time.perf_counter() - started) * 1e4, 2)
+        del timer
+    except Exception as exc:  # noqa: BLE001 - the evaluations still run; the result says why
+        out.setdefault("l2_flush", {"evicts": None, "note": f"the flush check failed: {str(exc)[:200]}"})
+        out.setdefault("l2_reset", f"could not reset: the probe failed ({str(exc)[:200]})")
+    started = time.perf_counter()
+    nvml = timing.Nvml.open()
+    init_ms = (time.perf_counter() - started) * 1e3
+    if nvml is None:
+        out["nvml"] = {"available": False}
+    else:
+        handle = nvml.handle(out.get("uuid"), out.get("pci_bus_id"))
+        clock = nvml.sm_clock_mhz(handle) if handle is not None else None
+        started = time.perf_counter()
+        for _ in range(20):
+            if handle is not None:
+                nvml.sm_clock_mhz(handle)
+        out["nvml"] = {"available": handle is not None, "init_ms": round(init_ms, 2), "sm_clock_mhz": clock,
+                       "read_us": round((time.perf_counter() - started) * 5e4, 2) if handle is not None else None}
+        nvml.close()
+    return out
 
 
 def _probe_in_child(requested: str) -> dict[str, Any]:
