@@ -50,7 +50,9 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     # server -> reference
     "ref_nonce": {"nonce": (str,)},
     "check": {"name": (str,), "kind": (str,), "seed": (int,), "n_outputs": (int,), "outputs": (list,),
-              "inputs": (list,), "stop_on_failure": (bool,)},
+              "inputs": (list,), "stop_on_failure": (bool,),
+              # an extra input set the candidate raised on (then no outputs): what it raised
+              "candidate_error": (str, type(None))},
     "calibrate": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,),
                   "budget_bytes": (int,), "l2_bytes": (int, type(None))},
     "go": {"seed": (int,)},
@@ -80,7 +82,8 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     # candidate -> server (claims)
     "stage": {"stage": (str,)},
     "compiled": {},
-    "outputs": {"name": (str,), "n_outputs": (int,), "outputs": (list,), "inputs": (list,)},
+    "outputs": {"name": (str,), "n_outputs": (int,), "outputs": (list,), "inputs": (list,),
+                "error": (str, type(None))},  # extra input sets only: the exception instead of outputs
     "timing": {"samples_ms": (list,), "event_ms": (list,), "overhead_ms": _NUM, "calls": (int,),
                "kept": (list,), "meaningful": (bool,)},
     "kernels": {"kernels": (list,)},

@@ -115,16 +115,35 @@ class ReferenceSide:
                                    "max_abs_err": None, "max_rel_err": None, "rel_l2_err": None,
                                    "rejected": None, "harness_error": False, "skipped": False}
         received = None
+        extra = kind.startswith("extra:")
+        candidate_error = message.get("candidate_error")
         try:
-            pristine = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
-            after_reference = [_clone(x) for x in pristine]
-            del pristine
-            with torch.no_grad():
-                reference = transfer.flatten_outputs(self.model(*after_reference))
-            _sync(self.device)
-            if kind == "alt" and not all(bool(torch.isfinite(r).all()) for r in reference if r.is_floating_point()):
+            reference = None
+            try:
+                pristine = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
+                after_reference = [_clone(x) for x in pristine]
+                del pristine
+                with torch.no_grad():
+                    reference = transfer.flatten_outputs(self.model(*after_reference))
+                _sync(self.device)
+            except Exception as exc:
+                if not extra or isinstance(exc, torch.OutOfMemoryError):
+                    raise
+                # An extra set (derived ones above all) that the reference itself cannot run is
+                # not a valid check: skipped, never the candidate's failure.
+                verdict.update(passed=True, skipped=True,
+                               message="skipped: the reference itself fails on this input set: "
+                                       + compact_traceback(exc, "problem.py", limit=2).splitlines()[-1][:400])
+            if reference is None:
+                pass
+            elif kind == "alt" and not all(bool(torch.isfinite(r).all()) for r in reference if r.is_floating_point()):
                 verdict.update(passed=True, skipped=True,
                                message="skipped: the reference is not finite on signed normal inputs")
+            elif extra and not all(bool(torch.isfinite(r).all()) for r in reference if r.is_floating_point()):
+                verdict.update(passed=True, skipped=True,
+                               message="skipped: the reference's outputs are not finite on this input set")
+            elif extra and candidate_error is not None:
+                verdict.update(passed=False, message=str(candidate_error))
             else:
                 if len(message["outputs"]) != n_outputs:
                     raise transfer.TransferError("the output count does not match the description")
@@ -139,7 +158,8 @@ class ReferenceSide:
                     verdict.update(passed=bool(result.passed), message=result.message,
                                    max_abs_err=_finite(result.max_abs_err), max_rel_err=_finite(result.max_rel_err),
                                    rel_l2_err=_finite(result.rel_l2_err))
-            del reference, after_reference
+            if reference is not None:
+                del reference, after_reference
         except (transfer.TransferError, KeyError, TypeError) as exc:
             verdict.update(passed=False, rejected="bad-payload",
                            message=f"the candidate's process sent a malformed result: {exc}")
