@@ -78,13 +78,14 @@ class CachedEvaluator:
         return result, False
 
 
-def eval_config(manifest: Manifest, entry: KernelEntry, cpu: bool, trials: int | None = None):
+def eval_config(manifest: Manifest, entry: KernelEntry, cpu: bool, trials: int | None = None,
+                timeouts: dict[str, float] | None = None):
     """The harness settings verify uses. On the CPU timing means nothing under the
     interpreter, so it is not done at all (correctness only, and faster)."""
     from kernelagent.harness import EvalConfig
 
     return EvalConfig(trials=trials or manifest.trials, backend=entry.backend,
-                      timing=not cpu, baselines=not cpu)
+                      timing=not cpu, baselines=not cpu, **({"timeouts": dict(timeouts)} if timeouts else {}))
 
 
 @dataclass
@@ -281,7 +282,7 @@ class VerifyReport:
 
 def evaluate_entries(manifest: Manifest, entries: list[KernelEntry], cached: CachedEvaluator,
                      lock: dict[str, dict], trials: int | None = None,
-                     on_check: Any = None) -> list[KernelCheck]:
+                     on_check: Any = None, timeouts: dict[str, float] | None = None) -> list[KernelCheck]:
     from kernelagent.bench.store import environment as env_of
     from kernelagent.problem import load_problem, read_candidate, sha256_text
 
@@ -291,7 +292,8 @@ def evaluate_entries(manifest: Manifest, entries: list[KernelEntry], cached: Cac
         problem = load_problem(entry.problem)
         source = read_candidate(entry.kernel)
         started = time.monotonic()
-        result, reused = cached.evaluate_cached(problem, source, eval_config(manifest, entry, cached.cpu, trials))
+        result, reused = cached.evaluate_cached(problem, source, eval_config(manifest, entry, cached.cpu, trials,
+                                                                                   timeouts))
         check = check_kernel(entry, result, lock.get(entry.name), environment=env, reused=reused,
                              seconds=time.monotonic() - started, kernel_sha256=sha256_text(source),
                              problem_sha256=problem.sha256)
@@ -316,13 +318,13 @@ def updated_lock(lock: dict[str, dict], checks: list[KernelCheck], manifest: Man
 
 def run_verify(manifest: Manifest, cached: CachedEvaluator, *, update_lock: bool = False,
                only: list[str] | None = None, trials: int | None = None,
-               on_check: Any = None) -> VerifyReport:
+               on_check: Any = None, timeouts: dict[str, float] | None = None) -> VerifyReport:
     from kernelagent.bench.store import environment as env_of
 
     started = time.monotonic()
     lock = read_lock(manifest.lock_path)
     entries = manifest.select(only)
-    checks = evaluate_entries(manifest, entries, cached, lock, trials, on_check)
+    checks = evaluate_entries(manifest, entries, cached, lock, trials, on_check, timeouts)
     new_lock = updated_lock(lock, checks, manifest, rewrite=update_lock)
     written = write_lock(manifest.lock_path, new_lock)  # False when the text is unchanged
     return VerifyReport(manifest=manifest.path, lock_path=manifest.lock_path, checks=checks,

@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelagent.cli.core import StageTimeoutOpt, TimeoutScaleOpt, stage_timeouts
 from kernelagent.errors import UserError
 
 PathArg = Annotated[Optional[Path], typer.Argument(
@@ -47,6 +48,8 @@ def verify(
     trials: TrialsOpt = None,
     cache_dir: CacheOpt = None,
     isolation: IsolationOpt = "auto",
+    timeout_scale: Annotated[Optional[float], TimeoutScaleOpt] = None,
+    stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
 ) -> None:
     """Re-evaluate every kernel of kernelagent.toml with the trusted harness; exit 1 if any fails."""
     from kernelagent.ci import outputs
@@ -67,7 +70,7 @@ def verify(
         with open_cached_evaluator(store=store, device=device or manifest.device, cache_dir=cache_dir,
                                    isolation=isolation, run_id=f"verify:{manifest.path}") as cached:
             report = run_verify(manifest, cached, update_lock=update_lock, only=only, trials=trials,
-                                on_check=progress)
+                                on_check=progress, timeouts=stage_timeouts(timeout_scale, stage_timeout))
     except UserError as exc:
         raise _fail(str(exc), exc.exit_code) from None
     # Every output is written before the exit code: CI wants the report most when it fails.

@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import finite, interrupted
+from kernelagent.cli.core import StageTimeoutOpt, TimeoutScaleOpt, finite, interrupted, stage_timeouts
 from kernelagent.errors import EXIT_USAGE, UserError
 
 
@@ -53,6 +53,8 @@ def optimize(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final result line.")] = False,
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
     force: Annotated[bool, typer.Option("--force", help="Let --out replace a run already in that folder (its kernel.py, trajectory.json and summary.json are deleted first).")] = False,
+    timeout_scale: Annotated[Optional[float], TimeoutScaleOpt] = None,
+    stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
 ) -> None:
     """Turn a PyTorch reference module into a verified, faster Triton (or CUDA C++) kernel."""
     from kernelagent.agent import default_out_dir
@@ -67,6 +69,7 @@ def optimize(
                             format="%(levelname)s %(name)s: %(message)s")
     from kernelagent.devices import check_device
 
+    timeouts = stage_timeouts(timeout_scale, stage_timeout)
     try:
         # Bad input first, cheapest first, all before the slow parts (harness, model calls).
         loaded = load_problem(problem)
@@ -93,7 +96,7 @@ def optimize(
                 problem, llm, mode=mode.value, budget=budget, target_speedup=target_speedup,
                 out=out, device=device, trials=trials, quick_trials=min(quick_trials, trials),
                 observer=view, model_info={"api_base": api_base, "temperature": temperature},
-                backend=backend)
+                backend=backend, eval_overrides=({"timeouts": timeouts} if timeouts else None))
     except KeyboardInterrupt:
         summary = out / "summary.json"
         kernel = out / "kernel.py"

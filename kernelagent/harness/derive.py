@@ -85,6 +85,9 @@ _DIVISOR_TOKENS = ("group", "head", "cluster", "patch", "window")
 # On the CPU, a problem whose inputs and weights (estimated on the meta device) stay within this
 # runs at its own sizes; a larger one runs on derived smoke sizes (plan_cpu_inputs).
 SMALL_MAIN_BYTES = 16 << 20
+# Elements per input tensor that plan_cpu_inputs aims the smoke sizes at: small enough that a
+# kernel under the Triton interpreter (one Python-level program at a time) runs in seconds.
+SMOKE_TARGET_ELEMENTS = 1 << 12
 SMOKE_FLOOR = 4  # smallest cap: keeps BatchNorm batches > 1 and 3x3 kernels inside their inputs
 _FACTORIES = {"rand", "randn", "zeros", "ones", "empty", "randint", "full", "rand_like"}
 _RATIO_CYCLES = ((3 / 4, 5 / 8, 7 / 8), (5 / 8, 7 / 8, 3 / 4), (7 / 8, 3 / 4, 5 / 8), (9 / 16, 13 / 16, 11 / 16))
@@ -310,7 +313,8 @@ def sequence_constants(source: str) -> dict[str, tuple[int, ...]]:
         if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
             continue
         name = stmt.targets[0].id
-        if name not in m.single or _is_hyper(name) or not isinstance(stmt.value, (ast.Tuple, ast.List)):
+        # A tuple/list display, or literal arithmetic that makes one ([1024] * 16).
+        if name not in m.single or _is_hyper(name) or not isinstance(stmt.value, (ast.Tuple, ast.List, ast.BinOp)):
             continue
         if not _pure_literal(stmt.value):
             continue
@@ -318,9 +322,20 @@ def sequence_constants(source: str) -> dict[str, tuple[int, ...]]:
             v = _eval(stmt.value, {})
         except _Unknown:
             continue
-        if v and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+        if isinstance(v, (tuple, list)) and v and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+                                                      for x in v):
             out[name] = tuple(v)
     return out
+
+
+def _seq_is_tuple(m: "_Module", name: str) -> bool:
+    node = m.binding[name][1]
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return isinstance(node, ast.Tuple)
+    try:
+        return isinstance(_eval(node, {}), tuple)
+    except _Unknown:
+        return False
 
 
 def pinned_constants(source: str) -> set[str]:
@@ -411,7 +426,7 @@ def derive_check_variants(source: str, n: int = 2) -> list[dict[str, Value]]:
             else:
                 cur = list(out.get(name, seqs[name]))
                 cur[idx] = nv
-                out[name] = tuple(cur) if isinstance(_Module(source).binding[name][1], ast.Tuple) else cur
+                out[name] = tuple(cur) if _seq_is_tuple(_Module(source), name) else cur
         return {k: v for k, v in out.items() if v != scal.get(k, seqs.get(k))
                 and not (isinstance(v, (list, tuple)) and tuple(v) == seqs.get(k))}
 
@@ -501,7 +516,7 @@ def smoke_candidates(source: str, target_elements: int = 1 << 16) -> list[dict[s
         slots.extend((name, i, v) for i, v in enumerate(vals))
     if not slots:
         return [{}]
-    is_tuple = {name: isinstance(m.binding[name][1], ast.Tuple) for name in seqs}
+    is_tuple = {name: _seq_is_tuple(m, name) for name in seqs}
 
     def to_overrides(values: list[int]) -> dict[str, Value]:
         out: dict[str, Value] = {}
@@ -598,7 +613,7 @@ def _literal(v: Value, like: ast.AST | None = None) -> str:
         return repr(v)
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         raise ValueError(f"override value {v!r} is not an int or a tuple/list of ints")
-    as_list = isinstance(v, list) if like is None else isinstance(like, ast.List)
+    as_list = isinstance(v, list) if not isinstance(like, (ast.Tuple, ast.List)) else isinstance(like, ast.List)
     body = ", ".join(map(repr, v))
     if as_list:
         return f"[{body}]"
@@ -803,7 +818,7 @@ def _need_bytes(est: dict) -> int:
     return 2 * (2 * est["input_bytes"] + 2 * out + est["param_bytes"])
 
 
-def plan_cpu_inputs(source: str, *, available_bytes: int | None = None, target_elements: int = 1 << 16,
+def plan_cpu_inputs(source: str, *, available_bytes: int | None = None, target_elements: int = SMOKE_TARGET_ELEMENTS,
                     max_elements: int = 1 << 20, small_bytes: int = SMALL_MAIN_BYTES) -> dict:
     """Which sizes a CPU evaluation of a problem without get_smoke_inputs() runs at. Runs problem
     code (meta-device estimates, then smoke candidates for real at their small sizes), so call it
@@ -833,16 +848,23 @@ def plan_cpu_inputs(source: str, *, available_bytes: int | None = None, target_e
     plan = {"main_bytes": main_bytes, "needed_bytes": needed, "available_bytes": available_bytes, "note": ""}
     if main_bytes is not None and main_bytes <= small_bytes:
         return {**plan, "input_set": "main", "note": "the main inputs are small enough for the CPU"}
-    errors = []
-    for i, ov in enumerate(smoke_candidates(source, target_elements)):
-        if not ov:
-            errors.append(f"candidate {i + 1}: no size constant to shrink")
-            continue
-        err = validate_smoke(source, ov, max_elements=max_elements)
-        if err is None:
-            return {**plan, "input_set": "derived-smoke", "overrides": dict(ov),
-                    "note": f"derived smoke sizes: {describe_overrides(source, ov)}"}
-        errors.append(f"candidate {i + 1}: {err}")
+    errors: list[str] = []
+    tried: list[dict] = []
+    # The smallest budget first; a larger one when none of its candidates runs (a pooling
+    # window that the smallest sizes cannot hold, say), up to 16x.
+    for target in (target_elements, 4 * target_elements, 16 * target_elements):
+        for ov in smoke_candidates(source, target):
+            if ov in tried:
+                continue
+            tried.append(ov)
+            if not ov:
+                errors.append(f"candidate {len(tried)}: no size constant to shrink")
+                continue
+            err = validate_smoke(source, ov, max_elements=max_elements)
+            if err is None:
+                return {**plan, "input_set": "derived-smoke", "overrides": dict(ov),
+                        "note": f"derived smoke sizes: {describe_overrides(source, ov)}"}
+            errors.append(f"candidate {len(tried)}: {err}")
     why = "; ".join(errors) or "no smoke candidate"
     if meta_error:
         why += f"; the meta-device estimate failed ({meta_error})"

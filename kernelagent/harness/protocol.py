@@ -60,7 +60,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
                   "seed": (int,), "budget_bytes": (int,)},
     "exit": {},
     # reference -> server
-    "ref_ready": {"n_extra": (int,), "alt": (bool,), "input_bytes": (int,), "output_bytes": (int,),
+    "ref_ready": {"n_extra": (int,), "extra_plan": (list,), "extra_skipped": (dict,), "alt": (bool,), "input_bytes": (int,), "output_bytes": (int,),
                   "output_dtype": (str,), "flops": _NUM + (type(None),), "param_bytes": (int,),
                   "reference_ops": (list,), "estimate_ms": _NUM, "memory": (dict,)},
     "ref_error": {"kind": (str,), "message": (str,)},

@@ -54,6 +54,7 @@ class ReferenceSide:
             n_extra = inputs_mod.count_extra_sets(self.problem, self.device) if self.config.extra_inputs else 0
             if self.smoke and hasattr(self.problem, "get_smoke_init_inputs"):
                 n_extra = 0  # extra sets fit get_init_inputs(), not the smoke constructor arguments
+            extra_plan, extra_skipped = self.validate_derived(int(n_extra))
             flops = None
             if hasattr(self.problem, "get_flops"):
                 flops = float(self.problem.get_flops(*first))
@@ -75,7 +76,7 @@ class ReferenceSide:
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
             memory = {"free_bytes": int(free), "total_bytes": int(total)}
-        self.send("ref_ready", n_extra=int(n_extra),
+        self.send("ref_ready", n_extra=int(n_extra), extra_plan=extra_plan, extra_skipped=extra_skipped,
                   alt=bool(self.config.alt_distribution and getattr(self.problem, "ALT_DISTRIBUTION", True)),
                   input_bytes=int(inputs_mod.tensor_bytes(first)), output_bytes=int(inputs_mod.tensor_bytes(outputs)),
                   output_dtype=str(outputs[0].dtype).removeprefix("torch.") if outputs else "float32",
@@ -84,6 +85,41 @@ class ReferenceSide:
                   estimate_ms=float(estimate_ms), memory=memory)
         del first, outputs
         return True
+
+    def validate_derived(self, n_extra: int) -> tuple[list[int], dict[str, str]]:
+        """Which extra sets to check. The problem's own get_extra_inputs(): all of them. Derived
+        sets (harness/derive.py): the reference runs each once, in order, before the candidate
+        sees any, and the first `derived_checks` that run with non-empty, finite outputs are
+        checked; the others are skipped with the reason (a derived size the model cannot take,
+        such as a pooling window larger than the input, is not a check on the candidate)."""
+        if not n_extra or not hasattr(self.problem, inputs_mod.DERIVED_ATTR) \
+                or hasattr(self.problem, "get_extra_inputs"):
+            return list(range(n_extra)), {}
+        plan: list[int] = []
+        skipped: dict[str, str] = {}
+        for j in range(n_extra):
+            if len(plan) >= self.config.derived_checks:
+                break
+            kind = f"extra:{j}"
+            try:
+                values = inputs_mod.make_inputs(self.problem, kind, inputs_mod.SEED_EXTRA + j, self.smoke,
+                                                self.device)
+                with torch.no_grad():
+                    outputs = transfer.flatten_outputs(self.model(*values))
+                _sync(self.device)
+                if not outputs or any(o.numel() == 0 for o in outputs):
+                    skipped[kind] = "the reference's output is empty at these sizes"
+                elif not all(bool(torch.isfinite(o).all()) for o in outputs if o.is_floating_point()):
+                    skipped[kind] = "the reference's outputs are not finite at these sizes"
+                else:
+                    plan.append(j)
+                del values, outputs
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the reference cannot run this set: not a check
+                skipped[kind] = "the reference itself fails at these sizes: " + \
+                    compact_traceback(exc, "problem.py", limit=2).splitlines()[-1][:400]
+        return plan, skipped
 
     def serve(self) -> None:
         while True:

@@ -325,7 +325,8 @@ class Job:
         from kernelagent.harness import derive
 
         try:
-            variants = derive.derive_check_variants(self.problem_source, self.config.derived_checks)
+            # Two spare sets: the reference drops those the model cannot take (reference_side).
+            variants = derive.derive_check_variants(self.problem_source, self.config.derived_checks + 2)
             sources = [derive.apply(self.problem_source, v) for v in variants]
         except (ValueError, SyntaxError) as exc:
             self.result["derived"]["sets_note"] = f"no check sets derived: {exc}"
@@ -555,7 +556,17 @@ class Job:
         if self.ready.get("alt"):
             checks.append({"name": "signed-normal inputs", "kind": "alt", "seed": base + SEED_ALT, "stop": True})
         derived_names = {d["kind"]: d["name"] for d in self.result["derived"].get("sets", [])}
-        for j in range(int(self.ready.get("n_extra", 0))):
+        for kind, why in self.ready.get("extra_skipped", {}).items():
+            self.result["derived"].setdefault("skipped", []).append(
+                {"name": derived_names.get(kind, kind), "reason": f"skipped: {why}"[:600]})
+        n_extra = int(self.ready.get("n_extra", 0))
+        extra_plan = list(self.ready.get("extra_plan", range(n_extra)))
+        if "sets" in self.result["derived"]:  # the derived sets checked (spares the reference left out dropped)
+            self.result["derived"]["sets"] = [d for d in self.result["derived"]["sets"]
+                                              if int(d["kind"].split(":")[1]) in extra_plan]
+        for j in extra_plan:
+            if not isinstance(j, int) or not 0 <= j < n_extra:
+                raise ReferenceGone(f"planned an extra input set that does not exist ({j!r})")
             checks.append({"name": derived_names.get(f"extra:{j}", f"extra input set {j}"), "kind": f"extra:{j}",
                            "seed": base + SEED_EXTRA + j, "stop": False})
         self.planned = [c["name"] for c in checks]
