@@ -7,7 +7,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-BLOCK = 4096
+BLOCK = 64
 
 
 @triton.jit
