@@ -19,6 +19,7 @@ a time, and relays what the candidate sends to the reference, so:
 from __future__ import annotations
 
 import ast
+import math
 import multiprocessing as mp
 import os
 import random
@@ -291,6 +292,18 @@ class Job:
         self.result["stage_seconds"]["derive"] = time.monotonic() - started
         if "error" in plan:
             self.result["derived"]["note"] = f"smoke sizes were not derived: {plan['error']}"
+            # Never the main sizes blindly: the static estimate (fp32 assumed) must fit.
+            from kernelagent.harness import derive
+
+            try:
+                shapes = derive.input_shapes(source)
+            except SyntaxError:
+                shapes = None
+            needed = None if shapes is None else 2 * 4 * 4 * sum(math.prod(s) for s in shapes)
+            available = derive.available_memory()
+            if needed is not None and available is not None and needed > available:
+                self.too_large(needed, available, self.result["derived"]["note"])
+                return Status.TOO_LARGE
             return "main"
         self.result["derived"]["note"] = str(plan.get("note", ""))
         if plan.get("input_set") == "derived-smoke":
