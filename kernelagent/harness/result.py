@@ -195,6 +195,11 @@ class EvalResult:
     def feedback(self) -> str:
         """A compact account of the verdict, for a model to act on."""
         lines = [f"status: {self.status}" + (f" (stage: {self.stage})" if self.stage else "")]
+        if self.input_set != "main":
+            smoke = (self.derived or {}).get("smoke") or {}
+            sizes = ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v}" for k, v in smoke.items())
+            lines.append(f"inputs: {self.input_set}" + (f" ({sizes}; the main sizes are too large for the CPU)"
+                                                         if sizes else ""))
         if self.reason:
             lines.append(f"reason: {self.reason}")
         failed = [t for t in self.trials if not t.passed]
