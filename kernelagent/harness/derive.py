@@ -6,8 +6,15 @@ KernelBench problem files set their sizes as module-level constants (``batch_siz
 that ``get_inputs()`` and ``get_init_inputs()`` read. They have no ``get_extra_inputs()`` (so a
 kernel with its shape baked in passes) and no ``get_smoke_inputs()`` (so CPU mode would allocate
 the full multi-GB inputs). This module works on the problem's SOURCE TEXT only — it never imports
-torch or runs the problem, except in the two ``validate_*`` helpers, which import torch lazily — and
-returns override dicts plus :func:`apply`, which rewrites the source with them.
+torch or runs the problem, except in the ``validate_*`` helpers, :func:`meta_estimate` and
+:func:`plan_cpu_inputs`, which import torch lazily (the harness calls them in a forked helper or
+the reference process, never in its server) — and returns override dicts plus :func:`apply`,
+which rewrites the source with them.
+
+Where the harness uses it (server/job.py): on the CPU, :func:`plan_cpu_inputs` picks the sizes a
+problem without get_smoke_inputs() runs at ("derived-smoke"), or says it is too large; for a
+problem without get_extra_inputs(), :func:`derive_check_variants` gives the derived check sets,
+which the reference validates before they are checked.
 
 Vocabulary and rules (all deterministic; the same source always gives the same answer):
 
