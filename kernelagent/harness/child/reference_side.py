@@ -54,7 +54,6 @@ class ReferenceSide:
             n_extra = inputs_mod.count_extra_sets(self.problem, self.device) if self.config.extra_inputs else 0
             if self.smoke and hasattr(self.problem, "get_smoke_init_inputs"):
                 n_extra = 0  # extra sets fit get_init_inputs(), not the smoke constructor arguments
-            extra_plan, extra_skipped = self.validate_derived(int(n_extra))
             flops = None
             if hasattr(self.problem, "get_flops"):
                 flops = float(self.problem.get_flops(*first))
@@ -72,18 +71,25 @@ class ReferenceSide:
         self.atol = self.config.atol if self.config.atol is not None else getattr(self.problem, "ATOL", None)
         self.rtol = self.config.rtol if self.config.rtol is not None else getattr(self.problem, "RTOL", None)
         self.output_shapes = [(tuple(o.shape), o.dtype) for o in outputs]
+        input_bytes, output_bytes = int(inputs_mod.tensor_bytes(first)), int(inputs_mod.tensor_bytes(outputs))
+        output_dtype = str(outputs[0].dtype).removeprefix("torch.") if outputs else "float32"
+        del first, outputs  # before the derived sets run: never both sets in memory at once
+        try:
+            extra_plan, extra_skipped = self.validate_derived(int(n_extra))
+        except BaseException as exc:  # out of memory: the harness's own run, never the candidate's
+            self.send("ref_error", kind="harness", message="validating the derived input sets failed in the "
+                      "reference process: " + compact_traceback(exc, "problem.py"))
+            return False
         memory: dict[str, Any] = {}
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
             memory = {"free_bytes": int(free), "total_bytes": int(total)}
         self.send("ref_ready", n_extra=int(n_extra), extra_plan=extra_plan, extra_skipped=extra_skipped,
                   alt=bool(self.config.alt_distribution and getattr(self.problem, "ALT_DISTRIBUTION", True)),
-                  input_bytes=int(inputs_mod.tensor_bytes(first)), output_bytes=int(inputs_mod.tensor_bytes(outputs)),
-                  output_dtype=str(outputs[0].dtype).removeprefix("torch.") if outputs else "float32",
+                  input_bytes=input_bytes, output_bytes=output_bytes, output_dtype=output_dtype,
                   flops=flops if flops is None or math.isfinite(flops) else None,
                   param_bytes=int(_param_bytes(self.model)), reference_ops=list(reference_ops),
                   estimate_ms=float(estimate_ms), memory=memory)
-        del first, outputs
         return True
 
     def validate_derived(self, n_extra: int) -> tuple[list[int], dict[str, str]]:
