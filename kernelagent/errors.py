@@ -7,6 +7,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the candidate is incorrect, or no correct kernel was found
 EXIT_USAGE = 2  # bad input or configuration: missing file, broken problem, bad flag
 EXIT_SHORT_OF_TARGET = 3  # `optimize`: correct, but short of the speed target
+# `eval`: the problem is too large for this machine (status too_large: its inputs do not fit in
+# memory, by an estimate made before anything is allocated). About the machine, not the candidate.
+EXIT_TOO_LARGE = 4
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports it
 
 

@@ -14,7 +14,8 @@ the point estimates.
 Every rate is over ALL problems of the run, including those without a candidate or that
 failed in any way, except the skipped ones (status "skipped": not evaluated for a reason that
 is neither the candidate's nor the agent's, such as a package the problem needs that is not
-installed); those are listed under "skipped".
+installed; or status "too_large": the problem does not fit this machine's memory); those are
+listed under "skipped".
 """
 
 from __future__ import annotations
@@ -38,8 +39,13 @@ def _rate(n: int, total: int) -> float | None:
     return n / total if total else None
 
 
+# Statuses that leave a problem out of every rate: not evaluated ("skipped": a package it needs is
+# missing) or not judgeable on this machine ("too_large": its inputs do not fit in memory).
+SKIPPED_STATUSES = ("skipped", "too_large")
+
+
 def is_skipped(record: dict) -> bool:
-    return record.get("status") == "skipped"
+    return record.get("status") in SKIPPED_STATUSES
 
 
 def speedup(record: dict, baseline: str) -> float | None:

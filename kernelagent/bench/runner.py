@@ -56,6 +56,7 @@ class BenchSpec:
     # max-autotune-no-cudagraphs with max_autotune); left out of the run id when None.
     inductor_modes: list[str] | None = None
     backend: str = "triton"  # "triton" or "cuda" (CUDA C++ through load_inline)
+    timeouts: dict[str, float] | None = None  # StageTimeouts fields (--timeout-scale, --stage-timeout)
     # agent settings (agent mode only)
     model: str | None = None
     api_base: str | None = None
@@ -82,6 +83,8 @@ class BenchSpec:
         data = dataclasses.asdict(self)
         if self.inductor_modes is None:  # runs started before the option keep their ids
             data.pop("inductor_modes")
+        if data.get("timeouts") is None:  # runs from before the option keep their ids
+            data.pop("timeouts", None)
         if self.mode == "candidates":  # the agent's settings do not change a candidates run
             for name in ("model", "api_base", "agent_mode", "max_turns", "max_tokens", "max_cost", "timeout",
                          "target_speedup", "quick_trials", "temperature"):
@@ -98,7 +101,8 @@ class BenchSpec:
         from kernelagent.harness import EvalConfig
 
         return EvalConfig(trials=self.trials, timing=self.timing, baselines=self.baselines, backend=self.backend,
-                          compile_modes=self.compile_modes())
+                          compile_modes=self.compile_modes(),
+                          **({"timeouts": dict(self.timeouts)} if self.timeouts else {}))
 
     def compile_modes(self) -> tuple[str, ...]:
         if self.inductor_modes:
@@ -329,7 +333,8 @@ class Dispatcher:
             key = evaluation_key(problem.sha256, cand_sha, cfg, fingerprint)
             # Every verdict is reusable except the harness's own failures (the machine's fault,
             # not the candidate's). A static compile error has no fingerprint: it needs none.
-            cacheable = result.get("status") != "harness_error"
+            # too_large is about this machine's free memory at the time: asked again next run.
+            cacheable = result.get("status") not in ("harness_error", "too_large")
             self.store.record_evaluation(key, result, settings=cfg, fingerprint=fingerprint, run_id=self.run_id,
                                          cacheable=cacheable,
                                          attempt={**attempt, "eval_key": key, "reused": False,
@@ -429,7 +434,7 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
         rows = {row["key"]: row for row in store.problems(run_id)}
         todo = [k for k in problems if k not in skipped and not (
             rows[k]["status"] == "done" and rows[k]["sha256"] == problems[k][1].sha256
-            and (rows[k]["record"] or {}).get("status") != "skipped"
+            and (rows[k]["record"] or {}).get("status") not in ("skipped", "too_large")
             and _candidates_unchanged(store, run_id, spec, problems[k][0], rows[k]))]
         done_before = len(problems) - len(todo)
         correct_before = sum(1 for k in problems if k not in todo and (rows[k]["record"] or {}).get("correct"))
@@ -604,6 +609,8 @@ def _run_agent(spec: BenchSpec, session: Session, store: Store, run_id: str, dis
     overrides: dict[str, Any] = {"compile_modes": spec.compile_modes()} if spec.compile_modes() != ("default",) \
         else {}
     overrides["baselines"] = spec.baselines
+    if spec.timeouts:
+        overrides["timeouts"] = dict(spec.timeouts)
     stop = threading.Event()
 
     def one(ref: ProblemRef) -> None:

@@ -79,14 +79,15 @@ class CachedEvaluator:
 
 
 def eval_config(manifest: Manifest, entry: KernelEntry, cpu: bool, trials: int | None = None,
-                compile_modes: tuple[str, ...] = ("default",)):
+                compile_modes: tuple[str, ...] = ("default",), timeouts: dict[str, float] | None = None):
     """The harness settings verify uses. On the CPU timing means nothing under the
     interpreter, so it is not done at all (correctness only, and faster). The gate compares
     against Inductor's default mode; other `compile_modes` are timed and reported by name."""
     from kernelagent.harness import EvalConfig
 
     return EvalConfig(trials=trials or manifest.trials, backend=entry.backend,
-                      timing=not cpu, baselines=not cpu, compile_modes=tuple(compile_modes))
+                      timing=not cpu, baselines=not cpu, compile_modes=tuple(compile_modes),
+                      **({"timeouts": dict(timeouts)} if timeouts else {}))
 
 
 @dataclass
@@ -286,7 +287,8 @@ class VerifyReport:
 
 def evaluate_entries(manifest: Manifest, entries: list[KernelEntry], cached: CachedEvaluator,
                      lock: dict[str, dict], trials: int | None = None,
-                     on_check: Any = None, compile_modes: tuple[str, ...] = ("default",)) -> list[KernelCheck]:
+                     on_check: Any = None, compile_modes: tuple[str, ...] = ("default",),
+                     timeouts: dict[str, float] | None = None) -> list[KernelCheck]:
     from kernelagent.bench.store import environment as env_of
     from kernelagent.problem import load_problem, read_candidate, sha256_text
 
@@ -297,7 +299,7 @@ def evaluate_entries(manifest: Manifest, entries: list[KernelEntry], cached: Cac
         source = read_candidate(entry.kernel)
         started = time.monotonic()
         result, reused = cached.evaluate_cached(problem, source, eval_config(manifest, entry, cached.cpu, trials,
-                                                                             compile_modes))
+                                                                             compile_modes, timeouts))
         check = check_kernel(entry, result, lock.get(entry.name), environment=env, reused=reused,
                              seconds=time.monotonic() - started, kernel_sha256=sha256_text(source),
                              problem_sha256=problem.sha256)
@@ -322,13 +324,14 @@ def updated_lock(lock: dict[str, dict], checks: list[KernelCheck], manifest: Man
 
 def run_verify(manifest: Manifest, cached: CachedEvaluator, *, update_lock: bool = False,
                only: list[str] | None = None, trials: int | None = None,
-               on_check: Any = None, compile_modes: tuple[str, ...] = ("default",)) -> VerifyReport:
+               on_check: Any = None, compile_modes: tuple[str, ...] = ("default",),
+               timeouts: dict[str, float] | None = None) -> VerifyReport:
     from kernelagent.bench.store import environment as env_of
 
     started = time.monotonic()
     lock = read_lock(manifest.lock_path)
     entries = manifest.select(only)
-    checks = evaluate_entries(manifest, entries, cached, lock, trials, on_check, compile_modes)
+    checks = evaluate_entries(manifest, entries, cached, lock, trials, on_check, compile_modes, timeouts)
     new_lock = updated_lock(lock, checks, manifest, rewrite=update_lock)
     written = write_lock(manifest.lock_path, new_lock)  # False when the text is unchanged
     return VerifyReport(manifest=manifest.path, lock_path=manifest.lock_path, checks=checks,

@@ -5,6 +5,7 @@ Exit codes (documented in the README):
     1  the candidate is incorrect or failed; no correct kernel was found
     2  bad input or configuration (one clear line, never a traceback)
     3  optimize: correct, but short of the speed target
+    4  eval: the problem is too large for this machine (too_large)
   130  interrupted (Ctrl-C)
 """
 

@@ -14,7 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, finite, inductor_modes, interrupted
+from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt, finite,
+                                  inductor_modes, interrupted, stage_timeouts)
 from kernelagent.cli.optimize_cmd import Mode
 from kernelagent.errors import EXIT_USAGE, UserError
 
@@ -57,6 +58,8 @@ def bench(
     live: Annotated[Optional[bool], typer.Option("--live/--no-live", help="Live progress panel (default: on a terminal).", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final lines.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's metrics as one JSON object at the end.")] = False,
+    timeout_scale: Annotated[Optional[float], TimeoutScaleOpt] = None,
+    stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
 ) -> None:
     """Run the agent (or evaluate existing candidates) on every problem under DIR, with resume and reports."""
     from kernelagent.bench import BenchSpec, Session, run_bench
@@ -87,7 +90,8 @@ def bench(
                          filter=filter_glob, limit=limit, trials=trials, timing=timing, baselines=baselines,
                          max_autotune=max_autotune, inductor_modes=extra_modes, backend=backend, model=model, api_base=api_base, agent_mode=mode.value,
                          max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost, timeout=timeout,
-                         target_speedup=target_speedup, quick_trials=quick_trials, temperature=temperature)
+                         target_speedup=target_speedup, quick_trials=quick_trials, temperature=temperature,
+                         timeouts=stage_timeouts(timeout_scale, stage_timeout))
     session = Session(gpus=gpus, cpu_workers=cpu_workers, isolation=isolation,
                       cache_dir=str(cache_dir) if cache_dir else None, store=str(store) if store else None,
                       out=str(out) if out else None, concurrency=concurrency, run_name=run_name, api_key=api_key,

@@ -12,7 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, inductor_modes
+from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt,
+                                  inductor_modes, stage_timeouts)
 from kernelagent.errors import UserError
 
 PathArg = Annotated[Optional[Path], typer.Argument(
@@ -50,6 +51,8 @@ def verify(
     isolation: IsolationOpt = "auto",
     max_autotune: MaxAutotuneOpt = False,
     modes: InductorModesOpt = None,
+    timeout_scale: Annotated[Optional[float], TimeoutScaleOpt] = None,
+    stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
 ) -> None:
     """Re-evaluate every kernel of kernelagent.toml with the trusted harness; exit 1 if any fails."""
     from kernelagent.ci import outputs
@@ -71,7 +74,8 @@ def verify(
         with open_cached_evaluator(store=store, device=device or manifest.device, cache_dir=cache_dir,
                                    isolation=isolation, run_id=f"verify:{manifest.path}") as cached:
             report = run_verify(manifest, cached, update_lock=update_lock, only=only, trials=trials,
-                                on_check=progress, compile_modes=compile_modes)
+                                on_check=progress, compile_modes=compile_modes,
+                                timeouts=stage_timeouts(timeout_scale, stage_timeout))
     except UserError as exc:
         raise _fail(str(exc), exc.exit_code) from None
     # Every output is written before the exit code: CI wants the report most when it fails.

@@ -243,3 +243,58 @@ def inductor_modes(value: str | None, max_autotune: bool = False) -> tuple[str, 
         if mode not in modes:
             modes.append(mode)
     return tuple(modes)
+
+
+# -- stage limits (eval, bench, optimize, verify): defined once, used by each command ------------
+_STAGES = ("start", "load", "compile", "correctness", "timing", "baselines", "cuda_build")
+
+
+def _check_scale(value: Any) -> Any:
+    return finite(0, min_open=True)(value)
+
+
+def _check_stage_items(values: Any) -> Any:
+    """STAGE=SECONDS items: a known stage, a finite number of seconds > 0."""
+    if not values:
+        return values
+    for item in values:
+        name, sep, seconds = str(item).partition("=")
+        if not sep:
+            raise typer.BadParameter(f"{item!r} is not STAGE=SECONDS (e.g. compile=300)")
+        if name.strip() not in _STAGES:
+            raise typer.BadParameter(f"unknown stage {name.strip()!r} (stages: {', '.join(_STAGES)})")
+        try:
+            number = float(seconds)
+        except ValueError:
+            raise typer.BadParameter(f"{seconds!r} in {item!r} is not a number of seconds") from None
+        if not math.isfinite(number) or number <= 0:
+            raise typer.BadParameter(f"{item!r}: the seconds must be a finite number > 0")
+    return values
+
+
+TimeoutScaleOpt = typer.Option(
+    "--timeout-scale", metavar="X", callback=_check_scale, show_default=False,
+    help="Multiply every stage's time limit by X (> 0), e.g. 4 for slow kernels under the CPU interpreter.")
+StageTimeoutOpt = typer.Option(
+    "--stage-timeout", metavar="STAGE=SECONDS", callback=_check_stage_items, show_default=False,
+    help=f"Set one stage's limit in seconds (repeatable; after --timeout-scale). Stages: {', '.join(_STAGES)}.")
+
+
+def stage_timeouts(scale: float | None, items: list[str] | None) -> dict[str, float] | None:
+    """The StageTimeouts fields (a dict, as EvalConfig takes them) for --timeout-scale and
+    --stage-timeout; None when neither was given (the defaults stand)."""
+    if scale is None and not items:
+        return None
+    from kernelagent.harness.config import StageTimeouts
+
+    stages = {}
+    for item in items or []:
+        name, _, seconds = str(item).partition("=")
+        stages[name.strip()] = float(seconds)
+    return dataclasses_asdict(StageTimeouts().scaled(1.0 if scale is None else float(scale), **stages))
+
+
+def dataclasses_asdict(value: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(value)

@@ -8,8 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, finite, inductor_modes, interrupted
-from kernelagent.errors import EXIT_FAILED, EXIT_OK, UserError
+from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt, finite,
+                                  inductor_modes, interrupted, stage_timeouts)
+from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_TOO_LARGE, UserError
 
 
 def eval_command(
@@ -30,17 +31,20 @@ def eval_command(
     isolation: Annotated[str, typer.Option(metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
     cache_dir: Annotated[Optional[Path], typer.Option(metavar="DIR", help="Cache directory (default ~/.cache/kernelagent).")] = None,
     backend: Annotated[str, typer.Option(metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with torch.utils.cpp_extension.load_inline.")] = "triton",
+    timeout_scale: Annotated[Optional[float], TimeoutScaleOpt] = None,
+    stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
 ) -> None:
     """Evaluate CANDIDATE against PROBLEM: compile, correctness, timing vs eager and torch.compile."""
     from kernelagent.cli import run_guarded
 
     code = run_guarded(_run, problem, candidate, trials, device, as_json, timing, baselines, max_autotune,
-                       profile, seed, atol, rtol, isolation, cache_dir, backend, modes, kernel_evidence)
+                       profile, seed, atol, rtol, isolation, cache_dir, backend, modes, kernel_evidence,
+                       stage_timeouts(timeout_scale, stage_timeout))
     raise typer.Exit(code)
 
 
 def _run(problem, candidate, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
-         isolation, cache_dir, backend="triton", modes=None, kernel_evidence=False) -> int:
+         isolation, cache_dir, backend="triton", modes=None, kernel_evidence=False, timeouts=None) -> int:
     from kernelagent.devices import check_device
     from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator, Status
@@ -55,7 +59,7 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
     source = read_candidate(candidate)
     try:
         config = EvalConfig(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed,
-                            atol=atol, rtol=rtol, backend=backend,
+                            atol=atol, rtol=rtol, backend=backend, **({"timeouts": timeouts} if timeouts else {}),
                             compile_modes=compile_modes, kernel_evidence=kernel_evidence)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -79,6 +83,11 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
         if as_json:
             typer.echo(json.dumps(result.to_dict(), indent=None, default=str))
         raise UserError(f"bad problem file {problem}: {one_line(result.reason) or 'it failed in the harness'}")
+    if result.status == Status.TOO_LARGE:
+        # About this machine, not the candidate: no verdict on stdout (the JSON under --json).
+        if as_json:
+            typer.echo(json.dumps(result.to_dict(), indent=None, default=str))
+        raise UserError(f"{problem}: {result.reason.splitlines()[0][:600]}", exit_code=EXIT_TOO_LARGE)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=None, default=str))
     else:

@@ -15,7 +15,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, finite, inductor_modes, interrupted
+from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt, finite,
+                                  inductor_modes, interrupted, stage_timeouts)
 from kernelagent.errors import EXIT_USAGE, UserError
 
 
@@ -55,6 +56,8 @@ def optimize(
     force: Annotated[bool, typer.Option("--force", help="Let --out replace a run already in that folder (its kernel.py, trajectory.json and summary.json are deleted first).")] = False,
     max_autotune: MaxAutotuneOpt = False,
     modes: InductorModesOpt = None,
+    timeout_scale: Annotated[Optional[float], TimeoutScaleOpt] = None,
+    stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
 ) -> None:
     """Turn a PyTorch reference module into a verified, faster Triton (or CUDA C++) kernel."""
     from kernelagent.agent import default_out_dir
@@ -69,6 +72,7 @@ def optimize(
                             format="%(levelname)s %(name)s: %(message)s")
     from kernelagent.devices import check_device
 
+    timeouts = stage_timeouts(timeout_scale, stage_timeout)
     try:
         # Bad input first, cheapest first, all before the slow parts (harness, model calls).
         compile_modes = inductor_modes(modes, max_autotune)
@@ -97,7 +101,8 @@ def optimize(
                 out=out, device=device, trials=trials, quick_trials=min(quick_trials, trials),
                 observer=view, model_info={"api_base": api_base, "temperature": temperature},
                 backend=backend,
-                eval_overrides={"compile_modes": compile_modes} if compile_modes != ("default",) else None)
+                eval_overrides={**({"compile_modes": compile_modes} if compile_modes != ("default",) else {}),
+                                **({"timeouts": timeouts} if timeouts else {})} or None)
     except KeyboardInterrupt:
         summary = out / "summary.json"
         kernel = out / "kernel.py"

@@ -21,7 +21,9 @@ def render_result(result: EvalResult, console: Console | None = None) -> None:
     if result.reason:
         console.print(result.reason, markup=False, highlight=False)
     table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_row("device", f"{result.device or '?'}  inputs: {result.input_set}")
+    smoke = (result.derived or {}).get("smoke")
+    sizes = f" ({', '.join(f'{k}={v}' for k, v in smoke.items())})" if smoke else ""
+    table.add_row("device", f"{result.device or '?'}  inputs: {result.input_set}{sizes}")
     table.add_row("compiled", "yes" if result.compiled else "no")
     passed = sum(t.passed for t in result.trials)
     table.add_row("correct", f"{'yes' if result.correct else 'no'} ({passed}/{len(result.trials)} checks)")

@@ -52,6 +52,18 @@ class StageTimeouts:
         for f in dataclasses.fields(self):
             _require_number(f"timeouts.{f.name}", getattr(self, f.name), minimum=0, strict=True)
 
+    def scaled(self, scale: float = 1.0, **stages: float) -> "StageTimeouts":
+        """A copy with every limit times `scale`, then the named stages set to the given seconds
+        (not scaled). ValueError for an unknown stage or a limit that is not finite and > 0."""
+        _require_number("timeout scale", scale, minimum=0, strict=True)
+        names = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(stages) - set(names))
+        if unknown:
+            raise ValueError(f"unknown stage {unknown[0]!r} (stages: {', '.join(names)})")
+        values = {name: getattr(self, name) * scale for name in names}
+        values.update(stages)
+        return StageTimeouts(**values)
+
     def limit(self, stage: str, backend: str = "triton") -> float:
         """The hard limit of `stage` for an evaluation with this backend."""
         value = {"start": self.start, "load": self.load, "compile": self.compile,
@@ -97,6 +109,11 @@ class EvalConfig:
     alt_distribution: bool = True
     # Use the problem's get_extra_inputs() as generalisation checks.
     extra_inputs: bool = True
+    # A problem without get_extra_inputs() (KernelBench): this many extra input sets derived from
+    # its size constants (harness/derive.py: smaller, odd sizes; pinned constants kept), each
+    # validated on the reference when it runs. A candidate correct on the main shape but wrong
+    # on one is flagged shape-specialisation (review). 0 turns derivation off; needs extra_inputs.
+    derived_checks: int = 2
     # CPU mode: prefer the problem's get_smoke_inputs() (small sizes for the interpreter).
     smoke_inputs_on_cpu: bool = True
     use_baseline_cache: bool = True
@@ -136,7 +153,7 @@ class EvalConfig:
         _require_int("trials", self.trials, minimum=1)
         if self.seed is not None:
             _require_int("seed", self.seed, minimum=0)
-        for name in ("weight_seed", "heavy_op_min_elements"):
+        for name in ("weight_seed", "heavy_op_min_elements", "derived_checks"):
             _require_int(name, getattr(self, name), minimum=0)
         for name in ("min_reps", "max_reps", "rotating_input_sets"):
             _require_int(name, getattr(self, name), minimum=1)

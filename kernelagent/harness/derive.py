@@ -6,8 +6,15 @@ KernelBench problem files set their sizes as module-level constants (``batch_siz
 that ``get_inputs()`` and ``get_init_inputs()`` read. They have no ``get_extra_inputs()`` (so a
 kernel with its shape baked in passes) and no ``get_smoke_inputs()`` (so CPU mode would allocate
 the full multi-GB inputs). This module works on the problem's SOURCE TEXT only — it never imports
-torch or runs the problem, except in the two ``validate_*`` helpers, which import torch lazily — and
-returns override dicts plus :func:`apply`, which rewrites the source with them.
+torch or runs the problem, except in the ``validate_*`` helpers, :func:`meta_estimate` and
+:func:`plan_cpu_inputs`, which import torch lazily (the harness calls them in a forked helper or
+the reference process, never in its server) — and returns override dicts plus :func:`apply`,
+which rewrites the source with them.
+
+Where the harness uses it (server/job.py): on the CPU, :func:`plan_cpu_inputs` picks the sizes a
+problem without get_smoke_inputs() runs at ("derived-smoke"), or says it is too large; for a
+problem without get_extra_inputs(), :func:`derive_check_variants` gives the derived check sets,
+which the reference validates before they are checked.
 
 Vocabulary and rules (all deterministic; the same source always gives the same answer):
 
@@ -73,7 +80,8 @@ from collections.abc import Mapping, Sequence
 __all__ = [
     "HYPER_TOKENS", "SMOKE_FLOOR", "size_constants", "sequence_constants", "pinned_constants",
     "shape_names", "input_shapes", "derive_check_variants", "smoke_candidates", "derive_smoke",
-    "pick_smoke", "apply", "validate_smoke", "validate_variant",
+    "pick_smoke", "apply", "validate_smoke", "validate_variant", "meta_estimate", "plan_cpu_inputs",
+    "available_memory", "describe_overrides", "SMALL_MAIN_BYTES",
 ]
 
 # Name tokens of hyper-parameters that must keep their values (they are not sizes).
@@ -81,6 +89,12 @@ HYPER_TOKENS = ("kernel", "stride", "pad", "dilation", "pool", "scale", "scaling
                 "ratio", "axis", "window", "patch", "eps", "min", "negative", "slope")
 # Name tokens of constants that other sizes must stay divisible by.
 _DIVISOR_TOKENS = ("group", "head", "cluster", "patch", "window")
+# On the CPU, a problem whose inputs and weights (estimated on the meta device) stay within this
+# runs at its own sizes; a larger one runs on derived smoke sizes (plan_cpu_inputs).
+SMALL_MAIN_BYTES = 16 << 20
+# Elements per input tensor that plan_cpu_inputs aims the smoke sizes at: small enough that a
+# kernel under the Triton interpreter (one Python-level program at a time) runs in seconds.
+SMOKE_TARGET_ELEMENTS = 1 << 12
 SMOKE_FLOOR = 4  # smallest cap: keeps BatchNorm batches > 1 and 3x3 kernels inside their inputs
 _FACTORIES = {"rand", "randn", "zeros", "ones", "empty", "randint", "full", "rand_like"}
 _RATIO_CYCLES = ((3 / 4, 5 / 8, 7 / 8), (5 / 8, 7 / 8, 3 / 4), (7 / 8, 3 / 4, 5 / 8), (9 / 16, 13 / 16, 11 / 16))
@@ -306,7 +320,8 @@ def sequence_constants(source: str) -> dict[str, tuple[int, ...]]:
         if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
             continue
         name = stmt.targets[0].id
-        if name not in m.single or _is_hyper(name) or not isinstance(stmt.value, (ast.Tuple, ast.List)):
+        # A tuple/list display, or literal arithmetic that makes one ([1024] * 16).
+        if name not in m.single or _is_hyper(name) or not isinstance(stmt.value, (ast.Tuple, ast.List, ast.BinOp)):
             continue
         if not _pure_literal(stmt.value):
             continue
@@ -314,9 +329,20 @@ def sequence_constants(source: str) -> dict[str, tuple[int, ...]]:
             v = _eval(stmt.value, {})
         except _Unknown:
             continue
-        if v and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+        if isinstance(v, (tuple, list)) and v and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+                                                      for x in v):
             out[name] = tuple(v)
     return out
+
+
+def _seq_is_tuple(m: "_Module", name: str) -> bool:
+    node = m.binding[name][1]
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return isinstance(node, ast.Tuple)
+    try:
+        return isinstance(_eval(node, {}), tuple)
+    except _Unknown:
+        return False
 
 
 def pinned_constants(source: str) -> set[str]:
@@ -407,7 +433,7 @@ def derive_check_variants(source: str, n: int = 2) -> list[dict[str, Value]]:
             else:
                 cur = list(out.get(name, seqs[name]))
                 cur[idx] = nv
-                out[name] = tuple(cur) if isinstance(_Module(source).binding[name][1], ast.Tuple) else cur
+                out[name] = tuple(cur) if _seq_is_tuple(_Module(source), name) else cur
         return {k: v for k, v in out.items() if v != scal.get(k, seqs.get(k))
                 and not (isinstance(v, (list, tuple)) and tuple(v) == seqs.get(k))}
 
@@ -497,7 +523,7 @@ def smoke_candidates(source: str, target_elements: int = 1 << 16) -> list[dict[s
         slots.extend((name, i, v) for i, v in enumerate(vals))
     if not slots:
         return [{}]
-    is_tuple = {name: isinstance(m.binding[name][1], ast.Tuple) for name in seqs}
+    is_tuple = {name: _seq_is_tuple(m, name) for name in seqs}
 
     def to_overrides(values: list[int]) -> dict[str, Value]:
         out: dict[str, Value] = {}
@@ -594,7 +620,7 @@ def _literal(v: Value, like: ast.AST | None = None) -> str:
         return repr(v)
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         raise ValueError(f"override value {v!r} is not an int or a tuple/list of ints")
-    as_list = isinstance(v, list) if like is None else isinstance(like, ast.List)
+    as_list = isinstance(v, list) if not isinstance(like, (ast.Tuple, ast.List)) else isinstance(like, ast.List)
     body = ", ".join(map(repr, v))
     if as_list:
         return f"[{body}]"
@@ -682,13 +708,25 @@ def validate_smoke(source: str, overrides: Mapping[str, Value] | None = None, *,
                    max_elements: int = 1 << 20, seed: int = 0) -> str | None:
     """Run the smoke-overridden problem in this process (CPU): build Model(*get_init_inputs()),
     run it on get_inputs(). None when it runs and every input tensor has at most max_elements
-    elements; otherwise one line saying why not. overrides default to derive_smoke(source)."""
+    elements; otherwise one line saying why not. overrides default to derive_smoke(source).
+    The sizes are first estimated on the meta device, so a candidate that would allocate more
+    than max_elements per input tensor (or 16x that in weights) is refused without allocating."""
     import torch
 
     try:
         src = apply(source, derive_smoke(source) if overrides is None else overrides)
     except (ValueError, SyntaxError) as e:
         return f"rewrite failed: {e}"
+    try:
+        est = meta_estimate(src)
+    except Exception:  # noqa: BLE001 - the meta device does not run everything: the static estimate
+        shapes = input_shapes(src)
+        est = {"largest": max((math.prod(s) for s in shapes), default=0) if shapes is not None else None,
+               "param_bytes": 0}
+    if est["largest"] is not None and est["largest"] > max_elements:
+        return f"an input would have {est['largest']} elements (> {max_elements})"
+    if est["param_bytes"] > 64 * max_elements:
+        return f"the weights would take {est['param_bytes']} bytes (> {64 * max_elements})"
     try:
         torch.manual_seed(seed)
         mod = _exec_problem(src)
@@ -734,3 +772,122 @@ def validate_variant(source: str, overrides: Mapping[str, Value], *, seed: int =
     except Exception as e:  # noqa: BLE001
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
     return None
+
+
+# ---------------------------------------------------------------- estimates and the CPU plan (need torch)
+
+def meta_estimate(source: str, overrides: Mapping[str, Value] | None = None) -> dict:
+    """What one call of the problem holds, without allocating anything: get_inputs() and
+    Model(*get_init_inputs()) run under the meta device, and the forward call too where the
+    meta device supports its ops. {"input_bytes", "largest" (elements of the largest input
+    tensor), "param_bytes", "output_bytes" (None when the forward call did not run on meta)}.
+    Raises whatever the problem raises."""
+    import torch
+
+    src = apply(source, overrides) if overrides else source
+    with torch.device("meta"):
+        mod = _exec_problem(src, "derived_meta")
+        inputs = list(mod.get_inputs())
+        tensors = _tensors(inputs)
+        out = {"input_bytes": sum(t.numel() * t.element_size() for t in tensors),
+               "largest": max((t.numel() for t in tensors), default=0), "param_bytes": 0, "output_bytes": None}
+        try:
+            model = mod.Model(*mod.get_init_inputs())
+            if isinstance(model, torch.nn.Module):
+                out["param_bytes"] = sum(t.numel() * t.element_size()
+                                         for t in list(model.parameters()) + list(model.buffers()))
+            with torch.no_grad():
+                result = model(*inputs)
+            outs = _tensors(result if isinstance(result, (list, tuple)) else [result])
+            out["output_bytes"] = sum(t.numel() * t.element_size() for t in outs)
+        except Exception:  # noqa: BLE001 - an op without a meta kernel: inputs are what matter most
+            pass
+    return out
+
+
+def available_memory() -> int | None:
+    """Bytes of host memory available now (MemAvailable), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _need_bytes(est: dict) -> int:
+    """Host memory an evaluation at these sizes needs, roughly: in each of its two processes
+    the inputs and a copy, the outputs and a copy (the outputs' size is taken to be the inputs'
+    where the meta device could not run the call), and the weights."""
+    out = est["output_bytes"] if est.get("output_bytes") is not None else est["input_bytes"]
+    return 2 * (2 * est["input_bytes"] + 2 * out + est["param_bytes"])
+
+
+def plan_cpu_inputs(source: str, *, available_bytes: int | None = None, target_elements: int = SMOKE_TARGET_ELEMENTS,
+                    max_elements: int = 1 << 20, small_bytes: int = SMALL_MAIN_BYTES) -> dict:
+    """Which sizes a CPU evaluation of a problem without get_smoke_inputs() runs at. Runs problem
+    code (meta-device estimates, then smoke candidates for real at their small sizes), so call it
+    in a process of its own. Returns a JSON-able dict:
+
+    * {"input_set": "main", ...}: the main inputs and weights are small (<= small_bytes), or no
+      smoke candidate runs but the main sizes fit available_bytes;
+    * {"input_set": "derived-smoke", "overrides": {...}}: the first smoke candidate
+      (smoke_candidates) that runs, checked on the meta device first so nothing big is allocated;
+    * {"input_set": "too_large", "needed_bytes", "available_bytes"}: none runs and the main sizes
+      do not fit.
+
+    Every answer carries "main_bytes" (inputs + weights of the main sizes, None when unknown),
+    "needed_bytes" (None when unknown) and "note" (why, in words)."""
+    try:
+        est = meta_estimate(source)
+    except Exception as e:  # noqa: BLE001 - fall back to the static shapes (fp32 assumed)
+        shapes = input_shapes(source)
+        est = None if shapes is None else {"input_bytes": 4 * sum(math.prod(s) for s in shapes),
+                                           "largest": max((math.prod(s) for s in shapes), default=0),
+                                           "param_bytes": 0, "output_bytes": None}
+        meta_error = f"{type(e).__name__}: {e}"[:300]
+    else:
+        meta_error = ""
+    main_bytes = None if est is None else est["input_bytes"] + est["param_bytes"]
+    needed = None if est is None else _need_bytes(est)
+    plan = {"main_bytes": main_bytes, "needed_bytes": needed, "available_bytes": available_bytes, "note": ""}
+    if main_bytes is not None and main_bytes <= small_bytes:
+        return {**plan, "input_set": "main", "note": "the main inputs are small enough for the CPU"}
+    errors: list[str] = []
+    tried: list[dict] = []
+    # The smallest budget first; a larger one when none of its candidates runs (a pooling
+    # window that the smallest sizes cannot hold, say), up to 16x.
+    for target in (target_elements, 4 * target_elements, 16 * target_elements):
+        for ov in smoke_candidates(source, target):
+            if ov in tried:
+                continue
+            tried.append(ov)
+            if not ov:
+                errors.append(f"candidate {len(tried)}: no size constant to shrink")
+                continue
+            err = validate_smoke(source, ov, max_elements=max_elements)
+            if err is None:
+                return {**plan, "input_set": "derived-smoke", "overrides": dict(ov),
+                        "note": f"derived smoke sizes: {describe_overrides(source, ov)}"}
+            errors.append(f"candidate {len(tried)}: {err}")
+    why = "; ".join(errors) or "no smoke candidate"
+    if meta_error:
+        why += f"; the meta-device estimate failed ({meta_error})"
+    if needed is not None and available_bytes is not None and needed > available_bytes:
+        return {**plan, "input_set": "too_large",
+                "note": f"no smoke sizes could be derived ({why})"}
+    return {**plan, "input_set": "main", "note": f"no smoke sizes could be derived ({why}); the main sizes are used"}
+
+
+def describe_overrides(source: str, overrides: Mapping[str, Value]) -> str:
+    """'batch_size=2047 (main 4096), dim=196607 (main 393216)': what a set changes, in words."""
+    env = _Module(source).env()
+    parts = []
+    for name, v in overrides.items():
+        old = env.get(name)
+        val = tuple(v) if isinstance(v, list) else v
+        oldv = tuple(old) if isinstance(old, list) else old
+        parts.append(f"{name}={val}" + (f" (main {oldv})" if old is not None else ""))
+    return ", ".join(parts)

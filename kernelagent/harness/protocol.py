@@ -50,7 +50,9 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     # server -> reference
     "ref_nonce": {"nonce": (str,)},
     "check": {"name": (str,), "kind": (str,), "seed": (int,), "n_outputs": (int,), "outputs": (list,),
-              "inputs": (list,), "stop_on_failure": (bool,)},
+              "inputs": (list,), "stop_on_failure": (bool,),
+              # an extra input set the candidate raised on (then no outputs): what it raised
+              "candidate_error": (str, type(None))},
     "calibrate": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,), "segments": (int,),
                   "budget_bytes": (int,), "l2_bytes": (int, type(None))},
     "go": {"seed": (int,)},
@@ -58,7 +60,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
                   "seed": (int,), "budget_bytes": (int,)},
     "exit": {},
     # reference -> server
-    "ref_ready": {"n_extra": (int,), "alt": (bool,), "input_bytes": (int,), "output_bytes": (int,),
+    "ref_ready": {"n_extra": (int,), "extra_plan": (list,), "extra_skipped": (dict,), "alt": (bool,), "input_bytes": (int,), "output_bytes": (int,),
                   "output_dtype": (str,), "flops": _NUM + (type(None),), "param_bytes": (int,),
                   "reference_ops": (list,), "estimate_ms": _NUM, "memory": (dict,)},
     "ref_error": {"kind": (str,), "message": (str,)},
@@ -81,7 +83,8 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     # candidate -> server (claims)
     "stage": {"stage": (str,)},
     "compiled": {},
-    "outputs": {"name": (str,), "n_outputs": (int,), "outputs": (list,), "inputs": (list,)},
+    "outputs": {"name": (str,), "n_outputs": (int,), "outputs": (list,), "inputs": (list,),
+                "error": (str, type(None))},  # extra input sets only: the exception instead of outputs
     "timing": {"samples_ms": (list,), "event_ms": (list,), "overhead_ms": _NUM, "calls": (int,),
                "kept": (list,), "meaningful": (bool,)},
     "kernels": {"kernels": (list,)},

@@ -64,9 +64,15 @@ class Status:
     REJECTED = "rejected"  # caught cheating: mutated inputs, bad outputs, banned code
     BAD_PROBLEM = "bad_problem"  # the problem file itself is broken (user error, exit 2)
     HARNESS_ERROR = "harness_error"  # our fault or the machine's, not the candidate's
-    TOO_LARGE = "too_large"  # the problem does not fit this device (or the CPU): not about the candidate
+    # The problem does not fit this machine (its inputs, by an estimate made before anything is
+    # allocated, need more memory than there is): a verdict about the machine, never the
+    # candidate. The reason gives the bytes needed and available; `memory` holds them too
+    # (needed_bytes, available_bytes). bench skips the problem, the RL reward is None.
+    TOO_LARGE = "too_large"
 
     PASSING = (CORRECT,)
+    # Not a verdict on the candidate: the machine or the harness could not judge it.
+    NOT_JUDGED = (HARNESS_ERROR, BAD_PROBLEM, TOO_LARGE)
 
 
 @dataclass
@@ -168,7 +174,16 @@ class EvalResult:
     baselines_cached: bool = False
     # The numeric modes the baselines were timed in (baseline_numerics(): TF32 off in every one).
     numerics: dict[str, Any] = field(default_factory=baseline_numerics)
-    input_set: str = "main"  # "main", or "smoke" when the problem's small CPU inputs were used
+    # "main"; "smoke" when the problem's own small CPU inputs (get_smoke_inputs) were used;
+    # "derived-smoke" when, on the CPU, the whole job ran on the problem with its size constants
+    # shrunk (harness/derive.py), since the problem has no smoke inputs of its own.
+    input_set: str = "main"
+    # What harness/derive.py derived for a problem without get_extra_inputs / get_smoke_inputs:
+    # {"smoke": {name: value} | None (the derived-smoke overrides), "main": {name: value} (the
+    # values they replaced), "sets": [{"name", "kind", "overrides", "main"}] (derived check sets),
+    # "skipped": [{"name", "reason"}] (sets the reference itself could not run), "note": str}.
+    # Empty when nothing was derived.
+    derived: dict[str, Any] = field(default_factory=dict)
     device: str = ""
     fingerprint: dict[str, Any] = field(default_factory=dict)
     isolation: dict[str, Any] = field(default_factory=dict)
@@ -223,6 +238,11 @@ class EvalResult:
     def feedback(self) -> str:
         """A compact account of the verdict, for a model to act on."""
         lines = [f"status: {self.status}" + (f" (stage: {self.stage})" if self.stage else "")]
+        if self.input_set != "main":
+            smoke = (self.derived or {}).get("smoke") or {}
+            sizes = ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v}" for k, v in smoke.items())
+            lines.append(f"inputs: {self.input_set}" + (f" ({sizes}; the main sizes are too large for the CPU)"
+                                                         if sizes else ""))
         if self.reason:
             lines.append(f"reason: {self.reason}")
         failed = [t for t in self.trials if not t.passed]

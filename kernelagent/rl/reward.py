@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 BASELINES = ("compile", "eager")
-INFRA_STATUSES = ("harness_error", "bad_problem")
+INFRA_STATUSES = ("harness_error", "bad_problem", "too_large")  # too_large: the machine, not the kernel
 
 
 @dataclass

@@ -222,6 +222,17 @@ class CandidateSide:
             with torch.no_grad(), self._watch(check["name"], values):
                 out = self.model(*values)
                 _sync(self.device)
+        except Exception as exc:
+            error_kind = _error_kind(exc, "runtime_error")
+            if not (kind.startswith("extra:") and error_kind == "runtime_error"):
+                raise CandidateFailure(error_kind, self.current,
+                                       f"{check['name']} raised:\n" + compact_traceback(exc, "candidate.py"))
+            # An ordinary exception on an extra (other-shape) input set: not a crash, a failed
+            # check. The reference decides: a set it cannot run itself is skipped.
+            self.send("outputs", name=check["name"], n_outputs=0, outputs=[], inputs=[],
+                      error=f"{check['name']} raised:\n" + compact_traceback(exc, "candidate.py")[:3900])
+            protocol.recv(self.server, {"check_reply"}, self.job_id)
+            return
         except BaseException as exc:
             raise CandidateFailure(_error_kind(exc, "runtime_error"), self.current,
                                    f"{check['name']} raised:\n" + compact_traceback(exc, "candidate.py"))
@@ -237,7 +248,7 @@ class CandidateSide:
         sent_in = transfer.describe(_tensor_inputs(values), use_ipc)
         try:
             self.send("outputs", name=check["name"], n_outputs=len(outputs), outputs=sent_out.records,
-                      inputs=sent_in.records)
+                      inputs=sent_in.records, error=None)
             for data in sent_out.payloads + sent_in.payloads:
                 protocol.send_payload(self.server, data)
             # The answer comes after the reference has compared (the server relays it).

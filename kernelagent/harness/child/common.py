@@ -102,11 +102,17 @@ def import_problem(job: dict[str, Any], workdir: Path) -> Any:
     source = job.get("problem_source")
     path = workdir / "problem.py"
     if source is None:
-        return inputs_mod.import_file(path, "kernelagent_problem")
-    module = types_mod.ModuleType("kernelagent_problem")
-    module.__file__ = str(path)
-    sys.modules["kernelagent_problem"] = module
-    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the problem is trusted
+        module = inputs_mod.import_file(path, "kernelagent_problem")
+    else:
+        module = types_mod.ModuleType("kernelagent_problem")
+        module.__file__ = str(path)
+        sys.modules["kernelagent_problem"] = module
+        exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the problem is trusted
+    # Derived check sets (server/job.py, harness/derive.py): rewritten sources of the problem,
+    # imported lazily by inputs.make_inputs for the "extra:<j>" checks.
+    derived = job.get("derived_sources") or []
+    if derived and not hasattr(module, "get_extra_inputs"):
+        setattr(module, inputs_mod.DERIVED_ATTR, inputs_mod.DerivedSets(derived, path))
     return module
 
 

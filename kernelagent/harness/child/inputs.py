@@ -59,9 +59,36 @@ def _to_device(value: Any, device: torch.device) -> Any:
     return value
 
 
+DERIVED_ATTR = "__kernelagent_derived_sets__"
+
+
+class DerivedSets:
+    """The derived check sets of a problem without get_extra_inputs(): one rewritten problem
+    source per set (server/job.py). Each is imported once per process, when its check first
+    runs, as a module of its own; only its get_inputs() is used (the model always comes from
+    the main problem: a derived set never changes a constant the model's construction reads)."""
+
+    def __init__(self, sources: list[str], path: Path):
+        self.sources = list(sources)
+        self.path = path
+        self.modules: dict[int, ModuleType] = {}
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def module(self, j: int) -> ModuleType:
+        if j not in self.modules:
+            name = f"kernelagent_problem_derived_{j}"
+            module = ModuleType(name)
+            module.__file__ = str(self.path)
+            exec(compile(self.sources[j], str(self.path), "exec"), module.__dict__)  # noqa: S102
+            self.modules[j] = module
+        return self.modules[j]
+
+
 def count_extra_sets(problem: ModuleType, device: torch.device) -> int:
     if not hasattr(problem, "get_extra_inputs"):
-        return 0
+        return len(getattr(problem, DERIVED_ATTR, ()))
     torch.manual_seed(SEED_EXTRA)
     with torch.device(device):
         return len(problem.get_extra_inputs())
@@ -72,7 +99,9 @@ def make_inputs(problem: ModuleType, kind: str, seed: int, smoke: bool,
     """Inputs for one check. kind: "main", "alt" (signed normal), or "extra:<j>"."""
     torch.manual_seed(seed)
     with torch.device(device):
-        if kind.startswith("extra:"):
+        if kind.startswith("extra:") and not hasattr(problem, "get_extra_inputs") and hasattr(problem, DERIVED_ATTR):
+            inputs = list(getattr(problem, DERIVED_ATTR).module(int(kind.split(":", 1)[1])).get_inputs())
+        elif kind.startswith("extra:"):
             inputs = list(problem.get_extra_inputs()[int(kind.split(":", 1)[1])])
         else:
             maker = problem.get_inputs

@@ -95,19 +95,61 @@ class ReferenceSide:
         self.atol = self.config.atol if self.config.atol is not None else getattr(self.problem, "ATOL", None)
         self.rtol = self.config.rtol if self.config.rtol is not None else getattr(self.problem, "RTOL", None)
         self.output_shapes = [(tuple(o.shape), o.dtype) for o in outputs]
+        input_bytes, output_bytes = int(inputs_mod.tensor_bytes(first)), int(inputs_mod.tensor_bytes(outputs))
+        output_dtype = str(outputs[0].dtype).removeprefix("torch.") if outputs else "float32"
+        del first, outputs  # before the derived sets run: never both sets in memory at once
+        try:
+            extra_plan, extra_skipped = self.validate_derived(int(n_extra))
+        except BaseException as exc:  # out of memory: the harness's own run, never the candidate's
+            self.send("ref_error", kind="harness", message="validating the derived input sets failed in the "
+                      "reference process: " + compact_traceback(exc, "problem.py"))
+            return False
         memory: dict[str, Any] = {}
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
             memory = {"free_bytes": int(free), "total_bytes": int(total)}
-        self.send("ref_ready", n_extra=int(n_extra),
+        self.send("ref_ready", n_extra=int(n_extra), extra_plan=extra_plan, extra_skipped=extra_skipped,
                   alt=bool(self.config.alt_distribution and getattr(self.problem, "ALT_DISTRIBUTION", True)),
-                  input_bytes=int(inputs_mod.tensor_bytes(first)), output_bytes=int(inputs_mod.tensor_bytes(outputs)),
-                  output_dtype=str(outputs[0].dtype).removeprefix("torch.") if outputs else "float32",
+                  input_bytes=input_bytes, output_bytes=output_bytes, output_dtype=output_dtype,
                   flops=flops if flops is None or math.isfinite(flops) else None,
                   param_bytes=int(_param_bytes(self.model)), reference_ops=list(reference_ops),
                   estimate_ms=float(estimate_ms), memory=memory)
-        del first, outputs
         return True
+
+    def validate_derived(self, n_extra: int) -> tuple[list[int], dict[str, str]]:
+        """Which extra sets to check. The problem's own get_extra_inputs(): all of them. Derived
+        sets (harness/derive.py): the reference runs each once, in order, before the candidate
+        sees any, and the first `derived_checks` that run with non-empty, finite outputs are
+        checked; the others are skipped with the reason (a derived size the model cannot take,
+        such as a pooling window larger than the input, is not a check on the candidate)."""
+        if not n_extra or not hasattr(self.problem, inputs_mod.DERIVED_ATTR) \
+                or hasattr(self.problem, "get_extra_inputs"):
+            return list(range(n_extra)), {}
+        plan: list[int] = []
+        skipped: dict[str, str] = {}
+        for j in range(n_extra):
+            if len(plan) >= self.config.derived_checks:
+                break
+            kind = f"extra:{j}"
+            try:
+                values = inputs_mod.make_inputs(self.problem, kind, inputs_mod.SEED_EXTRA + j, self.smoke,
+                                                self.device)
+                with torch.no_grad():
+                    outputs = transfer.flatten_outputs(self.model(*values))
+                _sync(self.device)
+                if not outputs or any(o.numel() == 0 for o in outputs):
+                    skipped[kind] = "the reference's output is empty at these sizes"
+                elif not all(bool(torch.isfinite(o).all()) for o in outputs if o.is_floating_point()):
+                    skipped[kind] = "the reference's outputs are not finite at these sizes"
+                else:
+                    plan.append(j)
+                del values, outputs
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the reference cannot run this set: not a check
+                skipped[kind] = "the reference itself fails at these sizes: " + \
+                    compact_traceback(exc, "problem.py", limit=2).splitlines()[-1][:400]
+        return plan, skipped
 
     def serve(self) -> None:
         while True:
@@ -139,16 +181,35 @@ class ReferenceSide:
                                    "max_abs_err": None, "max_rel_err": None, "rel_l2_err": None,
                                    "rejected": None, "harness_error": False, "skipped": False}
         received = None
+        extra = kind.startswith("extra:")
+        candidate_error = message.get("candidate_error")
         try:
-            pristine = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
-            after_reference = [_clone(x) for x in pristine]
-            del pristine
-            with torch.no_grad():
-                reference = transfer.flatten_outputs(self.model(*after_reference))
-            _sync(self.device)
-            if kind == "alt" and not all(bool(torch.isfinite(r).all()) for r in reference if r.is_floating_point()):
+            reference = None
+            try:
+                pristine = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
+                after_reference = [_clone(x) for x in pristine]
+                del pristine
+                with torch.no_grad():
+                    reference = transfer.flatten_outputs(self.model(*after_reference))
+                _sync(self.device)
+            except Exception as exc:
+                if not extra or isinstance(exc, torch.OutOfMemoryError):
+                    raise
+                # An extra set (derived ones above all) that the reference itself cannot run is
+                # not a valid check: skipped, never the candidate's failure.
+                verdict.update(passed=True, skipped=True,
+                               message="skipped: the reference itself fails on this input set: "
+                                       + compact_traceback(exc, "problem.py", limit=2).splitlines()[-1][:400])
+            if reference is None:
+                pass
+            elif kind == "alt" and not all(bool(torch.isfinite(r).all()) for r in reference if r.is_floating_point()):
                 verdict.update(passed=True, skipped=True,
                                message="skipped: the reference is not finite on signed normal inputs")
+            elif extra and not all(bool(torch.isfinite(r).all()) for r in reference if r.is_floating_point()):
+                verdict.update(passed=True, skipped=True,
+                               message="skipped: the reference's outputs are not finite on this input set")
+            elif extra and candidate_error is not None:
+                verdict.update(passed=False, message=str(candidate_error))
             else:
                 if len(message["outputs"]) != n_outputs:
                     raise transfer.TransferError("the output count does not match the description")
@@ -163,7 +224,8 @@ class ReferenceSide:
                     verdict.update(passed=bool(result.passed), message=result.message,
                                    max_abs_err=_finite(result.max_abs_err), max_rel_err=_finite(result.max_rel_err),
                                    rel_l2_err=_finite(result.rel_l2_err))
-            del reference, after_reference
+            if reference is not None:
+                del reference, after_reference
         except (transfer.TransferError, KeyError, TypeError) as exc:
             verdict.update(passed=False, rejected="bad-payload",
                            message=f"the candidate's process sent a malformed result: {exc}")

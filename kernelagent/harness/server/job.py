@@ -19,6 +19,7 @@ a time, and relays what the candidate sends to the reference, so:
 from __future__ import annotations
 
 import ast
+import math
 import multiprocessing as mp
 import os
 import random
@@ -70,7 +71,48 @@ class ReferenceGone(Exception):
 def _static_flags(problem_source: str) -> dict[str, bool]:
     tree = ast.parse(problem_source)
     names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    return {"has_smoke": "get_smoke_inputs" in names}
+    return {"has_smoke": "get_smoke_inputs" in names, "has_extra": "get_extra_inputs" in names}
+
+
+def _plan_cpu_inputs(source: str, workdir: Path, timeout: float) -> dict[str, Any]:
+    """derive.plan_cpu_inputs in a short-lived forked process (it runs problem code: never in
+    the server itself), bounded by `timeout`; {"error": ...} when it fails or runs out of time."""
+    import json
+
+    parent_end, child_end = FORK.Pipe(duplex=False)
+
+    def target() -> None:
+        try:
+            from kernelagent.harness import derive
+            from kernelagent.harness.child.namespaces import close_inherited_fds
+
+            close_inherited_fds([child_end.fileno(), 0, 1, 2])
+            os.chdir(workdir)
+            plan = derive.plan_cpu_inputs(source, available_bytes=derive.available_memory())
+        except BaseException as exc:  # noqa: BLE001 - reported to the server
+            plan = {"error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[:1000]}
+        child_end.send_bytes(json.dumps(protocol.json_safe(plan)).encode())
+        os._exit(0)
+
+    proc = FORK.Process(target=target, name="kernelagent-derive")
+    proc.start()
+    child_end.close()
+    try:
+        if parent_end.poll(timeout):
+            plan = json.loads(parent_end.recv_bytes(1 << 20))
+        else:
+            plan = {"error": f"deriving smoke sizes took more than {timeout:.0f} s"}
+    except (EOFError, OSError, ValueError):
+        plan = {"error": "the process deriving smoke sizes died"}
+    finally:
+        _kill_group(proc)
+        proc.join(5)
+        parent_end.close()
+    return plan
+
+
+def _gib(n: int | None) -> str:
+    return "unknown" if n is None else f"{n / (1 << 30):.1f} GiB"
 
 
 def _kill_group(proc: mp.Process | None) -> None:
@@ -160,6 +202,7 @@ class Job:
         self.cand: mp.Process | None = None
         self.ref_nonce = ""
         self.call_latency_ms: list[float] = []
+        self.derived_dims: dict[str, tuple[str, str]] = {}  # extra:<j> -> (its dims, the main's)
 
     # -- helpers -------------------------------------------------------------------
     def fail(self, status: str, reason: str, stage: str | None) -> None:
@@ -189,12 +232,25 @@ class Job:
         self.refdir.mkdir(parents=True)
         os.chmod(self.root, 0o711)
         os.chmod(self.scratch, 0o700)
-        (self.scratch / "problem.py").write_text(self.request["problem_source"])
+        flags = _static_flags(self.request["problem_source"])
+        self.smoke = not self.fingerprint.get("cuda") and self.config.smoke_inputs_on_cpu and flags["has_smoke"]
+        input_set = "smoke" if self.smoke else "main"
+        # The problem the job runs: the caller's, or on the CPU its derived-smoke rewrite.
+        self.problem_source = self.request["problem_source"]
+        self.result["derived"] = {}
+        if not self.fingerprint.get("cuda") and self.config.smoke_inputs_on_cpu and not flags["has_smoke"] \
+                and self.config.backend != "cuda":
+            input_set = self.plan_cpu_inputs()
+            if input_set == Status.TOO_LARGE:  # nothing is forked: the verdict is about the machine
+                self.result.update(device="cpu", input_set="main")
+                self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
+                shutil.rmtree(self.root, ignore_errors=True)
+                return
+        derived_sources = self.derive_check_sets(flags)
+        (self.scratch / "problem.py").write_text(self.problem_source)
         (self.scratch / "candidate.py").write_text(self.request["candidate_source"])
-        (self.refdir / "problem.py").write_text(self.request["problem_source"])
+        (self.refdir / "problem.py").write_text(self.problem_source)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.refdir / "inductor")
-        self.smoke = not self.fingerprint.get("cuda") and self.config.smoke_inputs_on_cpu and \
-            _static_flags(self.request["problem_source"])["has_smoke"]
         options = self.request.get("options", {})
         if self.config.backend == "cuda" and options.get("cuda_cache_dir") and self.fingerprint.get("cuda"):
             from kernelagent.harness.server import build_cache
@@ -205,11 +261,12 @@ class Job:
         self.compile_seed = self.rng.getrandbits(40)
         self.child_job = {"job_id": self.job_id, "config": self.request["config"],
                           "device": "cuda:0" if self.fingerprint.get("cuda") else "cpu", "smoke": self.smoke,
-                          "ipc": options.get("ipc", True), "problem_source": self.request["problem_source"],
+                          "ipc": options.get("ipc", True), "problem_source": self.problem_source,
+                          "derived_sources": derived_sources,
                           "candidate_sha256": self.request.get("candidate_sha256", ""),
                           "capability": self.fingerprint.get("capability"), "compile_seed": self.compile_seed,
                           "device_free_bytes": self.fingerprint.get("free_bytes")}
-        self.result["input_set"] = "smoke" if self.smoke else "main"
+        self.result["input_set"] = input_set
         self.result["device"] = self.fingerprint.get("gpu_name", "cpu") if self.fingerprint.get("cuda") else "cpu"
         self.to_ref, ref_end = FORK.Pipe()
         self.to_cand, cand_end = FORK.Pipe()
@@ -230,7 +287,83 @@ class Job:
         self.ref_alive_fd = os.pidfd_open(self.ref.pid)
         self.cand_alive_fd = os.pidfd_open(self.cand.pid)
 
+    def plan_cpu_inputs(self) -> str:
+        """On the CPU, for a problem without get_smoke_inputs(): the sizes the whole job runs at
+        (derive.plan_cpu_inputs, in a forked helper). Returns the result's input_set, or
+        Status.TOO_LARGE after setting that verdict."""
+        started = time.monotonic()
+        source = self.request["problem_source"]
+        plan = _plan_cpu_inputs(source, self.refdir, self.limit("start"))
+        self.result["stage_seconds"]["derive"] = time.monotonic() - started
+        if "error" in plan:
+            self.result["derived"]["note"] = f"smoke sizes were not derived: {plan['error']}"
+            # Never the main sizes blindly: the static estimate (fp32 assumed) must fit.
+            from kernelagent.harness import derive
+
+            try:
+                shapes = derive.input_shapes(source)
+            except SyntaxError:
+                shapes = None
+            needed = None if shapes is None else 2 * 4 * 4 * sum(math.prod(s) for s in shapes)
+            available = derive.available_memory()
+            if needed is not None and available is not None and needed > available:
+                self.too_large(needed, available, self.result["derived"]["note"])
+                return Status.TOO_LARGE
+            return "main"
+        self.result["derived"]["note"] = str(plan.get("note", ""))
+        if plan.get("input_set") == "derived-smoke":
+            from kernelagent.harness import derive
+
+            overrides = plan["overrides"]
+            env = derive._Module(source).env()
+            self.problem_source = derive.apply(source, overrides)
+            self.result["derived"].update(smoke=overrides, main={k: env.get(k) for k in overrides})
+            return "derived-smoke"
+        if plan.get("input_set") == "too_large":
+            self.too_large(plan.get("needed_bytes"), plan.get("available_bytes"),
+                           "the problem's inputs do not fit in this machine's memory and no smaller CPU sizes "
+                           f"could be derived: {plan.get('note', '')}")
+            return Status.TOO_LARGE
+        return "main"
+
+    def too_large(self, needed: int | None, available: int | None, detail: str) -> None:
+        """The verdict about the machine (never the candidate): the problem does not fit. General:
+        any memory estimate (CPU or device) that fails reports through here."""
+        self.result["memory"].update(needed_bytes=needed, available_bytes=available)
+        self.fail(Status.TOO_LARGE, f"too large for this machine: needs about {_gib(needed)}, "
+                                    f"{_gib(available)} available; {detail}", "start")
+
+    def derive_check_sets(self, flags: dict[str, bool]) -> list[str]:
+        """Derived check sets (derive.derive_check_variants) for a problem without
+        get_extra_inputs(): one rewritten problem source per set, for both children to import.
+        The sets vary only constants the model's construction does not read, so the model is
+        always built from the main problem; the reference validates each set when it runs."""
+        if not (self.config.extra_inputs and self.config.derived_checks > 0) or flags["has_extra"] or self.smoke:
+            return []
+        from kernelagent.harness import derive
+
+        try:
+            # Two spare sets: the reference drops those the model cannot take (reference_side).
+            variants = derive.derive_check_variants(self.problem_source, self.config.derived_checks + 2)
+            sources = [derive.apply(self.problem_source, v) for v in variants]
+        except (ValueError, SyntaxError) as exc:
+            self.result["derived"]["sets_note"] = f"no check sets derived: {exc}"
+            return []
+        env = derive._Module(self.problem_source).env()
+        self.derived_dims = {}
+        sets = []
+        for j, v in enumerate(variants):
+            dims = ", ".join(f"{k}={tuple(x) if isinstance(x, list) else x}" for k, x in v.items())
+            main = {k: env.get(k) for k in v}
+            name = f"derived shapes {j} ({dims})"
+            self.derived_dims[f"extra:{j}"] = (dims, ", ".join(f"{k}={x}" for k, x in main.items()))
+            sets.append({"name": name, "kind": f"extra:{j}", "overrides": dict(v), "main": main})
+        self.result["derived"].update(sets=sets, skipped=[])
+        return sources
+
     def run(self) -> dict[str, Any]:
+        if self.result["status"] == Status.TOO_LARGE:  # decided in fork(); nothing was started
+            return self.result
         if self.config.backend == "cuda" and not self.fingerprint.get("cuda"):
             return self.precompile_only()
         # Secrets, drawn now that the candidate's process exists without them.
@@ -444,9 +577,20 @@ class Job:
                   for i in range(config.trials)]
         if self.ready.get("alt"):
             checks.append({"name": "signed-normal inputs", "kind": "alt", "seed": base + SEED_ALT, "stop": True})
-        for j in range(int(self.ready.get("n_extra", 0))):
-            checks.append({"name": f"extra input set {j}", "kind": f"extra:{j}", "seed": base + SEED_EXTRA + j,
-                           "stop": False})
+        derived_names = {d["kind"]: d["name"] for d in self.result["derived"].get("sets", [])}
+        for kind, why in self.ready.get("extra_skipped", {}).items():
+            self.result["derived"].setdefault("skipped", []).append(
+                {"name": derived_names.get(kind, kind), "reason": f"skipped: {why}"[:600]})
+        n_extra = int(self.ready.get("n_extra", 0))
+        extra_plan = list(self.ready.get("extra_plan", range(n_extra)))
+        if "sets" in self.result["derived"]:  # the derived sets checked (spares the reference left out dropped)
+            self.result["derived"]["sets"] = [d for d in self.result["derived"]["sets"]
+                                              if int(d["kind"].split(":")[1]) in extra_plan]
+        for j in extra_plan:
+            if not isinstance(j, int) or not 0 <= j < n_extra:
+                raise ReferenceGone(f"planned an extra input set that does not exist ({j!r})")
+            checks.append({"name": derived_names.get(f"extra:{j}", f"extra input set {j}"), "kind": f"extra:{j}",
+                           "seed": base + SEED_EXTRA + j, "stop": False})
         self.planned = [c["name"] for c in checks]
         for check in checks:
             if not self.run_check(check, deadline):
@@ -480,17 +624,23 @@ class Job:
             self.call_latency_ms.append((time.perf_counter() - sent) * 1e3)
         if message["name"] != check["name"]:
             raise protocol.ProtocolError(f"outputs for {message['name'][:40]!r} when {check['name']!r} was asked")
+        error = message["error"]
+        if error is not None and (not check["kind"].startswith("extra:") or message["outputs"] or message["inputs"]):
+            # Only an extra input set may be answered with the exception it raised (then it is
+            # compared as a failure, unless the reference cannot run that set either).
+            raise protocol.ProtocolError(f"an error instead of outputs for {check['name']!r}")
         payloads = self.relay_payloads(message["outputs"] + message["inputs"])
-        record = self.compare(check, message["n_outputs"], message["outputs"], message["inputs"], payloads, deadline)
+        record = self.compare(check, message["n_outputs"], message["outputs"], message["inputs"], payloads, deadline,
+                              candidate_error=error[:4000] if error is not None else None)
         stop = not record.passed and check["stop"]
         protocol.send(self.to_cand, "check_reply", self.job_id, passed=record.passed, stop=stop)
         return not stop
 
     def compare(self, check: dict[str, Any], n_outputs: int, outputs: list[Any], inputs: list[Any],
-                payloads: list[bytes], deadline: float) -> CheckRecord:
+                payloads: list[bytes], deadline: float, candidate_error: str | None = None) -> CheckRecord:
         protocol.send(self.to_ref, "check", self.job_id, self.ref_nonce, name=check["name"], kind=check["kind"],
                       seed=check["seed"], n_outputs=n_outputs, outputs=outputs, inputs=inputs,
-                      stop_on_failure=bool(check.get("stop", True)))
+                      stop_on_failure=bool(check.get("stop", True)), candidate_error=candidate_error)
         for data in payloads:
             protocol.send_payload(self.to_ref, data)
         record = CheckRecord.from_message(self.ref_recv({"verdict"}, deadline))
@@ -499,6 +649,8 @@ class Job:
 
     def record_check(self, record: CheckRecord) -> None:
         self.checks[record.name] = record
+        if record.skipped and record.kind in self.derived_dims:
+            self.result["derived"].setdefault("skipped", []).append({"name": record.name, "reason": record.message})
         self.result["trials"].append({
             "name": record.name, "seed": record.seed, "passed": record.passed, "max_abs_err": record.max_abs_err,
             "max_rel_err": record.max_rel_err, "rel_l2_err": record.rel_l2_err,
@@ -735,7 +887,7 @@ class Job:
     def conclude(self, claimed: list[dict[str, str]]) -> None:
         self.enter("finished")
         outcome = verdict.conclude_checks(self.planned, self.checks, self.config.compile_only,
-                                          bool(self.result["compiled"]))
+                                          bool(self.result["compiled"]), derived=self.derived_dims)
         flags = list(self.result["flags"]) + list(outcome.flags) + list(claimed)
         if self.result["status"] is None:
             outcome = verdict.apply_rejects(outcome, flags)

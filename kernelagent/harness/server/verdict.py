@@ -81,8 +81,10 @@ def trusted_flags(claimed: list[Any]) -> list[dict[str, str]]:
 
 
 def conclude_checks(planned: list[str], checks: dict[str, CheckRecord], compile_only: bool = False,
-                    compiled: bool = False) -> Outcome:
-    """The verdict from the checks alone, once the candidate's process has finished normally."""
+                    compiled: bool = False, derived: dict[str, tuple[str, str]] | None = None) -> Outcome:
+    """The verdict from the checks alone, once the candidate's process has finished normally.
+    derived: for derived check sets (harness/derive.py), kind ("extra:<j>") -> (the set's
+    changed dims, the main set's values of them), in words, for the flag's message."""
     if compile_only:
         if compiled:
             return Outcome(Status.COMPILED, "loaded and ran its first call")
@@ -122,10 +124,19 @@ def conclude_checks(planned: list[str], checks: dict[str, CheckRecord], compile_
         return Outcome(Status.HARNESS_ERROR, f"check '{missing[0]}' was planned but never compared", "correctness")
     outcome = Outcome(Status.CORRECT, "")
     if extra_failures:
-        names = ", ".join(c.name for c in extra_failures)
-        outcome.flags.append(flag("shape-specialisation",
-                                  f"passes the main shape but fails {names}: {extra_failures[0].message}",
-                                  "review"))
+        first = extra_failures[0]
+        derived = derived or {}
+        if first.kind in derived:
+            dims, main = derived[first.kind]
+            others = [f"at {derived[c.kind][0]}" if c.kind in derived else c.name for c in extra_failures[1:]]
+            message = (f"correct at the main shape ({main}) but fails at {dims}"
+                       + (f" (and {', '.join(others)})" if others else "")
+                       + f": {first.message.strip()[:1500]}. The kernel must not assume the main shape: read "
+                         "every size from the inputs' shapes, size the grid from them and mask the ragged tails")
+        else:
+            names = ", ".join(c.name for c in extra_failures)
+            message = f"passes the main shape but fails {names}: {first.message}"
+        outcome.flags.append(flag("shape-specialisation", message, "review"))
     return outcome
 
 
