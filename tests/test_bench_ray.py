@@ -239,3 +239,30 @@ def test_bench_on_ray_matches_one_machine_and_survives_a_lost_worker(tmp_path, m
     while _harness_processes(str(cache)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _harness_processes(str(cache)) == []
+
+
+def test_agent_mode_on_ray_evaluates_on_the_cluster(tmp_path):
+    """Agent mode: the agent loops (and model calls) stay on the driver; every evaluation they
+    ask for runs on a Ray worker and is recorded in the driver's store."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'kernelagent[rl]')")
+    from typer.testing import CliRunner
+
+    from tests.fake_openai_server import FakeOpenAIServer, tool
+    from tests.test_agent import GOOD
+    from tests.test_bench_agent import AGENT_SUITE, ENV
+
+    with FakeOpenAIServer() as server:
+        server.add(tool("submit", {"code": GOOD}), tool("submit", {"code": GOOD}))
+        args = ["bench", str(AGENT_SUITE), "--model", "openai/fake-coder", "--api-base", server.url,
+                "--retry-backoff", "0.01", "--model-timeout", "30", "--mode", "tools", "--concurrency", "2",
+                "--max-turns", "3", "--trials", "1", "--quick-trials", "1", "--no-baselines", "--ray", "auto",
+                "--cpu-workers", "2", "--store", str(tmp_path / "bench.sqlite"), "--out", str(tmp_path / "run"),
+                "--cache-dir", str(tmp_path / "cache"), "--no-live", "--json"]
+        result = CliRunner().invoke(app, args, env=ENV, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "evaluating on ray:" in result.output and not ray.is_initialized()
+    data = last_json(result.output)
+    assert (data["metrics"]["problems"], data["metrics"]["correct"]) == (2, 2) and data["evaluations"] == 2
+    with sqlite3.connect(tmp_path / "bench.sqlite") as db:
+        attempts = db.execute("SELECT problem_key, sample FROM attempts ORDER BY problem_key").fetchall()
+    assert attempts == [("level1/1_relu", "eval-1"), ("level1/2_relu_wide", "eval-1")]
