@@ -237,6 +237,12 @@ class Dispatcher:
     The servers are started, and restarted after a crash, only from these device threads: a
     server sandboxed by bubblewrap's --die-with-parent dies with the *thread* that started it
     (PR_SET_PDEATHSIG), so it must not be started from a short-lived worker thread.
+
+    With `bench --ray` the evaluators are Ray workers (ray_pool.RayWorker): they answer plain
+    dicts, and one that is lost raises WorkerLost; its job goes back to the queue (for a worker
+    that is alive) and is recorded only when some worker finishes it, so nothing is counted
+    twice. A worker that cannot be replaced ends its thread; when none is left, what is still
+    queued fails with one UserError.
     """
 
     def __init__(self, pool: Any, store: Store, run_id: str, progress: Any):
