@@ -266,3 +266,41 @@ def test_agent_mode_on_ray_evaluates_on_the_cluster(tmp_path):
     with sqlite3.connect(tmp_path / "bench.sqlite") as db:
         attempts = db.execute("SELECT problem_key, sample FROM attempts ORDER BY problem_key").fetchall()
     assert attempts == [("level1/1_relu", "eval-1"), ("level1/2_relu_wide", "eval-1")]
+
+
+def test_a_node_lost_mid_run_loses_only_its_evaluation(tmp_path, monkeypatch):
+    """Three local Ray nodes (a head with no CPU, two workers with one CPU each): one worker
+    node is removed while its evaluation runs. The evaluation runs again on the other node, and
+    the store has each evaluation once."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'kernelagent[rl]')")
+    from ray.cluster_utils import Cluster
+
+    from kernelagent.bench import BenchSpec, Session, run_bench
+    from kernelagent.bench.ray_pool import RayWorker
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
+        cluster.wait_for_nodes()
+        removed: list[str] = []
+        evaluate = RayWorker.evaluate
+
+        def evaluate_and_lose_the_node(self, problem, source, config):
+            if not removed:
+                removed.append(self.slot.node_id)
+                node = next(n for n in nodes if n.node_id == self.slot.node_id)
+                threading.Timer(0.05, cluster.remove_node, (node,)).start()
+            return evaluate(self, problem, source, config)
+
+        monkeypatch.setattr(RayWorker, "evaluate", evaluate_and_lose_the_node)
+        store = tmp_path / "nodes.sqlite"
+        outcome = run_bench(BenchSpec(root=str(PROBLEMS), candidates=str(CANDIDATES), trials=1, baselines=False),
+                            Session(ray=cluster.address, cpu_workers=1, store=str(store), out=str(tmp_path / "run"),
+                                    cache_dir=str(tmp_path / "cache")))
+        assert removed and outcome.resubmitted == 1
+        assert outcome.evaluations == EXPECTED_EVALUATIONS and outcome.reused == 1
+        check_metrics(outcome.metrics)
+        log, attempts = _counts(store)
+        assert log == EXPECTED_EVALUATIONS and len(attempts) == 7 and len(set(attempts)) == 7
+    finally:
+        cluster.shutdown()

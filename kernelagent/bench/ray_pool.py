@@ -90,6 +90,10 @@ class RayWorker:
         try:
             self._ray.get(self.actor.fingerprint.remote(), timeout=START_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - the node went too, or has no room: this slot ends
+            try:
+                self._ray.kill(self.actor)  # not left waiting for room on a node that is gone
+            except Exception:  # noqa: BLE001
+                pass
             return False
         return True
 
