@@ -308,7 +308,7 @@ class Dispatcher:
         future, problem, source, config, problem_key, losses = job
         with self._lock:
             self.resubmitted += 1
-        if losses + 1 >= self.MAX_LOSSES:  # not stored (a harness error): a later run retries it
+        if losses + 1 >= self.MAX_LOSSES:  # recorded as a harness error: not kept in the store for reuse
             future.set_result((None, {"status": "harness_error", "reason": f"the worker running this evaluation "
                                       f"was lost {losses + 1} times"}))
         else:
