@@ -205,7 +205,7 @@ class HarnessTools:
                                f"{type(exc).__name__}: {exc}", verdict="harness_error",
                                code=code, seconds=seconds)
         seconds = time.monotonic() - start
-        if result.status == Status.BAD_PROBLEM:
+        if result.status in (Status.BAD_PROBLEM, Status.TOO_LARGE):  # no kernel can change either
             raise ProblemError(f"{self.problem.path}: {result.reason or 'the problem is broken'}")
         timed = "candidate" in result.timings
         measurable = timed and all(t.meaningful for t in result.timings.values())

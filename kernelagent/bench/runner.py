@@ -115,7 +115,9 @@ class Session:
     """How this invocation runs (does not change what the run computes)."""
 
     gpus: str | None = None  # '0,1', 'cpu', None: all visible (CPU when there is none)
-    cpu_workers: int = 1
+    cpu_workers: int = 1  # CPU harnesses (with ray: per node, on a cluster with no GPU)
+    ray: str | None = None  # a Ray cluster's address, or "auto": the evaluations run there (ray_pool.py)
+    ray_init: dict[str, Any] | None = None  # tests: extra ray.init arguments for a local instance
     isolation: str = "auto"
     cache_dir: str | None = None  # the harness's baseline cache
     store: str | None = None  # default: default_store_path()
@@ -139,6 +141,7 @@ class BenchOutcome:
     reused: int  # answered from the store in this session
     resumed: bool
     skipped: int  # problems already finished before this session
+    resubmitted: int = 0  # evaluations sent to another worker after theirs was lost (--ray)
     records: list[dict] = field(default_factory=list)
 
     @property
@@ -225,6 +228,11 @@ def candidates_record(ref: ProblemRef, attempts: list[dict]) -> dict[str, Any]:
 
 
 # -- the evaluation dispatcher ------------------------------------------------------------
+class WorkerLost(Exception):
+    """Raised by a remote worker's `evaluate` when the worker went away mid-evaluation (a Ray
+    node or actor lost): the evaluation did not finish there and is sent to another worker."""
+
+
 class Dispatcher:
     """Store first, then a harness server: one long-lived thread per device runs that device's
     jobs one at a time (so two timings on a GPU never overlap), taking the next job from a
@@ -233,6 +241,12 @@ class Dispatcher:
     The servers are started, and restarted after a crash, only from these device threads: a
     server sandboxed by bubblewrap's --die-with-parent dies with the *thread* that started it
     (PR_SET_PDEATHSIG), so it must not be started from a short-lived worker thread.
+
+    With `bench --ray` the evaluators are Ray workers (ray_pool.RayWorker): they answer plain
+    dicts, and one that is lost raises WorkerLost; its job goes back to the queue (for a worker
+    that is alive) and is recorded only when some worker finishes it, so nothing is counted
+    twice. A worker that cannot be replaced ends its thread; when none is left, what is still
+    queued fails with one UserError.
     """
 
     def __init__(self, pool: Any, store: Store, run_id: str, progress: Any):
@@ -245,6 +259,9 @@ class Dispatcher:
         self._lock = threading.Lock()
         self.performed = 0
         self.reused = 0
+        self.resubmitted = 0  # evaluations sent again after their worker was lost
+        self._alive = len(pool.evaluators)
+        self._closing = False
         started: list[Future] = [Future() for _ in pool.evaluators]
         self._threads = [threading.Thread(target=self._device_loop, args=(i, ev, started[i]), daemon=True,
                                           name=f"bench-device-{i}") for i, ev in enumerate(pool.evaluators)]
@@ -268,20 +285,68 @@ class Dispatcher:
                 job = self._jobs.get()
                 if job is None:
                     return
-                future, problem, source, config, problem_key = job
-                if not future.set_running_or_notify_cancel():
+                future, problem, source, config, problem_key, losses = job
+                if not losses and not future.set_running_or_notify_cancel():
                     continue
                 self.progress.eval_started(label, problem_key)
+                lost = False
                 try:
                     future.set_result((index, evaluator.evaluate(problem, source, config)))
+                except WorkerLost:
+                    lost = True
                 except BaseException as exc:  # noqa: BLE001 - the caller gets it
                     future.set_exception(exc)
                 finally:
                     self.progress.eval_finished(label)
+                if lost:
+                    if not self._lost(job, evaluator):
+                        return  # this worker is gone for good; the others go on
         finally:
+            self._worker_ended()
             evaluator.close()  # from the thread that started it
 
+    def _lost(self, job: tuple, evaluator: Any) -> bool:
+        """A worker went away (a Ray node or actor lost) in the middle of `job`: nothing of it
+        was recorded, so it goes back to the queue for whichever worker is free. True when this
+        worker could be replaced on its node and goes on taking jobs."""
+        future, problem, source, config, problem_key, losses = job
+        with self._lock:
+            self.resubmitted += 1
+        if losses + 1 >= self.MAX_LOSSES:  # recorded as a harness error: not kept in the store for reuse
+            future.set_result((None, {"status": "harness_error", "reason": f"the worker running this evaluation "
+                                      f"was lost {losses + 1} times"}))
+        else:
+            self._put((future, problem, source, config, problem_key, losses + 1))
+        revive = getattr(evaluator, "revive", None)
+        return bool(revive and revive())
+
+    MAX_LOSSES = 3
+
+    def _put(self, job: tuple) -> None:
+        with self._lock:
+            if self._alive == 0:
+                job[0].set_exception(UserError(self.ALL_LOST))
+                return
+            self._jobs.put(job)
+
+    ALL_LOST = ("every harness worker was lost; finished evaluations are in the store: run the same command "
+                "again to go on")
+
+    def _worker_ended(self) -> None:
+        with self._lock:
+            self._alive -= 1
+            if self._alive > 0 or self._closing:
+                return
+            while True:  # nobody is left to take these: fail them rather than wait forever
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    return
+                if job is not None and (job[5] or job[0].set_running_or_notify_cancel()):
+                    job[0].set_exception(UserError(self.ALL_LOST))
+
     def close(self) -> None:
+        self._closing = True
         for _ in self._threads:
             self._jobs.put(None)
         for thread in self._threads:
@@ -326,10 +391,11 @@ class Dispatcher:
             waiting.wait()  # then look again (a harness error is not stored: evaluate it here)
         try:
             future: Future = Future()
-            self._jobs.put((future, problem, source, config, problem_key))
+            self._put((future, problem, source, config, problem_key, 0))
             index, evaluation = future.result()
-            result = evaluation.to_dict()
-            fingerprint = result.get("fingerprint") or self.fingerprints[index]
+            # A local Evaluator answers an EvalResult; a Ray worker its plain dict.
+            result = evaluation if isinstance(evaluation, dict) else evaluation.to_dict()
+            fingerprint = result.get("fingerprint") or (self.fingerprints[index] if index is not None else {})
             key = evaluation_key(problem.sha256, cand_sha, cfg, fingerprint)
             # Every verdict is reusable except the harness's own failures (the machine's fault,
             # not the candidate's). A static compile error has no fingerprint: it needs none.
@@ -442,14 +508,22 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
         devices = parse_gpus(session.gpus)
         if devices == ["cpu"]:
             devices = ["cpu"] * max(1, session.cpu_workers)
-        status, performed, reused = "failed", 0, 0
+        status, performed, reused, resubmitted = "failed", 0, 0, 0
         try:
             with progress:
                 if todo:
                     with ExitStack() as stack:
-                        pool = stack.enter_context(EvaluatorPool(
-                            devices=devices, cache_dir=session.cache_dir, isolation=session.isolation,
-                            cpu_workers=max(1, session.cpu_workers)))
+                        if session.ray:
+                            from kernelagent.bench.ray_pool import RayPool
+
+                            pool = stack.enter_context(RayPool(
+                                session.ray, cpu_workers=max(1, session.cpu_workers),
+                                cache_dir=session.cache_dir, isolation=session.isolation,
+                                init_kwargs=session.ray_init))
+                        else:
+                            pool = stack.enter_context(EvaluatorPool(
+                                devices=devices, cache_dir=session.cache_dir, isolation=session.isolation,
+                                cpu_workers=max(1, session.cpu_workers)))
                         dispatcher = Dispatcher(pool, store, run_id, progress)
                         stack.callback(dispatcher.close)
                         store.update_run(run_id, fingerprint=dispatcher.fingerprint())
@@ -465,6 +539,7 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
                                            [problems[k] for k in todo], out_dir)
                         finally:
                             performed, reused = dispatcher.performed, dispatcher.reused
+                            resubmitted = dispatcher.resubmitted
                 else:  # nothing left: no harness server is started
                     progress.begin(run_id, spec.mode, len(problems), done_before, correct_before, [], 1,
                                    resumed=not created)
@@ -485,7 +560,7 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
             store.update_run(run_id, status=status, add_wall_s=time.monotonic() - started)
         return BenchOutcome(run_id=run_id, out_dir=out_dir, store_path=store_path, metrics=metrics,
                             evaluations=performed, reused=reused, resumed=not created,
-                            skipped=done_before, records=records)
+                            skipped=done_before, resubmitted=resubmitted, records=records)
     finally:
         store.close()
 

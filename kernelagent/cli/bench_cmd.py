@@ -28,7 +28,8 @@ def bench(
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, metavar="N", help="At most N problems (after --levels/--filter).", show_default=False)] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="GPUS", help="GPU indices, e.g. 0,1; 'cpu'; default: every visible GPU (the CPU when there is none).", show_default=False)] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, metavar="N", help="Agent mode: problems, and so model calls, in flight at once.")] = 4,
-    cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, metavar="N", help="Harness workers when running on the CPU.")] = 1,
+    cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, metavar="N", help="Harness workers when running on the CPU (with --ray: per node of a cluster without GPUs).")] = 1,
+    ray_address: Annotated[Optional[str], typer.Option("--ray", metavar="ADDRESS", help="Run the evaluations on a Ray cluster (one harness per GPU on every node): its address, e.g. 10.0.0.1:6379 or ray://host:10001, or 'auto' (the cluster this machine runs, else a new local one). Agent mode: the agent loops stay here, their evaluations go to the cluster. Needs the rl extra.", show_default=False)] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", metavar="RUN", help="Resume a run by id (its stored settings are used).", show_default=False)] = None,
     run_name: Annotated[Optional[str], typer.Option("--run", metavar="NAME", help="Name the run (default: derived from its settings, so the same command resumes it).", show_default=False)] = None,
     store: Annotated[Optional[Path], typer.Option("--store", metavar="PATH", help="SQLite store (default: $KERNELAGENT_CACHE_DIR/bench.sqlite, else ~/.cache/kernelagent/bench.sqlite).", show_default=False)] = None,
@@ -74,6 +75,16 @@ def bench(
         raise fail("give a benchmark directory DIR, or --resume RUN")
     if isolation not in ("auto", "bwrap", "namespaces", "none"):
         raise fail(f"--isolation must be auto, bwrap, namespaces or none (got {isolation!r})")
+    if ray_address is not None:
+        if not ray_address.strip():
+            raise fail("--ray takes a cluster address (host:6379, ray://host:10001) or 'auto'")
+        if gpus is not None:
+            raise fail("--gpus and --ray do not go together: with --ray every GPU of the cluster is used")
+        try:  # only with --ray: the import takes a second
+            import ray  # noqa: F401
+        except ImportError:
+            raise fail("--ray needs the ray package: pip install 'kernelagent[rl]' "
+                       "(on the driver and on every worker)") from None
     if backend not in ("triton", "cuda"):
         raise fail(f"--backend must be triton or cuda (got {backend!r})")
     try:
@@ -92,7 +103,8 @@ def bench(
                          max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost, timeout=timeout,
                          target_speedup=target_speedup, quick_trials=quick_trials, temperature=temperature,
                          timeouts=stage_timeouts(timeout_scale, stage_timeout))
-    session = Session(gpus=gpus, cpu_workers=cpu_workers, isolation=isolation,
+    session = Session(gpus=gpus, cpu_workers=cpu_workers, ray=ray_address.strip() if ray_address else None,
+                      isolation=isolation,
                       cache_dir=str(cache_dir) if cache_dir else None, store=str(store) if store else None,
                       out=str(out) if out else None, concurrency=concurrency, run_name=run_name, api_key=api_key,
                       model_timeout=model_timeout, max_retries=max_retries, retry_backoff=retry_backoff)
@@ -106,7 +118,8 @@ def bench(
         if spec is not None and spec.mode == "agent":
             _check_model(spec, session)  # a missing model or key: one line, before anything starts
         # A GPU that is not there: one line. None at all: the CPU, which the progress names.
-        check_gpu_list(gpus, quiet=True)
+        if ray_address is None:
+            check_gpu_list(gpus, quiet=True)
         progress = BenchProgress(live=live, quiet=quiet)
         outcome = run_bench(spec, session, resume=resume, progress=progress)
     except UserError as exc:
@@ -122,7 +135,8 @@ def bench(
     if as_json:
         typer.echo(json.dumps({"run_id": outcome.run_id, "out_dir": str(outcome.out_dir),
                                "evaluations": outcome.evaluations, "reused": outcome.reused,
-                               "skipped": outcome.skipped, "metrics": m}, default=str))
+                               "skipped": outcome.skipped, "resubmitted": outcome.resubmitted, "metrics": m},
+                              default=str))
     else:
         rate = lambda v: "–" if v is None else f"{100 * v:.1f}%"  # noqa: E731
         geo = m["geomean_speedup"]["inductor"]
@@ -132,6 +146,8 @@ def bench(
                    f"({rate(m['fast_p_point']['inductor']['1.0'])} on the point estimate), geomean vs inductor "
                    f"{'–' if geo is None else f'{geo:.3f}x'}; {outcome.evaluations} evaluations, "
                    f"{outcome.reused} from the store, {outcome.skipped} problems already done")
+        if outcome.resubmitted:
+            typer.echo(f"{outcome.resubmitted} evaluations were sent to another worker after theirs was lost")
         for item in m.get("skipped") or []:
             typer.echo(f"skipped {item['key']}: {item['reason']}")
         typer.echo(f"report: {outcome.out_dir / 'report.html'}")

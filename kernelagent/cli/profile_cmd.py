@@ -90,4 +90,8 @@ def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials,
                 typer.echo(f"{flag.severity}: [{flag.kind}] {flag.message}")
     if result.status == Status.BAD_PROBLEM:
         return EXIT_USAGE
+    if result.status == Status.TOO_LARGE:
+        from kernelagent.errors import EXIT_TOO_LARGE
+
+        return EXIT_TOO_LARGE
     return EXIT_OK if result.passed else EXIT_FAILED

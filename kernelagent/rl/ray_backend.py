@@ -8,12 +8,81 @@ Each actor holds one harness `Evaluator` on the GPU Ray gave it (`num_gpus=1`, s
 its CUDA_VISIBLE_DEVICES and no two actors share a GPU); `ray.util.ActorPool` hands jobs to
 whichever actor is free, results in order. Problems travel as source text (nodes do not
 share a file system). Ray is imported only when a RayBackend is made.
+
+`connect` and `plan_workers` are shared with `kernelagent bench --ray` (kernelagent/bench/
+ray_pool.py): one harness per GPU on every GPU node; on a cluster with no GPU at all,
+`cpu_actors` per node. Only plain dicts (EvalResult.to_dict) and source text cross between
+the driver and the actors; the candidate's process stays inside the actor's harness.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """Where one harness actor goes: a node (Ray's id and its address) and its device."""
+
+    node_id: str
+    host: str
+    device: str  # "cuda" (one GPU given by Ray) or "cpu"
+
+    @property
+    def label(self) -> str:
+        return f"ray:{self.host}:{self.device}"
+
+
+def connect(address: str | None, **init_kwargs: Any) -> bool:
+    """Joins the Ray cluster at `address` ("auto" or None: the one this machine runs, else a
+    new local instance). True when this call connected (so the caller disconnects), False
+    when this process was already connected."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    ray.init(address=None if address in (None, "auto") else address, ignore_reinit_error=True, **init_kwargs)
+    return True
+
+
+def plan_workers(ray: Any, *, cpu_actors: int = 1) -> list[WorkerSlot]:
+    """One slot per GPU of every live node. A cluster with no GPU: `cpu_actors` per node (at
+    most its CPUs). Nodes with neither (a head started with --num-cpus 0) get none. A cluster
+    with GPUs leaves its CPU-only nodes out: one run's timings come from one kind of device."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    any_gpu = any(int((n.get("Resources") or {}).get("GPU", 0)) > 0 for n in nodes)
+    slots: list[WorkerSlot] = []
+    for node in nodes:
+        resources = node.get("Resources") or {}
+        host = node.get("NodeManagerHostname") or node.get("NodeManagerAddress") or node["NodeID"][:8]
+        if any_gpu:
+            slots += [WorkerSlot(node["NodeID"], host, "cuda")] * int(resources.get("GPU", 0))
+        else:
+            slots += [WorkerSlot(node["NodeID"], host, "cpu")] * min(max(1, cpu_actors), int(resources.get("CPU", 0)))
+    return slots
+
+
+_REMOTE: Any = None
+
+
+def start_actor(ray: Any, slot: WorkerSlot, cache_dir: str | None, isolation: str) -> Any:
+    """An `_EvalActor` pinned to the slot's node (not moved by Ray: a lost node's work is
+    resubmitted by the caller, to actors that are alive). No Ray-side restarts or task retries,
+    so an evaluation is never run twice behind the caller's back."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 0} if slot.device == "cuda" else {"num_cpus": 1}
+    global _REMOTE
+    if _REMOTE is None:  # one actor class, exported to the cluster once
+        _REMOTE = ray.remote(_EvalActor)
+    return _REMOTE.options(
+        **options, max_restarts=0, max_task_retries=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(slot.node_id, soft=False),
+    ).remote(slot.device, cache_dir, isolation)
 
 
 class _EvalActor:
@@ -39,13 +108,17 @@ class _EvalActor:
     def fingerprint(self) -> dict:
         return self.evaluator.fingerprint()
 
+    def where(self) -> dict:
+        """The host and process id of this actor (progress labels; tests kill it by pid)."""
+        return {"host": socket.gethostname(), "pid": os.getpid()}
+
     def close(self) -> None:
         self.evaluator.close()
 
 
 class RayBackend:
-    """`evaluate_batch(jobs)` over Ray actors. `actors`: how many (default: one per GPU in
-    the cluster; `cpu_actors` when it has none). `address`: passed to `ray.init`."""
+    """`evaluate_batch(jobs)` over Ray actors. `actors`: how many (default: one per GPU of
+    every node; `cpu_actors` per node on a cluster with no GPU). `address`: passed to `ray.init`."""
 
     def __init__(self, *, address: str | None = None, actors: int | None = None,
                  gpus_per_actor: float = 1.0, cpu_actors: int = 1,
@@ -54,16 +127,22 @@ class RayBackend:
         import ray
         from ray.util import ActorPool
 
-        if not ray.is_initialized():
-            ray.init(address=address, ignore_reinit_error=True, **(init_kwargs or {}))
-        gpus = int(ray.cluster_resources().get("GPU", 0))
-        use_gpu = gpus > 0 and gpus_per_actor > 0
-        count = actors or (int(gpus / gpus_per_actor) if use_gpu else cpu_actors)
-        options = {"num_gpus": gpus_per_actor, "num_cpus": 1} if use_gpu else {"num_cpus": 1}
-        remote = ray.remote(**options)(_EvalActor)
-        device = "cuda" if use_gpu else "cpu"
-        self.actors = [remote.remote(device, cache_dir, isolation) for _ in range(max(1, count))]
-        self.devices = [f"ray:{device}"] * len(self.actors)
+        connect(address, **(init_kwargs or {}))
+        if actors is None and gpus_per_actor == 1.0:  # the usual case: placed node by node
+            slots = plan_workers(ray, cpu_actors=cpu_actors)
+            self.actors = [start_actor(ray, slot, cache_dir, isolation) for slot in slots]
+            self.devices = [f"ray:{slot.device}" for slot in slots]
+        else:
+            gpus = int(ray.cluster_resources().get("GPU", 0))
+            use_gpu = gpus > 0 and gpus_per_actor > 0
+            count = actors or (int(gpus / gpus_per_actor) if use_gpu else cpu_actors)
+            options = {"num_gpus": gpus_per_actor, "num_cpus": 1} if use_gpu else {"num_cpus": 1}
+            remote = ray.remote(**options)(_EvalActor)
+            device = "cuda" if use_gpu else "cpu"
+            self.actors = [remote.remote(device, cache_dir, isolation) for _ in range(max(1, count))]
+            self.devices = [f"ray:{device}"] * len(self.actors)
+        if not self.actors:
+            raise RuntimeError("the Ray cluster has no node with a GPU or a CPU to run a harness on")
         self._pool = ActorPool(self.actors)
         self._lock = threading.Lock()  # ActorPool is not thread-safe
         self._ray = ray
