@@ -182,6 +182,10 @@ class CandidateSide:
                 if message["name"].startswith("post-timing"):
                     self.stage("post-check")
                 self.check(message)
+                if self.device.type == "cuda":
+                    # The harness's inputs and the outputs of this check are freed: give the cached
+                    # blocks back, so the reference (same device) can use them in its next stage.
+                    torch.cuda.empty_cache()
             elif kind == "time":
                 self.time(message)
             elif kind == "finish":

@@ -20,7 +20,7 @@ import torch
 
 from kernelagent.harness import protocol
 from kernelagent.harness.child import compare, inputs as inputs_mod, timing, transfer
-from kernelagent.harness.child.common import (_clone, _device, _error_kind, _op_names, _param_bytes, _sync, child_setup,
+from kernelagent.harness.child.common import (_device, _error_kind, _op_names, _param_bytes, _sync, child_setup,
                                                compact_traceback, import_problem, make_timer, make_timing_sets)
 from kernelagent.harness.config import EvalConfig
 
@@ -66,8 +66,11 @@ class ReferenceSide:
             first = inputs_mod.make_inputs(self.problem, "main", int(self.job["compile_seed"]), self.smoke,
                                            self.device)
             with torch.no_grad():
-                outputs = transfer.flatten_outputs(self.model(*[_clone(x) for x in first]))
-            reference_ops = _op_names(self.model, [_clone(x) for x in first]) if self.config.defences else []
+                # No copies of the inputs here (the memory plan: a 16 GiB input set is held once);
+                # values a model mutates in place do not matter for what `first` is used for below
+                # (shapes, the op names, a rough time).
+                outputs = transfer.flatten_outputs(self.model(*first))
+            reference_ops = _op_names(self.model, first) if self.config.defences else []
             n_extra = inputs_mod.count_extra_sets(self.problem, self.device) if self.config.extra_inputs else 0
             if self.smoke and hasattr(self.problem, "get_smoke_init_inputs"):
                 n_extra = 0  # extra sets fit get_init_inputs(), not the smoke constructor arguments
@@ -104,6 +107,7 @@ class ReferenceSide:
             self.send("ref_error", kind="harness", message="validating the derived input sets failed in the "
                       "reference process: " + compact_traceback(exc, "problem.py"))
             return False
+        self.release()
         memory: dict[str, Any] = {}
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
@@ -151,6 +155,14 @@ class ReferenceSide:
                     compact_traceback(exc, "problem.py", limit=2).splitlines()[-1][:400]
         return plan, skipped
 
+    def release(self) -> None:
+        """Return this process's cached device memory to the driver. The reference and the
+        candidate share one device, and PyTorch's caching allocator keeps what a stage freed:
+        without this, the candidate of a 16 GiB problem ran out of memory beside a reference
+        that held 36 GB it no longer used."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def serve(self) -> None:
         while True:
             try:
@@ -163,10 +175,12 @@ class ReferenceSide:
                                  if isinstance(r, dict) and r.get("kind") == "bytes")
                 payloads = [protocol.recv_payload(self.server) for _ in range(n_payloads)]
                 self.check(message, payloads)
+                self.release()
             elif kind == "calibrate":
                 self.calibrate(message)
             elif kind == "baselines":
                 self.baselines(message)
+                self.release()
             elif kind == "exit":
                 memory = {}
                 if self.device.type == "cuda":
@@ -186,9 +200,9 @@ class ReferenceSide:
         try:
             reference = None
             try:
-                pristine = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
-                after_reference = [_clone(x) for x in pristine]
-                del pristine
+                # The reference runs on the inputs it made (no copy: one input set in memory); the
+                # candidate's inputs after its call are compared with these after the reference's.
+                after_reference = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
                 with torch.no_grad():
                     reference = transfer.flatten_outputs(self.model(*after_reference))
                 _sync(self.device)
@@ -259,16 +273,21 @@ class ReferenceSide:
                                                      budget_bytes=budget), 0, warmup)
         _sync(self.device)
         self.send("warmed", kept=[])
-        for _ in range(max(int(order["segments"]), 1)):  # the candidate's loop runs in these segments too
+        segments = max(int(order["segments"]), 1)
+        for segment in range(segments):  # the candidate's loop runs in these segments too
             go = protocol.recv(self.server, {"go"}, self.job_id, self.nonce)
             started = time.perf_counter()
             sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device,
                                           budget_bytes=budget)
             loop.run(empty_model, sets, 0, calls, after_call)
             _sync(self.device)
+            seconds = time.perf_counter() - started
             del sets
-            self.send("calibrated", seconds=time.perf_counter() - started, calls=calls)
-        del after_call
+            if segment == segments - 1:
+                # The candidate's loop comes next, on the same device: hand the memory back first.
+                del after_call, dummy
+                self.release()
+            self.send("calibrated", seconds=seconds, calls=calls)
 
     def baselines(self, message: dict[str, Any]) -> None:
         timings: dict[str, Any] = {}
