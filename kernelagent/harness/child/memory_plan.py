@@ -18,44 +18,24 @@ they shrink rather than fail.
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Any
-
-import torch
-
 MARGIN_BYTES = 512 << 20  # per process: L2 flush buffer, timer buffers, allocator rounding
 
 
-def _bytes(values: Any) -> int:
-    if isinstance(values, torch.Tensor):
-        return values.numel() * values.element_size()
-    if isinstance(values, (list, tuple)):
-        return sum(_bytes(v) for v in values)
-    if isinstance(values, dict):
-        return sum(_bytes(v) for v in values.values())
-    return 0
+def estimate(problem_source: str) -> dict[str, int] | None:
+    """{input_bytes, output_bytes, param_bytes} of the problem's main set, from the meta device
+    (harness/derive.py's meta_estimate, which CPU mode uses too); outputs count like the inputs
+    where the forward call has no meta kernel. None when the problem cannot be built there
+    (then no estimate is made: the evaluation goes on, and a real out-of-memory error is still
+    reported as the machine's)."""
+    from kernelagent.harness import derive
 
-
-def estimate(problem: ModuleType) -> dict[str, int] | None:
-    """{input_bytes, output_bytes, param_bytes} of the problem's main set, from the meta device;
-    None when the problem cannot be built there (then no estimate is made: the evaluation goes on
-    and a real out-of-memory error is still reported as the machine's)."""
     try:
-        with torch.device("meta"):
-            inputs = list(problem.get_inputs())
-            if any(isinstance(x, torch.Tensor) and x.device.type != "meta" for x in inputs):
-                return None  # the problem places its tensors itself: no dry run
-            model = problem.Model(*problem.get_init_inputs())
-            params = sum(_bytes(p) for p in model.parameters()) + sum(_bytes(b) for b in model.buffers()) \
-                if isinstance(model, torch.nn.Module) else 0
-            try:
-                with torch.no_grad():
-                    out_bytes = _bytes(model(*inputs))
-            except Exception:  # noqa: BLE001 - an op without a meta kernel: assume outputs like inputs
-                out_bytes = _bytes(inputs)
-        return {"input_bytes": _bytes(inputs), "output_bytes": out_bytes, "param_bytes": params}
+        sizes = derive.meta_estimate(problem_source)
     except Exception:  # noqa: BLE001 - a problem that needs a real device to build
         return None
+    outputs = sizes["output_bytes"] if sizes["output_bytes"] is not None else sizes["input_bytes"]
+    return {"input_bytes": int(sizes["input_bytes"]), "output_bytes": int(outputs),
+            "param_bytes": int(sizes["param_bytes"])}
 
 
 def needed_bytes(sizes: dict[str, int]) -> int:

@@ -47,11 +47,7 @@ class ReferenceSide:
             return True
         from kernelagent.harness.child import memory_plan
 
-        try:
-            problem = import_problem(self.job, self.workdir)
-        except BaseException:  # noqa: BLE001 - setup() reports a broken problem
-            return True
-        sizes = memory_plan.estimate(problem)
+        sizes = memory_plan.estimate(self.job["problem_source"])
         reason = memory_plan.too_large_reason(sizes, int(self.job["device_free_bytes"])) if sizes else None
         if reason:
             self.send("ref_error", kind="too_large", message=reason)
