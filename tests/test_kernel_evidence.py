@@ -82,3 +82,22 @@ def test_eval_kernel_evidence_on_the_cpu_says_it_was_not_collected(tmp_path):
     result = json.loads(out.stdout)
     assert result["status"] == "correct"
     assert any(f["kind"] == "kernel-evidence" and "needs a CUDA GPU" in f["message"] for f in result["flags"])
+
+
+def test_evaluator_turns_reject_evidence_into_a_rejection(monkeypatch, tmp_path):
+    """The caller's wiring (Evaluator._kernel_evidence) on a CUDA result, with ncu's answer
+    stood in: a reject flag from the evidence makes the verdict `rejected`, with the reason."""
+    from types import SimpleNamespace
+
+    from kernelagent.harness import EvalResult, Status, Timing
+    from kernelagent.harness.caller.evaluator import Evaluator
+
+    monkeypatch.setattr(ke, "collect", lambda *a, **k: {"kernels": [_k("ampere_sgemm_128x64_nn", 3e6)]})
+    result = EvalResult(status=Status.CORRECT, correct=True, fingerprint={"cuda": True},
+                        timings={"candidate": Timing(median_ms=1.0, q1_ms=1.0, q3_ms=1.0, min_ms=1.0, reps=5)})
+    problem = SimpleNamespace(path=CANDIDATES / "relu_problem.py")
+    fake_self = SimpleNamespace(visible_devices=None, cuda_cache_dir=tmp_path)
+    Evaluator._kernel_evidence(fake_self, result, problem, TRITON, "triton")
+    assert result.status == Status.REJECTED and not result.correct
+    assert result.reason.startswith("[no-custom-kernel]") and result.stage == "evidence"
+    assert result.kernel_evidence["kernels"][0]["name"] == "ampere_sgemm_128x64_nn"

@@ -276,6 +276,7 @@ class Evaluator:
         kernels, judged against the candidate's source and its checked timing. A reject flag
         turns the verdict into `rejected`; why it could not run is an info flag."""
         from kernelagent.harness.caller import kernel_evidence
+        from kernelagent.harness.server import verdict  # pure functions: the same rule in this process
 
         if result.status != Status.CORRECT:
             return
@@ -300,10 +301,10 @@ class Evaluator:
         found = kernel_evidence.judge(evidence, kernel_evidence.static_own_names(candidate_source),
                                       candidate.median_ms if candidate else None)
         result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in found)
-        rejects = [f for f in found if f["severity"] == "reject"]
-        if rejects:  # explicit evidence of an exploit outranks the comparison, as in server/verdict.py
-            result.status, result.stage, result.correct = Status.REJECTED, "evidence", False
-            result.reason = f"[{rejects[0]['kind']}] {rejects[0]['message']}"
+        # Explicit evidence of an exploit outranks the comparison: the server's own rule.
+        outcome = verdict.apply_rejects(verdict.Outcome(result.status, result.reason, result.stage), found)
+        result.status, result.reason, result.stage = outcome.status, outcome.reason, outcome.stage
+        result.correct = outcome.correct
 
     def _deadline(self, config: EvalConfig) -> float:
         t = config.timeouts

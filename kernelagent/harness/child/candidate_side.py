@@ -298,7 +298,6 @@ class CandidateSide:
         described = [transfer.describe(slot, True) for slot in slots] if use_ipc else []
         self.send("warmed", kept=[{"index": kept_outputs.first + i, "outputs": d.records}
                                   for i, d in enumerate(described)])
-        samples: list[float] = []
         escaped: list[float] = []
         try:
             # The loop runs in the segments the server ordered (the kept slots are reused by each):
@@ -317,7 +316,6 @@ class CandidateSide:
                 except BaseException as exc:
                     raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
                                            "the timed calls raised:\n" + compact_traceback(exc, "candidate.py"))
-                samples += [float(x) for x in report.samples_ms]
                 escaped.append(report.escaped_ms)
                 cpu_described = [] if use_ipc else [transfer.describe(slot, False) for slot in slots]
                 kept = [{"index": index, "outputs": d.records}
@@ -440,24 +438,13 @@ def profile_kernels(model: Any, problem: Any, seed: int, smoke: bool, device: to
         _sync(device)
     rows = []
     for event in prof.key_averages():
-        if device.type == "cuda" and event.key in flush_rows:
-            flush_us, flush_count = flush_rows[event.key]
-            total_us = _device_us(event) - flush_us
-            if event.count - flush_count <= 0 or total_us <= 0:
-                continue
-            rows.append({"name": event.key, "total_ms": total_us / 1e3 / 3,
-                         "calls": (event.count - flush_count) // 3 or 1})
-            continue
-        if device.type == "cuda":
-            total_us = getattr(event, "self_device_time_total", None)
-            if total_us is None:
-                total_us = getattr(event, "self_cuda_time_total", 0)
-            if getattr(event, "device_type", None) is not None and str(event.device_type).endswith("CPU"):
-                continue
+        if device.type == "cuda":  # device time only, the flush's own launches taken out
+            flush_us, flush_count = flush_rows.get(event.key, (0.0, 0))
+            total_us, count = _device_us(event) - flush_us, event.count - flush_count
         else:
-            total_us = event.self_cpu_time_total
-        if total_us and total_us > 0:
-            rows.append({"name": event.key, "total_ms": total_us / 1e3 / 3, "calls": event.count // 3 or 1})
+            total_us, count = event.self_cpu_time_total, event.count
+        if count > 0 and total_us and total_us > 0:
+            rows.append({"name": event.key, "total_ms": total_us / 1e3 / 3, "calls": count // 3 or 1})
     total = sum(r["total_ms"] for r in rows) or 1.0
     for row in rows:
         row["share"] = row["total_ms"] / total
