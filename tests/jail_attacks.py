@@ -210,12 +210,18 @@ def _pipe_eof_within(fd, seconds):
 
 
 def _comm_alive(name):
+    """The pid of a live process of this name. A zombie is dead: it closed its files (the
+    canary pipe's EOF) and only waits to be reaped, which may come a moment later (it was a
+    flake: the test read /proc between the two)."""
     for p in os.listdir("/proc"):
         if p.isdigit():
             try:
-                if Path(f"/proc/{p}/comm").read_text().strip() == name:
+                if Path(f"/proc/{p}/comm").read_text().strip() != name:
+                    continue
+                state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state not in ("Z", "X"):
                     return int(p)
-            except OSError:
+            except (OSError, IndexError):
                 pass
     return None
 

@@ -162,6 +162,10 @@ def honest_time(hostile: dict, honest: dict) -> str | None:
     """A candidate judged correct must be timed near the truth: its kernel is relu_good.py's,
     so its median may not be far below the honest one measured right after it (a loose
     factor: the CPU is shared and noisy; the issue's bar is 10% on a GPU)."""
+    loop = hostile.get("timed_loop") or {}
+    claimed, server = loop.get("claimed_mean_ms"), loop.get("server_ms_per_call")
+    if claimed is not None and server and claimed < 0.5 * server and len(loop.get("calibrations_s") or []) != 2:
+        return "a claim far below the server's clock did not get the loop calibrated a second time"
     if hostile.get("status") != CORRECT:
         return None
     mine = (hostile.get("timings") or {}).get("candidate", {}).get("median_ms")

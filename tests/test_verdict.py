@@ -113,6 +113,21 @@ def test_moderate_disagreement_reports_the_server_time_for_review_only():
     assert [f["kind"] for f in decision.flags] == ["clock-mismatch"]
 
 
+def test_a_slow_calibration_asks_for_a_second_one():
+    # The flake this guards against: on a busy CPU one calibration took 150 ms instead of 30,
+    # which cut the server's time to 80 ms and widened the slack past a 10x forged clock.
+    forged = [2.0] * 10  # claims 2 ms per call; the real work is 20 ms per call
+    assert verdict.needs_recalibration(forged, 10, loop_s=0.230, calibration_s=0.150)
+    slow = verdict.trusted_time(forged, 10, loop_s=0.230, calibration_s=0.150, meaningful=False)
+    assert slow.source == "in-process"  # what a single slow calibration let through
+    again = verdict.trusted_time(forged, 10, loop_s=0.230, calibration_s=min(0.150, 0.030), meaningful=False)
+    assert again.source == "server"
+    assert "tampering" in {f["kind"] for f in again.flags}
+    # An honest claim matches the server's time: no second calibration, nothing paid.
+    assert not verdict.needs_recalibration([20.0] * 10, 10, loop_s=0.230, calibration_s=0.030)
+    assert not verdict.needs_recalibration([], 10, loop_s=0.230, calibration_s=0.030)
+
+
 def test_no_samples_falls_back_to_the_server_clock():
     decision = verdict.trusted_time([float("nan"), -1], 10, loop_s=0.1, calibration_s=0.05, meaningful=True)
     assert decision.source == "server"

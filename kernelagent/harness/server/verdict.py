@@ -174,6 +174,18 @@ def clock_slack_ms(server_total_ms: float, calibration_ms: float) -> float:
     return CLOCK_REL_SLACK * server_total_ms + 0.5 * max(calibration_ms, 0.0) + CLOCK_ALLOWANCE_MS
 
 
+def needs_recalibration(samples_ms: list[Any], calls: int, loop_s: float, calibration_s: float) -> bool:
+    """Does the candidate's claimed total fall short of the server's time (its calibration
+    subtracted) by more than the relative slack? Then the calibration is measured again and the
+    smaller one is used: a calibration slowed by noise must not hide a forged clock."""
+    clean = [float(x) for x in samples_ms if isinstance(x, (int, float)) and math.isfinite(x) and x >= 0]
+    if not clean or calls <= 0:
+        return False
+    server_total_ms = max((loop_s - calibration_s) * 1e3, 0.0)
+    claimed_total_ms = sum(clean) / len(clean) * calls
+    return server_total_ms - claimed_total_ms > CLOCK_REL_SLACK * server_total_ms
+
+
 @dataclass
 class TimeDecision:
     timing: dict[str, Any]  # fields of result.Timing
