@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kernelagent.harness.child.compare import compare_inputs, compare_outputs
@@ -85,3 +86,27 @@ def test_input_mutation_is_described():
     message = compare_inputs([before, 3], [received(after)])
     assert message and "modified in place" in message and "[1, 2]" in message
     assert compare_inputs([before], [received(before.clone())]) is None
+
+
+def test_chunks_are_bounded_in_size_and_in_number():
+    from kernelagent.harness.child import compare as cmp
+
+    assert cmp.chunk_elements(10) == cmp.CHUNK_ELEMENTS  # small outputs: one fixed-size chunk
+    big = 4096 * 393216  # KernelBench's 6 GiB elementwise output
+    assert -(-big // cmp.chunk_elements(big)) <= cmp.MAX_CHUNKS
+    assert cmp.chunk_elements(big) * 10 * 4 < big * 4  # temporaries stay well below the output
+
+
+def test_chunked_comparison_finds_the_first_mismatch_and_the_worst_error(monkeypatch):
+    from kernelagent.harness.child import compare as cmp
+
+    monkeypatch.setattr(cmp, "CHUNK_ELEMENTS", 7)  # 100 elements in 15 ragged chunks
+    ref = torch.linspace(1.0, 2.0, 100)
+    out = ref.clone()
+    out[52] += 0.5
+    out[90] += 1.0
+    result = cmp.compare_tensor(ref, out, "output 0", atol=1e-5, rtol=1e-5)
+    assert not result.passed
+    assert "2/100 elements" in result.message and "first at [52]" in result.message
+    assert result.max_abs_err == pytest.approx(1.0, rel=1e-4) and "at [90]" in result.message
+    assert cmp.compare_tensor(ref, ref.clone(), "output 0", atol=1e-5, rtol=1e-5).passed

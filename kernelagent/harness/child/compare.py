@@ -69,10 +69,17 @@ def compare_outputs(reference: list[torch.Tensor], received: list[dict], atol: f
     return worst
 
 
-# Compare in chunks so the temporaries stay small and of fixed size: each chunk makes about ten
-# of them (masks, the float64 squares), so 2^21 elements cost under 100 MiB whatever the output's
-# size. 2^26 cost about 1.5 GiB, which put the reference of a 192 MiB matmul at 3.9x its I/O.
+# Compare in chunks so the temporaries stay small: each chunk makes about ten of them (masks,
+# the float64 squares). A chunk is 2^21 elements (under 100 MiB of temporaries; 2^26 put the
+# reference of a 192 MiB matmul at 3.9x its I/O), or a 64th of the output when that is more:
+# every chunk waits on the device a few times, and 768 chunks of a 6 GiB output doubled the
+# time of its checks on an H100. So temporaries stay within about a sixth of the output.
 CHUNK_ELEMENTS = 1 << 21
+MAX_CHUNKS = 64
+
+
+def chunk_elements(numel: int) -> int:
+    return max(CHUNK_ELEMENTS, -(-numel // MAX_CHUNKS))
 
 
 def compare_tensor(ref: torch.Tensor, out: torch.Tensor, label: str, atol: float,
@@ -93,10 +100,11 @@ def compare_tensor(ref: torch.Tensor, out: torch.Tensor, label: str, atol: float
     # near-zero elements of a long cumsum or a matmul carry the rounding of big partial sums.
     # So the absolute tolerance is at least rtol * RMS(ref); the relative L2 rule below still
     # catches outputs that are small next to atol.
+    chunk = chunk_elements(r_all.numel())
     ref_sq = 0.0
     n_finite = 0
-    for start in range(0, r_all.numel(), CHUNK_ELEMENTS):
-        r = r_all[start:start + CHUNK_ELEMENTS].to(work)
+    for start in range(0, r_all.numel(), chunk):
+        r = r_all[start:start + chunk].to(work)
         finite = torch.isfinite(r)
         ref_sq += float(torch.sum(torch.where(finite, r, 0).double() ** 2))
         n_finite += int(finite.sum())
@@ -108,9 +116,9 @@ def compare_tensor(ref: torch.Tensor, out: torch.Tensor, label: str, atol: float
     n_outside = 0
     first_outside: int | None = None
     worst_at = 0
-    for start in range(0, r_all.numel(), CHUNK_ELEMENTS):
-        r = r_all[start:start + CHUNK_ELEMENTS].to(work)
-        o = o_all[start:start + CHUNK_ELEMENTS].to(work)
+    for start in range(0, r_all.numel(), chunk):
+        r = r_all[start:start + chunk].to(work)
+        o = o_all[start:start + chunk].to(work)
         ref_finite = torch.isfinite(r)
         out_finite = torch.isfinite(o)
         # Non-finite values must sit where the reference has the same non-finite value.
