@@ -85,3 +85,19 @@ def test_problem_failing_at_run_time_exit_2(cache_dir):
 def test_unknown_flag_exit_2():
     result = invoke(PROBLEM, str(CANDIDATES / "relu_good.py"), "--no-such-flag")
     assert result.exit_code == 2
+
+
+def test_every_cli_option_declares_its_name():
+    """typer 0.27 (the GPU machine's) names an option declared only by its metavar after the
+    metavar: `eval --device` was refused there (its help said `--DEVICE`). Every option names
+    itself explicitly."""
+    import re
+
+    from tests.conftest import REPO
+
+    undeclared = []
+    for path in sorted((REPO / "kernelagent" / "cli").glob("*.py")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"typer\.Option\((?!\s*[\"'])[^\n]*metavar=", line):
+                undeclared.append(f"{path.name}:{number}")
+    assert not undeclared, undeclared

@@ -305,3 +305,18 @@ def test_cpu_evaluation_reports_each_baselines_empty_call(tmp_path, fast_config,
     assert shown.exit_code == 0, shown.output
     assert "from cache" in shown.output
     assert f"empty call {overhead['eager']:.4f} ms" in shown.output
+
+
+def test_launch_cover_is_a_validated_timing_setting():
+    from kernelagent.harness.config import EvalConfig
+
+    default = EvalConfig()
+    assert default.launch_cover_us > 0  # on by default: events time the device's work
+    # A different cover changes what a baseline measures, so cached baselines must not be reused.
+    assert EvalConfig(launch_cover_us=0).timing_key() != default.timing_key()
+    for bad in (float("nan"), -1.0, 1e9):
+        with pytest.raises(ValueError, match="launch_cover_us"):
+            EvalConfig(launch_cover_us=bad)
+    # On the CPU there is nothing to cover: no spin, and the timer still measures.
+    timer = timing.Timer(__import__("torch").device("cpu"), flush_bytes=0, launch_cover_us=250.0)
+    assert timer.cover_cycles == 0

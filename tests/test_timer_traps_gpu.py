@@ -123,3 +123,30 @@ def test_evaluation_records_the_traps(cache_dir):
     if (fingerprint.get("nvml") or {}).get("available"):
         assert len(result.timings["candidate"].clocks_mhz) == 2
         assert len(result.timings["eager"].clocks_mhz) == 2
+
+
+def test_launch_cover_times_the_device_not_the_launch(cuda):
+    """A call that spends 100 us on the host before launching a tiny kernel: without the
+    launch cover its samples hold the 100 us; with the default cover (250 us) they are the
+    kernel's device time, as a profiler would sum it, while the host time still says the
+    launch took longer than the work."""
+    import torch
+
+    x = torch.randn(1 << 16, device=cuda)
+
+    def slow_launch(t):
+        until = time.perf_counter() + 100e-6
+        while time.perf_counter() < until:
+            pass
+        return t * 2
+
+    def median(cover_us: float) -> float:
+        timer = timing.Timer(cuda, flush_bytes=2 * _l2_bytes(cuda), launch_cover_us=cover_us)
+        report = timer.measure(slow_launch, [[x]], warmup_ms=5, target_ms=20, min_reps=50, max_reps=200, budget_s=10)
+        return report.timing.median_ms
+
+    bare, covered = median(0.0), median(EvalConfig.launch_cover_us)
+    print(f"\nlaunch cover: median without {bare * 1e3:.1f} us, with {EvalConfig.launch_cover_us:.0f} us cover "
+          f"{covered * 1e3:.1f} us")
+    assert bare > 0.1  # the host's 100 us is in every sample
+    assert covered < 0.05  # a 64K-element multiply: a few microseconds of device time

@@ -167,7 +167,7 @@ def make_timing_sets(problem: Any, seed: int, config: EvalConfig, smoke: bool,
 
 def make_timer(device: torch.device, config: EvalConfig, l2_bytes: int | None) -> timing.Timer:
     flush = max(2 * (l2_bytes or 0), hardware.DEFAULT_L2_FLUSH_BYTES if not l2_bytes else 0)
-    return timing.Timer(device, flush_bytes=flush, flush_l2=config.flush_l2)
+    return timing.Timer(device, flush_bytes=flush, flush_l2=config.flush_l2, launch_cover_us=config.launch_cover_us)
 
 
 def _aliasing(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from kernelagent.harness import protocol
+from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import Status
 from kernelagent.harness.server.job import FORK, Job
 
@@ -83,7 +84,8 @@ def probe_timer(index: int, l2_bytes: int | None) -> dict[str, Any]:
         device = torch.device(f"cuda:{index}")
         torch.cuda.set_device(device)
         l2 = int(l2_bytes) if l2_bytes else None
-        timer = timing.Timer(device, flush_bytes=2 * l2 if l2 else hardware.DEFAULT_L2_FLUSH_BYTES)
+        timer = timing.Timer(device, flush_bytes=2 * l2 if l2 else hardware.DEFAULT_L2_FLUSH_BYTES,
+                             launch_cover_us=EvalConfig.launch_cover_us)
         out["l2_flush"] = timer.check_flush(l2 or hardware.DEFAULT_L2_FLUSH_BYTES // 2)
         started = time.perf_counter()
         for _ in range(100):
