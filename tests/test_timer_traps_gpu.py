@@ -150,3 +150,17 @@ def test_launch_cover_times_the_device_not_the_launch(cuda):
           f"{covered * 1e3:.1f} us")
     assert bare > 0.1  # the host's 100 us is in every sample
     assert covered < 0.05  # a 64K-element multiply: a few microseconds of device time
+
+
+def test_raise_clocks_brings_an_idle_device_up(cuda):
+    timer = timing.Timer(cuda, flush_bytes=2 * _l2_bytes(cuda), launch_cover_us=EvalConfig.launch_cover_us)
+    read = timer.clock_reader()
+    if read is None:
+        pytest.skip("no NVML")
+    time.sleep(2.0)  # idle: the governor lowers the SM clock
+    idle = read()
+    timer.raise_clocks()
+    timing._cuda_sleep(timer.cover_cycles)  # still busy while the clock is read
+    busy = read()
+    print(f"\nSM clock idle {idle} MHz, after raise_clocks {busy} MHz")
+    assert busy is not None and idle is not None and busy >= idle

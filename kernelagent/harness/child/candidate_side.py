@@ -283,6 +283,7 @@ class CandidateSide:
             loop = timing.FixedLoop(timer)
             warm_sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
                                                budget_bytes=budget)
+            timer.raise_clocks()  # unclocked, before the warm-up: see timing.Timer.raise_clocks
             loop.run(self.model, warm_sets, 0, warmup)
             del warm_sets
             _sync(self.device)

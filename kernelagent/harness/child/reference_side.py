@@ -276,6 +276,7 @@ class ReferenceSide:
 
         timer = make_timer(self.device, self.config, order.get("l2_bytes"))
         loop = timing.FixedLoop(timer)
+        timer.raise_clocks()  # unclocked, before the warm-up: see timing.Timer.raise_clocks
         loop.run(empty_model, inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
                                                      budget_bytes=budget), 0, warmup)
         _sync(self.device)

@@ -77,6 +77,8 @@ class TimingReport:
 # as a second, unflushed read of it for the flush to count as evicting (HBM is 2-3x slower than
 # an L2 hit on the GPUs we target; launch overhead in both reads narrows the gap, hence 1.2).
 FLUSH_EVICTS_RATIO = 1.2
+# Busy time before a loop's first call, to bring the SM clock up from idle (Timer.raise_clocks).
+CLOCK_RAMP_MS = 20.0
 # About this many SM clock readings per timed loop (each costs one NVML call, outside the timed
 # region); the first and last decile of them are compared.
 CLOCK_SAMPLES = 30
@@ -332,6 +334,7 @@ class Timer:
         self.device = device
         self.cuda = device.type == "cuda"
         # The launch cover (module docstring): spin cycles, sized once from a measured spin.
+        self.cover_us = float(launch_cover_us)
         self.cover_cycles = self._cover_cycles(launch_cover_us) if self.cuda and launch_cover_us > 0 else 0
         self.flush_buffer = None
         if self.cuda and flush_l2:
@@ -380,6 +383,15 @@ class Timer:
     def _cover(self) -> None:
         if self.cover_cycles:
             _cuda_sleep(self.cover_cycles)
+
+    def raise_clocks(self) -> None:
+        """Keep the device busy for about CLOCK_RAMP_MS before a loop's first call. An idle H100
+        sat at 345-800 MHz between evaluations (NVML) and ramps up under load, so a loop that
+        starts cold times its first calls slow (the last quarter of a small kernel's samples
+        read 0.6-2x its first). Outside every timed region; nothing where there is no spin."""
+        if self.cover_cycles:
+            _cuda_sleep(int(self.cover_cycles * CLOCK_RAMP_MS * 1e3 / max(self.cover_us, 1.0)))
+            _cuda_synchronize()
 
     def clock_reader(self) -> Callable[[], int | None] | None:
         """The SM clock reader for this device (NVML), or None."""
@@ -439,6 +451,7 @@ class Timer:
         with _no_grad():
             calls = 0
             warm: list[float] = []
+            self.raise_clocks()
             warm_started = _perf_counter()
             while len(warm) < 2 or ((_perf_counter() - warm_started) * 1e3 < warmup_ms and len(warm) < 100):
                 event, host = self._one(fn, input_sets[calls % len(input_sets)])
