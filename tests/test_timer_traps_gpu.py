@@ -127,7 +127,7 @@ def test_evaluation_records_the_traps(cache_dir):
 
 def test_launch_cover_times_the_device_not_the_launch(cuda):
     """A call that spends 100 us on the host before launching a tiny kernel: without the
-    launch cover its samples hold the 100 us; with the default cover (250 us) they are the
+    launch cover its samples hold the 100 us; with the default cover (150 us) they are the
     kernel's device time, as a profiler would sum it, while the host time still says the
     launch took longer than the work."""
     import torch

@@ -107,7 +107,10 @@ class EvalConfig:
     # launch of the call (Python, Triton's launcher, guards: 30-170 us per call measured on an
     # H100) overlaps it and the events time the device's work, as a profiler does. Launch time
     # beyond the spin still counts. 0: the call's launch latency is inside every sample.
-    launch_cover_us: float = 250.0
+    # The price, for trust: the spin runs in the candidate's process, and the server subtracts
+    # it with the rest of the loop's own cost (its calibration), so a candidate that skips it
+    # and forges its clocks is credited up to this much per call. Kept short for that reason.
+    launch_cover_us: float = 150.0
     # Re-check correctness on fresh inputs after the timing loop (defeats output caching).
     post_timing_check: bool = True
     # Also check on signed normal inputs (defeats kernels that exploit rand()'s [0, 1)).
