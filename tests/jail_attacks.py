@@ -226,9 +226,20 @@ def _comm_alive(name):
     return None
 
 
+def _comm_gone_within(name, seconds):
+    """None once no live process has this name, else the pid still alive after `seconds`.
+    The canary pipe reads EOF when the daemon's files close, which is early in its exit, a
+    moment before the kernel marks it a zombie: one read of /proc right after the EOF could
+    see it still running (CI flaked so). Killed means gone within a bounded time."""
+    deadline = time.monotonic() + seconds
+    while (pid := _comm_alive(name)) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return pid
+
+
 def p_daemon(ctx, child):
     dead = _pipe_eof_within(ctx["canary_r"], 5.0)
-    pid = _comm_alive(ctx["daemon_name"])
+    pid = _comm_gone_within(ctx["daemon_name"], 2.0)
     if pid:  # never leave it behind (it survives in mode "none")
         os.kill(pid, signal.SIGKILL)
     return {"canary_pipe_eof": dead, "daemon_alive_by_comm": pid is not None}
