@@ -7,17 +7,29 @@ store and a fresh baseline cache, so nothing is skipped or answered from a cache
 --samples N, each solution is evaluated N times as N distinct candidates (a comment line
 makes their content differ), to give the GPUs more work than the problem count.
 
-    python benchmarks/bench_throughput.py --out throughput.json [--samples 2] [--gpu-sets 0 0,1] [--filter 'level1/*']
+    python benchmarks/bench_throughput.py --out throughput.json [--samples 2] [--gpu-sets 0 0,1] [--filter 'level1/*'] [--compare]
 
 Prints, per GPU set: evaluations, wall seconds (harness start included), evaluations per
 GPU-minute, how many were correct; then the 1 -> 2 GPU speedup and scaling efficiency
 (speedup / 2). On a machine with one GPU only the first set runs.
+
+Each row also carries a host-time profile: the seconds every stage took, summed over the
+evaluations (the caller's wait for another GPU's baselines, the server's load, compile,
+correctness, timing and baselines, the round trip), how many evaluations timed baselines,
+the CPU seconds the harness processes used (user + system, from getrusage of the reaped
+servers and their jobs), and each GPU's idle time (wall minus its evaluations).
+
+--compare measures every GPU set twice in one call: first with the host tuning off (as bench
+ran before issue 17: every server on every CPU, each evaluation compiling its baselines in a
+fresh cache, samples queued problem by problem, no coordination of baselines), then on.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import resource
 import shutil
 import sys
 import tempfile
@@ -48,27 +60,62 @@ def build_candidates(target: Path, pattern: str | None, samples: int) -> int:
     return n
 
 
-def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int) -> dict:
-    store = work / f"store-{gpus.replace(',', '_')}.sqlite"
-    cache = work / f"cache-{gpus.replace(',', '_')}"
+# The stages of the host-time profile, in the order they happen (stage_seconds' names).
+STAGES = ("baseline_wait", "start", "derive", "load", "compile", "correctness", "timing", "post-check", "baselines",
+          "start_to_reply", "total", "server_cpu")
+
+
+def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int, tuning: bool = True) -> dict:
+    tag = gpus.replace(",", "_").replace(":", "") + ("" if tuning else "-untuned")
+    store = work / f"store-{tag}.sqlite"
+    cache = work / f"cache-{tag}"
     spec = BenchSpec(root=str(HERE), candidates=str(cdir), filter=pattern, trials=trials)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    outcome = run_bench(spec, Session(gpus=gpus, store=str(store), cache_dir=str(cache),
-                                      out=str(work / f"run-{gpus.replace(',', '_')}")))
+    cpu_workers = int(gpus.split(":")[1]) if gpus.startswith("cpu") else 1
+    outcome = run_bench(spec, Session(gpus="cpu" if gpus.startswith("cpu") else gpus, cpu_workers=cpu_workers,
+                                      store=str(store), cache_dir=str(cache), out=str(work / f"run-{tag}"),
+                                      host_tuning=tuning))
     wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     with Store(store) as db:
         log = db.evaluation_log(outcome.run_id)
         attempts = db.attempts(outcome.run_id)
-    n_gpus = len(gpus.split(","))
+        results = [json.loads(r["result"]) for r in db._query(
+            "SELECT e.result FROM evaluation_log l JOIN evaluations e ON e.key = l.key WHERE l.run_id = ?",
+            (outcome.run_id,))]
+    n_gpus = cpu_workers if gpus.startswith("cpu") else len(gpus.split(","))
     eval_seconds = sum(r["seconds"] or 0.0 for r in log)
-    return {"gpus": gpus, "n_gpus": n_gpus, "evaluations": outcome.evaluations, "reused": outcome.reused,
+    return {"gpus": gpus, "n_gpus": n_gpus, "host_tuning": tuning, "evaluations": outcome.evaluations,
+            "reused": outcome.reused,
             "wall_s": round(wall, 2), "evaluations_per_gpu_minute": round(outcome.evaluations / (wall / 60) / n_gpus, 3),
             "evaluations_per_minute": round(outcome.evaluations / (wall / 60), 3),
             "sum_of_evaluation_seconds": round(eval_seconds, 2),
+            "host_profile": host_profile(results, wall, n_gpus, eval_seconds,
+                                         (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)),
             "correct_samples": sum(1 for a in attempts if a["summary"].get("passed")),
             "statuses": _counts(a["summary"].get("status") for a in attempts),
             "metrics": {k: outcome.metrics[k] for k in ("problems", "correct", "correctness_rate", "fast_p",
                                                          "geomean_speedup")}}
+
+
+def host_profile(results: list[dict], wall: float, n_gpus: int, eval_seconds: float, cpu_seconds: float) -> dict:
+    """Where the time went: each stage summed over the evaluations, the evaluations that timed
+    baselines themselves, the harness's CPU seconds and each GPU's time outside evaluations."""
+    stages: dict[str, float] = {}
+    for result in results:
+        for name, seconds in (result.get("stage_seconds") or {}).items():
+            if isinstance(seconds, (int, float)):
+                stages[name] = stages.get(name, 0.0) + float(seconds)
+    ordered = {name: round(stages[name], 2) for name in STAGES if name in stages}
+    ordered.update({name: round(v, 2) for name, v in sorted(stages.items()) if name not in ordered})
+    return {"stage_seconds_sum": ordered,
+            "baselines_timed": sum(1 for r in results if "baselines" in (r.get("stage_seconds") or {})),
+            "baselines_cached": sum(1 for r in results if r.get("baselines_cached")),
+            # The servers' own count (their jobs included); getrusage here misses what the
+            # sandbox's init process reaps.
+            "harness_cpu_s": round(max(cpu_seconds, stages.get("server_cpu", 0.0)), 1),
+            "gpu_idle_s": round(max(0.0, wall - eval_seconds / n_gpus), 2)}
 
 
 def _counts(values) -> dict:
@@ -82,14 +129,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="throughput.json")
     parser.add_argument("--samples", type=int, default=2, help="distinct copies of each solution (default 2)")
-    parser.add_argument("--gpu-sets", nargs="+", default=["0", "0,1"], help="GPU sets to measure, in order")
+    parser.add_argument("--gpu-sets", nargs="+", default=["0", "0,1"],
+                        help="GPU sets to measure, in order ('cpu:N': N CPU workers, for tests)")
     parser.add_argument("--filter", default=None, help="glob over problem keys, e.g. 'level1/*'")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the work folder (stores, reports)")
+    parser.add_argument("--compare", action="store_true",
+                        help="measure each GPU set with the host tuning off, then on (before/after in one call)")
     args = parser.parse_args()
 
     visible = visible_gpus()
-    sets = [s for s in args.gpu_sets if all(int(i) in visible for i in s.split(","))] if visible else []
+    # "cpu:N": N CPU harness workers (Triton's interpreter: the pipeline's test, timings not
+    # meaningful).
+    sets = [s for s in args.gpu_sets if re.fullmatch(r"cpu:[1-9]\d*", s)
+            or (visible and re.fullmatch(r"\d+(,\d+)*", s) and all(int(i) in visible for i in s.split(",")))]
     if not sets:
         sys.exit(f"no GPU set of {args.gpu_sets} is visible (visible GPUs: {visible or 'none'})")
     work = Path(tempfile.mkdtemp(prefix="kernelagent-throughput-"))
@@ -98,21 +151,29 @@ def main() -> None:
         n = build_candidates(cdir, args.filter, args.samples)
         print(f"{n} candidates ({args.samples} per solution), GPU sets {sets}", flush=True)
         rows = []
-        for gpus in sets:
-            row = measure(gpus, cdir, args.filter, work, args.trials)
-            rows.append(row)
-            print(f"GPUs {gpus}: {row['evaluations']} evaluations in {row['wall_s']:.1f} s = "
-                  f"{row['evaluations_per_gpu_minute']:.2f} evaluations per GPU-minute "
-                  f"({row['evaluations_per_minute']:.2f} per minute); correct {row['correct_samples']}/"
-                  f"{row['evaluations'] + row['reused']}; statuses {row['statuses']}",
-                  flush=True)
+        for tuning in ([False, True] if args.compare else [True]):
+            for gpus in sets:
+                row = measure(gpus, cdir, args.filter, work, args.trials, tuning=tuning)
+                rows.append(row)
+                profile = row["host_profile"]
+                print(f"GPUs {gpus} (host tuning {'on' if tuning else 'off'}): {row['evaluations']} evaluations "
+                      f"in {row['wall_s']:.1f} s = {row['evaluations_per_gpu_minute']:.2f} evaluations per "
+                      f"GPU-minute ({row['evaluations_per_minute']:.2f} per minute); correct "
+                      f"{row['correct_samples']}/{row['evaluations'] + row['reused']}; statuses {row['statuses']}\n"
+                      f"  host: {profile['harness_cpu_s']} CPU s, GPU idle {profile['gpu_idle_s']} s each, "
+                      f"baselines timed {profile['baselines_timed']}x; stage sums {profile['stage_seconds_sum']}",
+                      flush=True)
         result = {"candidates": n, "samples": args.samples, "filter": args.filter, "rows": rows}
-        one = next((r for r in rows if r["n_gpus"] == 1), None)
-        two = next((r for r in rows if r["n_gpus"] == 2), None)
-        if one and two:
-            speedup = one["wall_s"] / two["wall_s"]
-            result["scaling_1_to_2"] = {"speedup": round(speedup, 3), "efficiency": round(speedup / 2, 3)}
-            print(f"1 -> 2 GPUs: {speedup:.2f}x faster, scaling efficiency {speedup / 2:.0%}")
+        for tuning in (False, True):
+            one = next((r for r in rows if r["n_gpus"] == 1 and r["host_tuning"] == tuning), None)
+            two = next((r for r in rows if r["n_gpus"] == 2 and r["host_tuning"] == tuning
+                        and r["gpus"].startswith("cpu") == one["gpus"].startswith("cpu")), None) if one else None
+            if one and two:
+                speedup = one["wall_s"] / two["wall_s"]
+                name = "scaling_1_to_2" if tuning else "scaling_1_to_2_untuned"
+                result[name] = {"speedup": round(speedup, 3), "efficiency": round(speedup / 2, 3)}
+                print(f"1 -> 2 GPUs (host tuning {'on' if tuning else 'off'}): {speedup:.2f}x faster, "
+                      f"scaling efficiency {speedup / 2:.0%}")
         Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"written: {args.out}" + (f"; work folder kept: {work}" if args.keep else ""))
     finally:

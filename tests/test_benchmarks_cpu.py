@@ -29,3 +29,28 @@ def test_known_good_solution_passes_with_defences(cpu_evaluator, solution):
     bad = [f for f in result.flags if f.severity in ("reject", "review")]
     assert not bad, bad
     assert result.passed
+
+
+def test_bench_throughput_profiles_host_time_before_and_after(tmp_path):
+    """bench_throughput.py --compare on two CPU workers (the pipeline only: CPU timings mean
+    nothing): untuned, the two samples of one problem run at once and both time its baselines;
+    tuned, one waits for the other's. Every row carries the host-time profile."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "throughput.json"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_throughput.py"), "--gpu-sets", "cpu:2",
+                           "--filter", "level1/1_relu", "--samples", "2", "--trials", "1", "--compare",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["host_tuning"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {False, True}
+    for row in rows.values():
+        assert row["evaluations"] == 2 and row["correct_samples"] == 2, row
+        profile = row["host_profile"]
+        assert profile["harness_cpu_s"] > 0 and profile["stage_seconds_sum"]["server_cpu"] > 0
+        assert {"compile", "correctness", "timing", "total"} <= set(profile["stage_seconds_sum"])
+    assert rows[False]["host_profile"]["baselines_timed"] == 2
+    assert rows[True]["host_profile"]["baselines_timed"] == 1
+    assert rows[True]["host_profile"]["stage_seconds_sum"]["baseline_wait"] > 0

@@ -123,6 +123,10 @@ class Session:
     store: str | None = None  # default: default_store_path()
     out: str | None = None  # run directory (default runs/bench/<run id>)
     concurrency: int = 4  # agent mode: problems (and so model calls) in flight at once
+    # Several GPUs on one host: CPUs split between the servers, the reference side's compile
+    # cache shared, each problem's baselines timed once, and candidates queued round-robin over
+    # problems (EvaluatorPool). False: as before, for bench_throughput.py's before/after.
+    host_tuning: bool = True
     run_name: str | None = None  # override the derived run id
     api_key: str | None = None
     model_timeout: float = 300.0
@@ -523,7 +527,7 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
                         else:
                             pool = stack.enter_context(EvaluatorPool(
                                 devices=devices, cache_dir=session.cache_dir, isolation=session.isolation,
-                                cpu_workers=max(1, session.cpu_workers)))
+                                cpu_workers=max(1, session.cpu_workers), host_tuning=session.host_tuning))
                         dispatcher = Dispatcher(pool, store, run_id, progress)
                         stack.callback(dispatcher.close)
                         store.update_run(run_id, fingerprint=dispatcher.fingerprint())
@@ -533,7 +537,8 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
                         try:
                             if spec.mode == "candidates":
                                 _run_candidates(spec, store, run_id, dispatcher, progress,
-                                                [problems[k] for k in todo], workers=pool.size)
+                                                [problems[k] for k in todo], workers=pool.size,
+                                                interleave=session.host_tuning)
                             else:
                                 _run_agent(spec, session, store, run_id, dispatcher, progress,
                                            [problems[k] for k in todo], out_dir)
@@ -585,7 +590,7 @@ def _read(path: Path) -> str:
 
 
 def _run_candidates(spec: BenchSpec, store: Store, run_id: str, dispatcher: Dispatcher, progress: Any,
-                    todo: list[tuple[ProblemRef, Any]], workers: int) -> None:
+                    todo: list[tuple[ProblemRef, Any]], workers: int, interleave: bool = True) -> None:
     from kernelagent.problem import sha256_text
 
     config = spec.eval_config()
@@ -610,6 +615,8 @@ def _run_candidates(spec: BenchSpec, store: Store, run_id: str, dispatcher: Disp
             jobs.append((ref, problem, path.name, source))
         pending[ref.key] = sum(1 for j in jobs if j[0].key == ref.key)
 
+    if interleave:
+        jobs = interleaved(jobs)
     refs = {ref.key: ref for ref, _ in todo}
 
     def finish(key: str) -> None:
@@ -635,6 +642,18 @@ def _run_candidates(spec: BenchSpec, store: Store, run_id: str, dispatcher: Disp
         except BaseException:
             ex.shutdown(wait=False, cancel_futures=True)
             raise
+
+
+def interleaved(jobs: list[tuple]) -> list[tuple]:
+    """Round-robin over problems: every problem's first sample, then every second one, and so
+    on. Queued problem by problem, two GPUs would take two samples of one problem at once and
+    both miss its baselines; this way a problem's later samples find them cached (and when
+    they still collide, BaselineCache.claim makes one wait rather than both compile)."""
+    by_problem: dict[str, list[tuple]] = {}
+    for job in jobs:
+        by_problem.setdefault(job[0].key, []).append(job)
+    lanes = list(by_problem.values())
+    return [lane[i] for i in range(max(map(len, lanes), default=0)) for lane in lanes if i < len(lane)]
 
 
 def _default_model(spec: BenchSpec, session: Session) -> Any:

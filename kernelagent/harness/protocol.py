@@ -57,7 +57,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
                   "budget_bytes": (int,), "l2_bytes": (int, type(None))},
     "go": {"seed": (int,)},
     "baselines": {"compile_modes": (list,), "l2_bytes": (int, type(None)), "inductor_dir": (str,),
-                  "seed": (int,), "budget_bytes": (int,)},
+                  "triton_dir": (str,), "seed": (int,), "budget_bytes": (int,)},
     "exit": {},
     # reference -> server
     "ref_ready": {"n_extra": (int,), "extra_plan": (list,), "extra_skipped": (dict,), "alt": (bool,), "input_bytes": (int,), "output_bytes": (int,),

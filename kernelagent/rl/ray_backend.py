@@ -31,6 +31,10 @@ class WorkerSlot:
     node_id: str
     host: str
     device: str  # "cuda" (one GPU given by Ray) or "cpu"
+    # This slot's share of its node's CPUs (pool.split_cpus): the index-th of per_node, so the
+    # harnesses of one node do not compete for the same cores while they compile.
+    index: int = 0
+    per_node: int = 1
 
     @property
     def label(self) -> str:
@@ -60,9 +64,10 @@ def plan_workers(ray: Any, *, cpu_actors: int = 1) -> list[WorkerSlot]:
         resources = node.get("Resources") or {}
         host = node.get("NodeManagerHostname") or node.get("NodeManagerAddress") or node["NodeID"][:8]
         if any_gpu:
-            slots += [WorkerSlot(node["NodeID"], host, "cuda")] * int(resources.get("GPU", 0))
+            device, count = "cuda", int(resources.get("GPU", 0))
         else:
-            slots += [WorkerSlot(node["NodeID"], host, "cpu")] * min(max(1, cpu_actors), int(resources.get("CPU", 0)))
+            device, count = "cpu", min(max(1, cpu_actors), int(resources.get("CPU", 0)))
+        slots += [WorkerSlot(node["NodeID"], host, device, i, count) for i in range(count)]
     return slots
 
 
@@ -82,16 +87,20 @@ def start_actor(ray: Any, slot: WorkerSlot, cache_dir: str | None, isolation: st
     return _REMOTE.options(
         **options, max_restarts=0, max_task_retries=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(slot.node_id, soft=False),
-    ).remote(slot.device, cache_dir, isolation)
+    ).remote(slot.device, cache_dir, isolation, (slot.index, slot.per_node))
 
 
 class _EvalActor:
     """Lives in a Ray worker: one Evaluator, reused for every job sent to this actor."""
 
-    def __init__(self, device: str, cache_dir: str | None, isolation: str) -> None:
+    def __init__(self, device: str, cache_dir: str | None, isolation: str,
+                 cpu_share: tuple[int, int] = (0, 1)) -> None:
         from kernelagent.harness import Evaluator
+        from kernelagent.harness.caller.pool import split_cpus
 
-        self.evaluator = Evaluator(device=device, cache_dir=cache_dir, isolation=isolation)
+        index, count = cpu_share
+        cpus = split_cpus(count)[index] if 0 <= index < count else None  # split on the node itself
+        self.evaluator = Evaluator(device=device, cache_dir=cache_dir, isolation=isolation, cpus=cpus)
 
     def evaluate(self, problem_source: str, problem_id: str, candidate: str,
                  config: dict | None) -> dict:

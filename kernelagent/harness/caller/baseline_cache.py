@@ -5,14 +5,24 @@ Keyed by the problem's content hash, the GPU, the driver, torch, triton and pyth
 versions, and every timing setting (seeds and so the input shapes and dtypes follow from
 the problem's content). Location: $KERNELAGENT_CACHE_DIR, else
 $XDG_CACHE_HOME/kernelagent, else ~/.cache/kernelagent; baselines live in `baselines/`.
+
+Baselines are computed once per problem, not once per GPU: `claim(key)` is an flock on
+`baselines/<key>.lock`, so of several evaluators (threads of one bench, or processes on one
+host sharing the cache) that miss the same key at once, one times the baselines while the
+others wait for its entry. The lock dies with its holder, so a killed evaluator never blocks
+the others. The whole cache root is hidden from candidates (the server's --hide).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +76,38 @@ class BaselineCache:
             os.replace(tmp, self.dir / f"{key}.json")
         except OSError:
             pass  # a cache that cannot be written only costs time
+
+
+    @contextlib.contextmanager
+    def claim(self, key: str, wait_s: float) -> Iterator[bool]:
+        """Hold the right to compute `key`'s baselines. Yields True once it is ours (the
+        caller looks the entry up again first: the holder it waited for may have written it),
+        False when the lock could not be taken (no writable cache: compute anyway, unguarded,
+        as before) or another holder kept it past `wait_s` (its evaluation hangs: do not wait
+        for its deadline too)."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            yield False
+            return
+        # One open file description per claim: flock then excludes the other threads of this
+        # process as well as other processes.
+        try:
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held = True
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        held = False
+                        break
+                    time.sleep(0.05)
+                except OSError:
+                    held = False
+                    break
+            yield held
+        finally:
+            os.close(fd)  # releases the lock

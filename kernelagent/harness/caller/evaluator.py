@@ -8,6 +8,7 @@ server that stops answering is killed and restarted, and the caller goes on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -51,9 +52,25 @@ class Evaluator:
     """
 
     def __init__(self, device: str = "auto", cache_dir: str | Path | None = None,
-                 isolation: str = "auto", start_timeout: float = 180.0, hide: list[str | Path] | None = None):
+                 isolation: str = "auto", start_timeout: float = 180.0, hide: list[str | Path] | None = None,
+                 cpus: list[int] | None = None, share_compile_cache: bool = True,
+                 coordinate_baselines: bool = True):
         self.requested_device, self.visible_devices = _resolve_device(device)
         self.cache = BaselineCache(cache_dir)
+        # Host contention (several evaluators on one machine; pool.py chooses these):
+        # - cpus: the CPUs this server and its jobs run on, and so its thread pools' sizes
+        #   (OMP, MKL, Inductor's compile workers). A performance measure, not a defence: a
+        #   candidate may widen its own affinity (only a cgroup could stop that).
+        # - share_compile_cache: the reference side's Inductor and Triton caches persist under
+        #   the cache root (hidden from every job, like the baselines), so a problem's
+        #   torch.compile baselines compile once per machine rather than once per evaluation.
+        #   Candidates never get a shared cache: each compiles in its own scratch.
+        # - coordinate_baselines: evaluators that miss the same baseline key at once take turns
+        #   (BaselineCache.claim): the first times them, the others reuse its entry.
+        self.cpus = sorted(set(cpus)) if cpus else None
+        self.share_compile_cache = share_compile_cache
+        self.coordinate_baselines = coordinate_baselines
+        self.reference_compile_dir: Path | None = None
         if isolation not in ("auto", "bwrap", "namespaces", "none"):
             raise ValueError(f"unknown isolation {isolation!r}: use auto, bwrap, namespaces or none")
         self.isolation_requested = isolation
@@ -85,6 +102,11 @@ class Evaluator:
             env["TORCHINDUCTOR_CACHE_DIR"] = str(self._scratch_root / "inductor")
         if self.visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_devices
+        if self.cpus:
+            threads = str(len(self.cpus))
+            for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                         "TORCHINDUCTOR_COMPILE_THREADS"):
+                env[name] = threads
         if self.requested_device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         # Make this package importable by the server even when it is not installed.
@@ -105,20 +127,31 @@ class Evaluator:
                "namespaces" if self.isolation_requested == "namespaces" else "auto"]
         for path in [str(self.cache.root.resolve())] + self.hide:
             cmd += ["--hide", path]
+        if self.cpus:
+            cmd += ["--cpus", ",".join(map(str, self.cpus))]
         prefix = None
         persistent = self.cache.root / "cuda-ext"
         try:
             persistent.mkdir(parents=True, exist_ok=True)
         except OSError:
             persistent = None
+        shared = self.cache.root / "reference-compile" if self.share_compile_cache else None
+        try:
+            if shared is not None:
+                shared.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            shared = None
+        self.reference_compile_dir = shared
         # Only the server reads and writes the build cache; jobs get verified copies of their entries.
         self.cuda_cache_dir = persistent or self._scratch_root / "cuda-ext"
         if self.isolation_requested in ("auto", "bwrap"):
-            prefix = sandbox.bubblewrap_command(self._scratch_root, extra_rw=[persistent] if persistent else None)
-            if prefix is None and persistent is not None:
+            writable = [p for p in (persistent, shared) if p is not None]
+            prefix = sandbox.bubblewrap_command(self._scratch_root, extra_rw=writable or None)
+            if prefix is None and writable:
                 prefix = sandbox.bubblewrap_command(self._scratch_root)
                 if prefix is not None:
                     self.cuda_cache_dir = self._scratch_root / "cuda-ext"
+                    self.reference_compile_dir = None
             if prefix is None and self.isolation_requested == "bwrap":
                 raise HarnessStartError("bubblewrap isolation was requested but `bwrap` is missing or cannot "
                                         "create namespaces here")
@@ -239,7 +272,7 @@ class Evaluator:
                 base.stage_seconds["total"] = time.monotonic() - started
                 return base
             static_flags = [Flag(f"static:{f.kind}", f.message_with_line(), "info") for f in findings]
-        with self._lock:
+        with contextlib.ExitStack() as claims, self._lock:
             try:
                 self.start()
             except HarnessStartError as exc:
@@ -250,21 +283,31 @@ class Evaluator:
             cache_key = self.cache.key(problem.sha256, base.fingerprint, config)
             cached = self.cache.get(cache_key) if config.use_baseline_cache else None
             want_baselines = config.timing and config.baselines and not config.compile_only and cached is None
+            if want_baselines and config.use_baseline_cache and self.coordinate_baselines:
+                # Held until the entry is written (_merge): another evaluator missing this key
+                # waits here for it instead of timing the same baselines on its own GPU.
+                waited = time.monotonic()
+                if claims.enter_context(self.cache.claim(cache_key, wait_s=self._deadline(config))):
+                    cached = self.cache.get(cache_key)
+                    want_baselines = cached is None
+                base.stage_seconds["baseline_wait"] = time.monotonic() - waited
+            options = {"cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}
+            if self.reference_compile_dir is not None:
+                options["reference_compile_dir"] = str(self.reference_compile_dir)
             request = {"config": config.to_dict(), "problem_source": problem.source,
                        "candidate_source": candidate_source, "want_baselines": want_baselines,
-                       "candidate_sha256": base.candidate_sha256,
-                       "options": {"cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}}
+                       "candidate_sha256": base.candidate_sha256, "options": options}
             reply = self._round_trip(request, self._deadline(config))
-        base.stage_seconds["start_to_reply"] = time.monotonic() - started
-        if reply is None:
-            base.status = Status.TIMEOUT
-            base.reason = ("the harness did not answer within its overall deadline; the server was killed and "
-                           "will be restarted")
-            return base
-        if "error" in reply:
-            base.reason = reply["error"]
-            return base
-        result = self._merge(base, reply["result"], cached, cache_key, config)
+            base.stage_seconds["start_to_reply"] = time.monotonic() - started
+            if reply is None:
+                base.status = Status.TIMEOUT
+                base.reason = ("the harness did not answer within its overall deadline; the server was killed and "
+                               "will be restarted")
+                return base
+            if "error" in reply:
+                base.reason = reply["error"]
+                return base
+            result = self._merge(base, reply["result"], cached, cache_key, config)
         result.flags.extend(static_flags)
         if config.kernel_evidence:
             self._kernel_evidence(result, problem, candidate_source, config.backend)
@@ -347,7 +390,9 @@ class Evaluator:
             if value is not None or key in ("stage",):
                 data[key] = value
         result = EvalResult.from_dict(data)
-        result.stage_seconds.update({k: v for k, v in raw.get("stage_seconds", {}).items()})
+        # The caller's own stages (the wait for another evaluator's baselines, the round trip)
+        # beside the server's.
+        result.stage_seconds = {**base.stage_seconds, **(raw.get("stage_seconds") or {})}
         if result.status != Status.CORRECT or not config.timing or not config.baselines:
             return result
         if cached is not None:

@@ -60,14 +60,37 @@ def parse_gpus(spec: str | None) -> list[str] | None:
     return devices
 
 
+def split_cpus(n: int, available: Iterable[int] | None = None) -> list[list[int] | None]:
+    """`n` disjoint, contiguous, near-equal shares of this process's CPUs, one per evaluator;
+    [None] * n (no pinning) when there is one evaluator or fewer CPUs than evaluators."""
+    cpus = sorted(available if available is not None else os.sched_getaffinity(0))
+    if n <= 1 or len(cpus) < n:
+        return [None] * max(n, 0)
+    base, extra = divmod(len(cpus), n)
+    shares, start = [], 0
+    for i in range(n):
+        size = base + (1 if i < extra else 0)
+        shares.append(cpus[start:start + size])
+        start += size
+    return shares
+
+
 class EvaluatorPool:
+    """`host_tuning` (default on) is what lets several GPUs of one host scale (issue 17's
+    measures): each server pinned to its own share of the CPUs, the reference side's compile
+    cache shared, and the baselines of a problem timed once (BaselineCache.claim). Off, the
+    evaluators run as they did before, for benchmarks/bench_throughput.py's before/after."""
+
     def __init__(self, devices: list[str] | None = None, cache_dir: str | Path | None = None,
-                 isolation: str = "auto", cpu_workers: int = 1):
+                 isolation: str = "auto", cpu_workers: int = 1, host_tuning: bool = True):
         if devices is None:
             gpus = visible_gpus()
             devices = [f"cuda:{i}" for i in gpus] if gpus else ["cpu"] * max(1, cpu_workers)
         self.devices = devices
-        self.evaluators = [Evaluator(device=d, cache_dir=cache_dir, isolation=isolation) for d in devices]
+        shares = split_cpus(len(devices)) if host_tuning else [None] * len(devices)
+        self.evaluators = [Evaluator(device=d, cache_dir=cache_dir, isolation=isolation, cpus=cpus,
+                                     share_compile_cache=host_tuning, coordinate_baselines=host_tuning)
+                           for d, cpus in zip(devices, shares)]
         self._free: queue.Queue[Evaluator] = queue.Queue()
         for evaluator in self.evaluators:
             self._free.put(evaluator)

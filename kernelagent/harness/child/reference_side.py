@@ -303,6 +303,8 @@ class ReferenceSide:
         overhead: dict[str, float | None] = {}
         if message.get("inductor_dir"):
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(message["inductor_dir"])
+        if message.get("triton_dir"):  # Inductor's kernels land in Triton's cache, not its own
+            os.environ["TRITON_CACHE_DIR"] = str(message["triton_dir"])
         try:
             input_sets = make_timing_sets(self.problem, int(message["seed"]), self.config, self.smoke, self.device,
                                           budget_bytes=int(message["budget_bytes"]))

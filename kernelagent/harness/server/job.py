@@ -990,11 +990,19 @@ class Job:
         modes = list(self.config.compile_modes) if (self.fingerprint.get("cuda") or
                                                     self.config.compile_baseline_on_cpu) else []
         started = time.monotonic()
-        # A fresh inductor cache that did not exist while the candidate ran.
-        inductor_dir = self.root / f"baseline-inductor-{uuid.uuid4().hex[:8]}"
+        # Compile caches the candidate never reached: the caller's shared reference-side cache
+        # (under the cache root, which every job's jail hides; its entries come only from
+        # reference processes, so a problem's baselines compile once per machine), else a
+        # fresh one for this job.
+        shared = (self.request.get("options") or {}).get("reference_compile_dir")
+        if shared:
+            inductor_dir, triton_dir = Path(shared) / "inductor", Path(shared) / "triton"
+        else:
+            inductor_dir = self.root / f"baseline-inductor-{uuid.uuid4().hex[:8]}"
+            triton_dir = inductor_dir / "triton"
         l2 = self.fingerprint.get("l2_bytes")
         protocol.send(self.to_ref, "baselines", self.job_id, self.ref_nonce, compile_modes=modes,
-                      l2_bytes=int(l2) if l2 else None, inductor_dir=str(inductor_dir),
+                      l2_bytes=int(l2) if l2 else None, inductor_dir=str(inductor_dir), triton_dir=str(triton_dir),
                       seed=self.base_seed + SEED_TIMING, budget_bytes=self.harness_budget() // 2)
         try:
             message = self.ref_recv({"baseline_timings"}, time.monotonic() + self.config.timeouts.baselines)

@@ -170,6 +170,7 @@ def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation
         if request["type"] == "shutdown":
             return
         job_id = str(request["job"])
+        cpu_before = _cpu_seconds()
         job = Job(request, scratch_root, fingerprint, sandbox)
         try:
             job.fork()
@@ -189,7 +190,28 @@ def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation
                 result = {"status": Status.HARNESS_ERROR, "reason": "harness error:\n" + traceback.format_exc()}
         else:
             result = job.result
+        if isinstance(result.get("stage_seconds"), dict):
+            # Host CPU the job cost: this server's and its reaped job processes' (a profile of
+            # where a busy host's time goes; bench_throughput.py sums it).
+            result["stage_seconds"]["server_cpu"] = round(_cpu_seconds() - cpu_before, 3)
         protocol.send(conn, "result", job_id, nonce, result=protocol.json_safe(result))
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+def apply_cpus(spec: str) -> None:
+    """Pin this process to `spec`'s CPUs ("0,1,2"). Several servers on one host then stop
+    competing for the same cores while each compiles; their jobs inherit it (the caller also
+    sizes OMP, MKL and Inductor's compile workers to match)."""
+    try:
+        os.sched_setaffinity(0, {int(c) for c in spec.split(",")})
+    except (OSError, ValueError) as exc:
+        print(f"kernelagent server: CPU affinity {spec} not applied: {exc}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -199,7 +221,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scratch-root", required=True)
     parser.add_argument("--isolation", default="auto")
     parser.add_argument("--hide", action="append", default=[], help="a directory jobs must not see (repeatable)")
+    parser.add_argument("--cpus", default=None, help="comma-separated CPUs this server and its jobs run on")
     args = parser.parse_args(argv)
+    if args.cpus:  # normally applied already, before torch's import (__main__.py)
+        apply_cpus(args.cpus)
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us exits, which
     # kills servers started from short-lived worker threads. We exit when the caller's
     # socket closes (recv raises EOFError), and jobs are bounded by their stage timeouts.
