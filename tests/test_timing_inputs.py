@@ -110,3 +110,35 @@ def test_timed_call_n_ran_on_the_set_of_seed_base_plus_warmup_plus_n(problem):
         assert torch.equal(out, x * 2 + idx.sum()), index
     # and no two measured calls shared a set
     assert len({tuple(out.flatten().tolist()) for out in kept.values()}) == calls
+
+
+def test_seed_generators_matches_manual_seed_without_its_audit_events():
+    """The harness seeds each input set with seed_generators: the same numbers as
+    torch.manual_seed, without the lazy XPU/MTIA (and, here, CUDA) seeding that walks the
+    caller's stack through traceback.format_stack. Those frame reads are audit events, which
+    the candidate's audit hook handled one by one in its timed loop and the reference's
+    calibration did not: 0.1 ms per call of 'candidate time' on the server's clock (CPU)."""
+    import subprocess
+    import sys
+
+    inputs_mod.seed_generators(1234)
+    ours = torch.randn(8)
+    torch.manual_seed(1234)
+    assert torch.equal(ours, torch.randn(8))
+    script = (
+        "import sys, torch\n"
+        "from kernelagent.harness.child.inputs import seed_generators\n"
+        "seen = []\n"
+        "on = [False]\n"
+        "sys.addaudithook(lambda event, args: on[0] and seen.append(event))\n"
+        "def count(seed):\n"
+        "    seen.clear(); on[0] = True\n"
+        "    for i in range(20): seed(i)\n"
+        "    on[0] = False\n"
+        "    return len(seen)\n"
+        "print(count(seed_generators), count(torch.manual_seed))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-1000:]
+    ours_events, torch_events = map(int, out.stdout.split())
+    assert ours_events == 0
+    assert torch_events > 0  # why: if torch stops doing this, the helper is merely harmless

@@ -34,18 +34,33 @@ def import_file(path: Path, module_name: str) -> ModuleType:
     return module
 
 
+def seed_generators(seed: int) -> None:
+    """torch.manual_seed's effect on the generators inputs come from (the CPU's, and CUDA's once
+    initialised), without its cost. torch.manual_seed also queues a lazy seeding for every
+    backend not initialised (XPU and MTIA on a CUDA machine, CUDA too on a CPU one), each with
+    a traceback.format_stack() of the caller: dozens of frame reads per call, which the
+    candidate's audit hook sees one by one. In the timed loop, which seeds every input set,
+    that cost ran in the candidate's process (0.1 ms per call on the CPU) and not in the
+    reference's calibration, and so read as candidate time on the server's clock."""
+    torch.random.default_generator.manual_seed(seed)
+    if torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
+    elif torch.cuda.is_available():  # before CUDA's initialisation: its own lazy seeding (rare)
+        torch.cuda.manual_seed_all(seed)
+
+
 def init_inputs(problem: ModuleType, smoke: bool, device: torch.device, seed: int) -> list[Any]:
     maker = problem.get_init_inputs
     if smoke and hasattr(problem, "get_smoke_init_inputs"):
         maker = problem.get_smoke_init_inputs
-    torch.manual_seed(seed)
+    seed_generators(seed)
     with torch.device(device):
         return list(maker())
 
 
 def build_model(cls: type, args: list[Any], device: torch.device, weight_seed: int) -> torch.nn.Module:
     """Construct `cls(*args)` with the weight seed, so Model and ModelNew get equal weights."""
-    torch.manual_seed(weight_seed)
+    seed_generators(weight_seed)
     with torch.device(device):
         model = cls(*args)
     if isinstance(model, torch.nn.Module):
@@ -89,7 +104,7 @@ class DerivedSets:
 def count_extra_sets(problem: ModuleType, device: torch.device) -> int:
     if not hasattr(problem, "get_extra_inputs"):
         return len(getattr(problem, DERIVED_ATTR, ()))
-    torch.manual_seed(SEED_EXTRA)
+    seed_generators(SEED_EXTRA)
     with torch.device(device):
         return len(problem.get_extra_inputs())
 
@@ -97,7 +112,7 @@ def count_extra_sets(problem: ModuleType, device: torch.device) -> int:
 def make_inputs(problem: ModuleType, kind: str, seed: int, smoke: bool,
                 device: torch.device) -> list[Any]:
     """Inputs for one check. kind: "main", "alt" (signed normal), or "extra:<j>"."""
-    torch.manual_seed(seed)
+    seed_generators(seed)
     with torch.device(device):
         if kind.startswith("extra:") and not hasattr(problem, "get_extra_inputs") and hasattr(problem, DERIVED_ATTR):
             inputs = list(getattr(problem, DERIVED_ATTR).module(int(kind.split(":", 1)[1])).get_inputs())
@@ -111,7 +126,7 @@ def make_inputs(problem: ModuleType, kind: str, seed: int, smoke: bool,
             if kind == "alt":
                 # Same shapes and dtypes, but signed normal values: a kernel that relies on
                 # rand()'s [0, 1) range (ReLU as identity, say) fails here.
-                torch.manual_seed(seed)
+                seed_generators(seed)
                 inputs = [torch.randn_like(x) if isinstance(x, torch.Tensor) and x.is_floating_point()
                           else x for x in inputs]
     return [_to_device(x, device) for x in inputs]
