@@ -65,10 +65,10 @@ def test_stale_memory_is_not_accepted(gpu_evaluator, name):
     assert result.status in (Status.INCORRECT, Status.REJECTED), result.feedback()
 
 
-@pytest.mark.xfail(strict=False, reason="issue 11, open: on a multi-GB problem the timed loop is cut to the few calls "
-                   "whose outputs fit in memory (4 here, 2.6 ms of work), below the server clock's 25 ms one-time "
-                   "allowance, so the patched clock is caught by the in-process evidence and the roofline, not "
-                   "yet by the server's clock")
+@pytest.mark.xfail(strict=False, reason="issue 11, open (H100, 2026-11-23): on a multi-GB problem the timed loop "
+                   "runs in many one-call segments, and the server clock's slack (half the calibration, the loop's "
+                   "own per-call cost summed over every segment) is as large as the work itself, so a forged clock "
+                   "is rejected by the in-process tamper evidence and the roofline, not yet by the server's clock")
 def test_patched_event_timer_is_rejected_and_the_server_clock_reported(gpu_evaluator):
     # The in-process clock claims ~1e-6 ms per call; the server clocks the whole timed loop from
     # outside (against the reference process's calibration loop), so the claim is caught as a
