@@ -14,8 +14,8 @@ GPU-minute, how many were correct; then the 1 -> 2 GPU speedup and scaling effic
 (speedup / 2). On a machine with one GPU only the first set runs.
 
 Each row also carries a host-time profile: the seconds every stage took, summed over the
-evaluations (the caller's wait for another GPU's baselines, the server's load, compile,
-correctness, timing and baselines, the round trip), how many evaluations timed baselines,
+evaluations (starting the harness servers, the caller's wait for another GPU's baselines, the
+server's load, compile, correctness, timing and baselines, the round trip), the store's share, how many evaluations timed baselines,
 the CPU seconds the harness processes used (user + system, from getrusage of the reaped
 servers and their jobs), and each GPU's idle time (wall minus its evaluations).
 
@@ -61,7 +61,7 @@ def build_candidates(target: Path, pattern: str | None, samples: int) -> int:
 
 
 # The stages of the host-time profile, in the order they happen (stage_seconds' names).
-STAGES = ("baseline_wait", "start", "derive", "load", "compile", "correctness", "timing", "post-check", "baselines",
+STAGES = ("server_start", "baseline_wait", "start", "derive", "load", "compile", "correctness", "timing", "post-check", "baselines",
           "start_to_reply", "total", "server_cpu")
 
 
@@ -91,8 +91,9 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
             "wall_s": round(wall, 2), "evaluations_per_gpu_minute": round(outcome.evaluations / (wall / 60) / n_gpus, 3),
             "evaluations_per_minute": round(outcome.evaluations / (wall / 60), 3),
             "sum_of_evaluation_seconds": round(eval_seconds, 2),
-            "host_profile": host_profile(results, wall, n_gpus, eval_seconds,
-                                         (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)),
+            "host_profile": {**host_profile(results, wall, n_gpus, eval_seconds,
+                                            (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)),
+                             "store_s": round(outcome.store_seconds, 4)},
             "correct_samples": sum(1 for a in attempts if a["summary"].get("passed")),
             "statuses": _counts(a["summary"].get("status") for a in attempts),
             "metrics": {k: outcome.metrics[k] for k in ("problems", "correct", "correctness_rate", "fast_p",
@@ -160,7 +161,8 @@ def main() -> None:
                       f"in {row['wall_s']:.1f} s = {row['evaluations_per_gpu_minute']:.2f} evaluations per "
                       f"GPU-minute ({row['evaluations_per_minute']:.2f} per minute); correct "
                       f"{row['correct_samples']}/{row['evaluations'] + row['reused']}; statuses {row['statuses']}\n"
-                      f"  host: {profile['harness_cpu_s']} CPU s, GPU idle {profile['gpu_idle_s']} s each, "
+                      f"  host: {profile['harness_cpu_s']} CPU s, GPU idle {profile['gpu_idle_s']} s each, store "
+                      f"{profile['store_s']} s, "
                       f"baselines timed {profile['baselines_timed']}x; stage sums {profile['stage_seconds_sum']}",
                       flush=True)
         result = {"candidates": n, "samples": args.samples, "filter": args.filter, "rows": rows}

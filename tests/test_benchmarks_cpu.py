@@ -50,7 +50,8 @@ def test_bench_throughput_profiles_host_time_before_and_after(tmp_path):
         assert row["evaluations"] == 2 and row["correct_samples"] == 2, row
         profile = row["host_profile"]
         assert profile["harness_cpu_s"] > 0 and profile["stage_seconds_sum"]["server_cpu"] > 0
-        assert {"compile", "correctness", "timing", "total"} <= set(profile["stage_seconds_sum"])
+        assert {"server_start", "compile", "correctness", "timing", "total"} <= set(profile["stage_seconds_sum"])
+        assert profile["stage_seconds_sum"]["server_start"] > 0 and profile["store_s"] > 0
     assert rows[False]["host_profile"]["baselines_timed"] == 2
     assert rows[True]["host_profile"]["baselines_timed"] == 1
     assert rows[True]["host_profile"]["stage_seconds_sum"]["baseline_wait"] > 0

@@ -16,6 +16,7 @@ finished evaluation is in the store. SIGKILL loses only the evaluations in fligh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -24,7 +25,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -146,6 +147,7 @@ class BenchOutcome:
     resumed: bool
     skipped: int  # problems already finished before this session
     resubmitted: int = 0  # evaluations sent to another worker after theirs was lost (--ray)
+    store_seconds: float = 0.0  # the dispatcher's store calls, summed over its threads
     records: list[dict] = field(default_factory=list)
 
     @property
@@ -264,6 +266,7 @@ class Dispatcher:
         self.performed = 0
         self.reused = 0
         self.resubmitted = 0  # evaluations sent again after their worker was lost
+        self.store_seconds = 0.0  # spent in store lookups and records (summed over threads)
         self._alive = len(pool.evaluators)
         self._closing = False
         started: list[Future] = [Future() for _ in pool.evaluators]
@@ -367,6 +370,17 @@ class Dispatcher:
                 keys.append(key)
         return keys
 
+    @contextlib.contextmanager
+    def _timing_store(self) -> Iterator[None]:
+        """Adds the time of a store call to `store_seconds` (host-time profile: a store shared by
+        several GPUs' threads waits on SQLite's lock)."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.store_seconds += time.monotonic() - started
+
     def evaluate(self, problem: Any, source: str, config: Any, *, problem_key: str,
                  sample: str) -> tuple[dict, str | None, bool]:
         """(EvalResult dict, evaluation key, reused). Records the attempt in the store."""
@@ -379,10 +393,13 @@ class Dispatcher:
         keys = self.keys(problem.sha256, cand_sha, cfg)
         attempt = {"run_id": self.run_id, "problem_key": problem_key, "sample": sample, "candidate_sha256": cand_sha}
         while True:
-            hit = self.store.lookup(keys)
+            with self._timing_store():
+                hit = self.store.lookup(keys)
             if hit is not None:
                 key, result = hit
-                self.store.record_attempt({**attempt, "eval_key": key, "reused": True, "summary": summarise(result)})
+                with self._timing_store():
+                    self.store.record_attempt({**attempt, "eval_key": key, "reused": True,
+                                               "summary": summarise(result)})
                 with self._lock:
                     self.reused += 1
                 self.progress.eval_finished("", reused=True)
@@ -405,10 +422,11 @@ class Dispatcher:
             # not the candidate's). A static compile error has no fingerprint: it needs none.
             # too_large is about this machine's free memory at the time: asked again next run.
             cacheable = result.get("status") not in ("harness_error", "too_large")
-            self.store.record_evaluation(key, result, settings=cfg, fingerprint=fingerprint, run_id=self.run_id,
-                                         cacheable=cacheable,
-                                         attempt={**attempt, "eval_key": key, "reused": False,
-                                                  "summary": summarise(result)})
+            with self._timing_store():
+                self.store.record_evaluation(key, result, settings=cfg, fingerprint=fingerprint,
+                                             run_id=self.run_id, cacheable=cacheable,
+                                             attempt={**attempt, "eval_key": key, "reused": False,
+                                                      "summary": summarise(result)})
             with self._lock:
                 self.performed += 1
             return result, key, False
@@ -512,7 +530,7 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
         devices = parse_gpus(session.gpus)
         if devices == ["cpu"]:
             devices = ["cpu"] * max(1, session.cpu_workers)
-        status, performed, reused, resubmitted = "failed", 0, 0, 0
+        status, performed, reused, resubmitted, store_seconds = "failed", 0, 0, 0, 0.0
         try:
             with progress:
                 if todo:
@@ -545,6 +563,7 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
                         finally:
                             performed, reused = dispatcher.performed, dispatcher.reused
                             resubmitted = dispatcher.resubmitted
+                            store_seconds = dispatcher.store_seconds
                 else:  # nothing left: no harness server is started
                     progress.begin(run_id, spec.mode, len(problems), done_before, correct_before, [], 1,
                                    resumed=not created)
@@ -565,7 +584,8 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
             store.update_run(run_id, status=status, add_wall_s=time.monotonic() - started)
         return BenchOutcome(run_id=run_id, out_dir=out_dir, store_path=store_path, metrics=metrics,
                             evaluations=performed, reused=reused, resumed=not created,
-                            skipped=done_before, resubmitted=resubmitted, records=records)
+                            skipped=done_before, resubmitted=resubmitted, store_seconds=store_seconds,
+                            records=records)
     finally:
         store.close()
 
