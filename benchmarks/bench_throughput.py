@@ -7,7 +7,8 @@ store and a fresh baseline cache, so nothing is skipped or answered from a cache
 --samples N, each solution is evaluated N times as N distinct candidates (a comment line
 makes their content differ), to give the GPUs more work than the problem count.
 
-    python benchmarks/bench_throughput.py --out throughput.json [--samples 2] [--gpu-sets 0 0,1] [--filter 'level1/*'] [--compare]
+    python benchmarks/bench_throughput.py --out throughput.json [--samples 2] [--gpu-sets 0 0,1]
+        [--filter 'level1/*'] [--compare]
 
 Prints, per GPU set: evaluations, wall seconds (harness start included), evaluations per
 GPU-minute, how many were correct; then the 1 -> 2 GPU speedup and scaling efficiency
@@ -15,9 +16,10 @@ GPU-minute, how many were correct; then the 1 -> 2 GPU speedup and scaling effic
 
 Each row also carries a host-time profile: the seconds every stage took, summed over the
 evaluations (starting the harness servers, the caller's wait for another GPU's baselines, the
-server's load, compile, correctness, timing and baselines, the round trip), the store's share, how many evaluations timed baselines,
-the CPU seconds the harness processes used (user + system, from getrusage of the reaped
-servers and their jobs), and each GPU's idle time (wall minus its evaluations).
+server's load, compile, correctness, timing and baselines, the round trip), the store's share,
+how many evaluations timed baselines, the CPU seconds the harness processes used (user +
+system, counted by each server for its jobs), and each GPU's idle time (wall minus its
+evaluations).
 
 --compare measures every GPU set twice in one call: first with the host tuning off (as bench
 ran before issue 17: every server on every CPU, each evaluation compiling its baselines in a
@@ -29,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import resource
 import shutil
 import sys
 import tempfile
@@ -61,38 +62,36 @@ def build_candidates(target: Path, pattern: str | None, samples: int) -> int:
 
 
 # The stages of the host-time profile, in the order they happen (stage_seconds' names).
-STAGES = ("server_start", "baseline_wait", "start", "derive", "load", "compile", "correctness", "timing", "post-check", "baselines",
-          "start_to_reply", "total", "server_cpu")
+STAGES = ("server_start", "baseline_wait", "start", "derive", "load", "compile", "correctness", "timing",
+          "post-check", "baselines", "start_to_reply", "total", "server_cpu")
 
 
 def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int, tuning: bool = True) -> dict:
+    # "cpu:N": N CPU workers; else GPU indices.
+    cpu_workers = int(gpus.split(":")[1]) if gpus.startswith("cpu:") else None
     tag = gpus.replace(",", "_").replace(":", "") + ("" if tuning else "-untuned")
     store = work / f"store-{tag}.sqlite"
     cache = work / f"cache-{tag}"
     spec = BenchSpec(root=str(HERE), candidates=str(cdir), filter=pattern, trials=trials)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    cpu_workers = int(gpus.split(":")[1]) if gpus.startswith("cpu") else 1
-    outcome = run_bench(spec, Session(gpus="cpu" if gpus.startswith("cpu") else gpus, cpu_workers=cpu_workers,
+    outcome = run_bench(spec, Session(gpus="cpu" if cpu_workers else gpus, cpu_workers=cpu_workers or 1,
                                       store=str(store), cache_dir=str(cache), out=str(work / f"run-{tag}"),
                                       host_tuning=tuning))
     wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     with Store(store) as db:
         log = db.evaluation_log(outcome.run_id)
         attempts = db.attempts(outcome.run_id)
         results = [json.loads(r["result"]) for r in db._query(
             "SELECT e.result FROM evaluation_log l JOIN evaluations e ON e.key = l.key WHERE l.run_id = ?",
             (outcome.run_id,))]
-    n_gpus = cpu_workers if gpus.startswith("cpu") else len(gpus.split(","))
+    n_gpus = cpu_workers or len(gpus.split(","))
     eval_seconds = sum(r["seconds"] or 0.0 for r in log)
     return {"gpus": gpus, "n_gpus": n_gpus, "host_tuning": tuning, "evaluations": outcome.evaluations,
             "reused": outcome.reused,
             "wall_s": round(wall, 2), "evaluations_per_gpu_minute": round(outcome.evaluations / (wall / 60) / n_gpus, 3),
             "evaluations_per_minute": round(outcome.evaluations / (wall / 60), 3),
             "sum_of_evaluation_seconds": round(eval_seconds, 2),
-            "host_profile": {**host_profile(results, wall, n_gpus, eval_seconds,
-                                            (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)),
+            "host_profile": {**host_profile(results, wall, n_gpus, eval_seconds),
                              "store_s": round(outcome.store_seconds, 4)},
             "correct_samples": sum(1 for a in attempts if a["summary"].get("passed")),
             "statuses": _counts(a["summary"].get("status") for a in attempts),
@@ -100,7 +99,7 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
                                                          "geomean_speedup")}}
 
 
-def host_profile(results: list[dict], wall: float, n_gpus: int, eval_seconds: float, cpu_seconds: float) -> dict:
+def host_profile(results: list[dict], wall: float, n_gpus: int, eval_seconds: float) -> dict:
     """Where the time went: each stage summed over the evaluations, the evaluations that timed
     baselines themselves, the harness's CPU seconds and each GPU's time outside evaluations."""
     stages: dict[str, float] = {}
@@ -113,9 +112,9 @@ def host_profile(results: list[dict], wall: float, n_gpus: int, eval_seconds: fl
     return {"stage_seconds_sum": ordered,
             "baselines_timed": sum(1 for r in results if "baselines" in (r.get("stage_seconds") or {})),
             "baselines_cached": sum(1 for r in results if r.get("baselines_cached")),
-            # The servers' own count (their jobs included); getrusage here misses what the
-            # sandbox's init process reaps.
-            "harness_cpu_s": round(max(cpu_seconds, stages.get("server_cpu", 0.0)), 1),
+            # Counted by each server around each job (its own and its reaped job processes'):
+            # getrusage of this process's children would miss what the sandbox's init reaps.
+            "harness_cpu_s": round(stages.get("server_cpu", 0.0), 1),
             "gpu_idle_s": round(max(0.0, wall - eval_seconds / n_gpus), 2)}
 
 

@@ -140,17 +140,8 @@ class Evaluator:
         if self.cpus:
             cmd += ["--cpus", ",".join(map(str, self.cpus))]
         prefix = None
-        persistent = self.cache.root / "cuda-ext"
-        try:
-            persistent.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            persistent = None
-        shared = self.cache.root / "reference-compile" if self.share_compile_cache else None
-        try:
-            if shared is not None:
-                shared.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            shared = None
+        persistent = _made_dir(self.cache.root / "cuda-ext")
+        shared = _made_dir(self.cache.root / "reference-compile") if self.share_compile_cache else None
         self.reference_compile_dir = shared
         # Only the server reads and writes the build cache; jobs get verified copies of their entries.
         self.cuda_cache_dir = persistent or self._scratch_root / "cuda-ext"
@@ -282,34 +273,37 @@ class Evaluator:
                 base.stage_seconds["total"] = time.monotonic() - started
                 return base
             static_flags = [Flag(f"static:{f.kind}", f.message_with_line(), "info") for f in findings]
-        with contextlib.ExitStack() as claims, self._lock:
-            try:
-                self.start()
-            except HarnessStartError as exc:
-                base.reason = str(exc)
-                return base
-            base.fingerprint = dict(self._fingerprint or {})
-            base.isolation = dict(self.isolation)
-            if self._unbilled_start_s:
-                base.stage_seconds["server_start"], self._unbilled_start_s = self._unbilled_start_s, 0.0
-            cache_key = self.cache.key(problem.sha256, base.fingerprint, config)
-            cached = self.cache.get(cache_key) if config.use_baseline_cache else None
-            want_baselines = config.timing and config.baselines and not config.compile_only and cached is None
-            if want_baselines and config.use_baseline_cache and self.coordinate_baselines:
-                # Held until the entry is written (_merge): another evaluator missing this key
-                # waits here for it instead of timing the same baselines on its own GPU.
-                waited = time.monotonic()
-                if claims.enter_context(self.cache.claim(cache_key, wait_s=self._deadline(config))):
-                    cached = self.cache.get(cache_key)
-                    want_baselines = cached is None
-                base.stage_seconds["baseline_wait"] = time.monotonic() - waited
-            options = {"cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}
-            if self.reference_compile_dir is not None:
-                options["reference_compile_dir"] = str(self.reference_compile_dir)
-            request = {"config": config.to_dict(), "problem_source": problem.source,
-                       "candidate_source": candidate_source, "want_baselines": want_baselines,
-                       "candidate_sha256": base.candidate_sha256, "options": options}
-            reply = self._round_trip(request, self._deadline(config))
+        # The claim (below) is held until _merge has written the baselines' entry; the lock only
+        # around the server's round trip, as before.
+        with contextlib.ExitStack() as claims:
+            with self._lock:
+                try:
+                    self.start()
+                except HarnessStartError as exc:
+                    base.reason = str(exc)
+                    return base
+                base.fingerprint = dict(self._fingerprint or {})
+                base.isolation = dict(self.isolation)
+                if self._unbilled_start_s:
+                    base.stage_seconds["server_start"], self._unbilled_start_s = self._unbilled_start_s, 0.0
+                cache_key = self.cache.key(problem.sha256, base.fingerprint, config)
+                cached = self.cache.get(cache_key) if config.use_baseline_cache else None
+                want_baselines = config.timing and config.baselines and not config.compile_only and cached is None
+                if want_baselines and config.use_baseline_cache and self.coordinate_baselines:
+                    # Held until the entry is written (_merge): another evaluator missing this key
+                    # waits here for it instead of timing the same baselines on its own GPU.
+                    waited = time.monotonic()
+                    if claims.enter_context(self.cache.claim(cache_key, wait_s=self._deadline(config))):
+                        cached = self.cache.get(cache_key)
+                        want_baselines = cached is None
+                    base.stage_seconds["baseline_wait"] = time.monotonic() - waited
+                options = {"cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}
+                if self.reference_compile_dir is not None:
+                    options["reference_compile_dir"] = str(self.reference_compile_dir)
+                request = {"config": config.to_dict(), "problem_source": problem.source,
+                           "candidate_source": candidate_source, "want_baselines": want_baselines,
+                           "candidate_sha256": base.candidate_sha256, "options": options}
+                reply = self._round_trip(request, self._deadline(config))
             base.stage_seconds["start_to_reply"] = time.monotonic() - started
             if reply is None:
                 base.status = Status.TIMEOUT
@@ -452,6 +446,16 @@ class Evaluator:
                 if interval is not None:
                     result.speedup_intervals[name] = interval
         return result
+
+
+def _made_dir(path: Path) -> Path | None:
+    """`path`, created if need be; None where it cannot be (a cache that cannot be written only
+    costs time)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return path
 
 
 def evaluate(problem: Problem | str | Path, candidate_source: str, config: EvalConfig | None = None,

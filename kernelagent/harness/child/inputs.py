@@ -43,9 +43,8 @@ def seed_generators(seed: int) -> None:
     that cost ran in the candidate's process (0.1 ms per call on the CPU) and not in the
     reference's calibration, and so read as candidate time on the server's clock."""
     torch.random.default_generator.manual_seed(seed)
-    if torch.cuda.is_initialized():
-        torch.cuda.manual_seed_all(seed)
-    elif torch.cuda.is_available():  # before CUDA's initialisation: its own lazy seeding (rare)
+    # Immediate once CUDA is initialised; before that (rare here) CUDA's own lazy seeding.
+    if torch.cuda.is_initialized() or torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
 
 

@@ -3,14 +3,16 @@
 import os
 import sys
 
-# The CPU affinity comes first, before main.py imports torch: threads torch starts at import
-# would keep the whole machine's CPUs otherwise (an affinity is per thread, inherited).
+# The CPU affinity (--cpus) comes first, before main.py imports torch: threads torch starts at
+# import would keep the whole machine's CPUs otherwise (an affinity is per thread, inherited).
+# Several servers on one host then stop competing for the same cores while each compiles; the
+# jobs inherit it (the caller also sizes OMP, MKL and Inductor's compile workers to match).
 if "--cpus" in sys.argv[:-1]:
     spec = sys.argv[sys.argv.index("--cpus") + 1]
     try:
         os.sched_setaffinity(0, {int(c) for c in spec.split(",")})
-    except (OSError, ValueError):
-        pass  # main() tries again and says why on stderr
+    except (OSError, ValueError) as exc:
+        print(f"kernelagent server: CPU affinity {spec} not applied: {exc}", file=sys.stderr)
 
 from kernelagent.harness.server.main import main  # noqa: E402
 

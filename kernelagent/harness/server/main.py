@@ -204,16 +204,6 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
 
 
-def apply_cpus(spec: str) -> None:
-    """Pin this process to `spec`'s CPUs ("0,1,2"). Several servers on one host then stop
-    competing for the same cores while each compiles; their jobs inherit it (the caller also
-    sizes OMP, MKL and Inductor's compile workers to match)."""
-    try:
-        os.sched_setaffinity(0, {int(c) for c in spec.split(",")})
-    except (OSError, ValueError) as exc:
-        print(f"kernelagent server: CPU affinity {spec} not applied: {exc}", file=sys.stderr)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="kernelagent harness server (started by Evaluator)")
     parser.add_argument("--fd", type=int, required=True)
@@ -221,10 +211,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scratch-root", required=True)
     parser.add_argument("--isolation", default="auto")
     parser.add_argument("--hide", action="append", default=[], help="a directory jobs must not see (repeatable)")
+    # Applied by __main__.py before torch is imported; accepted here so the command line parses.
     parser.add_argument("--cpus", default=None, help="comma-separated CPUs this server and its jobs run on")
     args = parser.parse_args(argv)
-    if args.cpus:  # normally applied already, before torch's import (__main__.py)
-        apply_cpus(args.cpus)
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us exits, which
     # kills servers started from short-lived worker threads. We exit when the caller's
     # socket closes (recv raises EOFError), and jobs are bounded by their stage timeouts.
