@@ -21,6 +21,11 @@ how many evaluations timed baselines, the CPU seconds the harness processes used
 system, counted by each server for its jobs), and each GPU's idle time (wall minus its
 evaluations).
 
+--overlap measures one device instead: the same candidates evaluated one at a time, then several
+at once, plus one candidate beside hostile spinners (benchmarks/overlap.py):
+
+    python benchmarks/bench_throughput.py --overlap --filter 'level1/*' --samples 2 --out overlap.json
+
 --compare measures every GPU set twice in one call: first with the host tuning off (as bench
 ran before issue 17: every server on every CPU, each evaluation compiling its baselines in a
 fresh cache, samples queued problem by problem, no coordination of baselines), then on.
@@ -136,7 +141,23 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the work folder (stores, reports)")
     parser.add_argument("--compare", action="store_true",
                         help="measure each GPU set with the host tuning off, then on (before/after in one call)")
+    parser.add_argument("--overlap", action="store_true",
+                        help="one device: serial against overlapped evaluation, and a spinner neighbour (overlap.py)")
+    parser.add_argument("--jobs", type=int, default=0, help="--overlap: jobs at once (0: the server's default)")
+    parser.add_argument("--spinners", type=int, default=2, help="--overlap: hostile spinner neighbours (0: none)")
     args = parser.parse_args()
+    if args.overlap:
+        from overlap import compare, print_table
+
+        work = Path(tempfile.mkdtemp(prefix="kernelagent-overlap-"))
+        try:
+            out = compare(args.filter, args.samples, args.trials, args.jobs, args.spinners, work, Path(args.out))
+            print_table(out)
+            Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
+            print(f"written: {args.out}")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
 
     visible = visible_gpus()
     # "cpu:N": N CPU harness workers (Triton's interpreter: the pipeline's test, timings not

@@ -58,8 +58,10 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "go": {"seed": (int,)},
     "baselines": {"compile_modes": (list,), "l2_bytes": (int, type(None)), "inductor_dir": (str,),
                   "triton_dir": (str,), "seed": (int,), "budget_bytes": (int,)},
+    "idle_probe": {},
     "exit": {},
     # reference -> server
+    "idle": {"us": _NUM, "idle": (bool,)},
     "ref_ready": {"n_extra": (int,), "extra_plan": (list,), "extra_skipped": (dict,), "alt": (bool,), "input_bytes": (int,), "output_bytes": (int,),
                   "output_dtype": (str,), "flops": _NUM + (type(None),), "param_bytes": (int,),
                   "reference_ops": (list,), "estimate_ms": _NUM, "memory": (dict,)},

@@ -172,6 +172,11 @@ class EvalResult:
     # The timed loop as the server ran it: calls, kept outputs, its own clock, the source of the time.
     timed_loop: dict[str, Any] = field(default_factory=dict)
     baselines_cached: bool = False
+    # Running beside other jobs on one device (server/gate.py): the timing slot's wait and hold
+    # seconds ("wait_s", "held_s", "idle_wait_s"), its hold intervals ("held", epoch seconds),
+    # whether the job shared the device, and whether it was re-run alone after running out of
+    # memory beside others ("retried_alone").
+    concurrency: dict[str, Any] = field(default_factory=dict)
     # The numeric modes the baselines were timed in (baseline_numerics(): TF32 off in every one).
     numerics: dict[str, Any] = field(default_factory=baseline_numerics)
     # "main"; "smoke" when the problem's own small CPU inputs (get_smoke_inputs) were used;

@@ -15,6 +15,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import queue
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -46,16 +47,22 @@ def _resolve_device(device: str) -> tuple[str, str | None]:
 
 
 class Evaluator:
-    """Evaluates candidates for problems, one at a time, on one device.
+    """Evaluates candidates for problems on one device, several at once.
 
-    Use as a context manager, or call close(). Thread-safe (jobs are serialised).
+    Use as a context manager, or call close(). Thread-safe: call `evaluate` from as many threads
+    as you like (or `map`); the server runs up to `concurrency` jobs at a time (0: its default,
+    from the host's CPUs and the device's memory; 1: one at a time), their host work overlapping
+    and every timed phase alone on the device (server/gate.py).
     """
 
     def __init__(self, device: str = "auto", cache_dir: str | Path | None = None,
                  isolation: str = "auto", start_timeout: float = 180.0, hide: list[str | Path] | None = None,
                  cpus: list[int] | None = None, share_compile_cache: bool = True,
-                 coordinate_baselines: bool = True):
+                 coordinate_baselines: bool = True, concurrency: int = 0):
         self.requested_device, self.visible_devices = _resolve_device(device)
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 0:
+            raise ValueError(f"concurrency must be a whole number >= 0 (0: the server's default), got {concurrency!r}")
+        self.concurrency_requested = concurrency
         self.cache = BaselineCache(cache_dir)
         # Host contention (several evaluators on one machine; pool.py chooses these):
         # - cpus: the CPUs this server and its jobs run on, and so its thread pools' sizes
@@ -78,7 +85,11 @@ class Evaluator:
         # Directories no candidate may see (the bench store, say), besides the caches and home.
         self.hide = [str(Path(p).resolve()) for p in (hide or [])]
         self.start_timeout = start_timeout
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # starting and stopping the server
+        self._send_lock = threading.Lock()
+        # job id -> (the queue its replies go to, the connection it was sent on)
+        self._pending: dict[str, tuple["queue.Queue[dict[str, Any] | None]", Connection]] = {}
+        self._reader: threading.Thread | None = None
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._fingerprint: dict[str, Any] | None = None
@@ -139,14 +150,20 @@ class Evaluator:
             cmd += ["--hide", path]
         if self.cpus:
             cmd += ["--cpus", ",".join(map(str, self.cpus))]
+        if self.concurrency_requested:
+            cmd += ["--concurrency", str(self.concurrency_requested)]
         prefix = None
         persistent = _made_dir(self.cache.root / "cuda-ext")
         shared = _made_dir(self.cache.root / "reference-compile") if self.share_compile_cache else None
+        # The device probe's answers (server/main.py cached_probe), hidden from jobs like the rest.
+        probes = _made_dir(self.cache.root / "device-probe")
+        if probes is not None:
+            cmd += ["--probe-cache", str(probes)]
         self.reference_compile_dir = shared
         # Only the server reads and writes the build cache; jobs get verified copies of their entries.
         self.cuda_cache_dir = persistent or self._scratch_root / "cuda-ext"
         if self.isolation_requested in ("auto", "bwrap"):
-            writable = [p for p in (persistent, shared) if p is not None]
+            writable = [p for p in (persistent, shared, probes) if p is not None]
             prefix = sandbox.bubblewrap_command(self._scratch_root, extra_rw=writable or None)
             if prefix is None and writable:
                 prefix = sandbox.bubblewrap_command(self._scratch_root)
@@ -174,6 +191,9 @@ class Evaluator:
             self._kill_server()
             raise HarnessStartError(f"the harness server exited at start:\n{tail}") from None
         self._fingerprint = hello["fingerprint"]
+        self._reader = threading.Thread(target=self._read, args=(self._conn,), name="kernelagent-harness-reader",
+                                        daemon=True)
+        self._reader.start()
         if "error" in self._fingerprint:
             log.warning("device probe: %s", self._fingerprint["error"])
         if self.requested_device == "cuda" and not self._fingerprint.get("cuda"):
@@ -192,6 +212,26 @@ class Evaluator:
         if not prefix and jail.get("mode", "none") == "none":
             self.isolation["warning"] = ("no isolation: candidate code runs as this user, without namespaces "
                                          "(install bubblewrap, or allow user namespaces)")
+
+    def _read(self, conn: Connection) -> None:
+        """The socket's one reader: each `started` and `result` goes to the thread waiting for
+        that job; when the server is gone, every waiting thread hears None."""
+        while True:
+            try:
+                message = protocol.recv(conn, {"started", "result"}, max_bytes=protocol.MAX_CALLER_FRAME)
+            except (EOFError, OSError, protocol.ProtocolError, ValueError, TypeError):
+                break  # TypeError: the connection was closed under us (abort, close)
+            entry = self._pending.get(str(message.get("job")))
+            if entry is not None and entry[1] is conn:
+                entry[0].put(message)
+        for box, sent_on in list(self._pending.values()):
+            if sent_on is conn:
+                box.put(None)
+
+    @property
+    def concurrency(self) -> dict[str, Any]:
+        """The server's jobs at once, its default and why (after start)."""
+        return dict((self._fingerprint or {}).get("concurrency") or {})
 
     def _kill_server(self) -> None:
         if self._proc is not None:
@@ -220,7 +260,8 @@ class Evaluator:
         with self._lock:
             if self._conn is not None and self._proc is not None and self._proc.poll() is None:
                 try:
-                    protocol.send(self._conn, "shutdown", "-")
+                    with self._send_lock:
+                        protocol.send(self._conn, "shutdown", "-")
                     self._proc.wait(timeout=10)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
@@ -286,24 +327,46 @@ class Evaluator:
                 base.isolation = dict(self.isolation)
                 if self._unbilled_start_s:
                     base.stage_seconds["server_start"], self._unbilled_start_s = self._unbilled_start_s, 0.0
-                cache_key = self.cache.key(problem.sha256, base.fingerprint, config)
-                cached = self.cache.get(cache_key) if config.use_baseline_cache else None
-                want_baselines = config.timing and config.baselines and not config.compile_only and cached is None
-                if want_baselines and config.use_baseline_cache and self.coordinate_baselines:
-                    # Held until the entry is written (_merge): another evaluator missing this key
-                    # waits here for it instead of timing the same baselines on its own GPU.
-                    waited = time.monotonic()
-                    if claims.enter_context(self.cache.claim(cache_key, wait_s=self._deadline(config))):
-                        cached = self.cache.get(cache_key)
-                        want_baselines = cached is None
-                    base.stage_seconds["baseline_wait"] = time.monotonic() - waited
-                options = {"cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}
-                if self.reference_compile_dir is not None:
-                    options["reference_compile_dir"] = str(self.reference_compile_dir)
-                request = {"config": config.to_dict(), "problem_source": problem.source,
-                           "candidate_source": candidate_source, "want_baselines": want_baselines,
-                           "candidate_sha256": base.candidate_sha256, "options": options}
+            cache_key = self.cache.key(problem.sha256, base.fingerprint, config)
+            cached = self.cache.get(cache_key) if config.use_baseline_cache else None
+            want_baselines = config.timing and config.baselines and not config.compile_only and cached is None
+            deferred = False
+            if want_baselines and config.use_baseline_cache and self.coordinate_baselines:
+                # The right to time this key's baselines, held until the entry is written (_merge).
+                # Taken without waiting: when another evaluation (a thread here, or another
+                # evaluator) holds it, this one runs without baselines and waits for that entry
+                # only after its own verdict, so same-problem candidates still overlap.
+                if claims.enter_context(self.cache.claim(cache_key, wait_s=0)):
+                    cached = self.cache.get(cache_key)
+                    want_baselines = cached is None
+                else:
+                    want_baselines, deferred = False, True
+            options: dict[str, Any] = {"cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}
+            if self.reference_compile_dir is not None:
+                options["reference_compile_dir"] = str(self.reference_compile_dir)
+            request = {"config": config.to_dict(), "problem_source": problem.source,
+                       "candidate_source": candidate_source, "want_baselines": want_baselines,
+                       "candidate_sha256": base.candidate_sha256, "options": options}
+            reply = self._round_trip(request, self._deadline(config))
+            if reply is not None and "result" in reply and \
+                    (reply["result"].get("concurrency") or {}).get("retry_alone"):
+                # Out of memory beside other jobs: never the candidate's verdict until it ran alone.
+                first = reply["result"].get("stage_seconds") or {}
+                request["options"] = dict(options, alone=True)
                 reply = self._round_trip(request, self._deadline(config))
+                if reply is not None and "result" in reply:
+                    reply["result"].setdefault("concurrency", {})["retried_alone"] = True
+                    reply["result"].setdefault("stage_seconds", {})["first_try"] = \
+                        float(first.get("total_server", 0.0) or 0.0)
+            if deferred and reply is not None and "result" in reply and \
+                    reply["result"].get("status") == Status.CORRECT:
+                waited = time.monotonic()
+                if claims.enter_context(self.cache.claim(cache_key, wait_s=self._deadline(config))):
+                    cached = self.cache.get(cache_key)
+                base.stage_seconds["baseline_wait"] = time.monotonic() - waited
+                if cached is None:  # the holder's candidate failed before its baselines: time them here
+                    request["want_baselines"] = True
+                    reply = self._round_trip(request, self._deadline(config))
             base.stage_seconds["start_to_reply"] = time.monotonic() - started
             if reply is None:
                 base.status = Status.TIMEOUT
@@ -358,35 +421,77 @@ class Evaluator:
     def _deadline(self, config: EvalConfig) -> float:
         t = config.timeouts
         load, compile_ = t.limit("load", config.backend), t.limit("compile", config.backend)
-        return t.start + load + compile_ + 2 * t.correctness + 2 * t.timing + t.baselines + 60
+        # Jobs ahead of this one (admission) and neighbours' timed phases (the gate) add to its
+        # wall time, not to its stage clocks: a generous multiple of what one job may take.
+        one = t.start + load + compile_ + 2 * t.correctness + 2 * t.timing + t.baselines + 60
+        jobs = int(self.concurrency.get("jobs") or 1)
+        return one + (jobs - 1) * (2 * t.timing + t.baselines / 4)
 
     def _round_trip(self, request: dict[str, Any], deadline_s: float) -> dict[str, Any] | None:
         """Send one job, give it its nonce once the server has forked it, and wait for the
-        result that carries both. Anything else on the socket is a broken server: it is
-        killed (and restarted for the next evaluation), and this job is a harness error."""
-        assert self._conn is not None
+        result that carries both. Several jobs share the socket (the reader thread routes the
+        replies). A job past its overall deadline means a server that stopped answering: it is
+        killed (the jobs in flight with it end as harness errors) and restarted next time."""
         job = secrets.token_hex(8)
         nonce = secrets.token_hex(16)
         until = time.monotonic() + deadline_s
+        box: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        conn, proc = self._conn, self._proc
         try:
-            protocol.send(self._conn, "evaluate", job, **request)
-            if not self._conn.poll(max(0.0, until - time.monotonic())):
+            if conn is None:
+                return {"error": "the harness server is not running"}
+            self._pending[job] = (box, conn)
+            try:
+                with self._send_lock:
+                    protocol.send(conn, "evaluate", job, **request)
+                started = self._next(box, until)
+                if started is None or started.get("type") != "started":
+                    return self._lost(proc, started)
+                with self._send_lock:
+                    protocol.send(conn, "nonce", job, nonce=nonce)
+                message = self._next(box, until)
+                if message is None or message.get("type") != "result":
+                    return self._lost(proc, message)
+                if message.get("nonce") != nonce:
+                    self._kill_server_if(proc)
+                    return {"error": "the harness server sent a result without this job's nonce; it was killed and "
+                                     "will be restarted"}
+                return {"result": message["result"]}
+            except (EOFError, OSError) as exc:
+                self._kill_server_if(proc)
+                return {"error": f"the harness server died ({exc}); it will be restarted for the next evaluation"}
+        finally:
+            self._pending.pop(job, None)
+
+    @staticmethod
+    def _next(box: "queue.Queue[dict[str, Any] | None]", until: float) -> dict[str, Any] | None:
+        try:
+            message = box.get(timeout=max(0.0, until - time.monotonic()))
+        except queue.Empty:
+            return {"type": "deadline"}
+        return message
+
+    def _lost(self, proc: subprocess.Popen | None, message: dict[str, Any] | None) -> dict[str, Any] | None:
+        self._kill_server_if(proc)
+        if message is not None and message.get("type") == "deadline":
+            return None
+        return {"error": "the harness server died; it will be restarted for the next evaluation"}
+
+    def _kill_server_if(self, proc: subprocess.Popen | None) -> None:
+        """Kill the server this job was sent to, unless it was already replaced."""
+        with self._lock:
+            if proc is not None and self._proc is proc:
                 self._kill_server()
-                return None
-            protocol.recv(self._conn, {"started"}, job)
-            protocol.send(self._conn, "nonce", job, nonce=nonce)
-            if not self._conn.poll(max(0.0, until - time.monotonic())):
-                self._kill_server()
-                return None
-            message = protocol.recv(self._conn, {"result"}, job, nonce, max_bytes=protocol.MAX_CALLER_FRAME)
-            return {"result": message["result"]}
-        except (EOFError, OSError) as exc:
-            self._kill_server()
-            return {"error": f"the harness server died ({exc}); it will be restarted for the next evaluation"}
-        except protocol.ProtocolError as exc:
-            self._kill_server()
-            return {"error": f"the harness server sent something that is not a result for this job ({exc}); "
-                             "it was killed and will be restarted"}
+
+    def map(self, jobs: list[tuple[Problem | str | Path, str, EvalConfig | None]]) -> list[EvalResult]:
+        """Evaluate several (problem, candidate source, config) at once; results in order."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        jobs = list(jobs)
+        if not jobs:
+            return []
+        with ThreadPoolExecutor(max_workers=min(len(jobs), 64), thread_name_prefix="kernelagent-eval") as pool:
+            return list(pool.map(lambda job: self.evaluate(*job), jobs))
 
     def _merge(self, base: EvalResult, raw: dict[str, Any], cached: dict[str, Any] | None, cache_key: str,
                config: EvalConfig) -> EvalResult:

@@ -1,9 +1,9 @@
 """A pool of evaluators: one harness server per GPU, used from many threads.
 
-Each Evaluator runs one job at a time, so two timings on the same GPU never overlap;
-jobs go to whichever evaluator is free. Without a GPU the pool has `cpu_workers` CPU
-evaluators (timings there mean nothing anyway, so running several at once costs nothing
-but cores).
+Each Evaluator's server runs several jobs at once (`jobs_per_device`; 0: the server's default,
+from the host's CPUs and the device's memory), with every timed phase alone on its device
+(server/gate.py); jobs go to the evaluator with the fewest in flight. Without a GPU the pool has
+`cpu_workers` CPU evaluators.
 
     with EvaluatorPool() as pool:                       # all visible GPUs
         results = pool.map([(problem, source, config), ...])   # order kept
@@ -12,9 +12,9 @@ but cores).
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import subprocess
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable
@@ -82,19 +82,23 @@ class EvaluatorPool:
     evaluators run as they did before, for benchmarks/bench_throughput.py's before/after."""
 
     def __init__(self, devices: list[str] | None = None, cache_dir: str | Path | None = None,
-                 isolation: str = "auto", cpu_workers: int = 1, host_tuning: bool = True):
+                 isolation: str = "auto", cpu_workers: int = 1, host_tuning: bool = True,
+                 jobs_per_device: int = 0):
         if devices is None:
             gpus = visible_gpus()
             devices = [f"cuda:{i}" for i in gpus] if gpus else ["cpu"] * max(1, cpu_workers)
         self.devices = devices
         shares = split_cpus(len(devices)) if host_tuning else [None] * len(devices)
         self.evaluators = [Evaluator(device=d, cache_dir=cache_dir, isolation=isolation, cpus=cpus,
-                                     share_compile_cache=host_tuning, coordinate_baselines=host_tuning)
+                                     share_compile_cache=host_tuning, coordinate_baselines=host_tuning,
+                                     concurrency=jobs_per_device)
                            for d, cpus in zip(devices, shares)]
-        self._free: queue.Queue[Evaluator] = queue.Queue()
-        for evaluator in self.evaluators:
-            self._free.put(evaluator)
-        self._executor = ThreadPoolExecutor(max_workers=len(self.evaluators), thread_name_prefix="kernelagent-eval")
+        self._load = {id(e): 0 for e in self.evaluators}
+        self._load_lock = threading.Lock()
+        # Enough threads to keep every server's admission full (the servers bound the real work).
+        per = jobs_per_device if jobs_per_device > 0 else 8
+        self._executor = ThreadPoolExecutor(max_workers=len(self.evaluators) * per,
+                                            thread_name_prefix="kernelagent-eval")
 
     def __enter__(self) -> "EvaluatorPool":
         return self
@@ -107,20 +111,24 @@ class EvaluatorPool:
         return len(self.evaluators)
 
     def fingerprint(self) -> dict[str, Any]:
-        evaluator = self._free.get()
-        try:
-            return evaluator.fingerprint()
-        finally:
-            self._free.put(evaluator)
+        return self.evaluators[0].fingerprint()
+
+    def _take(self) -> Evaluator:
+        with self._load_lock:
+            evaluator = min(self.evaluators, key=lambda e: self._load[id(e)])
+            self._load[id(evaluator)] += 1
+            return evaluator
 
     def evaluate(self, problem: Problem | str | Path, candidate_source: str,
                  config: EvalConfig | None = None) -> EvalResult:
-        """Blocks until an evaluator is free, then evaluates on it."""
-        evaluator = self._free.get()
+        """Evaluates on the evaluator with the fewest jobs in flight (its server queues the job
+        when it already runs as many as it admits)."""
+        evaluator = self._take()
         try:
             return evaluator.evaluate(problem, candidate_source, config)
         finally:
-            self._free.put(evaluator)
+            with self._load_lock:
+                self._load[id(evaluator)] -= 1
 
     def submit(self, problem: Problem | str | Path, candidate_source: str,
                config: EvalConfig | None = None) -> Future:

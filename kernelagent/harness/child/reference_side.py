@@ -24,7 +24,14 @@ from kernelagent.harness.child.common import (_device, _error_kind, _op_names, _
                                                compact_traceback, import_problem, make_timer, make_timing_sets)
 from kernelagent.harness.config import EvalConfig
 
-_ASKS = frozenset({"check", "calibrate", "baselines", "exit"})
+_ASKS = frozenset({"check", "calibrate", "baselines", "idle_probe", "exit"})
+# The device reads idle when a spin of IDLE_SPIN_CYCLES (a few microseconds), launched and
+# synchronised, returns within this many microseconds (the median of IDLE_READS). Alone on an
+# H100 it takes ~60 us; beside another context's kernels the device time-slices and it takes
+# 0.9-2.5 ms (measured with a neighbour spinning 2-200 ms kernels).
+IDLE_SPIN_CYCLES = 10_000
+IDLE_MAX_US = 500.0
+IDLE_READS = 5
 
 
 class ReferenceSide:
@@ -96,6 +103,7 @@ class ReferenceSide:
         self.output_shapes = [(tuple(o.shape), o.dtype) for o in outputs]
         input_bytes, output_bytes = int(inputs_mod.tensor_bytes(first)), int(inputs_mod.tensor_bytes(outputs))
         output_dtype = str(outputs[0].dtype).removeprefix("torch.") if outputs else "float32"
+        self.io_bytes = input_bytes + output_bytes
         del first, outputs  # before the derived sets run: never both sets in memory at once
         try:
             extra_plan, extra_skipped = self.validate_derived(int(n_extra))
@@ -174,6 +182,8 @@ class ReferenceSide:
                 self.release()
             elif kind == "calibrate":
                 self.calibrate(message)
+            elif kind == "idle_probe":
+                self.idle_probe()
             elif kind == "baselines":
                 self.baselines(message)
                 self.release()
@@ -251,12 +261,18 @@ class ReferenceSide:
         verdict["message"] = str(verdict["message"])[:4000]
         self.send("verdict", **verdict)
 
+    def join_compiling(self) -> None:
+        """Nothing of the early baseline compile may run beside a timed phase."""
+        if getattr(self, "_compiling", None) is not None:
+            self._compiling.join()
+
     def calibrate(self, order: dict[str, Any]) -> None:
         """The candidate's timed loop with an empty model, in the same two phases: fresh input
         sets, L2 flush, synchronisation and the output copy, so the server can subtract what the
         loop itself costs from its clock around the candidate's measured phase. Out of device
         memory (a second calibration runs beside the candidate's kept outputs), it answers
         `calibrated` with seconds -1 and stays alive: the server then keeps its first measure."""
+        self.join_compiling()
         try:
             self._calibrate(order)
             return
@@ -297,32 +313,118 @@ class ReferenceSide:
                 self.release()
             self.send("calibrated", seconds=seconds, calls=calls)
 
+    def idle_probe(self) -> None:
+        """Is the device idle? A tiny spin, launched and synchronised, IDLE_READS times: another
+        context's kernels (a neighbour's, queued before it was stopped) time-slice with it and
+        stretch it to milliseconds. The server asks before each timed phase (server/gate.py)."""
+        reads = [0.0]
+        self.join_compiling()
+        if self.device.type == "cuda" and timing._cuda_sleep is not None:
+            reads = []
+            for _ in range(IDLE_READS):
+                started = time.perf_counter()
+                timing._cuda_sleep(IDLE_SPIN_CYCLES)
+                _sync(self.device)
+                reads.append((time.perf_counter() - started) * 1e6)
+        # The median: alone, a read now and then pays a context switch (one of 20 read 0.77 ms
+        # on an H100); beside a busy context every read waits for a time slice.
+        typical = sorted(reads)[len(reads) // 2]
+        self.send("idle", us=float(typical), idle=typical <= IDLE_MAX_US)
+
+    def start_compiling(self) -> None:
+        """When the server will want the torch.compile baselines (job["baselines_compile"]: a
+        cache miss on a GPU), compile them now, in a thread, while the candidate's process
+        imports, compiles and is checked: Inductor's seconds leave the evaluation's critical
+        path. Only for problems small beside the device's memory (the compile runs one call)."""
+        plan = self.job.get("baselines_compile")
+        self._compiled: dict[str, Any] | None = None
+        self._compiling = None
+        if not plan or self.device.type != "cuda":
+            return
+        free = torch.cuda.mem_get_info(self.device)[0]
+        if 3 * self.io_bytes > 0.2 * free:  # a large problem: compile later, alone in memory
+            return
+        import threading
+
+        def work() -> None:
+            try:
+                self._compiled = self.compile_runners(list(plan["compile_modes"]), plan.get("inductor_dir"),
+                                                      plan.get("triton_dir"), int(self.job["compile_seed"]))
+            except BaseException as exc:  # noqa: BLE001 - baselines() compiles again and reports
+                self._compiled = {"error": compact_traceback(exc)}
+
+        self._compiling = threading.Thread(target=work, name="kernelagent-baseline-compile", daemon=True)
+        self._compiling.start()
+
+    def compile_runners(self, modes: list[str], inductor_dir: str | None, triton_dir: str | None,
+                        seed: int) -> dict[str, Any]:
+        """Each runner with its "empty" twin (a one-op module on a 1-element tensor, run the same
+        way: eager, or compiled in the same mode; its time is the runner's own per-call cost:
+        Python, guards, launch, CUDA-graph replay), each called once so that compilation is done
+        before anything is timed. {"runners": {name: (runner, empty)}, "errors": {name: text}}."""
+        if inductor_dir:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_dir)
+        if triton_dir:  # Inductor's kernels land in Triton's cache, not its own
+            os.environ["TRITON_CACHE_DIR"] = str(triton_dir)
+        errors: dict[str, str] = {}
+        empty = _EmptyModel().to(self.device)
+        runners: dict[str, Any] = {"eager": (self.model, empty)}
+        for mode in modes:
+            name = "compile" if mode == "default" else f"compile:{mode}"
+            try:
+                options = {"mode": None if mode == "default" else mode}
+                runners[name] = (torch.compile(self.model, **options), torch.compile(empty, **options))
+            except BaseException as exc:
+                errors[name] = compact_traceback(exc)
+        first = inputs_mod.make_inputs(self.problem, "main", seed, self.smoke, self.device)
+        one = [torch.zeros(1, device=self.device)]
+        for name, (runner, empty_runner) in list(runners.items()):
+            if name == "eager":
+                continue
+            try:
+                with torch.no_grad():
+                    runner(*first)  # compiles the graph, untimed
+                    empty_runner(*one)
+            except BaseException as exc:
+                errors[name] = compact_traceback(exc)
+                runners.pop(name)
+        del first
+        _sync(self.device)
+        return {"runners": runners, "errors": errors, "modes": list(modes)}
+
+    def wait_for_go(self) -> None:
+        """The server's `go` for the baselines' timing; meanwhile it holds the device's timing
+        slot and asks whether the device is idle (answered here)."""
+        while protocol.recv(self.server, {"go", "idle_probe"}, self.job_id, self.nonce)["type"] == "idle_probe":
+            self.idle_probe()
+
     def baselines(self, message: dict[str, Any]) -> None:
+        """Compile (or take what start_compiling compiled), say `warmed`, wait for the server's
+        `go` (it holds the device's timing slot then), and time every runner."""
         timings: dict[str, Any] = {}
         errors: dict[str, str] = {}
         overhead: dict[str, float | None] = {}
-        if message.get("inductor_dir"):
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(message["inductor_dir"])
-        if message.get("triton_dir"):  # Inductor's kernels land in Triton's cache, not its own
-            os.environ["TRITON_CACHE_DIR"] = str(message["triton_dir"])
+        warmed = False
         try:
+            compiled = None
+            if getattr(self, "_compiling", None) is not None:
+                self._compiling.join()
+                compiled = self._compiled
+                if compiled is not None and ("error" in compiled or
+                                             compiled.get("modes") != list(message.get("compile_modes", []))):
+                    compiled = None  # compiled for other modes, or failed: do it here
+            if compiled is None:
+                compiled = self.compile_runners(list(message.get("compile_modes", [])), message.get("inductor_dir"),
+                                                message.get("triton_dir"), int(message["seed"]))
+            runners, errors = compiled["runners"], dict(compiled["errors"])
             input_sets = make_timing_sets(self.problem, int(message["seed"]), self.config, self.smoke, self.device,
                                           budget_bytes=int(message["budget_bytes"]))
             timer = make_timer(self.device, self.config, message.get("l2_bytes"))
-            # Each runner with its "empty" twin: a one-op module on a 1-element tensor, run the
-            # same way (eager, or compiled in the same mode). Its time is the runner's own
-            # per-call cost (Python, guards, launch, CUDA-graph replay), which a speedup on a
-            # small problem may come from.
-            empty = _EmptyModel().to(self.device)
-            runners: dict[str, Any] = {"eager": (self.model, empty)}
-            for mode in message.get("compile_modes", []):
-                name = "compile" if mode == "default" else f"compile:{mode}"
-                try:
-                    options = {"mode": None if mode == "default" else mode}
-                    runners[name] = (torch.compile(self.model, **options), torch.compile(empty, **options))
-                except BaseException as exc:
-                    errors[name] = compact_traceback(exc)
             empty_inputs = [[torch.zeros(1, device=self.device)]]
+            _sync(self.device)
+            self.send("warmed", kept=[])
+            warmed = True
+            self.wait_for_go()
             for name, (runner, empty_runner) in runners.items():
                 try:
                     report = self._time_runner(timer, runner, input_sets)
@@ -339,8 +441,13 @@ class ReferenceSide:
                 except BaseException as exc:  # the baseline's own time stands without it
                     overhead[name] = None
                     errors[f"{name} (empty call)"] = compact_traceback(exc)
+        except (EOFError, OSError, protocol.ProtocolError):
+            raise
         except BaseException as exc:
             errors["setup"] = compact_traceback(exc)
+        if not warmed:
+            self.send("warmed", kept=[])
+            self.wait_for_go()
         self.send("baseline_timings", timings=timings, errors=errors, overhead_ms=protocol.json_safe(overhead))
 
     def _time_runner(self, timer: timing.Timer, runner: Any, input_sets: list[list[Any]]) -> timing.TimingReport:
@@ -372,6 +479,7 @@ def reference_main(job: dict[str, Any], server: Connection, workdir: Path) -> No
         hello = protocol.recv(server, {"ref_nonce"}, job["job_id"])
         side = ReferenceSide(job, server, workdir, hello["nonce"])
         if side.fits() and side.setup():
+            side.start_compiling()
             side.serve()
     except (EOFError, OSError, protocol.ProtocolError):
         pass

@@ -207,6 +207,17 @@ class Nvml:
             return None
         return int(value.value) or None
 
+    def free_bytes(self, handle: Any) -> int | None:
+        """Free device memory (nvmlDeviceGetMemoryInfo), without a CUDA context."""
+
+        class _Memory(ctypes.Structure):
+            _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+        info = _Memory()
+        fn = self.lib.nvmlDeviceGetMemoryInfo
+        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.POINTER(_Memory)], ctypes.c_int
+        return int(info.free) if fn(handle, ctypes.byref(info)) == 0 else None
+
     def close(self) -> None:
         fn = getattr(self.lib, "nvmlShutdown", None)
         if fn is not None:

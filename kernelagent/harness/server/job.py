@@ -19,6 +19,8 @@ a time, and relays what the candidate sends to the reference, so:
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import math
 import multiprocessing as mp
 import os
@@ -26,6 +28,7 @@ import random
 import secrets
 import shutil
 import signal
+import threading
 import time
 import traceback
 import uuid
@@ -37,7 +40,8 @@ from kernelagent.harness import protocol
 from kernelagent.harness.child.inputs import SEED_ALT, SEED_EXTRA, SEED_POST_TIMING, SEED_TIMING
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import Status
-from kernelagent.harness.server import verdict
+from kernelagent.harness.server import gate as gate_mod, verdict
+from kernelagent.harness.server.gate import Gate
 from kernelagent.harness.server.verdict import CheckRecord
 
 FORK = mp.get_context("fork")
@@ -52,6 +56,9 @@ MAX_SEGMENTS = 256  # a loop of huge outputs (one kept per segment) stops here
 # The server reads the SM clock around the candidate's loop only where NVML starts faster than
 # this (measured by the device probe): it opens and closes NVML around each loop.
 NVML_INIT_MAX_MS = 200.0
+# The least time a timed loop may hold the device's slot beside other jobs (see _timed_loop).
+SLOT_MIN_S = 15.0
+SLOT_SEGMENT_S = 5.0
 
 _START_STAGES = ("start", "load", "compile")
 
@@ -182,8 +189,17 @@ class Job:
     """Runs one evaluation and produces the fields of an EvalResult (as a dict)."""
 
     def __init__(self, request: dict[str, Any], scratch_root: Path, fingerprint: dict[str, Any],
-                 jail: dict[str, Any]):
+                 jail: dict[str, Any], gate: Gate | None = None):
         self.request = request
+        # The device's timing slot, shared by the server's concurrent jobs (server/gate.py); a
+        # job on its own gets a gate of its own.
+        self.gate = gate if gate is not None else Gate()
+        self.gate_memory: gate_mod.MemoryLedger | None = getattr(self.gate, "memory", None)
+        self._pause_lock = threading.Lock()
+        self._paused_depth = 0
+        self._paused_since = 0.0
+        self._paused_s = 0.0
+        self.concurrency: dict[str, Any] = {}
         self.job_id = request["job"]
         self.config = EvalConfig.from_dict(request["config"])
         self.fingerprint = fingerprint
@@ -197,12 +213,16 @@ class Job:
         self.planned: list[str] = []
         self.stage = "start"
         self.stage_started = time.monotonic()
+        self.stage_clock = self.clock()
         self.ready: dict[str, Any] = {}
         self.ref: mp.Process | None = None
         self.cand: mp.Process | None = None
         self.ref_nonce = ""
         self.call_latency_ms: list[float] = []
         self.derived_dims: dict[str, tuple[str, str]] = {}  # extra:<j> -> (its dims, the main's)
+        self.hold: gate_mod.Hold | None = None
+        self.alone = bool((request.get("options") or {}).get("alone"))
+        self.out_of_memory = False  # an out-of-memory error was seen (retried alone when it ran beside others)
 
     # -- helpers -------------------------------------------------------------------
     def fail(self, status: str, reason: str, stage: str | None) -> None:
@@ -216,7 +236,48 @@ class Job:
         now = time.monotonic()
         seconds = self.result["stage_seconds"]
         seconds[self.stage] = seconds.get(self.stage, 0.0) + now - self.stage_started
-        self.stage, self.stage_started = name, now
+        self.stage, self.stage_started, self.stage_clock = name, now, self.clock()
+
+    # -- the job's clock: stage deadlines run on it -----------------------------------------
+    def clock(self) -> float:
+        """Monotonic seconds, less the time this job spent waiting for the device's timing slot
+        or stopped while a neighbour timed (server/gate.py): a job is never timed out for the
+        time others held the device."""
+        with self._pause_lock:
+            paused = self._paused_s + (time.monotonic() - self._paused_since if self._paused_depth else 0.0)
+        return time.monotonic() - paused
+
+    def pause_clock(self, paused: bool) -> None:
+        with self._pause_lock:
+            if paused:
+                if self._paused_depth == 0:
+                    self._paused_since = time.monotonic()
+                self._paused_depth += 1
+            elif self._paused_depth:
+                self._paused_depth -= 1
+                if self._paused_depth == 0:
+                    self._paused_s += time.monotonic() - self._paused_since
+
+    def wait(self, conns: list[Any], deadline: float) -> list[Any]:
+        """multiprocessing.connection.wait until `deadline` on the job's clock ([] then)."""
+        while True:
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                return []
+            ready = wait(conns, timeout=min(remaining, 0.5))
+            if ready:
+                return ready
+
+    def freeze_candidate(self, stop: bool) -> None:
+        if self.cand is not None:
+            self.stop_candidate(stop)
+
+    def freeze(self, stop: bool) -> None:
+        """Stop (or continue) every process of this job, for a neighbour's timed loop."""
+        if self.cand is not None:
+            self.stop_candidate(stop)
+        if self.ref is not None and self.ref.pid is not None:
+            gate_mod.signal_processes([self.ref.pid], stop)
 
     def limit(self, name: str) -> float:
         return self.config.timeouts.limit(name, self.config.backend)
@@ -226,6 +287,7 @@ class Job:
         """Start the job's two processes. Called before the caller sends this job's nonce and
         before any secret seed is drawn, so neither is in the candidate's memory."""
         self.started = time.monotonic()
+        self.started_epoch = time.time()
         self.scratch = self.root / "candidate"
         self.refdir = self.root / "reference"
         self.scratch.mkdir(parents=True)
@@ -250,7 +312,6 @@ class Job:
         (self.scratch / "problem.py").write_text(self.problem_source)
         (self.scratch / "candidate.py").write_text(self.request["candidate_source"])
         (self.refdir / "problem.py").write_text(self.problem_source)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(self.refdir / "inductor")
         options = self.request.get("options", {})
         if self.config.backend == "cuda" and options.get("cuda_cache_dir") and self.fingerprint.get("cuda"):
             from kernelagent.harness.server import build_cache
@@ -266,6 +327,13 @@ class Job:
                           "candidate_sha256": self.request.get("candidate_sha256", ""),
                           "capability": self.fingerprint.get("capability"), "compile_seed": self.compile_seed,
                           "device_free_bytes": self.fingerprint.get("free_bytes")}
+        if self.request.get("want_baselines") and self.fingerprint.get("cuda") and self.config.compile_modes:
+            # The reference compiles the torch.compile baselines while the candidate is checked
+            # (reference_side.start_compiling): they are wanted only if it is correct, but the
+            # compile is host work that would otherwise sit on the evaluation's critical path.
+            inductor_dir, triton_dir = self.baseline_dirs()
+            self.child_job["baselines_compile"] = {"compile_modes": list(self.config.compile_modes),
+                                                   "inductor_dir": str(inductor_dir), "triton_dir": str(triton_dir)}
         self.result["input_set"] = input_set
         self.result["device"] = self.fingerprint.get("gpu_name", "cpu") if self.fingerprint.get("cuda") else "cpu"
         self.to_ref, ref_end = FORK.Pipe()
@@ -286,6 +354,19 @@ class Job:
         # inherited, the sentinel pipe's write end included, which would read as a death.
         self.ref_alive_fd = os.pidfd_open(self.ref.pid)
         self.cand_alive_fd = os.pidfd_open(self.cand.pid)
+        self.gate.register(self)  # from now on a neighbour's timed loop stops these processes too
+
+    def abandon(self) -> None:
+        """The job will not run (its nonce never came): its processes go, nothing is reported."""
+        self.gate.unregister(self)
+        for proc in (self.cand, self.ref):
+            _kill_group(proc)
+            if proc is not None:
+                proc.join(5)
+        for conn in (getattr(self, "to_ref", None), getattr(self, "to_cand", None)):
+            if conn is not None:
+                conn.close()
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def plan_cpu_inputs(self) -> str:
         """On the CPU, for a problem without get_smoke_inputs(): the sizes the whole job runs at
@@ -376,11 +457,19 @@ class Job:
             protocol.send(self.to_ref, "ref_nonce", self.job_id, nonce=self.ref_nonce)
             self.supervise()
         except StageTimeout:
-            self.fail(Status.TIMEOUT, f"stage '{self.stage}' ran past its {self.limit(self.stage):.0f} s limit; "
-                                      "the candidate's processes were killed", self.stage)
+            if self.stage == "timing" and getattr(self, "slot_limited", None):
+                self.fail(Status.TIMEOUT, f"the timed loop held the device for more than {self.slot_limited:.0f} s "
+                                          "(50x the reference's time per call, at least "
+                                          f"{SLOT_MIN_S:.0f} s) while other evaluations waited for it; the "
+                                          "candidate's processes were killed. Work the candidate queues "
+                                          "outside its calls (threads, other streams) counts here", self.stage)
+            else:
+                self.fail(Status.TIMEOUT, f"stage '{self.stage}' ran past its {self.limit(self.stage):.0f} s limit; "
+                                          "the candidate's processes were killed", self.stage)
         except CandidateGone:
             self.cand_died()
         except ReferenceGone as exc:
+            self.out_of_memory = self.out_of_memory or "out of device memory" in str(exc)
             self.fail(Status.HARNESS_ERROR, f"the reference process {exc} during stage '{self.stage}'", self.stage)
         except protocol.ProtocolError as exc:
             self.candidate_protocol(str(exc))
@@ -400,9 +489,11 @@ class Job:
             except Exception:  # noqa: BLE001
                 self.result["baselines"] = {"errors": {"harness": traceback.format_exc(limit=3)}}
         self.ref_stats()
+        self.shared_device = self.gate.unregister(self)
         _kill_group(self.ref)
         if self.ref is not None:
             self.ref.join(5)
+        self.conclude_concurrency()
         self.to_ref.close()
         self.to_cand.close()
         for fd in (getattr(self, "ref_alive_fd", None), getattr(self, "cand_alive_fd", None)):
@@ -422,6 +513,23 @@ class Job:
             self.result["log"] += "\n--- reference process ---\n" + ref_log
         self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def conclude_concurrency(self) -> None:
+        """What running beside other jobs cost this one (result.concurrency), and the rule for
+        memory: an out-of-memory error in a job that shared the device is a harness error the
+        caller re-runs alone (caller/evaluator.py), never the candidate's; alone, it is the
+        candidate's as before."""
+        shared = bool(getattr(self, "shared_device", False))
+        self.concurrency.update(shared_device=shared, alone=self.alone,
+                                span=[round(getattr(self, "started_epoch", time.time()), 4), round(time.time(), 4)])
+        if self.out_of_memory and shared and not self.alone and \
+                self.result["status"] in (Status.RUNTIME_ERROR, Status.HARNESS_ERROR, Status.CRASHED):
+            self.result.update(status=Status.HARNESS_ERROR, correct=False,
+                               reason="out of device memory while other evaluations shared the device; it is re-run "
+                                      "alone before anything is said about the candidate (was: "
+                                      + str(self.result.get("reason", ""))[:300] + ")")
+            self.concurrency["retry_alone"] = True
+        self.result["concurrency"] = gate_mod.describe(self.concurrency)
 
     def precompile_only(self) -> dict[str, Any]:
         """A CUDA candidate without a GPU: compile its sources with nvcc; nothing runs.
@@ -449,7 +557,7 @@ class Job:
     def ref_recv(self, accept: set[str], deadline: float) -> dict[str, Any]:
         assert self.ref is not None
         while True:
-            ready = wait([self.to_ref, self.ref_alive_fd], timeout=max(0.0, deadline - time.monotonic()))
+            ready = self.wait([self.to_ref, self.ref_alive_fd], deadline)
             if not ready:
                 raise StageTimeout()
             if self.to_ref in ready:
@@ -481,7 +589,7 @@ class Job:
         `failure` ends the job. Anything else is a protocol violation."""
         assert self.cand is not None
         while True:
-            ready = wait([self.to_cand, self.cand_alive_fd], timeout=max(0.0, deadline - time.monotonic()))
+            ready = self.wait([self.to_cand, self.cand_alive_fd], deadline)
             if not ready:
                 raise StageTimeout()
             if self.to_cand not in ready:
@@ -495,13 +603,13 @@ class Job:
                     # The candidate runs the problem's code too (its inputs): before blaming it,
                     # hear whether the problem itself works. A broken problem is the user's error
                     # (bad_problem, raised from ref_recv), never the candidate's verdict.
-                    self.ready = self.ref_recv({"ref_ready"}, time.monotonic() + self.limit("start"))
+                    self.ready = self.ref_recv({"ref_ready"}, self.clock() + self.limit("start"))
                 self.candidate_failure(message)
                 raise _Stop()
             if message["type"] == "stage":
                 self.candidate_stage(message["stage"])
                 if stage_deadlines:
-                    deadline = self.stage_started + self.limit(self.stage)
+                    deadline = self.stage_clock + self.limit(self.stage)
                 continue
             return message
 
@@ -529,14 +637,18 @@ class Job:
             self._supervise()
         except _Stop:
             pass
+        finally:
+            if getattr(self, "_memory", None) is not None:
+                self._memory.__exit__(None, None, None)
+                self._memory = None
 
     def _supervise(self) -> None:
         assert self.ref is not None and self.cand is not None
         config = self.config
         # 1. start, load, compile: the reference gets ready while the candidate imports.
-        deadline_ref = time.monotonic() + self.limit("start") + self.limit("load")
+        deadline_ref = self.clock() + self.limit("start") + self.limit("load")
         ref_ready = compiled = False
-        deadline = self.stage_started + self.limit(self.stage)
+        deadline = self.stage_clock + self.limit(self.stage)
         while not (ref_ready and compiled):
             conns: list[Any] = []
             if not ref_ready:
@@ -544,11 +656,11 @@ class Job:
             if not compiled:
                 conns += [self.to_cand, self.cand_alive_fd]
             until = min(deadline if not compiled else float("inf"), deadline_ref if not ref_ready else float("inf"))
-            ready = wait(conns, timeout=max(0.0, until - time.monotonic()))
+            ready = self.wait(conns, until)
             if not ready:
                 raise StageTimeout()
             if not ref_ready and (self.to_ref in ready or self.ref_alive_fd in ready):
-                message = self.ref_recv({"ref_ready"}, time.monotonic() + 1)
+                message = self.ref_recv({"ref_ready"}, self.clock() + 1)
                 self.ready = message
                 ref_ready = True
                 self.result["workload"] = {"input_bytes": message["input_bytes"],
@@ -558,18 +670,27 @@ class Job:
                 self.result["memory"]["io_bytes"] = message["input_bytes"] + message["output_bytes"]
                 self.result["memory"]["param_bytes"] = message["param_bytes"]
             if not compiled and (self.to_cand in ready or self.cand_alive_fd in ready):
-                self.cand_recv({"compiled"}, time.monotonic() + 1, stage_deadlines=True)
+                self.cand_recv({"compiled"}, self.clock() + 1, stage_deadlines=True)
                 compiled = True
                 self.result["compiled"] = True
-            deadline = self.stage_started + self.limit(self.stage)
+            deadline = self.stage_clock + self.limit(self.stage)
         if config.compile_only:
-            self.cand_recv({"done"}, time.monotonic() + 30)
+            self.cand_recv({"done"}, self.clock() + 30)
             self.conclude([])
             return
 
-        # 2. correctness: each check's seed revealed only when it runs.
+        # 2. correctness: each check's seed revealed only when it runs. Beside other jobs, the
+        # device's memory for this one is reserved first (server/gate.py MemoryLedger).
+        ready = self.ready
+        need = gate_mod.job_memory_bytes(int(ready.get("input_bytes", 0)), int(ready.get("output_bytes", 0)),
+                                         int(ready.get("param_bytes", 0)))
+        self._memory = self.gate_memory.reserve(self, need) if self.gate_memory is not None else None
+        if self._memory is not None:
+            waited = time.monotonic()
+            self._memory.__enter__()
+            self.concurrency["memory_wait_s"] = round(time.monotonic() - waited, 3)
         self.enter("correctness")
-        deadline = time.monotonic() + self.limit("correctness")
+        deadline = self.clock() + self.limit("correctness")
         protocol.send(self.to_cand, "plan", self.job_id,
                       reference_ops=self.ready.get("reference_ops", []) if config.defences else [])
         base = self.base_seed
@@ -599,13 +720,13 @@ class Job:
         # 3. the timed loop, clocked here.
         if config.timing:
             self.enter("timing")
-            if not self.timed_loop(time.monotonic() + self.limit("timing")):
+            if not self.timed_loop(self.clock() + self.limit("timing")):
                 return self.end_early()
             if config.post_timing_check:
                 self.enter("post-check")
                 post = {"name": "post-timing check", "kind": "main", "seed": base + SEED_POST_TIMING, "stop": True}
                 self.planned.append(post["name"])
-                if not self.run_check(post, time.monotonic() + self.limit("post-check")):
+                if not self.run_check(post, self.clock() + self.limit("post-check")):
                     return self.end_early()
 
         # 4. the end: evidence, profile, flags.
@@ -649,6 +770,8 @@ class Job:
 
     def record_check(self, record: CheckRecord) -> None:
         self.checks[record.name] = record
+        if "out of device memory" in record.message:
+            self.out_of_memory = True
         if record.skipped and record.kind in self.derived_dims:
             self.result["derived"].setdefault("skipped", []).append({"name": record.name, "reason": record.message})
         self.result["trials"].append({
@@ -657,6 +780,33 @@ class Job:
             "message": record.message if not record.passed or record.skipped else ""})
 
     def timed_loop(self, deadline: float) -> bool:
+        """The calibration and the candidate's loop, holding the device's timing slot: every
+        other job stopped, the device idle before each (server/gate.py)."""
+        with self.gate.hold(self, self.idle_probe if self.fingerprint.get("cuda") else None,
+                            self.concurrency) as hold:
+            self.hold = hold
+            try:
+                return self._timed_loop(deadline)
+            finally:
+                self.hold = None
+                if hold.busy:
+                    self.flag(verdict.flag(
+                        "device-busy", "another process kept the device busy through the timed loop (the harness "
+                        f"waited {self.gate.idle_wait_s:.0f} s for it to go idle): the times are not the "
+                        "candidate's alone and do not count", "review"))
+
+    def idle_probe(self) -> bool:
+        """The trusted reference process's reading: is the device idle (no other context's
+        kernels stretching a tiny spin)? Bounded in wall time: the holder's clock is paused."""
+        protocol.send(self.to_ref, "idle_probe", self.job_id, self.ref_nonce)
+        if not wait([self.to_ref, self.ref_alive_fd], timeout=30):
+            raise ReferenceGone("did not answer the device idle probe within 30 s")
+        message = self.ref_recv({"idle"}, self.clock() + 1)
+        self.concurrency["probe_us"] = max(float(self.concurrency.get("probe_us", 0.0)), float(message["us"]))
+        self.concurrency["probes"] = int(self.concurrency.get("probes", 0)) + 1
+        return bool(message["idle"])
+
+    def _timed_loop(self, deadline: float) -> bool:
         config = self.config
         if self.fingerprint.get("cuda"):
             # The reference's eager time (trusted) sizes the loop on a GPU; a candidate slower than
@@ -678,6 +828,16 @@ class Job:
             keep = int(max(1, min(total, MAX_KEPT_CALLS, (2 * budget // 3) // output_bytes)))
             segments = min(-(-total // keep), MAX_SEGMENTS)
             calls = keep
+        if self.fingerprint.get("cuda") and self.gate.active() > 1:
+            # Beside other jobs, the slot is held no longer than this loop plausibly needs: its two
+            # loops (calibration, candidate) at 50x the reference's time per call, SLOT_SEGMENT_S
+            # per segment for its comparisons, and at least SLOT_MIN_S. A candidate whose own
+            # queued work makes every call wait (a spinner thread: each synchronize waits for its
+            # backlog) times out here, not at the stage limit with every other job waiting.
+            slot_limit = max(SLOT_MIN_S, 2 * 50 * (total + warmup) * estimate / 1e3 + SLOT_SEGMENT_S * segments)
+            if self.clock() + slot_limit < deadline:
+                deadline = self.clock() + slot_limit
+                self.slot_limited = slot_limit
         l2 = self.fingerprint.get("l2_bytes")
         order = {"calls": calls, "warmup_calls": warmup, "keep": keep, "segments": segments,
                  "budget_bytes": int(max(budget - keep * output_bytes, 0)), "l2_bytes": int(l2) if l2 else None}
@@ -687,10 +847,21 @@ class Job:
         # unclocked; the clock runs from each segment's `go` (which reveals its calls' seed) to its
         # report, so nothing of the measured calls can happen outside it.
         calibration_s = None
+        settings = {k: v for k, v in self.config.to_dict().items() if k not in ("seed", "trials", "timeouts")}
+        calibration_key = hashlib.sha256(json.dumps([self.problem_source, settings, sorted(order.items())],
+                                                    sort_keys=True, default=str).encode()).hexdigest()
+        reused = False
         if self.fingerprint.get("cuda") or config.defences:
-            calibration_s = self.calibrate(order, segments, deadline)
+            calibration_s = self.gate.calibrations.get(calibration_key)
             if calibration_s is None:
-                raise ReferenceGone("ran out of device memory running the empty timed loop (calibration)")
+                calibration_s = self.calibrate(order, segments, deadline)
+                if calibration_s is None:
+                    raise ReferenceGone("ran out of device memory running the empty timed loop (calibration)")
+                self.gate.calibrations[calibration_key] = calibration_s
+            else:
+                reused = True
+        if self.hold is not None:
+            self.hold.wait_idle()  # the calibration's own work, and anything a neighbour left, drained
         protocol.send(self.to_cand, "time", self.job_id, seed=self.rng.getrandbits(40), **order)
         warmed = self.cand_recv({"warmed"}, deadline)
         ipc_kept = warmed["kept"]  # on a GPU: the kept slots' IPC handles, sent before the clock ran
@@ -701,7 +872,8 @@ class Job:
         chosen = set(self.rng.sample(range(measured - 1), min(TIMED_CHECKS, measured - 1))) | {measured - 1} \
             if keep else set()
         self.result["timed_loop"] = {"calls": measured, "segments": segments, "warmup_calls": warmup, "kept": keep,
-                                     "verified": len(chosen), "server_loop_s": 0.0, "calibration_s": calibration_s}
+                                     "verified": len(chosen), "server_loop_s": 0.0, "calibration_s": calibration_s,
+                                     "calibration_reused": reused}
         samples: list[Any] = []
         loop_s = 0.0
         ok, meaningful = True, True
@@ -768,6 +940,7 @@ class Job:
             if again is not None:
                 calibration_s = min(calibration_s, again)
                 self.result["timed_loop"]["calibration_s"] = calibration_s
+                self.gate.calibrations[calibration_key] = calibration_s
         decision = verdict.trusted_time(samples, measured, loop_s, calibration_s,
                                         meaningful and bool(self.fingerprint.get("cuda")))
         timing = dict(decision.timing, samples_ms=[float(x) for x in samples][:5000], source=decision.source,
@@ -862,6 +1035,8 @@ class Job:
         # would inflate the loop's measured cost, and so shrink the time charged to the candidate.
         stopped = self.stop_candidate(True)
         try:
+            if self.hold is not None:
+                self.hold.wait_idle()  # kernels the candidate queued before it was stopped, drained
             protocol.send(self.to_ref, "calibrate", self.job_id, self.ref_nonce, seed=self.rng.getrandbits(40),
                           **order)
             if self.ref_recv({"warmed", "calibrated"}, deadline)["type"] == "calibrated":
@@ -896,7 +1071,7 @@ class Job:
         self.enter("profile" if (self.config.profile or device_share) else "finishing")
         protocol.send(self.to_cand, "finish", self.job_id, profile=bool(self.config.profile),
                       device_share=device_share)
-        deadline = time.monotonic() + self.limit("profile")
+        deadline = self.clock() + self.limit("profile")
         message = self.cand_recv({"kernels", "done"}, deadline)
         if message["type"] == "kernels":
             self.result["kernels"] = [k for k in message["kernels"][:50] if isinstance(k, dict)]
@@ -931,6 +1106,8 @@ class Job:
         kind, stage, text = message["kind"], message["stage"] or self.stage, message["message"]
         if stage not in ("start", "load", "compile", "correctness", "timing", "post-check", "profile"):
             stage = self.stage
+        if kind in ("out_of_memory", "harness_out_of_memory"):
+            self.out_of_memory = True  # beside other jobs, re-run alone (conclude_concurrency)
         if kind == "compile_error":
             self.fail(Status.COMPILE_ERROR, text, stage)
         elif kind == "rejected":
@@ -990,22 +1167,25 @@ class Job:
         modes = list(self.config.compile_modes) if (self.fingerprint.get("cuda") or
                                                     self.config.compile_baseline_on_cpu) else []
         started = time.monotonic()
-        # Compile caches the candidate never reached: the caller's shared reference-side cache
-        # (under the cache root, which every job's jail hides; its entries come only from
-        # reference processes, so a problem's baselines compile once per machine), else a
-        # fresh one for this job.
-        shared = (self.request.get("options") or {}).get("reference_compile_dir")
-        if shared:
-            inductor_dir, triton_dir = Path(shared) / "inductor", Path(shared) / "triton"
-        else:
-            inductor_dir = self.root / f"baseline-inductor-{uuid.uuid4().hex[:8]}"
-            triton_dir = inductor_dir / "triton"
+        inductor_dir, triton_dir = self.baseline_dirs()
         l2 = self.fingerprint.get("l2_bytes")
         protocol.send(self.to_ref, "baselines", self.job_id, self.ref_nonce, compile_modes=modes,
                       l2_bytes=int(l2) if l2 else None, inductor_dir=str(inductor_dir), triton_dir=str(triton_dir),
                       seed=self.base_seed + SEED_TIMING, budget_bytes=self.harness_budget() // 2)
         try:
-            message = self.ref_recv({"baseline_timings"}, time.monotonic() + self.config.timeouts.baselines)
+            deadline = self.clock() + self.config.timeouts.baselines
+            # The reference compiles every runner first (host work, beside other jobs), then times
+            # them holding the device's timing slot.
+            if self.ref_recv({"warmed", "baseline_timings"}, deadline)["type"] == "warmed":
+                with self.gate.hold(self, self.idle_probe if self.fingerprint.get("cuda") else None,
+                                    self.concurrency) as hold:
+                    protocol.send(self.to_ref, "go", self.job_id, self.ref_nonce, seed=0)
+                    message = self.ref_recv({"baseline_timings"}, deadline)
+                if hold.busy:
+                    self.flag(verdict.flag("device-busy", "another process kept the device busy while the baselines "
+                                                          "were timed: their times are not clean", "review"))
+            else:
+                raise ReferenceGone("answered the baselines before compiling them")
             timings = message["timings"]
             for name, value in message["overhead_ms"].items():
                 # In each baseline's Timing, so that it is cached with it (result.baseline_overhead_ms).
@@ -1024,12 +1204,26 @@ class Job:
             self.result["baselines"].setdefault("skipped", {})["compile"] = \
                 "torch.compile baseline skipped on the CPU (pass compile_baseline_on_cpu to force)"
 
+    def baseline_dirs(self) -> tuple[Path, Path]:
+        """Compile caches the candidate never reached: the caller's shared reference-side cache
+        (under the cache root, which every job's jail hides; its entries come only from
+        reference processes, so a problem's baselines compile once per machine), else a fresh
+        one for this job."""
+        if not hasattr(self, "_baseline_dirs"):
+            shared = (self.request.get("options") or {}).get("reference_compile_dir")
+            if shared:
+                self._baseline_dirs = (Path(shared) / "inductor", Path(shared) / "triton")
+            else:
+                inductor_dir = self.root / f"baseline-inductor-{uuid.uuid4().hex[:8]}"
+                self._baseline_dirs = (inductor_dir, inductor_dir / "triton")
+        return self._baseline_dirs
+
     def ref_stats(self) -> None:
         if self.ref is None or not self.ref.is_alive():
             return
         try:
             protocol.send(self.to_ref, "exit", self.job_id, self.ref_nonce)
-            message = self.ref_recv({"ref_stats"}, time.monotonic() + 10)
+            message = self.ref_recv({"ref_stats"}, self.clock() + 10)
             peak = message["memory"].get("peak_bytes")
             if isinstance(peak, int):
                 self.result["memory"]["peak_reference_bytes"] = peak

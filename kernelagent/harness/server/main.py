@@ -1,28 +1,39 @@
-"""The harness server: a pre-imported process that runs one job at a time.
+"""The harness server: a pre-imported process that runs several jobs at once on one device.
 
 Started by the caller (caller/evaluator.py) as `python -m kernelagent.harness.server`, with a
 scrubbed environment, pinned to one device. It imports torch and Triton once and never initialises
 CUDA itself, so forking a fresh pair of processes per job costs milliseconds rather than the seconds
 of a fresh interpreter. Messages to and from the caller are typed JSON (protocol.py), each carrying
-the job id and the caller's secret nonce.
+the job id and the caller's secret nonce; several jobs share the socket, one thread each here
+(`Dispatcher`), their timed phases serialised by the device's gate (server/gate.py).
+
+Start-up: torch and torch._dynamo are imported once here (every job is forked warm), while the
+device probe runs in a throwaway child; the probe's answer is cached per machine boot, driver,
+device and library versions (`--probe-cache`), with free memory read afresh through NVML.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import multiprocessing as mp
 import os
+import queue
 import sys
+import threading
+import time
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from kernelagent.harness import protocol
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import Status
+from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.job import FORK, Job
 
 def probe_device(requested: str) -> dict[str, Any]:
@@ -114,11 +125,9 @@ def probe_timer(index: int, l2_bytes: int | None) -> dict[str, Any]:
     return out
 
 
-def _probe_in_child(requested: str) -> dict[str, Any]:
+def _start_probe(requested: str) -> tuple[Any, Any]:
     """probe_device in a throwaway child, so CUDA is never initialised in the server (a forked
-    child of a process with CUDA cannot use it). The answer comes back as JSON."""
-    import json
-
+    child of a process with CUDA cannot use it). The answer comes back as JSON (_finish_probe)."""
     parent_end, child_end = FORK.Pipe()
 
     def target() -> None:
@@ -132,6 +141,10 @@ def _probe_in_child(requested: str) -> dict[str, Any]:
     proc = FORK.Process(target=target)
     proc.start()
     child_end.close()
+    return proc, parent_end
+
+
+def _finish_probe(proc: Any, parent_end: Any) -> dict[str, Any]:
     try:
         info = json.loads(parent_end.recv_bytes(1 << 20)) if parent_end.poll(120) else \
             {"error": "device probe timed out"}
@@ -141,19 +154,26 @@ def _probe_in_child(requested: str) -> dict[str, Any]:
     return info
 
 
+def _probe_in_child(requested: str) -> dict[str, Any]:
+    return _finish_probe(*_start_probe(requested))
+
+
 def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation: str,
-          hide: list[str] | None = None) -> None:
-    fingerprint = _probe_in_child(requested_device)
+          hide: list[str] | None = None, probe_cache: Path | None = None, concurrency: int = 0) -> None:
+    fingerprint = cached_probe(requested_device, probe_cache)()
     if not fingerprint.get("cuda"):
-        # No GPU: Triton kernels run under the interpreter, on CPU tensors.
+        # No GPU: Triton kernels run under the interpreter, on CPU tensors. Set before anything
+        # imports Triton (torch._dynamo does): it reads this at import.
         os.environ["TRITON_INTERPRET"] = "1"
     try:
         import triton  # noqa: F401 - pre-import once, so each fork starts warm
     except ImportError:
         pass
     try:
-        # Imported lazily by torch otherwise, at which point it rebinds torch.manual_seed and
-        # friends inside the candidate's process (the tampering check would see it).
+        # Every candidate process enters a TorchDispatchMode (the defences), and entering one
+        # imports torch._dynamo (torch/_compile.py): 4.7 s on an H100 host, paid once here rather
+        # than in every job. (Imported lazily, it would also rebind torch.manual_seed inside the
+        # candidate's process; the tampering check knows that rebinding.)
         import torch._dynamo  # noqa: F401
     except Exception:  # noqa: BLE001
         traceback.print_exc()
@@ -161,27 +181,104 @@ def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation
 
     sandbox = jail.resolve(isolation, scratch_root, hide)
     fingerprint["isolation"] = sandbox["describe"]
+    chosen, why = gate_mod.default_concurrency(cuda=bool(fingerprint.get("cuda")),
+                                               device_free_bytes=fingerprint.get("free_bytes"))
+    limit = concurrency if concurrency > 0 else chosen
+    fingerprint["concurrency"] = {"jobs": limit, "default": chosen, "why": why if concurrency <= 0 else "asked for"}
+    dispatcher = Dispatcher(conn, scratch_root, fingerprint, sandbox, limit)
     protocol.send(conn, "hello", "-", fingerprint=protocol.json_safe(fingerprint), pid=os.getpid())
-    while True:
-        try:
-            request = protocol.recv(conn, {"evaluate", "shutdown"}, max_bytes=protocol.MAX_CALLER_FRAME)
-        except (EOFError, OSError):
-            return
-        if request["type"] == "shutdown":
-            return
+    dispatcher.run()
+
+
+class Dispatcher:
+    """Reads the caller's socket on the main thread; each `evaluate` gets a thread of its own,
+    admitted by `Admission` (at most `limit` at once, or alone), and its nonce is handed to it
+    when it arrives. Replies go out under one lock."""
+
+    def __init__(self, conn: Connection, scratch_root: Path, fingerprint: dict[str, Any], sandbox: dict[str, Any],
+                 limit: int):
+        self.conn, self.scratch_root, self.fingerprint, self.sandbox = conn, scratch_root, fingerprint, sandbox
+        self.gate = gate_mod.Gate(idle_wait_s=float(os.environ.get("KERNELAGENT_IDLE_WAIT_S", "30")))
+        if fingerprint.get("cuda") and limit > 1:
+            self.gate.memory = gate_mod.MemoryLedger(fingerprint.get("free_bytes"))
+        self.admission = gate_mod.Admission(limit)
+        self._send_lock = threading.Lock()
+        self._nonces: dict[str, queue.Queue[str]] = {}
+        self._jobs: dict[str, Job] = {}
+        self._lock = threading.Lock()
+
+    def send(self, msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) -> None:
+        with self._send_lock:
+            protocol.send(self.conn, msg_type, job, nonce, **fields)
+
+    def run(self) -> None:
+        while True:
+            try:
+                request = protocol.recv(self.conn, {"evaluate", "nonce", "shutdown"},
+                                        max_bytes=protocol.MAX_CALLER_FRAME)
+            except (EOFError, OSError, protocol.ProtocolError):
+                break
+            if request["type"] == "shutdown":
+                break
+            job_id = str(request["job"])
+            if request["type"] == "nonce":
+                with self._lock:
+                    box = self._nonces.get(job_id)
+                if box is not None:
+                    box.put(str(request["nonce"]))
+                continue
+            with self._lock:
+                if job_id in self._nonces:
+                    continue  # a job id in use: the caller's bug; the first job goes on
+                self._nonces[job_id] = queue.Queue(maxsize=1)
+            threading.Thread(target=self.handle, args=(request,), name=f"job-{job_id}", daemon=True).start()
+        self.stop_all()
+
+    def stop_all(self) -> None:
+        """The caller is gone or asked us to stop: no job process outlives the server."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            from kernelagent.harness.server.job import _kill_group
+
+            _kill_group(job.cand)
+            _kill_group(job.ref)
+
+    def handle(self, request: dict[str, Any]) -> None:
         job_id = str(request["job"])
+        alone = bool((request.get("options") or {}).get("alone"))
+        try:
+            with self.admission.admit(alone=alone):
+                self._handle(request, job_id)
+        except Exception:  # noqa: BLE001 - the server goes on; the caller hears a harness error
+            try:
+                self.send("result", job_id, "-", result={"status": Status.HARNESS_ERROR,
+                                                         "reason": "harness error:\n" + traceback.format_exc(limit=4)})
+            except OSError:
+                pass
+        finally:
+            with self._lock:
+                self._nonces.pop(job_id, None)
+                self._jobs.pop(job_id, None)
+
+    def _handle(self, request: dict[str, Any], job_id: str) -> None:
         cpu_before = _cpu_seconds()
-        job = Job(request, scratch_root, fingerprint, sandbox)
+        admitted = time.monotonic()
+        job = Job(request, self.scratch_root, self.fingerprint, self.sandbox, gate=self.gate)
+        with self._lock:
+            self._jobs[job_id] = job
         try:
             job.fork()
         except Exception:  # noqa: BLE001
             job.result.update(status=Status.HARNESS_ERROR, reason="harness error:\n" + traceback.format_exc(limit=4))
-        protocol.send(conn, "started", job_id)
+        self.send("started", job_id)
         # The job's nonce arrives only now: the job's processes were forked without it.
         try:
-            nonce = protocol.recv(conn, {"nonce"}, job_id)["nonce"]
-        except (EOFError, OSError):
-            job.result["status"] = job.result["status"] or Status.HARNESS_ERROR
+            nonce = self._nonces[job_id].get(timeout=120)
+        except queue.Empty:
+            job.result.update(status=job.result["status"] or Status.HARNESS_ERROR,
+                              reason="the caller sent no nonce for this job")
+            job.abandon()
             return
         if job.result["status"] is None:
             try:
@@ -191,10 +288,79 @@ def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation
         else:
             result = job.result
         if isinstance(result.get("stage_seconds"), dict):
-            # Host CPU the job cost: this server's and its reaped job processes' (a profile of
-            # where a busy host's time goes; bench_throughput.py sums it).
+            # Host CPU while the job ran: this server's and its reaped job processes' (with
+            # several jobs at once, theirs too: a profile of where a busy host's time goes).
             result["stage_seconds"]["server_cpu"] = round(_cpu_seconds() - cpu_before, 3)
-        protocol.send(conn, "result", job_id, nonce, result=protocol.json_safe(result))
+            result["stage_seconds"]["admitted_to_result"] = round(time.monotonic() - admitted, 3)
+        self.send("result", job_id, nonce, result=protocol.json_safe(result))
+
+
+def cached_probe(requested: str, cache_dir: Path | None) -> Callable[[], dict[str, Any]]:
+    """The device probe's answer, as a function to call for it: from `cache_dir` when this
+    machine boot, driver, device and library versions were probed before (free memory read
+    afresh through NVML), else probed in a throwaway child started now (so the caller can import
+    meanwhile) and written there. `probe_cached` says which."""
+    key = _probe_key(requested)
+    path = cache_dir / f"{key}.json" if cache_dir is not None and key else None
+    if path is not None and path.is_file() and not path.is_symlink():
+        try:
+            info = json.loads(path.read_text())
+            free = _nvml_free_bytes(info) if info.get("cuda") else None
+            if not info.get("cuda") or free is not None:
+                if free is not None:
+                    info["free_bytes"] = free
+                info["probe_cached"] = True
+                return lambda: info
+        except (OSError, ValueError):
+            pass
+    pending = _start_probe(requested)
+
+    def finish() -> dict[str, Any]:
+        info = _finish_probe(*pending)
+        info["probe_cached"] = False
+        if path is not None and "error" not in info:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(protocol.json_safe(info)))
+                os.replace(tmp, path)
+            except OSError:
+                pass
+        return info
+
+    return finish
+
+
+def _probe_key(requested: str) -> str | None:
+    """What a probe's answer depends on: the boot (a new one may bring new clocks or a new
+    driver), the driver, the visible devices, the libraries and the timer's settings."""
+    parts = [requested, os.environ.get("CUDA_VISIBLE_DEVICES", "<all>"), sys.executable, torch.__version__,
+             str(EvalConfig.launch_cover_us)]
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/driver/nvidia/version"):
+        try:
+            parts.append(Path(path).read_text().strip())
+        except OSError:
+            parts.append("-")
+    try:
+        from importlib.metadata import version
+
+        parts.append(version("triton"))
+    except Exception:  # noqa: BLE001
+        parts.append("-")
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:24]
+
+
+def _nvml_free_bytes(info: dict[str, Any]) -> int | None:
+    from kernelagent.harness.child.timing import Nvml
+
+    nvml = Nvml.open()
+    if nvml is None:
+        return None
+    try:
+        handle = nvml.handle(info.get("uuid"), info.get("pci_bus_id"))
+        return nvml.free_bytes(handle) if handle is not None else None
+    finally:
+        nvml.close()
 
 
 def _cpu_seconds() -> float:
@@ -211,6 +377,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scratch-root", required=True)
     parser.add_argument("--isolation", default="auto")
     parser.add_argument("--hide", action="append", default=[], help="a directory jobs must not see (repeatable)")
+    parser.add_argument("--probe-cache", default=None, help="a directory for the device probe's cached answers")
+    parser.add_argument("--concurrency", type=int, default=0, help="jobs at once (0: chosen from CPUs and memory)")
     # Applied by __main__.py before torch is imported; accepted here so the command line parses.
     parser.add_argument("--cpus", default=None, help="comma-separated CPUs this server and its jobs run on")
     args = parser.parse_args(argv)
@@ -218,5 +386,6 @@ def main(argv: list[str] | None = None) -> None:
     # kills servers started from short-lived worker threads. We exit when the caller's
     # socket closes (recv raises EOFError), and jobs are bounded by their stage timeouts.
     conn = Connection(args.fd)
-    serve(conn, args.device, Path(args.scratch_root), args.isolation, args.hide)
+    serve(conn, args.device, Path(args.scratch_root), args.isolation, args.hide,
+          Path(args.probe_cache) if args.probe_cache else None, args.concurrency)
     sys.exit(0)

@@ -1,0 +1,168 @@
+"""Serial against overlapped evaluation on one device, in one call (bench_throughput.py --overlap).
+
+The same candidates (every solution under benchmarks/solutions/ matching --filter, --samples
+distinct copies of each) are evaluated twice through one Evaluator each: first one job at a time
+(concurrency 1), then several at once (the server's default, or --jobs). The baseline cache is
+primed first (one uncounted evaluation per problem), so both modes divide by the same baselines.
+Then one candidate is evaluated beside hostile neighbours (tests/adversarial/n1_spinner_neighbour.py,
+which keeps the device busy from import on).
+
+Reported: evaluations per GPU-minute in each mode and their ratio; every candidate's verdict in
+both modes (they must be identical); its speedup over Inductor with the 95% interval in both
+modes and whether the intervals overlap; the device's timing-slot time (the sum of every job's
+held_s) against wall time; and the spinner check (the candidate's median and interval beside the
+spinners against its serial interval).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SPINNER = HERE.parent / "tests" / "adversarial" / "n1_spinner_neighbour.py"
+
+
+def candidates(pattern: str | None, samples: int) -> list[tuple[str, Path, str]]:
+    """(key, problem, source) for every solution, `samples` distinct copies each."""
+    from kernelagent.bench import discover, find_candidates
+
+    out = []
+    for ref in discover(HERE, pattern=pattern):
+        found = find_candidates(HERE / "solutions", ref)
+        if not found:
+            continue
+        source = found[0].read_text(encoding="utf-8")
+        for i in range(samples):
+            out.append((f"{ref.level}/{ref.name}#{i}", ref.path, f"# overlap sample {i}\n{source}"))
+    return out
+
+
+def _row(key: str, result: Any) -> dict[str, Any]:
+    cand = result.timings.get("candidate")
+    return {"key": key, "status": result.status, "median_ms": cand.median_ms if cand else None,
+            "speedup": result.speedups.get("compile"), "interval": result.speedup_intervals.get("compile"),
+            "time_interval": _time_interval(cand.samples_ms if cand else []),
+            "held_s": float((result.concurrency or {}).get("held_s", 0.0)),
+            "wait_s": float((result.concurrency or {}).get("wait_s", 0.0)),
+            "idle_wait_s": float((result.concurrency or {}).get("idle_wait_s", 0.0)),
+            "total_s": float(result.stage_seconds.get("total", 0.0))}
+
+
+def _time_interval(samples: list[float]) -> list[float] | None:
+    """A 95% bootstrap interval of the median time (harness/stats.py's method, as a ratio to 1 ms)."""
+    from kernelagent.harness import stats
+
+    if len(samples) < 5:
+        return None
+    interval = stats.speedup_interval([1.0] * len(samples), samples)
+    return [1.0 / interval[1], 1.0 / interval[0]] if interval else None
+
+
+def _overlaps(a: list[float] | None, b: list[float] | None) -> bool | None:
+    if not a or not b:
+        return None
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def run_mode(device: str, cache: Path, jobs: list[tuple[str, Path, str]], config: Any, concurrency: int) -> dict:
+    from kernelagent.harness import Evaluator
+
+    with Evaluator(device=device, cache_dir=cache, concurrency=concurrency) as ev:
+        ev.fingerprint()  # the server's start is not the evaluations' time
+        started = time.monotonic()
+        results = ev.map([(problem, source, config) for _, problem, source in jobs])
+        wall = time.monotonic() - started
+        rows = [_row(key, r) for (key, _, _), r in zip(jobs, results)]
+        held = sum(r["held_s"] for r in rows)
+        return {"concurrency": ev.concurrency, "wall_s": round(wall, 2), "evaluations": len(rows),
+                "evaluations_per_gpu_minute": round(len(rows) / wall * 60, 2),
+                "slot_held_s": round(held, 2), "slot_busy_share": round(held / wall, 3) if wall else None,
+                "rows": rows}
+
+
+def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, spinners: int,
+            work: Path, partial: Path | None = None) -> dict[str, Any]:
+    from kernelagent.harness import EvalConfig, Evaluator
+    from kernelagent.harness.caller.pool import visible_gpus
+
+    device = "cuda" if visible_gpus() else "cpu"
+    config = EvalConfig(trials=trials)
+    jobs = candidates(pattern, samples)
+    if not jobs:
+        raise SystemExit(f"no solution matches {pattern!r}")
+    cache = work / "cache"
+    firsts = {str(problem): (key, problem, source) for key, problem, source in jobs}
+    with Evaluator(device=device, cache_dir=cache) as ev:  # primes baselines and compile caches
+        primed = ev.map([(problem, source, config) for _, problem, source in firsts.values()])
+    print(f"primed {len(primed)} problems: {[r.status for r in primed]}", flush=True)
+    serial = run_mode(device, cache, jobs, config, 1)
+    print(f"serial: {serial['evaluations']} evaluations in {serial['wall_s']} s = "
+          f"{serial['evaluations_per_gpu_minute']} per GPU-minute", flush=True)
+    overlapped = run_mode(device, cache, jobs, config, jobs_at_once)
+    print(f"overlapped ({overlapped['concurrency']}): {overlapped['evaluations']} evaluations in "
+          f"{overlapped['wall_s']} s = {overlapped['evaluations_per_gpu_minute']} per GPU-minute", flush=True)
+    table = []
+    for a, b in zip(serial["rows"], overlapped["rows"]):
+        table.append({"key": a["key"], "status": [a["status"], b["status"]], "same_verdict": a["status"] == b["status"],
+                      "speedup": [a["speedup"], b["speedup"]], "interval": [a["interval"], b["interval"]],
+                      "intervals_overlap": _overlaps(a["interval"], b["interval"])})
+    out: dict[str, Any] = {
+        "device": device, "candidates": len(jobs), "trials": trials, "serial": serial, "overlapped": overlapped,
+        "throughput_ratio": round(overlapped["evaluations_per_gpu_minute"] / serial["evaluations_per_gpu_minute"], 2),
+        "verdicts_identical": all(r["same_verdict"] for r in table),
+        "intervals_overlap": all(r["intervals_overlap"] is not False for r in table),
+        "table": table,
+    }
+    if partial is not None:  # what is measured so far, in case the spinner phase is cut off
+        import json
+
+        partial.write_text(json.dumps(out, indent=2, default=str) + "\n")
+    if spinners > 0:
+        key, problem, source = jobs[0]
+        spin = SPINNER.read_text(encoding="utf-8")
+        ev = Evaluator(device=device, cache_dir=cache, concurrency=spinners + 1)
+        try:
+            ev.fingerprint()
+            from concurrent.futures import ThreadPoolExecutor
+
+            pool = ThreadPoolExecutor(spinners + 1)
+            noisy = [pool.submit(ev.evaluate, problem, f"# spinner {i}\n{spin}", config) for i in range(spinners)]
+            time.sleep(3.0)  # the spinners are importing (and spinning) before the candidate starts
+            honest = pool.submit(ev.evaluate, problem, source, config).result()
+            # Only the candidate beside them matters; the spinners are stopped with the server.
+            neighbours = [f.result() for f in noisy if f.done()]
+        finally:
+            ev.abort()
+            ev.close()
+            pool.shutdown(wait=False, cancel_futures=True)
+        base = next(r for r in serial["rows"] if r["key"] == key)
+        row = _row(key, honest)
+        out["spinner"] = {"candidate": key, "spinners": spinners, "serial_median_ms": base["median_ms"],
+                          "serial_time_interval": base["time_interval"], "beside_spinners_median_ms": row["median_ms"],
+                          "beside_spinners_time_interval": row["time_interval"],
+                          "status": honest.status, "idle_wait_s": row["idle_wait_s"],
+                          "within_serial_interval": _overlaps(base["time_interval"], row["time_interval"]),
+                          "spinner_statuses": [r.status for r in neighbours],
+                          "concurrency": honest.concurrency}
+    return out
+
+
+def print_table(out: dict[str, Any]) -> None:
+    print(f"\n{'candidate':34} {'serial':>10} {'overlapped':>10} {'speedup s':>10} {'speedup o':>10}  overlap")
+    for r in out["table"]:
+        s, o = r["speedup"]
+        print(f"{r['key'][:34]:34} {r['status'][0]:>10} {r['status'][1]:>10} "
+              f"{(s or 0):10.3f} {(o or 0):10.3f}  {r['intervals_overlap']}")
+    print(f"\nthroughput: overlapped / serial = {out['throughput_ratio']}x; verdicts identical: "
+          f"{out['verdicts_identical']}; speedup intervals overlap: {out['intervals_overlap']}")
+    for mode in ("serial", "overlapped"):
+        m = out[mode]
+        print(f"{mode}: wall {m['wall_s']} s, timing slot held {m['slot_held_s']} s ({m['slot_busy_share']} of wall)")
+    if "spinner" in out:
+        sp = out["spinner"]
+        print(f"spinner: {sp['candidate']} median {sp['serial_median_ms']} ms serially, "
+              f"{sp['beside_spinners_median_ms']} ms beside {sp['spinners']} spinners (interval "
+              f"{sp['beside_spinners_time_interval']} vs serial {sp['serial_time_interval']}: overlap "
+              f"{sp['within_serial_interval']}); idle wait {sp['idle_wait_s']} s; status {sp['status']}")

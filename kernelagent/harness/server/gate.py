@@ -1,0 +1,299 @@
+"""Several jobs at once on one device, with every timed loop alone on it.
+
+The server runs up to `concurrency` jobs at a time (server/main.py), one thread each. Their host
+work overlaps: fork, jail, import, compilation, input generation, transfers and comparison. What
+must not overlap is anything timed: the calibration loop, the candidate's timed loop and the
+baselines. A job takes the `Gate` for those, and while it holds it:
+
+1. every other job's processes are stopped (SIGSTOP: the candidate's process group and pid
+   namespace, and the reference process), so none of them can put a new kernel on the device,
+   however hostile: a candidate whose threads launch kernels from import on is stopped with the
+   rest;
+2. work they queued before they were stopped still runs, so (with the holder's own candidate
+   stopped as well) the holder's trusted reference process then probes the device (`idle_probe`: a tiny spin, launched and synchronised; another
+   context's kernels time-slice with it and stretch it from ~60 us to milliseconds) until it
+   reads idle, before the calibration and again before the candidate's loop;
+3. the stopped jobs' stage clocks are paused for as long as the holder is timing (`Job.clock`),
+   so a job is never timed out for the time a neighbour held the device. The drain of their own
+   queued work in step 2 is not credited: a neighbour that queued minutes of kernels runs into
+   its own stage limit and is killed, which is what ends its queue. The wait is bounded
+   (`idle_wait_s`); past it the holder's times carry the review flag `device-busy`.
+4. the empty loop's cost (the calibration) is measured once per problem and loop order in a
+   server and reused by later jobs of that problem (`calibrations`), which halves a repeated
+   problem's time in the slot; a claim that falls short of the server's clock still
+   recalibrates, and the smaller measure counts.
+
+Holding the gate is bounded by the holder's stage deadline (its loop is bounded there), and it is
+released in a `finally`, so a hung job holds nothing past its limit.
+
+`Admission` bounds how many jobs run at once (`concurrency`, chosen from the host's CPUs and the
+device's memory by `default_concurrency`), and runs a job `alone` on request: the caller re-runs
+alone a job that ran out of memory beside others, so a neighbour's memory is never charged to a
+candidate.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Protocol
+
+# A job's processes, as the gate sees them.
+
+
+class Freezable(Protocol):
+    job_id: str
+
+    def freeze(self, stop: bool) -> None: ...
+
+    def freeze_candidate(self, stop: bool) -> None: ...
+
+    def pause_clock(self, paused: bool) -> None: ...
+
+
+class Gate:
+    """The device's one timing slot. `hold(job, probe)` is a context manager: it waits for the
+    slot (the waiter's clock paused: waiting is not its fault), stops every other registered job,
+    and calls `probe()` until the device reads idle (see module docstring)."""
+
+    def __init__(self, idle_wait_s: float = 30.0):
+        self._lock = threading.Lock()  # guards the registry and the holder
+        self._slot = threading.Lock()  # the timing slot itself
+        self._jobs: dict[str, Freezable] = {}
+        self._overlapped: set[str] = set()
+        self._hold: "Hold | None" = None
+        self.idle_wait_s = idle_wait_s
+        # Intervals (job id, start, end) of every hold, for tests and the throughput benchmark.
+        self.history: list[tuple[str, float, float]] = []
+        # The empty loop's cost (the server's calibration), by problem and loop order: measured in
+        # the trusted reference process with the device to itself, so a later job of the same
+        # problem and order reuses it (a claim that falls short still recalibrates).
+        self.calibrations: dict[str, float] = {}
+        self.memory: "MemoryLedger | None" = None  # set by the server on a GPU with several jobs at once
+
+    # -- the registry -------------------------------------------------------------------
+    def register(self, job: Freezable) -> None:
+        with self._lock:
+            self._jobs[job.job_id] = job
+            if len(self._jobs) > 1:  # every job alive now shared the device with another
+                self._overlapped.update(self._jobs)
+            hold = self._hold
+            if hold is not None and hold.job is not job:
+                # Forked while another job times: stopped at once, before its candidate runs, and
+                # let go with the others when that hold ends.
+                job.freeze(True)
+                hold.frozen.append(job)
+                if hold.crediting:
+                    job.pause_clock(True)
+
+    def overlapped(self, job_id: str) -> bool:
+        """Did this job ever share the device with another (while registered)?"""
+        with self._lock:
+            return job_id in self._overlapped
+
+    def unregister(self, job: Freezable) -> bool:
+        """Forget the job; whether it ever shared the device with another."""
+        with self._lock:
+            self._jobs.pop(job.job_id, None)
+            shared = job.job_id in self._overlapped
+            self._overlapped.discard(job.job_id)
+            return shared
+
+    def active(self) -> int:
+        with self._lock:
+            return len(self._jobs)
+
+    # -- the slot -----------------------------------------------------------------------
+    @contextmanager
+    def hold(self, job: Freezable, probe: Callable[[], bool] | None = None,
+             stats: dict[str, float] | None = None) -> Iterator["Hold"]:
+        """The slot for `job`: others stopped, the device idle (as far as `probe` can tell).
+        `stats` gets wait_s (for the slot), idle_wait_s and held_s added to it."""
+        stats = stats if stats is not None else {}
+        waited = time.monotonic()
+        job.pause_clock(True)
+        try:
+            self._slot.acquire()
+        finally:
+            job.pause_clock(False)
+        stats["wait_s"] = stats.get("wait_s", 0.0) + time.monotonic() - waited
+        started, started_epoch = time.monotonic(), time.time()
+        hold = Hold(self, job, probe, stats)
+        try:
+            with self._lock:
+                self._hold = hold
+                for other in [j for j in self._jobs.values() if j is not job]:
+                    try:
+                        other.freeze(True)
+                        hold.frozen.append(other)
+                    except Exception:  # noqa: BLE001 - a job that just ended has nothing to stop
+                        continue
+            hold.wait_idle()
+            # From here on the neighbours wait for us: their stage clocks stop.
+            with self._lock:
+                for other in hold.frozen:
+                    other.pause_clock(True)
+                hold.crediting = True
+            yield hold
+        finally:
+            with self._lock:
+                self._hold = None
+                frozen, credited = list(hold.frozen), hold.crediting
+            for other in frozen:
+                if credited:
+                    other.pause_clock(False)
+                try:
+                    other.freeze(False)
+                except Exception:  # noqa: BLE001
+                    pass
+            ended = time.monotonic()
+            stats["held_s"] = stats.get("held_s", 0.0) + ended - started
+            stats.setdefault("held", []).append([round(started_epoch, 4), round(time.time(), 4)])
+            self.history.append((job.job_id, started, ended))
+            del self.history[:-2000]
+            self._slot.release()
+
+
+class Hold:
+    """The slot, held: `wait_idle()` again before each timed phase."""
+
+    def __init__(self, gate: Gate, job: Freezable, probe: Callable[[], bool] | None, stats: dict[str, float]):
+        self.gate, self.job, self.probe, self.stats = gate, job, probe, stats
+        self.frozen: list[Freezable] = []
+        self.crediting = False
+        self.busy = False  # the device never read idle within the gate's wait
+
+    def wait_idle(self) -> bool:
+        """Probe until the device reads idle, with the holder's own candidate stopped too (its
+        backlog drains like the neighbours'); False (and `busy`) when it did not within the
+        gate's idle_wait_s. The wait is not credited to anyone: a job whose queued kernels keep
+        the device busy runs into its own stage limit."""
+        if self.probe is None:
+            return True
+        started = time.monotonic()
+        self.job.freeze_candidate(True)
+        try:
+            pause = 0.005
+            while True:
+                if self.probe():
+                    return True
+                if time.monotonic() - started > self.gate.idle_wait_s:
+                    self.busy = True
+                    return False
+                time.sleep(pause)
+                pause = min(pause * 2, 0.2)
+        finally:
+            self.job.freeze_candidate(False)
+            self.stats["idle_wait_s"] = self.stats.get("idle_wait_s", 0.0) + time.monotonic() - started
+
+
+class Admission:
+    """At most `limit` jobs at once; a job `alone` waits for every other to end and keeps the
+    others out while it runs (a reader-writer lock, writers first)."""
+
+    def __init__(self, limit: int):
+        self.limit = max(1, int(limit))
+        self._cond = threading.Condition()
+        self._running = 0
+        self._alone = False
+        self._alone_waiting = 0
+
+    @contextmanager
+    def admit(self, alone: bool = False) -> Iterator[None]:
+        with self._cond:
+            if alone:
+                self._alone_waiting += 1
+                try:
+                    while self._running or self._alone:
+                        self._cond.wait()
+                finally:
+                    self._alone_waiting -= 1
+                self._alone = True
+            else:
+                while self._alone or self._alone_waiting or self._running >= self.limit:
+                    self._cond.wait()
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._running -= 1
+                if alone:
+                    self._alone = False
+                self._cond.notify_all()
+
+    def running(self) -> int:
+        with self._cond:
+            return self._running
+
+
+class MemoryLedger:
+    """Device memory promised to admitted jobs: each reserves what the memory plan says it needs
+    (its two processes' contexts and about 2.5x the problem's bytes each) before its checks start,
+    and waits (its clock paused) while the device cannot hold it beside the others. A need larger
+    than the whole device is capped at it: that job then waits to run with nobody else."""
+
+    def __init__(self, total_bytes: int | None):
+        self.total = int(total_bytes) if total_bytes else None
+        self._used = 0
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def reserve(self, job: Freezable, need: int) -> Iterator[None]:
+        if self.total is None:
+            yield
+            return
+        need = min(int(need), self.total)
+        job.pause_clock(True)
+        try:
+            with self._cond:
+                while self._used and self._used + need > self.total:
+                    self._cond.wait()
+                self._used += need
+        finally:
+            job.pause_clock(False)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._used -= need
+                self._cond.notify_all()
+
+
+def job_memory_bytes(input_bytes: int, output_bytes: int, param_bytes: int) -> int:
+    """The memory plan's bound for one evaluation on a device: two processes, each about
+    2.5x (inputs + outputs + parameters), plus a CUDA context each."""
+    return int(2 * (2.5 * (input_bytes + output_bytes + param_bytes) + (600 << 20)))
+
+
+def default_concurrency(cpus: int | None = None, device_free_bytes: int | None = None,
+                        cuda: bool = True) -> tuple[int, str]:
+    """Jobs per device, and why: a job keeps about two host cores busy (its candidate compiles
+    while its reference compares), and each of its two processes holds a CUDA context (about
+    0.5 GiB) plus its share of the problem; at most 8. On the CPU, one job per two cores (the
+    interpreter is the work there)."""
+    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
+    by_cpu = max(1, cpus // 2)
+    if not cuda:
+        return min(by_cpu, 8), f"{cpus} CPUs / 2 per job"
+    if device_free_bytes:
+        by_memory = max(1, int(device_free_bytes // (4 << 30)))  # 4 GiB a job: contexts + a level-1 problem
+        n = min(by_cpu, by_memory, 8)
+        return n, f"min({cpus} CPUs / 2, {device_free_bytes / (1 << 30):.0f} GiB free / 4 GiB, 8)"
+    return min(by_cpu, 8), f"{cpus} CPUs / 2 per job"
+
+
+def signal_processes(pids: list[int], stop: bool) -> None:
+    sig = signal.SIGSTOP if stop else signal.SIGCONT
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def describe(stats: dict[str, Any]) -> dict[str, Any]:
+    return {k: round(float(v), 4) if isinstance(v, float) else v for k, v in stats.items()}

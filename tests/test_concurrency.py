@@ -1,0 +1,260 @@
+"""Several jobs at once on one device (issue 23): host work overlaps, timed phases never do.
+
+On the CPU the server still runs jobs concurrently and still serialises every timed phase
+through its gate (server/gate.py); these tests read the intervals the server reports
+(`result.concurrency["span"]` and `["held"]`, epoch seconds) and the gate's own units.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kernelagent.harness import EvalConfig, Evaluator, StageTimeouts, Status
+from kernelagent.harness.server.gate import Admission, Gate, MemoryLedger, default_concurrency
+from tests.conftest import CANDIDATES, TESTS, read
+
+SPINNER = TESTS / "adversarial" / "n1_spinner_neighbour.py"
+
+
+def _config() -> EvalConfig:
+    return EvalConfig(trials=2, target_ms=20, warmup_ms=5, max_reps=20, derived_checks=0,
+                      timeouts=StageTimeouts(start=60, load=60, compile=90, correctness=90, timing=60))
+
+
+@pytest.fixture(scope="module")
+def concurrent_evaluator(tmp_path_factory):
+    with Evaluator(device="cpu", cache_dir=tmp_path_factory.mktemp("conc-cache"), concurrency=3) as ev:
+        yield ev
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_host_stages_overlap_and_timed_phases_do_not(concurrent_evaluator):
+    problem = CANDIDATES / "relu_problem.py"
+    jobs = [(problem, f"# copy {i}\n" + read(CANDIDATES / "relu_good.py"), _config()) for i in range(3)]
+    results = concurrent_evaluator.map(jobs)
+    assert [r.status for r in results] == [Status.CORRECT] * 3, [r.reason for r in results]
+    assert concurrent_evaluator.concurrency["jobs"] == 3
+    spans = [r.concurrency["span"] for r in results]
+    assert any(_overlap(a, b) for i, a in enumerate(spans) for b in spans[i + 1:]), spans
+    assert all(r.concurrency["shared_device"] for r in results)
+    held = [h for r in results for h in r.concurrency["held"]]
+    assert len(held) >= 3  # every job held the slot for its loop at least
+    held.sort()
+    for first, second in zip(held, held[1:]):
+        assert first[1] <= second[0] + 1e-3, f"two timed phases overlapped: {first} {second}"
+
+
+def test_hostile_spinner_neighbour_is_stopped_while_another_job_times(concurrent_evaluator):
+    problem = CANDIDATES / "relu_problem.py"
+    jobs = [(problem, read(SPINNER), _config()),
+            (problem, "# honest\n" + read(CANDIDATES / "relu_good.py"), _config())]
+    spinner, honest = concurrent_evaluator.map(jobs)
+    assert honest.status == Status.CORRECT, honest.reason
+    held = sorted(h for r in (spinner, honest) for h in r.concurrency.get("held", []))
+    for first, second in zip(held, held[1:]):
+        assert first[1] <= second[0] + 1e-3
+    # The spinner burned a core from import on; while the honest job held the slot it was
+    # stopped, so the server's clock and the claim still agree (no clock-mismatch, no tampering).
+    kinds = {f.kind for f in honest.flags}
+    assert "tampering" not in kinds and "clock-mismatch" not in kinds, honest.flags
+
+
+def test_a_hung_job_does_not_block_the_others(tmp_path):
+    config = EvalConfig(trials=1, target_ms=10, warmup_ms=2, max_reps=10, derived_checks=0,
+                        timeouts=StageTimeouts(start=60, load=60, compile=4, correctness=60, timing=60))
+    problem = CANDIDATES / "relu_problem.py"
+    with Evaluator(device="cpu", cache_dir=tmp_path, concurrency=2) as ev:
+        ev.fingerprint()
+        started = time.monotonic()
+        hung, good = ev.map([(problem, read(CANDIDATES / "hangs.py"), config),
+                             (problem, read(CANDIDATES / "relu_good.py"), config)])
+        wall = time.monotonic() - started
+    assert good.status == Status.CORRECT, good.reason
+    assert hung.status == Status.TIMEOUT, hung.reason
+    assert good.stage_seconds["total"] < hung.stage_seconds["total"] + 30
+    assert wall < 120
+
+
+class _FakeJob:
+    def __init__(self, name: str):
+        self.job_id = name
+        self.frozen: list[bool] = []
+        self.paused = 0
+
+    def freeze(self, stop: bool) -> None:
+        self.frozen.append(stop)
+
+    def freeze_candidate(self, stop: bool) -> None:
+        pass
+
+    def pause_clock(self, paused: bool) -> None:
+        self.paused += 1 if paused else -1
+
+
+def test_gate_stops_every_other_job_and_waits_for_idle():
+    gate = Gate(idle_wait_s=5)
+    a, b, c = _FakeJob("a"), _FakeJob("b"), _FakeJob("c")
+    for job in (a, b, c):
+        gate.register(job)
+    reads = iter([False, False, True, True])
+    stats: dict = {}
+    with gate.hold(a, probe=lambda: next(reads), stats=stats) as hold:
+        assert b.frozen == [True] and c.frozen == [True] and a.frozen == []
+        assert b.paused == 1 and c.paused == 1  # their stage clocks stop while a times
+        assert hold.wait_idle()
+    assert b.frozen == [True, False] and c.frozen == [True, False]
+    assert b.paused == 0 and a.paused == 0
+    assert stats["idle_wait_s"] > 0 and len(stats["held"]) == 1
+    assert gate.unregister(a) is True  # it shared the device
+
+
+def test_gate_gives_up_on_a_device_that_never_goes_idle():
+    gate = Gate(idle_wait_s=0.2)
+    a = _FakeJob("a")
+    gate.register(a)
+    with gate.hold(a, probe=lambda: False) as hold:
+        assert hold.busy
+    assert gate.unregister(a) is False
+
+
+def test_holds_are_exclusive_between_threads():
+    gate = Gate()
+    jobs = [_FakeJob(str(i)) for i in range(4)]
+    for job in jobs:
+        gate.register(job)
+    inside: list[int] = []
+    worst = [0]
+
+    def hold(job):
+        for _ in range(5):
+            with gate.hold(job):
+                inside.append(1)
+                worst[0] = max(worst[0], len(inside))
+                time.sleep(0.002)
+                inside.pop()
+
+    threads = [threading.Thread(target=hold, args=(j,)) for j in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert worst[0] == 1 and len(gate.history) == 20
+
+
+def test_admission_limits_and_alone():
+    admission = Admission(2)
+    running: list[str] = []
+    log: list[tuple[str, int, bool]] = []
+    lock = threading.Lock()
+
+    def job(name: str, alone: bool):
+        with admission.admit(alone=alone):
+            with lock:
+                running.append(name)
+                log.append((name, len(running), "alone" in running))
+            time.sleep(0.05)
+            with lock:
+                running.remove(name)
+
+    threads = [threading.Thread(target=job, args=(f"j{i}", False)) for i in range(4)]
+    threads.append(threading.Thread(target=job, args=("alone", True)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert max(n for _, n, _ in log) <= 2
+    assert [n for name, n, _ in log if name == "alone"] == [1]
+    assert not any(has_alone and name != "alone" for name, _, has_alone in log)
+
+
+def test_memory_ledger_waits_for_room():
+    ledger = MemoryLedger(10)
+    job = _FakeJob("x")
+    order = []
+    with ledger.reserve(job, 6):
+        t = threading.Thread(target=lambda: (ledger.reserve(job, 6).__enter__(), order.append("second")))
+        t.start()
+        time.sleep(0.1)
+        order.append("first done")
+    t.join(2)
+    assert order == ["first done", "second"]
+
+
+def test_default_concurrency_is_bounded_by_cpus_and_memory():
+    assert default_concurrency(cpus=16, device_free_bytes=79 << 30)[0] == 8
+    assert default_concurrency(cpus=16, device_free_bytes=10 << 30)[0] == 2
+    assert default_concurrency(cpus=2, cuda=False)[0] == 1
+
+
+def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
+    """The rule (server/job.py conclude_concurrency): an out-of-memory error in a job that shared
+    the device is a harness error with retry_alone, and the caller re-runs it alone."""
+    from kernelagent.harness.server import job as job_mod
+
+    job = job_mod.Job.__new__(job_mod.Job)
+    job.concurrency, job.alone, job.out_of_memory, job.shared_device = {}, False, True, True
+    job.result = {"status": Status.RUNTIME_ERROR, "reason": "out of memory on the device", "correct": False}
+    job.conclude_concurrency()
+    assert job.result["status"] == Status.HARNESS_ERROR and job.result["concurrency"]["retry_alone"]
+    job.alone = True
+    job.result = {"status": Status.RUNTIME_ERROR, "reason": "out of memory on the device", "correct": False}
+    job.conclude_concurrency()
+    assert job.result["status"] == Status.RUNTIME_ERROR  # alone, it is the candidate's
+    # The caller's side: a retry_alone reply is sent again with options.alone.
+    sent = []
+    ev = Evaluator(device="cpu", cache_dir=tmp_path)
+    replies = iter([{"result": {"status": Status.HARNESS_ERROR, "concurrency": {"retry_alone": True}}},
+                    {"result": {"status": Status.RUNTIME_ERROR, "reason": "oom alone", "concurrency": {}}}])
+
+    def fake_round_trip(request, deadline):
+        sent.append(dict(request["options"]))
+        return next(replies)
+
+    monkeypatch.setattr(ev, "_round_trip", fake_round_trip)
+    monkeypatch.setattr(ev, "start", lambda: None)
+    ev._fingerprint = {"cuda": False}
+    result = ev.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), _config())
+    assert [o.get("alone") for o in sent] == [None, True]
+    assert result.status == Status.RUNTIME_ERROR and result.concurrency["retried_alone"]
+
+
+def test_kernel_reward_batch_is_evaluated_concurrently(tmp_path):
+    from kernelagent.harness.caller.pool import EvaluatorPool
+    from kernelagent.rl.trl import KernelReward
+
+    pool = EvaluatorPool(devices=["cpu"], cache_dir=tmp_path, jobs_per_device=3)
+    spans: list[list[float]] = []
+
+    class Recording:  # the pool, with each result's server span noted
+        def submit(self, *job):
+            future = pool.submit(*job)
+            future.add_done_callback(lambda f: spans.append(f.result().concurrency["span"]))
+            return future
+
+    problem = CANDIDATES / "relu_problem.py"
+    good = "```python\n" + read(CANDIDATES / "relu_good.py") + "\n```"
+    wrong = "```python\n" + read(CANDIDATES / "relu_wrong.py") + "\n```"
+    try:
+        reward = KernelReward(backend=Recording(), eval_config=_config(), dedupe=False)
+        scores = reward(completions=[good, wrong, "# other\n" + good], problem_path=[str(problem)] * 3)
+    finally:
+        pool.close()
+    assert len(scores) == 3 and scores[0] == scores[2] and scores[1] < scores[0]  # in order
+    assert len(spans) == 3
+    assert any(_overlap(a, b) for i, a in enumerate(spans) for b in spans[i + 1:]), spans
+
+
+def test_a_job_forked_during_a_hold_is_stopped_at_once():
+    gate = Gate()
+    a, late = _FakeJob("a"), _FakeJob("late")
+    gate.register(a)
+    with gate.hold(a):
+        gate.register(late)
+        assert late.frozen == [True] and late.paused == 1
+    assert late.frozen == [True, False] and late.paused == 0
