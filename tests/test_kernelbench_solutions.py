@@ -148,8 +148,11 @@ def full_size_results(gpu_evaluator):
     from kernelagent.harness import EvalConfig
 
     pool = ThreadPoolExecutor(max_workers=len(FILES))
+    # The candidate is timed (timer defences on) but the baselines are not: what is checked here
+    # is the candidate's verdict at full size, and compiling 37 Inductor baselines at those sizes
+    # is most of the file's time (bench and the fidelity benchmarks time them).
     futures = {p: pool.submit(gpu_evaluator.evaluate, KB / f"{p.parent.name}/{p.stem}.py", p.read_text(),
-                              EvalConfig()) for p in FILES}
+                              EvalConfig(baselines=False)) for p in FILES}
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -161,4 +164,5 @@ def test_solution_passes_the_harness_at_full_size_on_the_gpu(path, full_size_res
     key = f"{path.parent.name}/{path.stem}"
     result = full_size_results[path].result()
     print(f"{key}: {result.status} speedups {result.speedups} stages {result.stage_seconds}")
-    assert result.passed, f"{key}: {result.status} {result.reason}"
+    assert result.passed, f"{key}: {result.status} {result.reason} flags {[f.kind for f in result.flags]} " \
+                          f"concurrency {result.concurrency}"

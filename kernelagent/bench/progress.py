@@ -93,7 +93,7 @@ class BenchProgress:
 
     # -- events ------------------------------------------------------------------------
     def begin(self, run_id: str, mode: str, total: int, done: int, correct: int, devices: list[str],
-              parallel: int, resumed: bool) -> None:
+              parallel: int, resumed: bool, jobs: str = "") -> None:
         with self.lock:
             self.run_id, self.mode, self.total, self.done, self.correct = run_id, mode, total, done, correct
             self.devices = {d: "" for d in devices}
@@ -102,6 +102,8 @@ class BenchProgress:
             what = "resuming" if resumed else "starting"
             skip = f", {done} already done" if done else ""
             where = f"evaluating on {', '.join(devices)}" if devices else "nothing left to do"
+            if devices and jobs:
+                where += f", {jobs}"
             self._line(f"bench: {what} run {run_id} ({mode}): {total} problems{skip}; {where}")
 
     def eval_started(self, device: str, key: str) -> None:

@@ -44,16 +44,24 @@ def import_ray() -> Any:
 class RayWorker:
     """One actor on one node, seen by the Dispatcher like a harness Evaluator."""
 
-    def __init__(self, ray: Any, slot: Any, cache_dir: str | None, isolation: str):
+    def __init__(self, ray: Any, slot: Any, cache_dir: str | None, isolation: str, jobs_per_device: int = 0):
+        import threading
+
         self._ray, self.slot, self._cache_dir, self._isolation = ray, slot, cache_dir, isolation
+        self._jobs_per_device = jobs_per_device
         self._lost = _lost_errors(ray)
         self.revived = 0
+        # Several job threads share this worker (its server runs several jobs at once): the
+        # first to see the actor lost revives it, the others find it revived already.
+        self._revive_lock = threading.Lock()
+        self._broken = False
         self.actor = self._start()
 
     def _start(self) -> Any:
         from kernelagent.rl.ray_backend import start_actor
 
-        return start_actor(self._ray, self.slot, self._cache_dir, self._isolation)
+        return start_actor(self._ray, self.slot, self._cache_dir, self._isolation,
+                           jobs_per_device=self._jobs_per_device)
 
     def fingerprint(self) -> dict[str, Any]:
         try:
@@ -66,11 +74,15 @@ class RayWorker:
         return self._ray.get(self.actor.where.remote(), timeout=60)
 
     def evaluate(self, problem: Any, source: str, config: Any) -> dict[str, Any]:
-        ref = self.actor.evaluate.remote(problem.source, problem.display, source,
-                                         config.to_dict() if config is not None else None)
+        actor = self.actor
+        ref = actor.evaluate.remote(problem.source, problem.display, source,
+                                    config.to_dict() if config is not None else None)
         try:
             result = self._ray.get(ref)
         except self._lost as exc:
+            with self._revive_lock:
+                if actor is self.actor:
+                    self._broken = True
             raise WorkerLost(f"{self.slot.label}: {type(exc).__name__}") from None
         if not isinstance(result, dict):  # only plain dicts come back from a worker
             return {"status": "harness_error", "reason": f"the Ray worker answered a {type(result).__name__}"}
@@ -78,6 +90,14 @@ class RayWorker:
 
     def revive(self) -> bool:
         """A new actor on the same node, if that node is still alive (its old one is gone)."""
+        with self._revive_lock:
+            if not self._broken:
+                return True  # another job thread of this worker revived it already
+            revived = self._revive()
+            self._broken = not revived
+            return revived
+
+    def _revive(self) -> bool:
         alive = {n["NodeID"] for n in self._ray.nodes() if n.get("Alive")}
         if self.slot.node_id not in alive or self.revived >= 3:
             return False
@@ -113,7 +133,7 @@ class RayPool:
     Dispatcher uses: `devices`, `evaluators`, `size`, `close()`."""
 
     def __init__(self, address: str, *, cpu_workers: int = 1, cache_dir: str | None = None,
-                 isolation: str = "auto", init_kwargs: dict[str, Any] | None = None):
+                 isolation: str = "auto", init_kwargs: dict[str, Any] | None = None, jobs_per_device: int = 0):
         from kernelagent.rl.ray_backend import connect, plan_workers
 
         ray = import_ray()
@@ -127,7 +147,7 @@ class RayPool:
             slots = plan_workers(ray, cpu_actors=cpu_workers)
             if not slots:
                 raise UserError(f"the Ray cluster at {address} has no node with a GPU or a CPU for a harness")
-            self.evaluators = [RayWorker(ray, slot, cache_dir, isolation) for slot in slots]
+            self.evaluators = [RayWorker(ray, slot, cache_dir, isolation, jobs_per_device) for slot in slots]
         except BaseException:
             self._disconnect()
             raise

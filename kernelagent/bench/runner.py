@@ -124,6 +124,7 @@ class Session:
     store: str | None = None  # default: default_store_path()
     out: str | None = None  # run directory (default runs/bench/<run id>)
     concurrency: int = 4  # agent mode: problems (and so model calls) in flight at once
+    jobs_per_gpu: int = 0  # evaluations each device's server runs at once (0: its default, printed)
     # Several GPUs on one host: CPUs split between the servers, the reference side's compile
     # cache shared, each problem's baselines timed once, and candidates queued round-robin over
     # problems (EvaluatorPool). False: as before, for bench_throughput.py's before/after.
@@ -240,9 +241,11 @@ class WorkerLost(Exception):
 
 
 class Dispatcher:
-    """Store first, then a harness server: one long-lived thread per device runs that device's
-    jobs one at a time (so two timings on a GPU never overlap), taking the next job from a
-    shared queue whenever it is free.
+    """Store first, then a harness server per device. Each device has as many long-lived job
+    threads as its server runs jobs at once (its `concurrency`, chosen by the server from the
+    host's CPUs and the device's memory, or `--jobs-per-gpu`); every thread takes the next job
+    from one shared queue whenever it is free. The server overlaps those jobs' host work and
+    gives each timed phase the device alone (harness/server/gate.py), so timings never overlap.
 
     The servers are started, and restarted after a crash, only from these device threads: a
     server sandboxed by bubblewrap's --die-with-parent dies with the *thread* that started it
@@ -267,8 +270,10 @@ class Dispatcher:
         self.reused = 0
         self.resubmitted = 0  # evaluations sent again after their worker was lost
         self.store_seconds = 0.0  # spent in store lookups and records (summed over threads)
-        self._alive = len(pool.evaluators)
+        self._alive = len(pool.evaluators)  # job threads alive (a device's first, then its others)
         self._closing = False
+        self.slots = [1] * len(pool.evaluators)  # jobs at once per device, as its server admits them
+        self.concurrency = [{} for _ in pool.evaluators]  # each server's {"jobs", "default", "why"}
         started: list[Future] = [Future() for _ in pool.evaluators]
         self._threads = [threading.Thread(target=self._device_loop, args=(i, ev, started[i]), daemon=True,
                                           name=f"bench-device-{i}") for i, ev in enumerate(pool.evaluators)]
@@ -280,13 +285,46 @@ class Dispatcher:
             self.close()
             raise
 
+    @property
+    def parallel(self) -> int:
+        """Evaluations in flight at once over every device."""
+        return sum(self.slots)
+
+    def describe(self) -> str:
+        """'4 jobs at once per device (min(16 CPUs / 2, 70 GiB free / 4 GiB, 8))', for the
+        progress line: the default is printed, not hidden."""
+        shown = sorted({(c.get("jobs") or 1, c.get("why") or "") for c in self.concurrency})
+        return "; ".join(f"{jobs} job{'s' if jobs != 1 else ''} at once per device" + (f" ({why})" if why else "")
+                         for jobs, why in shown)
+
     def _device_loop(self, index: int, evaluator: Any, started: Any) -> None:
         try:
-            started.set_result(evaluator.fingerprint())
+            fingerprint = evaluator.fingerprint()
         except BaseException as exc:  # noqa: BLE001 - reported to the constructor
             started.set_exception(exc)
             return
-        label = self.labels[index]
+        concurrency = dict(fingerprint.get("concurrency") or {})
+        slots = max(1, int(concurrency.get("jobs") or 1))
+        self.concurrency[index], self.slots[index] = concurrency, slots
+        # The device's other job threads start here and end before this one closes the server:
+        # a server sandboxed with --die-with-parent dies with the thread that started it, and
+        # every one of these threads lives until close().
+        helpers = [threading.Thread(target=self._job_loop, args=(index, evaluator, slot), daemon=True,
+                                    name=f"bench-device-{index}-job-{slot}") for slot in range(1, slots)]
+        with self._lock:
+            self._alive += len(helpers)
+        for thread in helpers:
+            thread.start()
+        started.set_result(fingerprint)
+        try:
+            self._job_loop(index, evaluator, 0)
+        finally:
+            for thread in helpers:
+                thread.join()
+            evaluator.close()  # from the thread that started it
+
+    def _job_loop(self, index: int, evaluator: Any, slot: int) -> None:
+        label = self.labels[index] if slot == 0 else f"{self.labels[index]}/{slot + 1}"
         try:
             while True:
                 job = self._jobs.get()
@@ -310,7 +348,6 @@ class Dispatcher:
                         return  # this worker is gone for good; the others go on
         finally:
             self._worker_ended()
-            evaluator.close()  # from the thread that started it
 
     def _lost(self, job: tuple, evaluator: Any) -> bool:
         """A worker went away (a Ray node or actor lost) in the middle of `job`: nothing of it
@@ -354,7 +391,7 @@ class Dispatcher:
 
     def close(self) -> None:
         self._closing = True
-        for _ in self._threads:
+        for _ in range(len(self._threads) + sum(self.slots)):  # one end mark per job thread (and spare)
             self._jobs.put(None)
         for thread in self._threads:
             thread.join(timeout=60)
@@ -541,21 +578,23 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
                             pool = stack.enter_context(RayPool(
                                 session.ray, cpu_workers=max(1, session.cpu_workers),
                                 cache_dir=session.cache_dir, isolation=session.isolation,
-                                init_kwargs=session.ray_init))
+                                init_kwargs=session.ray_init, jobs_per_device=session.jobs_per_gpu))
                         else:
                             pool = stack.enter_context(EvaluatorPool(
                                 devices=devices, cache_dir=session.cache_dir, isolation=session.isolation,
-                                cpu_workers=max(1, session.cpu_workers), host_tuning=session.host_tuning))
+                                cpu_workers=max(1, session.cpu_workers), host_tuning=session.host_tuning,
+                                jobs_per_device=session.jobs_per_gpu))
                         dispatcher = Dispatcher(pool, store, run_id, progress)
                         stack.callback(dispatcher.close)
                         store.update_run(run_id, fingerprint=dispatcher.fingerprint())
-                        parallel = pool.size if spec.mode == "candidates" else session.concurrency
+                        parallel = dispatcher.parallel if spec.mode == "candidates" else session.concurrency
                         progress.begin(run_id, spec.mode, len(problems), done_before, correct_before,
-                                       dispatcher.labels, parallel, resumed=not created)
+                                       dispatcher.labels, parallel, resumed=not created,
+                                       jobs=dispatcher.describe())
                         try:
                             if spec.mode == "candidates":
                                 _run_candidates(spec, store, run_id, dispatcher, progress,
-                                                [problems[k] for k in todo], workers=pool.size,
+                                                [problems[k] for k in todo], workers=dispatcher.parallel,
                                                 interleave=session.host_tuning)
                             else:
                                 _run_agent(spec, session, store, run_id, dispatcher, progress,

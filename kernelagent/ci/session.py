@@ -13,7 +13,7 @@ from kernelagent.errors import UserError
 
 @contextmanager
 def open_cached_evaluator(*, store: Path | None, device: str, cache_dir: Path | None,
-                          isolation: str, run_id: str) -> Iterator[CachedEvaluator]:
+                          isolation: str, run_id: str, jobs_per_gpu: int = 0) -> Iterator[CachedEvaluator]:
     from kernelagent.bench.store import Store, default_store_path
     from kernelagent.harness import Evaluator, HarnessStartError
 
@@ -29,7 +29,8 @@ def open_cached_evaluator(*, store: Path | None, device: str, cache_dir: Path | 
     except Exception as exc:  # sqlite3.DatabaseError: not a database, locked, unwritable
         raise UserError(f"cannot open the store {store_path}: {exc}") from None
     try:
-        with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation) as evaluator:
+        with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation,
+                       concurrency=jobs_per_gpu) as evaluator:
             cached = CachedEvaluator(evaluator, db, run_id)
             try:
                 cached.fingerprint()  # starts the harness: a broken setup fails here, in one line

@@ -18,7 +18,9 @@ report says so); the verdict then rests on correctness and the lock's problem ha
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,14 @@ class CachedEvaluator:
         self.performed = 0
         self.reused = 0
         self._fingerprint: dict[str, Any] | None = None
+        self._count_lock = threading.Lock()  # verify evaluates several kernels at once
+
+    @property
+    def jobs(self) -> int:
+        """Evaluations the harness runs at once on this device (its server's admission)."""
+        self.fingerprint()
+        concurrency = getattr(self.evaluator, "concurrency", None)
+        return max(1, int((concurrency or {}).get("jobs") or 1)) if isinstance(concurrency, dict) else 1
 
     def fingerprint(self) -> dict[str, Any]:
         if self._fingerprint is None:
@@ -67,14 +77,16 @@ class CachedEvaluator:
         key = evaluation_key(problem.sha256, sha256_text(source), settings, fingerprint)
         hit = self.store.lookup([key])
         if hit is not None:
-            self.reused += 1
+            with self._count_lock:
+                self.reused += 1
             return EvalResult.from_dict(hit[1]), True
         result = self.evaluator.evaluate(problem, source, config)
         data = result.to_dict()
         # A harness failure is the machine's fault, not the kernel's: logged, never cached.
         self.store.record_evaluation(key, data, settings=settings, fingerprint=fingerprint,
                                      run_id=self.run_id, cacheable=result.status != Status.HARNESS_ERROR)
-        self.performed += 1
+        with self._count_lock:
+            self.performed += 1
         return result, False
 
 
@@ -293,20 +305,39 @@ def evaluate_entries(manifest: Manifest, entries: list[KernelEntry], cached: Cac
     from kernelagent.problem import load_problem, read_candidate, sha256_text
 
     env = env_of(cached.fingerprint())
-    checks = []
+    # Every file is read first, in the manifest's order: a missing or broken one is bad input
+    # (one line, exit 2) before anything is evaluated.
+    work = []
     for entry in entries:
         problem = load_problem(entry.problem)
         source = read_candidate(entry.kernel)
+        work.append((entry, problem, source))
+
+    def check(item: tuple) -> KernelCheck:
+        entry, problem, source = item
         started = time.monotonic()
         result, reused = cached.evaluate_cached(problem, source, eval_config(manifest, entry, cached.cpu, trials,
                                                                              compile_modes, timeouts))
-        check = check_kernel(entry, result, lock.get(entry.name), environment=env, reused=reused,
-                             seconds=time.monotonic() - started, kernel_sha256=sha256_text(source),
-                             problem_sha256=problem.sha256)
-        checks.append(check)
-        if on_check is not None:
-            on_check(check)
-    return checks
+        return check_kernel(entry, result, lock.get(entry.name), environment=env, reused=reused,
+                            seconds=time.monotonic() - started, kernel_sha256=sha256_text(source),
+                            problem_sha256=problem.sha256)
+
+    # The kernels go to the harness at once, up to as many as its server runs together (their
+    # host work overlaps; each timed loop has the device alone). Each is reported as it
+    # finishes; the report keeps the manifest's order.
+    checks: list[KernelCheck | None] = [None] * len(work)
+    with ThreadPoolExecutor(max_workers=max(1, min(cached.jobs, len(work) or 1)),
+                            thread_name_prefix="verify") as pool:
+        futures = {pool.submit(check, item): i for i, item in enumerate(work)}
+        try:
+            for future in as_completed(futures):
+                checks[futures[future]] = done = future.result()
+                if on_check is not None:
+                    on_check(done)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return [c for c in checks if c is not None]
 
 
 def updated_lock(lock: dict[str, dict], checks: list[KernelCheck], manifest: Manifest, *,

@@ -14,7 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt, finite,
+from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt,
+                                  finite,
                                   inductor_modes, interrupted, stage_timeouts)
 from kernelagent.cli.optimize_cmd import Mode
 from kernelagent.errors import EXIT_USAGE, UserError
@@ -28,6 +29,7 @@ def bench(
     limit: Annotated[Optional[int], typer.Option("--limit", min=1, metavar="N", help="At most N problems (after --levels/--filter).", show_default=False)] = None,
     gpus: Annotated[Optional[str], typer.Option("--gpus", metavar="GPUS", help="GPU indices, e.g. 0,1; 'cpu'; default: every visible GPU (the CPU when there is none).", show_default=False)] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, metavar="N", help="Agent mode: problems, and so model calls, in flight at once.")] = 4,
+    jobs_per_gpu: JobsPerGpuOpt = 0,
     cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, metavar="N", help="Harness workers when running on the CPU (with --ray: per node of a cluster without GPUs).")] = 1,
     ray_address: Annotated[Optional[str], typer.Option("--ray", metavar="ADDRESS", help="Run the evaluations on a Ray cluster (one harness per GPU on every node): its address, e.g. 10.0.0.1:6379 or ray://host:10001, or 'auto' (the cluster this machine runs, else a new local one). Agent mode: the agent loops stay here, their evaluations go to the cluster. Needs the rl extra.", show_default=False)] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", metavar="RUN", help="Resume a run by id (its stored settings are used).", show_default=False)] = None,
@@ -106,7 +108,7 @@ def bench(
     session = Session(gpus=gpus, cpu_workers=cpu_workers, ray=ray_address.strip() if ray_address else None,
                       isolation=isolation,
                       cache_dir=str(cache_dir) if cache_dir else None, store=str(store) if store else None,
-                      out=str(out) if out else None, concurrency=concurrency, run_name=run_name, api_key=api_key,
+                      out=str(out) if out else None, concurrency=concurrency, jobs_per_gpu=jobs_per_gpu, run_name=run_name, api_key=api_key,
                       model_timeout=model_timeout, max_retries=max_retries, retry_backoff=retry_backoff)
     try:
         from kernelagent.devices import check_gpu_list

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt,
+from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt,
                                   inductor_modes, stage_timeouts)
 from kernelagent.errors import UserError
 
@@ -51,6 +51,7 @@ def verify(
     isolation: IsolationOpt = "auto",
     max_autotune: MaxAutotuneOpt = False,
     modes: InductorModesOpt = None,
+    jobs_per_gpu: JobsPerGpuOpt = 0,
     timeout_scale: Annotated[Optional[float], TimeoutScaleOpt] = None,
     stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
 ) -> None:
@@ -72,7 +73,11 @@ def verify(
         compile_modes = inductor_modes(modes, max_autotune)
         manifest = load_manifest(path)
         with open_cached_evaluator(store=store, device=device or manifest.device, cache_dir=cache_dir,
-                                   isolation=isolation, run_id=f"verify:{manifest.path}") as cached:
+                                   isolation=isolation, run_id=f"verify:{manifest.path}",
+                                   jobs_per_gpu=jobs_per_gpu) as cached:
+            why = (getattr(cached.evaluator, "concurrency", None) or {}).get("why")
+            print(f"verify: {cached.jobs} evaluation{'s' if cached.jobs != 1 else ''} at once"
+                  + (f" ({why})" if why else ""), file=err, flush=True)
             report = run_verify(manifest, cached, update_lock=update_lock, only=only, trials=trials,
                                 on_check=progress, compile_modes=compile_modes,
                                 timeouts=stage_timeouts(timeout_scale, stage_timeout))

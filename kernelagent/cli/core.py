@@ -223,6 +223,12 @@ InductorModesOpt = Annotated[Optional[str], typer.Option(
     show_default=False)]
 MaxAutotuneOpt = Annotated[bool, typer.Option(
     "--max-autotune", help="Alias of --inductor-modes default,max-autotune-no-cudagraphs.")]
+# Jobs per device (issue 23): the harness server overlaps their host work and gives each timed
+# phase the device alone; 0 lets the server choose from the host's CPUs and the device's memory.
+JobsPerGpuOpt = Annotated[int, typer.Option(
+    "--jobs-per-gpu", min=0, max=8, metavar="N",
+    help="Evaluations each device's harness runs at once: compile and checks overlap, every timed loop "
+         "has the device alone. 0: chosen from the host's CPUs and the device's free memory (printed).")]
 
 
 def inductor_modes(value: str | None, max_autotune: bool = False) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import finite, interrupted
+from kernelagent.cli.core import JobsPerGpuOpt, finite, interrupted
 
 class Backend(str, Enum):
     pool = "pool"
@@ -28,6 +28,7 @@ def serve(
     request_timeout: Annotated[float, typer.Option("--request-timeout", min=1.0, metavar="SECONDS", callback=finite(1), help="Seconds a request may take before it is answered 504.")] = 900.0,
     read_timeout: Annotated[float, typer.Option("--read-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds a client may take to send a request's headers and body (then 408).")] = 60.0,
     cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, metavar="N", help="Evaluators when there is no GPU.")] = 1,
+    jobs_per_gpu: JobsPerGpuOpt = 0,
     backend: Annotated[Backend, typer.Option("--backend", help="pool: one harness per local GPU; ray: actors over a Ray cluster's GPUs.")] = Backend.pool,
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", metavar="ADDRESS", help="Ray cluster address for --backend ray (default: start or join a local one).", show_default=False)] = None,
     trials: Annotated[int, typer.Option("--trials", min=1, metavar="N", help="Correctness trials per completion.")] = 5,
@@ -46,12 +47,12 @@ def serve(
 
     run_guarded(_serve, gpus, host, port, max_pending, request_timeout, read_timeout, cpu_workers, backend.value,
                 ray_address, trials, eval_config, compile_weight, correct_weight, speed_weight,
-                r_max, baseline.value, isolation, cache_dir, token)
+                r_max, baseline.value, isolation, cache_dir, token, jobs_per_gpu)
 
 
 def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_workers, backend, ray_address,
            trials, eval_config, compile_weight, correct_weight, speed_weight, r_max, baseline,
-           isolation, cache_dir, token=None) -> None:
+           isolation, cache_dir, token=None, jobs_per_gpu=0) -> None:
     import json
     import signal
     import sys
@@ -82,7 +83,8 @@ def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_wor
         except ImportError:
             raise UserError("--backend ray needs ray (pip install 'ray[default]')") from None
         engine = RayBackend(address=ray_address, cpu_actors=cpu_workers,
-                            cache_dir=str(cache_dir) if cache_dir else None, isolation=isolation)
+                            cache_dir=str(cache_dir) if cache_dir else None, isolation=isolation,
+                            jobs_per_device=jobs_per_gpu)
     else:
         from kernelagent.devices import check_gpu_list
         from kernelagent.harness.caller.pool import EvaluatorPool, parse_gpus
@@ -95,7 +97,7 @@ def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_wor
         if devices == ["cpu"]:
             devices = ["cpu"] * cpu_workers
         engine = EvaluatorPool(devices=devices, cache_dir=cache_dir, isolation=isolation,
-                               cpu_workers=cpu_workers)
+                               cpu_workers=cpu_workers, jobs_per_device=jobs_per_gpu)
     reward = KernelReward(engine, config=reward_config, eval_config=config)
     reward._own_backend = True  # the service closes it
     service = RewardService(reward, max_pending=max_pending, request_timeout=request_timeout,
@@ -115,8 +117,9 @@ def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_wor
     signal.signal(signal.SIGTERM, stop)
     got_sigint = False
     try:  # from the first line on, Ctrl-C is a clean stop (exit 130)
+        jobs = f"{jobs_per_gpu} asked" if jobs_per_gpu else "chosen by each harness from its CPUs and device memory"
         typer.echo(f"kernelagent serve: listening on http://{bound_host}:{bound_port} "
-                   f"(backend {backend}, devices {devices_text}, capacity {max_pending})")
+                   f"(backend {backend}, devices {devices_text}, capacity {max_pending}, jobs per device: {jobs})")
         sys.stdout.flush()
         httpd.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:

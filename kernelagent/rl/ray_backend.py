@@ -74,7 +74,11 @@ def plan_workers(ray: Any, *, cpu_actors: int = 1) -> list[WorkerSlot]:
 _REMOTE: Any = None
 
 
-def start_actor(ray: Any, slot: WorkerSlot, cache_dir: str | None, isolation: str) -> Any:
+MAX_JOBS_PER_ACTOR = 8  # the harness server admits at most 8 jobs per device (gate.default_concurrency)
+
+
+def start_actor(ray: Any, slot: WorkerSlot, cache_dir: str | None, isolation: str,
+                jobs_per_device: int = 0) -> Any:
     """An `_EvalActor` pinned to the slot's node (not moved by Ray: a lost node's work is
     resubmitted by the caller, to actors that are alive). No Ray-side restarts or task retries,
     so an evaluation is never run twice behind the caller's back."""
@@ -84,23 +88,26 @@ def start_actor(ray: Any, slot: WorkerSlot, cache_dir: str | None, isolation: st
     global _REMOTE
     if _REMOTE is None:  # one actor class, exported to the cluster once
         _REMOTE = ray.remote(_EvalActor)
+    # A threaded actor: its one Evaluator takes several evaluate calls at once, and its server
+    # overlaps them (admitting as many as it runs; the rest wait in the server's queue).
     return _REMOTE.options(
-        **options, max_restarts=0, max_task_retries=0,
+        **options, max_restarts=0, max_task_retries=0, max_concurrency=MAX_JOBS_PER_ACTOR + 2,
         scheduling_strategy=NodeAffinitySchedulingStrategy(slot.node_id, soft=False),
-    ).remote(slot.device, cache_dir, isolation, (slot.index, slot.per_node))
+    ).remote(slot.device, cache_dir, isolation, (slot.index, slot.per_node), jobs_per_device)
 
 
 class _EvalActor:
     """Lives in a Ray worker: one Evaluator, reused for every job sent to this actor."""
 
     def __init__(self, device: str, cache_dir: str | None, isolation: str,
-                 cpu_share: tuple[int, int] = (0, 1)) -> None:
+                 cpu_share: tuple[int, int] = (0, 1), jobs_per_device: int = 0) -> None:
         from kernelagent.harness import Evaluator
         from kernelagent.harness.caller.pool import split_cpus
 
         index, count = cpu_share
         cpus = split_cpus(count)[index] if 0 <= index < count else None  # split on the node itself
-        self.evaluator = Evaluator(device=device, cache_dir=cache_dir, isolation=isolation, cpus=cpus)
+        self.evaluator = Evaluator(device=device, cache_dir=cache_dir, isolation=isolation, cpus=cpus,
+                                   concurrency=jobs_per_device)
 
     def evaluate(self, problem_source: str, problem_id: str, candidate: str,
                  config: dict | None) -> dict:
@@ -132,27 +139,33 @@ class RayBackend:
     def __init__(self, *, address: str | None = None, actors: int | None = None,
                  gpus_per_actor: float = 1.0, cpu_actors: int = 1,
                  cache_dir: str | None = None, isolation: str = "auto",
-                 init_kwargs: dict[str, Any] | None = None) -> None:
+                 init_kwargs: dict[str, Any] | None = None, jobs_per_device: int = 0) -> None:
         import ray
         from ray.util import ActorPool
 
         connect(address, **(init_kwargs or {}))
         if actors is None and gpus_per_actor == 1.0:  # the usual case: placed node by node
             slots = plan_workers(ray, cpu_actors=cpu_actors)
-            self.actors = [start_actor(ray, slot, cache_dir, isolation) for slot in slots]
+            self.actors = [start_actor(ray, slot, cache_dir, isolation, jobs_per_device) for slot in slots]
             self.devices = [f"ray:{slot.device}" for slot in slots]
         else:
             gpus = int(ray.cluster_resources().get("GPU", 0))
             use_gpu = gpus > 0 and gpus_per_actor > 0
             count = actors or (int(gpus / gpus_per_actor) if use_gpu else cpu_actors)
             options = {"num_gpus": gpus_per_actor, "num_cpus": 1} if use_gpu else {"num_cpus": 1}
-            remote = ray.remote(**options)(_EvalActor)
+            remote = ray.remote(**options, max_concurrency=MAX_JOBS_PER_ACTOR + 2)(_EvalActor)
             device = "cuda" if use_gpu else "cpu"
-            self.actors = [remote.remote(device, cache_dir, isolation) for _ in range(max(1, count))]
+            self.actors = [remote.remote(device, cache_dir, isolation, (0, 1), jobs_per_device)
+                           for _ in range(max(1, count))]
             self.devices = [f"ray:{device}"] * len(self.actors)
         if not self.actors:
             raise RuntimeError("the Ray cluster has no node with a GPU or a CPU to run a harness on")
-        self._pool = ActorPool(self.actors)
+        # Each actor's server runs several jobs at once: the pool hands an actor as many
+        # evaluations as its server admits (a handle listed once per job slot).
+        jobs = [max(1, int((ray.get(a.fingerprint.remote()).get("concurrency") or {}).get("jobs") or 1))
+                for a in self.actors]
+        self.jobs = jobs
+        self._pool = ActorPool([a for a, n in zip(self.actors, jobs) for _ in range(n)])
         self._lock = threading.Lock()  # ActorPool is not thread-safe
         self._ray = ray
 

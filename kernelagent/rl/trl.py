@@ -204,7 +204,7 @@ class KernelReward:
     def __init__(self, backend: Any = None, *, config: RewardConfig | None = None,
                  eval_config: Any = None, devices: list[str] | None = None,
                  cpu_workers: int = 1, cache_dir: str | None = None, isolation: str = "auto",
-                 judge: Any = None, dedupe: bool = True) -> None:
+                 judge: Any = None, dedupe: bool = True, jobs_per_device: int = 0) -> None:
         self.config = config or RewardConfig()
         self.eval_config = eval_config
         self.judge = judge
@@ -213,8 +213,10 @@ class KernelReward:
         self._backend = backend
         if backend is None:
             devices = default_backend_args(devices, cpu_workers)
+        # A batch's completions go to the pool at once: each device's server runs `jobs_per_device`
+        # of them together (0: its default from CPUs and memory), results come back in order.
         self._backend_args = dict(devices=devices, cache_dir=cache_dir, isolation=isolation,
-                                  cpu_workers=cpu_workers)
+                                  cpu_workers=cpu_workers, jobs_per_device=jobs_per_device)
         self._lock = threading.Lock()
         self.last: list[RewardBreakdown] = []
         self.calls = 0

@@ -89,6 +89,7 @@ class Evaluator:
         self._send_lock = threading.Lock()
         # job id -> (the queue its replies go to, the connection it was sent on)
         self._pending: dict[str, tuple["queue.Queue[dict[str, Any] | None]", Connection]] = {}
+        self._heard = 0.0  # when the server last sent anything (monotonic)
         self._reader: threading.Thread | None = None
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
@@ -221,6 +222,7 @@ class Evaluator:
                 message = protocol.recv(conn, {"started", "result"}, max_bytes=protocol.MAX_CALLER_FRAME)
             except (EOFError, OSError, protocol.ProtocolError, ValueError, TypeError):
                 break  # TypeError: the connection was closed under us (abort, close)
+            self._heard = time.monotonic()  # the server is alive and answering (queued jobs wait on this)
             entry = self._pending.get(str(message.get("job")))
             if entry is not None and entry[1] is conn:
                 entry[0].put(message)
@@ -434,7 +436,6 @@ class Evaluator:
         killed (the jobs in flight with it end as harness errors) and restarted next time."""
         job = secrets.token_hex(8)
         nonce = secrets.token_hex(16)
-        until = time.monotonic() + deadline_s
         box: queue.Queue[dict[str, Any] | None] = queue.Queue()
         conn, proc = self._conn, self._proc
         try:
@@ -444,9 +445,12 @@ class Evaluator:
             try:
                 with self._send_lock:
                     protocol.send(conn, "evaluate", job, **request)
-                started = self._next(box, until)
+                started = self._until_started(box, deadline_s)
                 if started is None or started.get("type") != "started":
                     return self._lost(proc, started)
+                # The job's own deadline runs from its admission: a job queued behind others
+                # (admission, device memory) is not charged for their time.
+                until = time.monotonic() + deadline_s
                 with self._send_lock:
                     protocol.send(conn, "nonce", job, nonce=nonce)
                 message = self._next(box, until)
@@ -462,6 +466,18 @@ class Evaluator:
                 return {"error": f"the harness server died ({exc}); it will be restarted for the next evaluation"}
         finally:
             self._pending.pop(job, None)
+
+    def _until_started(self, box: "queue.Queue[dict[str, Any] | None]", quiet_s: float) -> dict[str, Any] | None:
+        """The job's `started`: it may wait in the server's queue as long as the server keeps
+        answering other jobs; a server silent for `quiet_s` (one job's deadline) has hung."""
+        since = time.monotonic()
+        while True:
+            heard = max(since, self._heard)
+            message = self._next(box, min(heard + quiet_s, time.monotonic() + 5.0))
+            if message is None or message.get("type") != "deadline":
+                return message
+            if time.monotonic() >= max(since, self._heard) + quiet_s:
+                return message
 
     @staticmethod
     def _next(box: "queue.Queue[dict[str, Any] | None]", until: float) -> dict[str, Any] | None:

@@ -73,6 +73,9 @@ class Gate:
         # problem and order reuses it (a claim that falls short still recalibrates).
         self.calibrations: dict[str, float] = {}
         self.memory: "MemoryLedger | None" = None  # set by the server on a GPU with several jobs at once
+        # The memory plan's meta-device estimate, by problem (sha256 of its source): made once in a
+        # throwaway fork, reused by every later job of the same problem.
+        self.estimates: dict[str, dict[str, Any]] = {}
 
     # -- the registry -------------------------------------------------------------------
     def register(self, job: Freezable) -> None:
@@ -263,10 +266,13 @@ class MemoryLedger:
                 self._cond.notify_all()
 
 
+CONTEXT_BYTES = 600 << 20  # a CUDA context and the allocator's slack, per process
+
+
 def job_memory_bytes(input_bytes: int, output_bytes: int, param_bytes: int) -> int:
     """The memory plan's bound for one evaluation on a device: two processes, each about
     2.5x (inputs + outputs + parameters), plus a CUDA context each."""
-    return int(2 * (2.5 * (input_bytes + output_bytes + param_bytes) + (600 << 20)))
+    return int(2 * (2.5 * (input_bytes + output_bytes + param_bytes) + CONTEXT_BYTES))
 
 
 def default_concurrency(cpus: int | None = None, device_free_bytes: int | None = None,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import multiprocessing as mp
 import os
 import queue
 import sys
@@ -239,7 +238,7 @@ class Dispatcher:
         with self._lock:
             jobs = list(self._jobs.values())
         for job in jobs:
-            from kernelagent.harness.server.job import _kill_group
+            from kernelagent.harness.server.processes import _kill_group
 
             _kill_group(job.cand)
             _kill_group(job.ref)
@@ -267,6 +266,12 @@ class Dispatcher:
         job = Job(request, self.scratch_root, self.fingerprint, self.sandbox, gate=self.gate)
         with self._lock:
             self._jobs[job_id] = job
+        try:
+            self._run_job(job, job_id, cpu_before, admitted)
+        finally:
+            job.release_device_memory()  # reserved before the fork; a job that never ran frees it here
+
+    def _run_job(self, job: Job, job_id: str, cpu_before: float, admitted: float) -> None:
         try:
             job.fork()
         except Exception:  # noqa: BLE001

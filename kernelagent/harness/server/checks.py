@@ -1,0 +1,164 @@
+"""A job's supervision loop: the candidate's stages in order, each check's outputs relayed
+to the trusted reference and compared there (mixed into server/job.py's Job)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kernelagent.harness import protocol
+from kernelagent.harness.child.inputs import SEED_ALT, SEED_EXTRA, SEED_POST_TIMING
+from kernelagent.harness.server import gate as gate_mod
+from kernelagent.harness.server.verdict import CheckRecord
+
+from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
+
+
+class CheckPhases:
+    """Job's supervision and correctness checks (needs Job's channels and clock)."""
+
+    def supervise(self) -> None:
+        try:
+            self._supervise()
+        except _Stop:
+            pass
+        finally:
+            self.release_device_memory()
+
+    def _supervise(self) -> None:
+        assert self.ref is not None and self.cand is not None
+        config = self.config
+        # 1. start, load, compile: the reference gets ready while the candidate imports.
+        deadline_ref = self.clock() + self.limit("start") + self.limit("load")
+        ref_ready = compiled = False
+        deadline = self.stage_clock + self.limit(self.stage)
+        while not (ref_ready and compiled):
+            conns: list[Any] = []
+            if not ref_ready:
+                conns += [self.to_ref, self.ref_alive_fd]
+            if not compiled:
+                conns += [self.to_cand, self.cand_alive_fd]
+            until = min(deadline if not compiled else float("inf"), deadline_ref if not ref_ready else float("inf"))
+            ready = self.wait(conns, until)
+            if not ready:
+                raise StageTimeout()
+            if not ref_ready and (self.to_ref in ready or self.ref_alive_fd in ready):
+                message = self.ref_recv({"ref_ready"}, self.clock() + 1)
+                self.ready = message
+                ref_ready = True
+                self.result["workload"] = {"input_bytes": message["input_bytes"],
+                                           "output_bytes": message["output_bytes"],
+                                           "param_bytes": message["param_bytes"], "flops": message["flops"],
+                                           "dtype": message["output_dtype"]}
+                self.result["memory"]["io_bytes"] = message["input_bytes"] + message["output_bytes"]
+                self.result["memory"]["param_bytes"] = message["param_bytes"]
+            if not compiled and (self.to_cand in ready or self.cand_alive_fd in ready):
+                self.cand_recv({"compiled"}, self.clock() + 1, stage_deadlines=True)
+                compiled = True
+                self.result["compiled"] = True
+            deadline = self.stage_clock + self.limit(self.stage)
+        if config.compile_only:
+            self.cand_recv({"done"}, self.clock() + 30)
+            self.conclude([])
+            return
+
+        # 2. correctness: each check's seed revealed only when it runs. Beside other jobs, the
+        # device's memory for this one is reserved first (server/gate.py MemoryLedger).
+        ready = self.ready
+        need = gate_mod.job_memory_bytes(int(ready.get("input_bytes", 0)), int(ready.get("output_bytes", 0)),
+                                         int(ready.get("param_bytes", 0)))
+        if getattr(self, "_memory", None) is None and self.gate_memory is not None:  # no estimate before the fork
+            self._memory = self.gate_memory.reserve(self, need)
+            waited = time.monotonic()
+            self._memory.__enter__()
+            self.concurrency["memory_wait_s"] = round(time.monotonic() - waited, 3)
+            self.concurrency["memory_reserved_bytes"] = int(need)
+        self.enter("correctness")
+        deadline = self.clock() + self.limit("correctness")
+        protocol.send(self.to_cand, "plan", self.job_id,
+                      reference_ops=self.ready.get("reference_ops", []) if config.defences else [])
+        base = self.base_seed
+        checks = [{"name": f"trial {i}", "kind": "main", "seed": base + i, "stop": True}
+                  for i in range(config.trials)]
+        if self.ready.get("alt"):
+            checks.append({"name": "signed-normal inputs", "kind": "alt", "seed": base + SEED_ALT, "stop": True})
+        derived_names = {d["kind"]: d["name"] for d in self.result["derived"].get("sets", [])}
+        for kind, why in self.ready.get("extra_skipped", {}).items():
+            self.result["derived"].setdefault("skipped", []).append(
+                {"name": derived_names.get(kind, kind), "reason": f"skipped: {why}"[:600]})
+        n_extra = int(self.ready.get("n_extra", 0))
+        extra_plan = list(self.ready.get("extra_plan", range(n_extra)))
+        if "sets" in self.result["derived"]:  # the derived sets checked (spares the reference left out dropped)
+            self.result["derived"]["sets"] = [d for d in self.result["derived"]["sets"]
+                                              if int(d["kind"].split(":")[1]) in extra_plan]
+        for j in extra_plan:
+            if not isinstance(j, int) or not 0 <= j < n_extra:
+                raise ReferenceGone(f"planned an extra input set that does not exist ({j!r})")
+            checks.append({"name": derived_names.get(f"extra:{j}", f"extra input set {j}"), "kind": f"extra:{j}",
+                           "seed": base + SEED_EXTRA + j, "stop": False})
+        self.planned = [c["name"] for c in checks]
+        for check in checks:
+            if not self.run_check(check, deadline):
+                return self.end_early()
+
+        # 3. the timed loop, clocked here.
+        if config.timing:
+            self.enter("timing")
+            if not self.timed_loop(self.clock() + self.limit("timing")):
+                return self.end_early()
+            if config.post_timing_check:
+                self.enter("post-check")
+                post = {"name": "post-timing check", "kind": "main", "seed": base + SEED_POST_TIMING, "stop": True}
+                self.planned.append(post["name"])
+                if not self.run_check(post, self.clock() + self.limit("post-check")):
+                    return self.end_early()
+
+        # 4. the end: evidence, profile, flags.
+        self.finish_candidate(device_share=bool(config.defences and self.fingerprint.get("cuda")))
+        self.conclude(self.claimed_flags)
+
+    def run_check(self, check: dict[str, Any], deadline: float) -> bool:
+        """One check: the candidate runs it, the reference compares. True to go on."""
+        protocol.send(self.to_cand, "run_check", self.job_id, name=check["name"], kind=check["kind"],
+                      seed=check["seed"])
+        sent = time.perf_counter()
+        message = self.cand_recv({"outputs"}, deadline)
+        if check["kind"] == "main":
+            # The server's own clock on one call (input generation and the hand-over included):
+            # an upper bound of the call's time, from which the timed loop is sized.
+            self.call_latency_ms.append((time.perf_counter() - sent) * 1e3)
+        if message["name"] != check["name"]:
+            raise protocol.ProtocolError(f"outputs for {message['name'][:40]!r} when {check['name']!r} was asked")
+        error = message["error"]
+        if error is not None and (not check["kind"].startswith("extra:") or message["outputs"] or message["inputs"]):
+            # Only an extra input set may be answered with the exception it raised (then it is
+            # compared as a failure, unless the reference cannot run that set either).
+            raise protocol.ProtocolError(f"an error instead of outputs for {check['name']!r}")
+        payloads = self.relay_payloads(message["outputs"] + message["inputs"])
+        record = self.compare(check, message["n_outputs"], message["outputs"], message["inputs"], payloads, deadline,
+                              candidate_error=error[:4000] if error is not None else None)
+        stop = not record.passed and check["stop"]
+        protocol.send(self.to_cand, "check_reply", self.job_id, passed=record.passed, stop=stop)
+        return not stop
+
+    def compare(self, check: dict[str, Any], n_outputs: int, outputs: list[Any], inputs: list[Any],
+                payloads: list[bytes], deadline: float, candidate_error: str | None = None) -> CheckRecord:
+        protocol.send(self.to_ref, "check", self.job_id, self.ref_nonce, name=check["name"], kind=check["kind"],
+                      seed=check["seed"], n_outputs=n_outputs, outputs=outputs, inputs=inputs,
+                      stop_on_failure=bool(check.get("stop", True)), candidate_error=candidate_error)
+        for data in payloads:
+            protocol.send_payload(self.to_ref, data)
+        record = CheckRecord.from_message(self.ref_recv({"verdict"}, deadline))
+        self.record_check(record)
+        return record
+
+    def record_check(self, record: CheckRecord) -> None:
+        self.checks[record.name] = record
+        if "out of device memory" in record.message:
+            self.out_of_memory = True
+        if record.skipped and record.kind in self.derived_dims:
+            self.result["derived"].setdefault("skipped", []).append({"name": record.name, "reason": record.message})
+        self.result["trials"].append({
+            "name": record.name, "seed": record.seed, "passed": record.passed, "max_abs_err": record.max_abs_err,
+            "max_rel_err": record.max_rel_err, "rel_l2_err": record.rel_l2_err,
+            "message": record.message if not record.passed or record.skipped else ""})

@@ -1,0 +1,142 @@
+"""A job's processes from the server's side: how they are forked (the reference, the jailed
+candidate, a short-lived one that derives CPU input sizes), killed and described."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from kernelagent.harness import protocol
+
+FORK = mp.get_context("fork")
+LOG_TAIL_BYTES = 6000
+
+
+def _plan_cpu_inputs(source: str, workdir: Path, timeout: float) -> dict[str, Any]:
+    """derive.plan_cpu_inputs in a short-lived forked process (it runs problem code: never in
+    the server itself), bounded by `timeout`; {"error": ...} when it fails or runs out of time."""
+
+    def plan() -> dict[str, Any]:
+        from kernelagent.harness import derive
+
+        return derive.plan_cpu_inputs(source, available_bytes=derive.available_memory())
+
+    return _in_fork(plan, workdir, timeout, "deriving smoke sizes")
+
+
+def _device_estimate(source: str, workdir: Path, timeout: float) -> dict[str, Any]:
+    """The memory plan's meta-device estimate of one evaluation's sizes (child/memory_plan.py),
+    in a short-lived forked process like _plan_cpu_inputs: {"error": ...} when the problem
+    cannot be built on the meta device."""
+
+    def estimate() -> dict[str, Any]:
+        from kernelagent.harness.child import memory_plan
+
+        return memory_plan.estimate(source) or {"error": "the problem cannot be built on the meta device"}
+
+    return _in_fork(estimate, workdir, timeout, "estimating the problem's memory")
+
+
+def _in_fork(work: Any, workdir: Path, timeout: float, what: str) -> dict[str, Any]:
+    parent_end, child_end = FORK.Pipe(duplex=False)
+
+    def target() -> None:
+        try:
+            from kernelagent.harness.child.namespaces import close_inherited_fds
+
+            close_inherited_fds([child_end.fileno(), 0, 1, 2])
+            os.chdir(workdir)
+            plan = work()
+        except BaseException as exc:  # noqa: BLE001 - reported to the server
+            plan = {"error": "".join(traceback.format_exception_only(type(exc), exc)).strip()[:1000]}
+        child_end.send_bytes(json.dumps(protocol.json_safe(plan)).encode())
+        os._exit(0)
+
+    proc = FORK.Process(target=target, name="kernelagent-derive")
+    proc.start()
+    child_end.close()
+    try:
+        if parent_end.poll(timeout):
+            plan = json.loads(parent_end.recv_bytes(1 << 20))
+        else:
+            plan = {"error": f"{what} took more than {timeout:.0f} s"}
+    except (EOFError, OSError, ValueError):
+        plan = {"error": f"the process {what} died"}
+    finally:
+        _kill_group(proc)
+        proc.join(5)
+        parent_end.close()
+    return plan
+
+
+def _gib(n: int | None) -> str:
+    return "unknown" if n is None else f"{n / (1 << 30):.1f} GiB"
+
+
+def _kill_group(proc: mp.Process | None) -> None:
+    if proc is None or proc.pid is None:
+        return
+    for target in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: os.kill(proc.pid, signal.SIGKILL)):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        detail = {"SIGSEGV": " (segmentation fault)", "SIGABRT": " (abort)", "SIGKILL": " (killed)",
+                  "SIGBUS": " (bus error)", "SIGFPE": " (arithmetic error)"}.get(name, "")
+        return f"was killed by {name}{detail}"
+    if code >= 128 and code - 128 in {s.value for s in signal.Signals}:
+        return _describe_exit(-(code - 128))  # pid 1 of a jail reports a signal as 128+n
+    return f"exited with code {code} (os._exit / sys.exit in candidate code?)"
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            text = f.read().decode("utf-8", "replace")
+        return ("... [earlier output cut] ...\n" if size > LOG_TAIL_BYTES else "") + text
+    except OSError:
+        return ""
+
+
+def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jail: dict[str, Any]) -> None:
+    """The candidate's process, first thing after the fork: the jail (namespaces, every other
+    descriptor closed), then the log, then the candidate."""
+    from kernelagent.harness.child import candidate_side, jail as jail_mod
+    from kernelagent.harness.child.common import child_setup
+
+    log_path = workdir / "candidate.log"
+    try:
+        jail_mod.enter(workdir, jail, keep_fds=[conn.fileno()], log_path=log_path)
+    except BaseException as exc:  # noqa: BLE001 - never run candidate code outside the jail asked for
+        try:
+            with open(log_path, "a") as log:
+                log.write(f"kernelagent: could not enter the sandbox: {exc}\n")
+        finally:
+            os._exit(70)
+    child_setup(log_path, workdir, [conn.fileno()])
+    candidate_side.candidate_main(job, conn, workdir)
+
+
+def _reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> None:
+    from kernelagent.harness.child import reference_side
+
+    reference_side.reference_main(job, conn, workdir)
