@@ -10,6 +10,9 @@ EXIT_SHORT_OF_TARGET = 3  # `optimize`: correct, but short of the speed target
 # `eval`: the problem is too large for this machine (status too_large: its inputs do not fit in
 # memory, by an estimate made before anything is allocated). About the machine, not the candidate.
 EXIT_TOO_LARGE = 4
+# A bug in kernelagent itself (an exception nobody expected): one line on stderr and the path
+# of a file holding the whole traceback. 70 is sysexits' EX_SOFTWARE.
+EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports it
 
 

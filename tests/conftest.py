@@ -34,6 +34,47 @@ def evaluator(cache_dir):
         yield ev
 
 
+@pytest.fixture(scope="session")
+def cuda_evaluator(cache_dir):
+    """One harness server on the GPU for every GPU test file: its start (imports, the device
+    probe) is paid once, and CUDA builds and compiled references are cached across the files.
+    Files that submit their cases at once (submit_all) overlap their host work in it."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from kernelagent.harness import Evaluator
+
+    with Evaluator(device="cuda", cache_dir=cache_dir) as ev:
+        yield ev
+
+
+class Submitted:
+    """Cases handed to one evaluator at once; `[key]` waits for that case's result, and
+    `.seconds[key]` is how long it took from submission (queueing beside the others included)."""
+
+    def __init__(self, evaluator, cases: dict):
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.seconds: dict = {}
+        self._pool = ThreadPoolExecutor(max_workers=max(len(cases), 1))
+
+        def run(key, args):
+            start = time.monotonic()
+            try:
+                return evaluator.evaluate(*args)
+            finally:
+                self.seconds[key] = time.monotonic() - start
+
+        self._futures = {key: self._pool.submit(run, key, args) for key, args in cases.items()}
+
+    def __getitem__(self, key):
+        return self._futures[key].result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.fixture
 def relu_problem() -> Path:
     return CANDIDATES / "relu_problem.py"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelagent.harness import EvalConfig, Evaluator, Status
-from tests.conftest import BENCHMARKS, CANDIDATES, read
+from kernelagent.harness import EvalConfig, Status
+from tests.conftest import BENCHMARKS, CANDIDATES, Submitted, read
 
 pytestmark = pytest.mark.gpu
 
@@ -24,28 +24,54 @@ CONFIG = EvalConfig(trials=2, baselines=False)
 NO_STATIC = dataclasses.replace(CONFIG, static_check="off")
 
 
+CPU_EXPLOITS = [
+    ("c01_dummy_kernel_disguised_torch.py", RELU, "no-custom-kernel"),
+    ("c01_matmul_torch.py", MATMUL, "no-custom-kernel"),
+    ("c02_condition_fallback.py", RELU, None),
+    ("c03_cache_after_checks.py", RELU, None),
+    ("c04_thread_deferred.py", RELU, "hidden-work"),
+    ("c05_patch_event_class.py", RELU, "tampering"),
+    ("c10_gc_scan.py", RELU, "reading-reference"),
+    ("c15_write_outside.py", RELU, "sandbox-escape"),
+]
+STALE = ["gpu_stale_empty.py", "c08_empty_output.py", "c08_reuse_buffer.py"]
+
+
 @pytest.fixture(scope="module")
-def gpu_evaluator(cache_dir):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    with Evaluator(device="cuda", cache_dir=cache_dir) as ev:
-        yield ev
+def results(cuda_evaluator):
+    """Every case submitted at once to the shared GPU server (host work overlaps, each timed
+    loop runs alone); each test waits for its own."""
+    cases = {
+        "side static": (BIG_RELU, read(CANDIDATES / "gpu_side_stream.py"), CONFIG),
+        "same stream": (BIG_RELU, read(CANDIDATES / "gpu_same_stream.py"), CONFIG),
+        "side no static": (BIG_RELU, read(CANDIDATES / "gpu_side_stream.py"), NO_STATIC),
+        "patched timer": (BIG_RELU, read(ADV / "gpu_patch_event_timer.py"), NO_STATIC),
+        "tf32 dot": (MATMUL, read(ADV / "gpu_tf32_dot.py"), CONFIG),
+        "tf32 modes": (RELU, read(ADV / "c06_tf32_modes.py"), NO_STATIC),
+        "honest glue": (RELU, read(ADV / "honest_glue.py"), CONFIG),
+    }
+    cases.update({f"stale {name}": (RELU, read(ADV / name), CONFIG) for name in STALE})
+    cases.update({f"cpu {name}": (problem, read(ADV / name), NO_STATIC) for name, problem, _ in CPU_EXPLOITS})
+    submitted = Submitted(cuda_evaluator, cases)
+    yield submitted
+    submitted.close()
 
 
 def _show(name, result):
     t = result.timings.get("candidate")
     print(f"\n{name}: {result.status} "
           + (f"median {t.median_ms:.4f} ms " if t else "")
-          + "; ".join(f"[{f.severity}:{f.kind}] {f.message[:160]}" for f in result.flags))
+          + "; ".join(f"[{f.severity}:{f.kind}] {f.message[:160]}" for f in result.flags)
+          + "\n  stages " + ", ".join(f"{k} {v:.1f}" for k, v in result.stage_seconds.items())
+          + f"\n  timed loop {result.timed_loop}")
 
 
-def test_side_stream_is_rejected_statically_and_flagged_at_run_time(gpu_evaluator):
-    static = gpu_evaluator.evaluate(BIG_RELU, read(CANDIDATES / "gpu_side_stream.py"), CONFIG)
+def test_side_stream_is_rejected_statically_and_flagged_at_run_time(results):
+    static = results["side static"]
     _show("side stream (static on)", static)
     assert static.status == Status.REJECTED and any(f.kind == "static:hidden-work" for f in static.flags)
-    honest = gpu_evaluator.evaluate(BIG_RELU, read(CANDIDATES / "gpu_same_stream.py"), CONFIG)
-    hidden = gpu_evaluator.evaluate(BIG_RELU, read(CANDIDATES / "gpu_side_stream.py"), NO_STATIC)
+    honest = results["same stream"]
+    hidden = results["side no static"]
     _show("same stream", honest)
     _show("side stream (static off)", hidden)
     assert honest.passed, honest.feedback()
@@ -58,23 +84,19 @@ def test_side_stream_is_rejected_statically_and_flagged_at_run_time(gpu_evaluato
 # frees it and returns torch.empty_like() (which gets the same block back). It returns its own
 # result for these inputs; the class-8 exploit is a buffer holding the *reference's* answer,
 # and that answer never exists in the candidate's process.
-@pytest.mark.parametrize("name", ["gpu_stale_empty.py", "c08_empty_output.py", "c08_reuse_buffer.py"])
-def test_stale_memory_is_not_accepted(gpu_evaluator, name):
-    result = gpu_evaluator.evaluate(RELU, read(ADV / name), CONFIG)
+@pytest.mark.parametrize("name", STALE)
+def test_stale_memory_is_not_accepted(results, name):
+    result = results[f"stale {name}"]
     _show(name, result)
     assert result.status in (Status.INCORRECT, Status.REJECTED), result.feedback()
 
 
-@pytest.mark.xfail(strict=False, reason="issue 11, open (H100, 2026-11-23): on a multi-GB problem the timed loop "
-                   "runs in many one-call segments, and the server clock's slack (half the calibration, the loop's "
-                   "own per-call cost summed over every segment) is as large as the work itself, so a forged clock "
-                   "is rejected by the in-process tamper evidence and the roofline, not yet by the server's clock")
-def test_patched_event_timer_is_rejected_and_the_server_clock_reported(gpu_evaluator):
+def test_patched_event_timer_is_rejected_and_the_server_clock_reported(results):
     # The in-process clock claims ~1e-6 ms per call; the server clocks the whole timed loop from
     # outside (against the reference process's calibration loop), so the claim is caught as a
     # clock mismatch and the server's own time is what the result reports: a real time, not one
     # below the roofline floor (class 16's flag is tested on fixed numbers in test_profile.py).
-    result = gpu_evaluator.evaluate(BIG_RELU, read(ADV / "gpu_patch_event_timer.py"), NO_STATIC)
+    result = results["patched timer"]
     _show("patched event timer", result)
     assert result.status == Status.REJECTED and any(f.kind == "tampering" for f in result.flags)
     assert any(f.kind == "clock-mismatch" for f in result.flags), result.feedback()
@@ -88,43 +110,34 @@ def test_patched_event_timer_is_rejected_and_the_server_clock_reported(gpu_evalu
     assert not result.speedups
 
 
-def test_honest_big_relu_is_above_its_roofline(gpu_evaluator):
-    result = gpu_evaluator.evaluate(BIG_RELU, read(CANDIDATES / "gpu_same_stream.py"), CONFIG)
+def test_honest_big_relu_is_above_its_roofline(results):
+    result = results["same stream"]
     _show("honest big relu", result)
     assert result.passed and not any(f.kind == "impossible-speed" for f in result.flags)
 
 
-def test_tf32_dot_fails_fp32_tolerance(gpu_evaluator):
-    result = gpu_evaluator.evaluate(MATMUL, read(ADV / "gpu_tf32_dot.py"), CONFIG)
+def test_tf32_dot_fails_fp32_tolerance(results):
+    result = results["tf32 dot"]
     _show("tf32 tl.dot", result)
     assert result.status == Status.INCORRECT, result.feedback()
 
 
-def test_tf32_modes_candidate_is_rejected(gpu_evaluator):
-    result = gpu_evaluator.evaluate(RELU, read(ADV / "c06_tf32_modes.py"), NO_STATIC)
+def test_tf32_modes_candidate_is_rejected(results):
+    result = results["tf32 modes"]
     _show("tf32 modes", result)
     assert result.status == Status.REJECTED and any(f.kind == "numeric-modes" for f in result.flags)
 
 
-@pytest.mark.parametrize("name, problem, kind", [
-    ("c01_dummy_kernel_disguised_torch.py", RELU, "no-custom-kernel"),
-    ("c01_matmul_torch.py", MATMUL, "no-custom-kernel"),
-    ("c02_condition_fallback.py", RELU, None),
-    ("c03_cache_after_checks.py", RELU, None),
-    ("c04_thread_deferred.py", RELU, "hidden-work"),
-    ("c05_patch_event_class.py", RELU, "tampering"),
-    ("c10_gc_scan.py", RELU, "reading-reference"),
-    ("c15_write_outside.py", RELU, "sandbox-escape"),
-])
-def test_cpu_exploits_also_fail_on_gpu(gpu_evaluator, name, problem, kind):
-    result = gpu_evaluator.evaluate(problem, read(ADV / name), NO_STATIC)
+@pytest.mark.parametrize("name, problem, kind", CPU_EXPLOITS)
+def test_cpu_exploits_also_fail_on_gpu(results, name, problem, kind):
+    result = results[f"cpu {name}"]
     _show(name, result)
     assert not result.passed, result.feedback()
     if kind:
         assert any(f.kind == kind for f in result.flags), result.feedback()
 
 
-def test_honest_glue_and_known_good_pass_with_device_share(gpu_evaluator):
-    result = gpu_evaluator.evaluate(RELU, read(ADV / "honest_glue.py"), CONFIG)
+def test_honest_glue_and_known_good_pass_with_device_share(results):
+    result = results["honest glue"]
     _show("honest glue", result)
     assert result.passed, result.feedback() + result.log

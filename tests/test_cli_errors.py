@@ -302,3 +302,37 @@ def test_binary_candidate_is_the_candidates_verdict(places, tmp_path):
 
     verdict = json.loads(result.stdout)
     assert verdict["status"] == "compile_error" and "not Python source text" in verdict["reason"]
+
+
+def test_an_unexpected_error_is_one_line_with_the_traceback_in_a_file(places, monkeypatch):
+    """A bug of ours, whatever the typer version (0.29's click has no Abort, and naming it hid the
+    real error behind an AttributeError): exit 70, one line naming the error and a file holding
+    the whole traceback; no escape sequence of the message reaches the terminal."""
+    import kernelagent.problem
+
+    def broken(*args, **kwargs):
+        raise ValueError("boom \x1b[2J\x1b]52;c;ZXZpbA==\x07 \ud800")
+
+    monkeypatch.setattr(kernelagent.problem, "load_problem", broken)
+    result = CliRunner().invoke(app, ["eval", PROBLEM, GOOD], env=ENV)
+    assert result.exit_code == 70, (result.exit_code, result.output, result.exception)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: internal error, ValueError: boom"), lines
+    assert "\x1b" not in result.stderr + result.stdout and "Traceback" not in result.stderr + result.stdout
+    path = Path(re.search(r"full traceback: (\S+);", lines[0]).group(1))
+    assert "Traceback" in path.read_text() and "broken" in path.read_text()
+    path.unlink()
+
+
+def test_candidate_text_reaches_the_terminal_without_control_sequences(places, tmp_path):
+    """A candidate's exception message with cursor movement, erase, an OSC 52 clipboard write,
+    a bidi override and a lone surrogate: text mode prints it readable and inert."""
+    candidate = tmp_path / "cand.py"
+    candidate.write_text((CANDIDATES / "relu_good.py").read_text().replace(
+        "    y = torch.empty_like(x)\n",
+        "    raise RuntimeError('\\x1b[2J\\x1b[1;1Hpwned \\x1b]52;c;ZXZpbA==\\x07 \\u202eevil \\ud800 done')\n", 1))
+    result = CliRunner().invoke(app, ["eval", PROBLEM, str(candidate), "--trials", "1"], env=ENV)
+    assert result.exit_code == 1, result.output
+    shown = result.stdout + result.stderr
+    assert "pwned" in shown and "done" in shown
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", shown), repr(shown[-500:])

@@ -7,6 +7,8 @@ through its gate (server/gate.py); these tests read the intervals the server rep
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -258,3 +260,41 @@ def test_a_job_forked_during_a_hold_is_stopped_at_once():
         gate.register(late)
         assert late.frozen == [True] and late.paused == 1
     assert late.frozen == [True, False] and late.paused == 0
+
+
+def test_freezing_a_job_stops_descendants_in_groups_of_their_own():
+    """A reference's Inductor compile workers and ninja's nvcc commands (ninja gives each command
+    a process group of its own) are stopped with their job while a neighbour times, and go on
+    afterwards: a frozen job leaves the host's cores to the timed loop."""
+    import subprocess
+    import sys
+
+    from kernelagent.harness.server.gate import process_tree, signal_processes
+
+    code = ("import subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'while True: pass'], start_new_session=True)\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+
+    def state(pid: int) -> str:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+
+    try:
+        grandchild = int(parent.stdout.readline())
+        assert process_tree(parent.pid) >= {parent.pid, grandchild}
+        signal_processes([parent.pid], True)
+        time.sleep(0.2)
+        assert state(parent.pid) == "T" and state(grandchild) == "T"
+        signal_processes([parent.pid], False)
+        time.sleep(0.2)
+        assert state(grandchild) in ("R", "S") and state(parent.pid) in ("R", "S")
+    finally:
+        for pid in process_tree(parent.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        parent.wait(10)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -105,6 +107,11 @@ def test_candidate_sees_no_secrets_and_runs_in_scratch(relu_problem, fast_config
     monkeypatch.setenv("KERNELAGENT_TEST_API_KEY", "sk-must-not-leak")
     monkeypatch.setenv("MY_SECRET", "hunter2")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_x")
+    # Credentials under names no denylist guesses: the environment is an allowlist (issue 24).
+    for name, value in {"DATABASE_URL": "postgres://app:canary-pw@db/prod", "SENTRY_DSN": "https://canary@sentry/1",
+                        "SMTP_PASS": "canary", "GITHUB_PAT": "canary", "GPG_PASSPHRASE": "canary",
+                        "HTTPS_PROXY": "http://user:canary@proxy:3128"}.items():
+        monkeypatch.setenv(name, value)
     with Evaluator(cache_dir=cache_dir) as evaluator:
         result = evaluate(evaluator, relu_problem, "reads_secret.py", fast_config)
     assert result.status == Status.CORRECT, result.reason + result.log
@@ -146,3 +153,29 @@ def test_caller_process_never_imports_candidate(evaluator, relu_problem, fast_co
 def test_compile_only(evaluator, relu_problem):
     result = evaluate(evaluator, relu_problem, "relu_good.py", EvalConfig(compile_only=True))
     assert result.status == Status.COMPILED and result.compiled and not result.trials
+
+
+@pytest.mark.parametrize("target", ["canary", "fifo", "zero"])
+def test_the_server_reads_the_log_it_created_not_the_path(evaluator, relu_problem, fast_config, tmp_path, target):
+    """The candidate replaces its `candidate.log` with a symlink to a file of the caller's (a
+    canary), to a FIFO, or to /dev/zero. The server reads the log it created before the fork, by
+    descriptor: bounded, never through the name, so none of them is read (issue 24, class 3)."""
+    canary = tmp_path / "netrc"
+    canary.write_text("machine x login y password log-canary-4242\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    where = {"canary": canary, "fifo": fifo, "zero": Path("/dev/zero")}[target]
+    source = read(CANDIDATES / "relu_good.py") + (
+        "\nimport ctypes as _ctypes, os as _os\nprint('written before the swap', flush=True)\n"
+        "_os.replace('candidate.log', 'old.log')\n"
+        # libc's symlink: below the in-process audit hook, which is evidence, not a guarantee.
+        f"assert _ctypes.CDLL(None).symlink({str(where).encode()!r}, b'candidate.log') == 0\n"
+        "print('written after the swap', flush=True)\n"
+        "raise RuntimeError('the candidate fails after swapping its log')\n")
+    started = time.monotonic()
+    result = evaluator.evaluate(relu_problem, source, fast_config)
+    assert time.monotonic() - started < 60
+    assert result.status != Status.HARNESS_ERROR and not result.passed, result.feedback()
+    assert "log-canary-4242" not in result.log + result.reason
+    assert "written before the swap" in result.log and "written after the swap" in result.log, result.log[-800:]
+    assert len(result.log) < 100_000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelagent.harness import EvalConfig, Evaluator, Status
+from kernelagent.harness import EvalConfig, Status
 from tests.conftest import BENCHMARKS, CANDIDATES, read
 
 pytestmark = pytest.mark.gpu
@@ -13,12 +13,8 @@ SOLUTIONS = sorted((BENCHMARKS / "solutions").glob("level*/*.py"))
 
 
 @pytest.fixture(scope="module")
-def gpu_evaluator(cache_dir):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    with Evaluator(device="cuda", cache_dir=cache_dir) as ev:
-        yield ev
+def gpu_evaluator(cuda_evaluator):
+    return cuda_evaluator
 
 
 @pytest.fixture(scope="module")

@@ -7,25 +7,21 @@ import shutil
 
 import pytest
 
-from kernelagent.harness import EvalConfig, Evaluator, Status
+from kernelagent.harness import EvalConfig, Status
 from tests.conftest import CANDIDATES, TESTS, read
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def gpu_evaluator(cache_dir):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
+def gpu_evaluator(cuda_evaluator):
     from kernelagent.harness.caller.profiling import find_ncu
 
     if find_ncu() is None:
         pytest.skip("needs Nsight Compute (ncu)")
     if shutil.which("bwrap") is None:
         pytest.skip("ncu runs candidates only inside bubblewrap: install or unpack it (see the device setup)")
-    with Evaluator(device="cuda", cache_dir=cache_dir) as ev:
-        yield ev
+    return cuda_evaluator
 
 
 def test_honest_kernel_is_seen_by_ncu(gpu_evaluator):

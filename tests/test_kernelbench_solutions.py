@@ -130,13 +130,8 @@ def test_solution_matches_the_problem_at_small_shapes(path):
 
 
 @pytest.fixture(scope="module")
-def gpu_evaluator(tmp_path_factory):
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU")
-    from kernelagent.harness import Evaluator
-
-    with Evaluator(device="cuda", cache_dir=tmp_path_factory.mktemp("kb-cache")) as ev:
-        yield ev
+def gpu_evaluator(cuda_evaluator):
+    return cuda_evaluator
 
 
 @pytest.fixture(scope="module")

@@ -16,19 +16,13 @@ SOFTMAX = BENCHMARKS / "level1" / "5_softmax.py"
 
 
 @pytest.fixture(scope="module")
-def gpu_evaluator(tmp_path_factory):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
+def gpu_evaluator(cuda_evaluator):
     import shutil
 
     if not shutil.which("ninja"):
         pytest.skip("NINJA MISSING: torch's load_inline needs `ninja` on PATH (pip install ninja, or carry a "
                     "ninja binary and prepend its folder to PATH)")
-    from kernelagent.harness import Evaluator
-
-    with Evaluator(device="cuda", cache_dir=tmp_path_factory.mktemp("profile-cache")) as ev:
-        yield ev
+    return cuda_evaluator
 
 
 @pytest.mark.parametrize("backend,solution,kernel", [

@@ -320,3 +320,24 @@ def test_launch_cover_is_a_validated_timing_setting():
     # On the CPU there is nothing to cover: no spin, and the timer still measures.
     timer = timing.Timer(__import__("torch").device("cpu"), flush_bytes=0, launch_cover_us=250.0)
     assert timer.cover_cycles == 0
+
+
+@pytest.mark.parametrize("elapsed_ms, rate", [(0.1, 2000.0), (1e-6, 4000.0), (1e6, 100.0)])
+def test_launch_cover_is_sized_from_a_physical_clock(monkeypatch, elapsed_ms, rate):
+    """The cover's spin is sized from a timed spin in the candidate's own process. A forged event
+    timer (elapsed ~0) must not size a cover of minutes (which held the device and the timing
+    slot until the stage limit on an H100): the rate is bounded by the clocks GPUs run at."""
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            pass
+
+    spins = []
+    monkeypatch.setattr(timing, "_cuda_sleep", spins.append)
+    monkeypatch.setattr(timing, "_CudaEvent", Event)
+    monkeypatch.setattr(timing, "_event_record", lambda event: None)
+    monkeypatch.setattr(timing, "_cuda_synchronize", lambda: None)
+    monkeypatch.setattr(timing, "_event_elapsed", lambda start, end: elapsed_ms)
+    cycles = timing.Timer._cover_cycles(None, 10.0)
+    assert cycles == int(rate * 10.0)
+    assert spins and max(spins) <= 2_000_000

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kernelagent.harness import EvalConfig, Evaluator, Status
+from kernelagent.harness import EvalConfig, Status
 from kernelagent.harness.child import timing, transfer
 from tests.conftest import CANDIDATES, read
 
@@ -99,14 +99,10 @@ def test_nvml_clock_over_a_timed_loop(cuda):
     assert len(report.timing.clocks_mhz) == 2 and all(100 <= c <= 4000 for c in report.timing.clocks_mhz)
 
 
-def test_evaluation_records_the_traps(cache_dir):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    with Evaluator(device="cuda", cache_dir=cache_dir) as ev:
-        fingerprint = ev.fingerprint()
-        result = ev.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"),
-                             EvalConfig(trials=2, use_baseline_cache=False))
+def test_evaluation_records_the_traps(cuda_evaluator):
+    fingerprint = cuda_evaluator.fingerprint()
+    result = cuda_evaluator.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"),
+                                     EvalConfig(trials=2, use_baseline_cache=False))
     print(f"\nprobe: l2_flush={fingerprint.get('l2_flush')} l2_reset={fingerprint.get('l2_reset')} "
           f"({fingerprint.get('l2_reset_us')} us) nvml={fingerprint.get('nvml')} uuid={fingerprint.get('uuid')} "
           f"pci={fingerprint.get('pci_bus_id')}")

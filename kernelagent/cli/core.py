@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - older typer runs on the installed clic
     import click
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from kernelagent.errors import EXIT_INTERRUPTED, UserError
+from kernelagent.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, UserError
 
 
 def finite(min: float | None = None, max: float | None = None, min_open: bool = False):
@@ -175,14 +175,14 @@ class Group(_Help, TyperGroup):
         except UserError as exc:
             click.echo(f"error: {' '.join(str(exc).split())}", err=True)
             code = exc.exit_code
-        except (KeyboardInterrupt, click.exceptions.Abort):
+        except (KeyboardInterrupt, *_ABORT):
             code = EXIT_INTERRUPTED
         except OSError as exc:
             import errno
 
-            if exc.errno != errno.EPIPE:  # a closed pipe (`| head`) is not an error
-                raise
-            code = 1
+            code = 1 if exc.errno == errno.EPIPE else _internal_error(exc)  # a closed pipe (`| head`) is fine
+        except Exception as exc:  # noqa: BLE001 - a bug of ours: one line, the traceback in a file
+            code = _internal_error(exc)
         if code == EXIT_INTERRUPTED and not _interrupt_reported[0]:
             # typer turns a KeyboardInterrupt inside a command into a silent exit 130.
             click.echo("interrupted", err=True)
@@ -190,6 +190,32 @@ class Group(_Help, TyperGroup):
 
 
 _interrupt_reported = [False]
+# click's Abort (Ctrl-C at a prompt). typer 0.29's own copy of click has none: naming it there
+# raised AttributeError while handling any other exception, hiding the real one.
+_ABORT: tuple[type[BaseException], ...] = tuple(
+    x for x in (getattr(click.exceptions, "Abort", None),) if isinstance(x, type))
+
+
+def _internal_error(exc: BaseException) -> int:
+    """An exception nobody expected: one line on stderr naming it and the file that holds the
+    whole traceback (EXIT_INTERNAL). Never a raw traceback on the terminal."""
+    import tempfile
+    import traceback
+
+    from kernelagent.text import clean_text
+
+    where = "(not written)"
+    try:
+        with tempfile.NamedTemporaryFile("w", prefix="kernelagent-crash-", suffix=".txt", delete=False,
+                                         encoding="utf-8", errors="backslashreplace") as handle:
+            handle.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+            where = handle.name
+    except OSError:
+        pass
+    message = " ".join(clean_text(str(exc)).split())[:300]
+    click.echo(f"error: internal error, {type(exc).__name__}: {message} (full traceback: {where}; "
+               "please report it)", err=True)
+    return EXIT_INTERNAL
 
 
 def interrupted(message: str) -> typer.Exit:

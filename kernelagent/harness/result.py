@@ -230,7 +230,11 @@ class EvalResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
-        data = dict(data)
+        from kernelagent.text import clean_tree
+
+        # Reasons, logs, flag and trial messages carry text the candidate wrote: no escape
+        # sequence or unencodable character of it reaches a terminal, a report or a model.
+        data = clean_tree(dict(data))
         data["trials"] = [TrialResult(**t) for t in data.get("trials", [])]
         data["timings"] = {
             k: Timing.from_dict(t)

@@ -6,7 +6,8 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-leaked = sorted(k for k in os.environ if "KEY" in k.upper() or "TOKEN" in k.upper() or "SECRET" in k.upper())
+leaked = sorted(k for k, v in os.environ.items()
+                if "canary" in v or "KEY" in k.upper() or "TOKEN" in k.upper() or "SECRET" in k.upper())
 if leaked:
     raise RuntimeError(f"candidate saw secrets: {leaked}")
 if "kernelagent-scratch" not in os.getcwd():

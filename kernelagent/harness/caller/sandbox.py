@@ -34,18 +34,38 @@ SANDBOX_UID = SANDBOX_GID = 1000
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]
 
 
+# The environment the server (and so every job it forks) gets is an allowlist: what Python,
+# torch, Triton, the CUDA toolchain and the harness read. Anything else (DATABASE_URL,
+# SENTRY_DSN, SMTP_PASS, GITHUB_PAT, proxies with credentials...) never reaches a candidate,
+# whatever its name. Within the allowlist, a name that says it holds a secret, or a value that is
+# a URL with credentials in it, is still dropped.
+ALLOWED_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR", "SHELL", "COLUMNS", "LINES",
+    "NO_COLOR", "PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+    "PYTHONNOUSERSITE", "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH",
+    "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "CC", "CXX", "MAX_JOBS", "CI",
+})
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NVCC_", "CUBLAS", "CUDNN_", "TORCH_", "TORCHINDUCTOR_", "TRITON_",
+                    "PYTORCH_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "KERNELAGENT_")
 # Any variable whose name contains one of these words is dropped, whatever its case.
-SECRET_NAME_PATTERN = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
+SECRET_NAME_PATTERN = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS$|PAT$|CREDENTIAL|AUTH|DSN|COOKIE|SESSION",
+                                 re.I)
+CREDENTIAL_URL = re.compile(r"[A-Za-z][\w+.-]*://[^/\s@]*:[^/\s@]*@")
 
 
 def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME_PATTERN.search(name))
 
 
+def is_allowed(name: str, value: str) -> bool:
+    return (name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)) and not is_secret_name(name) \
+        and not CREDENTIAL_URL.search(value)
+
+
 def scrubbed_environ(base: dict[str, str] | None = None) -> dict[str, str]:
-    """A copy of the environment without secrets."""
+    """The allowed part of the environment (ALLOWED_NAMES, ALLOWED_PREFIXES), secrets out."""
     env = dict(os.environ if base is None else base)
-    return {k: v for k, v in env.items() if not is_secret_name(k)}
+    return {k: v for k, v in env.items() if is_allowed(k, v)}
 
 
 def make_scratch_root() -> Path:

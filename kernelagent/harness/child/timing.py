@@ -56,6 +56,8 @@ from kernelagent.harness.result import Timing
 from kernelagent.harness.child import transfer
 from kernelagent.harness.stats import quantile
 
+SM_MHZ_RANGE = (100.0, 4000.0)  # SM clocks any GPU runs at (cycles per microsecond)
+
 # Bound now, before any candidate code runs in this process.
 _perf_counter = time.perf_counter
 _cuda_synchronize = torch.cuda.synchronize
@@ -389,7 +391,10 @@ class Timer:
                 rates.append(probe / (ms * 1e3))  # cycles per microsecond
         if not rates:
             return 0
-        return int(max(rates) * cover_us)
+        # A rate is a clock in MHz: one outside what any GPU runs at came from a forged event
+        # timer (a candidate patching `_event_elapsed` to report ~0 would otherwise size a cover
+        # of minutes, holding the device and the timing slot for its whole stage limit).
+        return int(min(max(max(rates), SM_MHZ_RANGE[0]), SM_MHZ_RANGE[1]) * cover_us)
 
     def _cover(self) -> None:
         if self.cover_cycles:

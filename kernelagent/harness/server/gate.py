@@ -292,13 +292,44 @@ def default_concurrency(cpus: int | None = None, device_free_bytes: int | None =
     return min(by_cpu, 8), f"{cpus} CPUs / 2 per job"
 
 
+def process_tree(pid: int) -> set[int]:
+    """`pid` and every descendant it has now (/proc's children lists, every thread's)."""
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current in found:
+            continue
+        found.add(current)
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children") as handle:
+                    todo += [int(child) for child in handle.read().split()]
+            except (OSError, ValueError):
+                continue
+    return found
+
+
 def signal_processes(pids: list[int], stop: bool) -> None:
+    """Stop (continue) each process with its process group and every descendant: a reference
+    process's Inductor compile workers and a build's ninja/nvcc (ninja puts its commands in
+    process groups of their own) keep the host's cores busy otherwise, under a neighbour's
+    timed loop. Walked twice, so a child started while the first signals landed is caught."""
     sig = signal.SIGSTOP if stop else signal.SIGCONT
     for pid in pids:
         try:
-            os.kill(pid, sig)
+            os.killpg(pid, sig)
         except OSError:
             pass
+        for _ in range(2 if stop else 1):
+            for member in process_tree(pid):
+                try:
+                    os.kill(member, sig)
+                except OSError:
+                    pass
 
 
 def describe(stats: dict[str, Any]) -> dict[str, Any]:

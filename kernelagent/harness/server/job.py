@@ -41,7 +41,8 @@ from kernelagent.harness.server import gate as gate_mod, verdict
 from kernelagent.harness.server.gate import Gate
 from kernelagent.harness.server.checks import CheckPhases
 from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _describe_exit,
-                                                   _device_estimate, _gib, _kill_group, _plan_cpu_inputs, _reference_process, _tail)
+                                                   _device_estimate, _gib, _kill_group, _open_log, _plan_cpu_inputs,
+                                                   _reference_process, _tail, _tail_fd)
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
 from kernelagent.harness.server.timed import SLOT_MIN_S, TimedPhases
 from kernelagent.harness.server.verdict import CheckRecord
@@ -181,6 +182,7 @@ class Job(CheckPhases, TimedPhases):
         derived_sources = self.derive_check_sets(flags)
         (self.scratch / "problem.py").write_text(self.problem_source)
         (self.scratch / "candidate.py").write_text(self.request["candidate_source"])
+        self.cand_log_fd = _open_log(self.scratch / "candidate.log")
         (self.refdir / "problem.py").write_text(self.problem_source)
         options = self.request.get("options", {})
         if self.config.backend == "cuda" and options.get("cuda_cache_dir") and self.fingerprint.get("cuda"):
@@ -265,6 +267,9 @@ class Job(CheckPhases, TimedPhases):
         for conn in (getattr(self, "to_ref", None), getattr(self, "to_cand", None)):
             if conn is not None:
                 conn.close()
+        if getattr(self, "cand_log_fd", None) is not None:
+            os.close(self.cand_log_fd)
+            self.cand_log_fd = None
         shutil.rmtree(self.root, ignore_errors=True)
 
     def plan_cpu_inputs(self) -> str:
@@ -398,7 +403,11 @@ class Job(CheckPhases, TimedPhases):
         for fd in (getattr(self, "ref_alive_fd", None), getattr(self, "cand_alive_fd", None)):
             if fd is not None:
                 os.close(fd)
-        self.result["log"] = _tail(self.scratch / "candidate.log")
+        log_fd = getattr(self, "cand_log_fd", None)
+        if log_fd is not None:
+            self.result["log"] = _tail_fd(log_fd)
+            os.close(log_fd)
+            self.cand_log_fd = None
         options = self.request.get("options", {})
         if self.config.backend == "cuda" and options.get("cuda_cache_dir"):
             try:  # the candidate's processes are dead: nothing of theirs can race this copy

@@ -106,15 +106,39 @@ def _describe_exit(code: int | None) -> str:
 
 
 def _tail(path: Path) -> str:
+    """The end of a trusted process's log (the reference's): never through a link."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - LOG_TAIL_BYTES))
-            text = f.read().decode("utf-8", "replace")
-        return ("... [earlier output cut] ...\n" if size > LOG_TAIL_BYTES else "") + text
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        return _tail_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_log(path: Path) -> int:
+    """Create the candidate's log before its process exists, and keep a descriptor to read it by.
+    The candidate can later rename, replace or symlink the name (to /dev/zero, a FIFO, the
+    caller's ~/.netrc); the server reads this inode, never the path."""
+    return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def _tail_fd(fd: int) -> str:
+    """At most LOG_TAIL_BYTES from the end of a regular file, by position (pread): bounded in
+    size and time, whatever the file's size or whoever else holds it."""
+    import stat
+
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return ""
+        size = info.st_size
+        start = max(0, size - LOG_TAIL_BYTES)
+        data = os.pread(fd, min(size, LOG_TAIL_BYTES), start)
+    except OSError:
+        return ""
+    return ("... [earlier output cut] ...\n" if start else "") + data.decode("utf-8", "replace")
 
 
 def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jail: dict[str, Any]) -> None:

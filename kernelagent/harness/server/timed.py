@@ -21,8 +21,7 @@ from typing import Any
 
 from kernelagent.harness import protocol
 from kernelagent.harness.child.inputs import SEED_TIMING
-from kernelagent.harness.server import verdict
-
+from kernelagent.harness.server import gate as gate_mod, verdict
 from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
 
 # Outputs of timed calls kept for verification: at most this many calls, within this share of
@@ -289,6 +288,9 @@ class TimedPhases:
                 os.kill(pid, sig)
             except OSError:
                 pass
+        # Outside a jail's pid namespace (or a descendant in a process group of its own, as
+        # ninja's nvcc commands are): the process tree.
+        gate_mod.signal_processes([self.cand.pid], stop)
         return True
 
     def calibrate(self, order: dict[str, Any], segments: int, deadline: float) -> float | None:
