@@ -178,3 +178,28 @@ def test_sandbox_under_bubblewrap(cache_dir):
     assert "written" not in result.log
     assert not (home / marker).exists() and not (REPO / marker).exists()
     assert "network: reached" not in net.log and "network:" in net.log, net.log
+
+
+@pytest.mark.parametrize("library_kernel, glue, severity", [
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", False, "reject"),
+    ("void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda>", True, "info"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", True, "info"),
+])
+def test_library_kernels_are_glue_only_by_their_names(tmp_path, library_kernel, glue, severity):
+    """Issue 24, class 1: a softmax called below the dispatcher (the recorder saw only glue ops)
+    while a library kernel held the device. Who did the work decides, by the device kernels'
+    names: copies and fills are glue, any other library kernel holding the device is not."""
+    from kernelagent.harness.child import defences
+
+    assert defences.is_glue_kernel(library_kernel) is glue
+    monitor = defences.Monitor(tmp_path / "candidate.py", tmp_path, EvalConfig())
+    monitor.calls = [defences.CallEvidence(name=f"check {i}", own_launches=1, ops={}) for i in range(3)]
+    share = {"share": 0.04, "glue_share": 0.96 if glue else 0.0, "total_us": 100.0,
+             "top": [{"name": library_kernel, "share": 0.96, "own": False, "glue": glue},
+                     {"name": "do_nothing_kernel", "share": 0.04, "own": True, "glue": False}]}
+    flags = monitor.flags(device_share=share)
+    kinds = {f["kind"]: f["severity"] for f in flags}
+    if severity == "reject":
+        assert kinds.get("no-custom-kernel") == "reject", flags
+    else:
+        assert kinds.get("no-custom-kernel-info") == "info" and "no-custom-kernel" not in kinds, flags

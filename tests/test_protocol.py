@@ -53,3 +53,38 @@ def test_non_finite_floats_never_leave_a_process():
         protocol.encode("calibrated", "j", seconds=float("inf"), calls=1)
     assert protocol.json_safe({"a": float("nan"), "b": (1, 2.5), "c": object}) == \
         {"a": None, "b": [1, 2.5], "c": str(object)}
+
+
+def test_tensors_the_candidate_describes_are_bounded_by_the_problems_own():
+    """Issue 24, class 3: the reference reads no more tensors, and none larger, than its own
+    outputs; a pathological shape is the candidate's malformed result, never a harness error;
+    the server relays no more bytes than the problem's inputs and outputs, each no longer than
+    its record says."""
+    import types
+    from multiprocessing import Pipe
+
+    import torch
+
+    from kernelagent.harness import protocol
+    from kernelagent.harness.child import transfer
+    from kernelagent.harness.child.reference_side import _beyond
+    from kernelagent.harness.server.job import Job
+
+    want = [torch.zeros(4, 8)]
+    record = {"shape": [4, 8], "dtype": "float32", "nbytes": 128, "kind": "bytes"}
+    assert _beyond([record], want) == ""
+    assert "not read" in _beyond([dict(record, shape=[4, 4096], nbytes=65536)], want)
+    assert "3 tensors described" in _beyond([record] * 3, want)
+    with pytest.raises(transfer.TransferError):
+        _beyond([dict(record, shape=[0, 1 << 62], nbytes=0)], want)
+
+    server_end, candidate_end = Pipe()
+    job = types.SimpleNamespace(ready={"output_bytes": 128, "input_bytes": 128}, to_cand=server_end)
+    with pytest.raises(protocol.ProtocolError, match="bytes of tensors"):
+        Job.relay_payloads(job, [dict(record, nbytes=128 << 20)] * 8)  # many records, one big buffer
+    candidate_end.send_bytes(b"x" * 4096)
+    with pytest.raises(protocol.ProtocolError, match="longer than"):
+        Job.relay_payloads(job, [record])  # longer than its record says
+    job.to_cand, candidate_end = Pipe()  # a frame over its limit closes the connection
+    candidate_end.send_bytes(b"y" * 128)
+    assert Job.relay_payloads(job, [record]) == [b"y" * 128]

@@ -38,6 +38,7 @@ process's comparison, the server's roofline bound, the static pass, the sandbox)
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import types
@@ -553,11 +554,14 @@ class Monitor:
                               " (nor in any other call)")
                            + f"; {len(no_own)} of {len(calls)} calls computed their output without them")
                 flag(kind, message)
-        # Device time in PyTorch kernels counts against the candidate only when it ran ops
-        # beyond glue: an honest kernel may spend most of its time in a .contiguous() copy.
-        only_glue = bool(calls) and all(set(c.ops) <= GLUE_OPS | {"clone"} for c in calls)
+        # Device time in PyTorch kernels counts against the candidate unless those kernels are
+        # glue by their own names (copies, fills: an honest kernel may spend most of its time in
+        # a .contiguous() copy). What the recorder saw does not decide it: a call below the
+        # dispatcher (torch.ops.aten.*.redispatch, a disabled mode) leaves the recorder with
+        # glue only while a library softmax holds the device.
         if device_share is not None and device_share.get("share") is not None:
             share = device_share["share"]
+            only_glue = share + float(device_share.get("glue_share", 0.0)) >= 0.999
             if only_glue and share < float(getattr(self.config, "min_own_device_share", 0.5)):
                 flag("no-custom-kernel-info", f"the candidate's own kernels held {share:.0%} of device time; the "
                                               "rest ran in PyTorch glue ops (copies, allocation), which is allowed",
@@ -646,6 +650,17 @@ def device_time_share(model: Any, values: list[Any], own_names: set[str], device
         return is_own_kernel(name, own_names)
 
     own_us = sum(v for k, v in rows.items() if own(k))
-    top = [{"name": k, "share": v / total, "own": own(k)} for k, v in sorted(rows.items(), key=lambda kv: -kv[1])]
-    return {"share": own_us / total, "top": top[:5], "total_us": total}
+    glue_us = sum(v for k, v in rows.items() if not own(k) and is_glue_kernel(k))
+    top = [{"name": k, "share": v / total, "own": own(k), "glue": not own(k) and is_glue_kernel(k)}
+           for k, v in sorted(rows.items(), key=lambda kv: -kv[1])]
+    return {"share": own_us / total, "glue_share": glue_us / total, "top": top[:5], "total_us": total}
+
+
+# Device kernels that are glue by their names: copies (contiguous, dtype casts, memcpy) and fills
+# (zeros, empty's first touch, memset). Anything else PyTorch ran on the device is work.
+_GLUE_KERNEL = re.compile(r"copy|memcpy|memset|fill", re.I)
+
+
+def is_glue_kernel(name: str) -> bool:
+    return bool(_GLUE_KERNEL.search(name))
 

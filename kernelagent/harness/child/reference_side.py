@@ -233,17 +233,29 @@ class ReferenceSide:
             else:
                 if len(message["outputs"]) != n_outputs:
                     raise transfer.TransferError("the output count does not match the description")
-                received = transfer.receive(message["outputs"] + message["inputs"], payloads, self.device)
-                tensors = received.tensors
-                mutation = compare.compare_inputs(after_reference, tensors[n_outputs:]) \
-                    if message["inputs"] else None
-                if mutation:
-                    verdict.update(passed=False, rejected="input-mutation", message=mutation)
+                oversized = _beyond(message["outputs"], reference) or _beyond(
+                    message["inputs"], [t for t in after_reference if isinstance(t, torch.Tensor)])
+                if oversized:  # not read at all: the problem's own sizes bound what is taken in
+                    verdict.update(passed=False, message=oversized)
                 else:
-                    result = compare.compare_outputs(reference, tensors[:n_outputs], self.atol, self.rtol)
-                    verdict.update(passed=bool(result.passed), message=result.message,
-                                   max_abs_err=_finite(result.max_abs_err), max_rel_err=_finite(result.max_rel_err),
-                                   rel_l2_err=_finite(result.rel_l2_err))
+                    try:
+                        received = transfer.receive(message["outputs"] + message["inputs"], payloads, self.device)
+                        tensors = received.tensors
+                        mutation = compare.compare_inputs(after_reference, tensors[n_outputs:]) \
+                            if message["inputs"] else None
+                        result = None if mutation else \
+                            compare.compare_outputs(reference, tensors[:n_outputs], self.atol, self.rtol)
+                    except (torch.OutOfMemoryError, transfer.TransferError):
+                        raise
+                    except Exception as exc:  # the candidate's tensors are what the reference cannot take
+                        raise transfer.TransferError("the reference could not take the candidate's tensors: "
+                                                     + (str(exc).splitlines() or [type(exc).__name__])[0][:300])
+                    if mutation:
+                        verdict.update(passed=False, rejected="input-mutation", message=mutation)
+                    else:
+                        verdict.update(passed=bool(result.passed), message=result.message,
+                                       max_abs_err=_finite(result.max_abs_err),
+                                       max_rel_err=_finite(result.max_rel_err), rel_l2_err=_finite(result.rel_l2_err))
             if reference is not None:
                 del reference, after_reference
         except (transfer.TransferError, KeyError, TypeError) as exc:
@@ -463,6 +475,29 @@ class _EmptyModel(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + 1
+
+
+def _beyond(records: Any, expected: Any) -> str:
+    """Why the candidate's described tensors are not read: more of them, or one with more
+    elements, than the reference's own (outputs, or inputs after the call). "" when in bounds."""
+    if not isinstance(records, list):
+        raise transfer.TransferError("malformed tensor list")
+    if not records:
+        return ""
+    if len(records) > len(expected):
+        return f"{len(records)} tensors described where the reference has {len(expected)}"
+    for index, (record, want) in enumerate(zip(records, expected)):
+        shape = record.get("shape") if isinstance(record, dict) else None
+        if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 40
+                                                  for s in shape):
+            raise transfer.TransferError("bad shape in a tensor description")
+        numel = math.prod(shape)
+        if not isinstance(want, torch.Tensor):
+            continue
+        if numel > want.numel():
+            return (f"output {index} has shape {tuple(shape)} ({numel:,} elements) where the reference's has "
+                    f"shape {tuple(want.shape)} ({want.numel():,}); not read")
+    return ""
 
 
 def _finite(value: Any) -> float | None:
