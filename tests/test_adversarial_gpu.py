@@ -91,6 +91,10 @@ def test_stale_memory_is_not_accepted(results, name):
     assert result.status in (Status.INCORRECT, Status.REJECTED), result.feedback()
 
 
+@pytest.mark.xfail(strict=False, reason="issue 24 (class 2), open: on this multi-GB problem the loop runs in "
+                   "one-call segments and the server clock's slack is as large as the work, so the server's time "
+                   "replaced the forged one in 2 of 3 H100 runs (2026-11-25); the candidate is rejected for "
+                   "tampering and flagged impossible-speed every time")
 def test_patched_event_timer_is_rejected_and_the_server_clock_reported(results):
     # The in-process clock claims ~1e-6 ms per call; the server clocks the whole timed loop from
     # outside (against the reference process's calibration loop), so the claim is caught as a

@@ -80,7 +80,9 @@ def test_correct_cuda_candidate_passes_and_its_build_is_cached(gpu_evaluator, fi
     second = gpu_evaluator.evaluate(RELU, read(CUDA / "relu_ok.py"), config)
     _show("relu_ok, cached build", second, time.monotonic() - start)
     assert second.status == Status.CORRECT
-    assert second.stage_seconds.get("load", 99) < first.stage_seconds.get("load", 0)
+    # Served from the build cache: milliseconds, where an nvcc build of it took 26-42 s on an
+    # H100. (The first may already have been cached by an earlier file of the shared session.)
+    assert second.stage_seconds.get("load", 99) < 1.0, second.stage_seconds
 
 
 def test_cuda_compile_error_is_compact(first_runs):
