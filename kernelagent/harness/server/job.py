@@ -534,20 +534,14 @@ class Job(CheckPhases, TimedPhases):
             raise protocol.ProtocolError(f"unknown stage {name[:30]!r}")
 
     def relay_payloads(self, records: list[Any]) -> list[bytes]:
-        """The bytes of the tensors the candidate's process described, each no longer than its
-        record says, all together no more than the problem's own inputs and outputs (twice
-        over, for dtype slack): many records pointing at one big buffer cannot make the server
-        hold gigabytes. Beyond that it is the candidate's protocol breach."""
+        """The bytes of the tensors the candidate's process described, each frame no longer than
+        its record says (the reference then reads no more, and no larger, tensors than its own
+        outputs: reference_side._beyond). Beyond that it is the candidate's protocol breach."""
         sizes = [r.get("nbytes") for r in records if isinstance(r, dict) and r.get("kind") == "bytes"]
         if len(sizes) > 512:
             raise protocol.ProtocolError("too many tensors")
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
             raise protocol.ProtocolError("a tensor description without a byte count")
-        ready = getattr(self, "ready", None) or {}
-        allowed = 2 * (int(ready.get("output_bytes", 0) or 0) + int(ready.get("input_bytes", 0) or 0)) + (1 << 20)
-        if ready and sum(sizes) > allowed:
-            raise protocol.ProtocolError(f"the candidate described {sum(sizes):,} bytes of tensors where the "
-                                         f"problem's inputs and outputs hold {allowed // 2:,}")
         return [protocol.recv_payload(self.to_cand, max_bytes=max(n, 1)) for n in sizes]
 
     # -- supervision -----------------------------------------------------------------------
