@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelagent.harness import EvalConfig, Status
-from tests.conftest import BENCHMARKS, CANDIDATES, read
+from tests.conftest import BENCHMARKS, CANDIDATES, Submitted, read
 
 pytestmark = pytest.mark.gpu
 
@@ -21,18 +21,15 @@ def gpu_evaluator(cuda_evaluator):
 def solution_results(gpu_evaluator):
     """Every solution submitted at once (the server overlaps their host work and times each
     loop alone, server/gate.py); each case below waits for its own."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(max_workers=len(SOLUTIONS))
-    futures = {s: pool.submit(gpu_evaluator.evaluate, BENCHMARKS / s.parent.name / s.name, read(s),
-                              EvalConfig(baselines=False)) for s in SOLUTIONS}
-    yield futures
-    pool.shutdown(wait=True, cancel_futures=True)
+    submitted = Submitted(gpu_evaluator, {s: (BENCHMARKS / s.parent.name / s.name, read(s), EvalConfig(baselines=False))
+                                          for s in SOLUTIONS})
+    yield submitted
+    submitted.close()
 
 
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_known_good_solutions_pass(solution_results, solution):
-    result = solution_results[solution].result()
+    result = solution_results[solution]
     print(f"\n{solution.parent.name}/{solution.stem}: {result.status} "
           + " ".join(f"{k}={v.median_ms:.4f}ms" for k, v in result.timings.items())
           + " " + " ".join(f"x{k}={v:.2f}" for k, v in result.speedups.items()))

@@ -138,18 +138,16 @@ def gpu_evaluator(cuda_evaluator):
 def full_size_results(gpu_evaluator):
     """Every solution submitted at once: the server overlaps their host work (and admits as
     many as the device's memory allows), timing each alone (server/gate.py)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from kernelagent.harness import EvalConfig
+    from tests.conftest import Submitted
 
-    pool = ThreadPoolExecutor(max_workers=len(FILES))
     # The candidate is timed (timer defences on) but the baselines are not: what is checked here
     # is the candidate's verdict at full size, and compiling 37 Inductor baselines at those sizes
     # is most of the file's time (bench and the fidelity benchmarks time them).
-    futures = {p: pool.submit(gpu_evaluator.evaluate, KB / f"{p.parent.name}/{p.stem}.py", p.read_text(),
-                              EvalConfig(baselines=False)) for p in FILES}
-    yield futures
-    pool.shutdown(wait=True, cancel_futures=True)
+    submitted = Submitted(gpu_evaluator, {p: (KB / f"{p.parent.name}/{p.stem}.py", p.read_text(),
+                                              EvalConfig(baselines=False)) for p in FILES})
+    yield submitted
+    submitted.close()
 
 
 @pytest.mark.gpu
@@ -157,7 +155,7 @@ def full_size_results(gpu_evaluator):
 def test_solution_passes_the_harness_at_full_size_on_the_gpu(path, full_size_results):
     """Full KernelBench sizes through the harness (every defence on): correct and not flagged."""
     key = f"{path.parent.name}/{path.stem}"
-    result = full_size_results[path].result()
+    result = full_size_results[path]
     print(f"{key}: {result.status} speedups {result.speedups} stages {result.stage_seconds}")
     assert result.passed, f"{key}: {result.status} {result.reason} flags {[f.kind for f in result.flags]} " \
                           f"concurrency {result.concurrency}"

@@ -15,8 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt,
-                                  finite,
-                                  inductor_modes, interrupted, stage_timeouts)
+                                  finite, inductor_modes, interrupted, stage_timeouts)
 from kernelagent.cli.optimize_cmd import Mode
 from kernelagent.errors import EXIT_USAGE, UserError
 
@@ -108,7 +107,8 @@ def bench(
     session = Session(gpus=gpus, cpu_workers=cpu_workers, ray=ray_address.strip() if ray_address else None,
                       isolation=isolation,
                       cache_dir=str(cache_dir) if cache_dir else None, store=str(store) if store else None,
-                      out=str(out) if out else None, concurrency=concurrency, jobs_per_gpu=jobs_per_gpu, run_name=run_name, api_key=api_key,
+                      out=str(out) if out else None, concurrency=concurrency, jobs_per_gpu=jobs_per_gpu,
+                      run_name=run_name, api_key=api_key,
                       model_timeout=model_timeout, max_retries=max_retries, retry_backoff=retry_backoff)
     try:
         from kernelagent.devices import check_gpu_list

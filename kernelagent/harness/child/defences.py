@@ -649,9 +649,10 @@ def device_time_share(model: Any, values: list[Any], own_names: set[str], device
     def own(name: str) -> bool:
         return is_own_kernel(name, own_names)
 
-    own_us = sum(v for k, v in rows.items() if own(k))
-    glue_us = sum(v for k, v in rows.items() if not own(k) and is_glue_kernel(k))
-    top = [{"name": k, "share": v / total, "own": own(k), "glue": not own(k) and is_glue_kernel(k)}
+    kind = {k: "own" if own(k) else "glue" if is_glue_kernel(k) else "" for k in rows}
+    own_us = sum(v for k, v in rows.items() if kind[k] == "own")
+    glue_us = sum(v for k, v in rows.items() if kind[k] == "glue")
+    top = [{"name": k, "share": v / total, "own": kind[k] == "own", "glue": kind[k] == "glue"}
            for k, v in sorted(rows.items(), key=lambda kv: -kv[1])]
     return {"share": own_us / total, "glue_share": glue_us / total, "top": top[:5], "total_us": total}
 

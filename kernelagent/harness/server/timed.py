@@ -261,15 +261,12 @@ class TimedPhases:
         return flags
 
     def stop_candidate(self, stop: bool) -> bool:
-        """SIGSTOP (or SIGCONT) every process of the candidate's job: its process group and,
-        in a jail, every process of its pid namespace (a setsid helper included)."""
+        """SIGSTOP (or SIGCONT) every process of the candidate's job: its process group and
+        process tree (gate.signal_processes: ninja's nvcc commands have groups of their own)
+        and, in a jail, every process of its pid namespace (a setsid helper included)."""
         assert self.cand is not None
         sig = signal.SIGSTOP if stop else signal.SIGCONT
-        targets = set()
-        try:
-            os.killpg(self.cand.pid, sig)
-        except OSError:
-            pass
+        gate_mod.signal_processes([self.cand.pid], stop)
         try:
             children = open(f"/proc/{self.cand.pid}/task/{self.cand.pid}/children").read().split()
             namespace = os.readlink(f"/proc/{children[0]}/ns/pid") if children else None
@@ -280,17 +277,9 @@ class TimedPhases:
                 if entry.isdigit():
                     try:
                         if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
-                            targets.add(int(entry))
+                            os.kill(int(entry), sig)
                     except OSError:
                         continue
-        for pid in targets:
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-        # Outside a jail's pid namespace (or a descendant in a process group of its own, as
-        # ninja's nvcc commands are): the process tree.
-        gate_mod.signal_processes([self.cand.pid], stop)
         return True
 
     def calibrate(self, order: dict[str, Any], segments: int, deadline: float) -> float | None:
