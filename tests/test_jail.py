@@ -179,9 +179,9 @@ def test_controls_without_the_jail():
 
 
 def test_probe_reports_what_works():
-    from kernelagent.harness.child import namespaces as jail
+    from kernelagent.harness.child import jail_probe
 
-    info = jail.probe()
+    info = jail_probe.probe()
     assert info["namespaces_work"] is True, info
     assert info["user_ns"] is True and info["mount_setattr"] == "works"
     assert info["jail"]["capabilities"].startswith("none")

@@ -68,36 +68,159 @@ def test_nothing_seen_gives_no_flag():
     assert ke.judge({"kernels": []}, {"relu_kernel"}, median_ms=1.0) == []
 
 
-def test_eval_kernel_evidence_on_the_cpu_says_it_was_not_collected(tmp_path):
+def test_eval_kernel_evidence_is_on_by_default_and_silent_on_the_cpu(tmp_path):
+    """On by default (the flag turns it off); on the CPU no such evidence exists, and a result
+    there says nothing of it (its timings are not meaningful, so it is no GPU win anyway)."""
     import json
 
     from typer.testing import CliRunner
 
     from kernelagent.cli import app
+    from kernelagent.harness import EvalConfig
 
+    assert EvalConfig().kernel_evidence is True
     out = CliRunner().invoke(app, ["eval", str(CANDIDATES / "relu_problem.py"), str(CANDIDATES / "relu_good.py"),
-                                   "--device", "cpu", "--trials", "1", "--no-baselines", "--kernel-evidence",
-                                   "--json"])
+                                   "--device", "cpu", "--trials", "1", "--no-baselines", "--json"])
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout)
-    assert result["status"] == "correct"
-    assert any(f["kind"] == "kernel-evidence" and "needs a CUDA GPU" in f["message"] for f in result["flags"])
+    assert result["status"] == "correct" and result["config"]["kernel_evidence"] is True
+    assert not any(f["kind"] == "kernel-evidence" for f in result["flags"])
 
 
-def test_evaluator_turns_reject_evidence_into_a_rejection(monkeypatch, tmp_path):
-    """The caller's wiring (Evaluator._kernel_evidence) on a CUDA result, with ncu's answer
-    stood in: a reject flag from the evidence makes the verdict `rejected`, with the reason."""
+def _cuda_result():
+    from kernelagent.harness import EvalResult, Status, Timing
+
+    return EvalResult(status=Status.CORRECT, correct=True, fingerprint={"cuda": True},
+                      timings={"candidate": Timing(median_ms=1.0, q1_ms=1.0, q3_ms=1.0, min_ms=1.0, reps=5)})
+
+
+def test_evidence_that_cannot_be_collected_keeps_a_result_from_counting_as_a_win(tmp_path):
     from types import SimpleNamespace
 
-    from kernelagent.harness import EvalResult, Status, Timing
     from kernelagent.harness.caller.evaluator import Evaluator
 
-    monkeypatch.setattr(ke, "collect", lambda *a, **k: {"kernels": [_k("ampere_sgemm_128x64_nn", 3e6)]})
-    result = EvalResult(status=Status.CORRECT, correct=True, fingerprint={"cuda": True},
-                        timings={"candidate": Timing(median_ms=1.0, q1_ms=1.0, q3_ms=1.0, min_ms=1.0, reps=5)})
-    problem = SimpleNamespace(path=CANDIDATES / "relu_problem.py")
-    fake_self = SimpleNamespace(visible_devices=None, cuda_cache_dir=tmp_path)
-    Evaluator._kernel_evidence(fake_self, result, problem, TRITON, "triton")
+    result = _cuda_result()
+    assert result.passed
+    Evaluator._kernel_evidence(SimpleNamespace(), result, {"unavailable": "ncu (Nsight Compute) was not found",
+                                                           "seconds": 0.2}, TRITON)
+    assert result.status == "correct" and not result.passed
+    flag = next(f for f in result.flags if f.kind == "kernel-evidence")
+    assert flag.severity == "review" and "does not count as a win" in flag.message and "ncu" in flag.message
+    # A server that sent nothing back (an older one, or a bug) is no evidence either.
+    silent = _cuda_result()
+    Evaluator._kernel_evidence(SimpleNamespace(), silent, None, TRITON)
+    assert not silent.passed and "did not run it" in silent.flags[0].message
+
+
+def test_the_evidence_jail_hides_the_callers_own_directories(tmp_path):
+    from types import SimpleNamespace
+
+    from kernelagent.harness.caller.evaluator import Evaluator
+
+    me = SimpleNamespace(hide=[str(tmp_path / "secret")], _scratch_root=tmp_path / "scratch",
+                         cuda_cache_dir=tmp_path / "builds", cache=SimpleNamespace(root=tmp_path / "baselines"))
+    hidden = Evaluator._evidence_hide(me)
+    assert {str(tmp_path / d) for d in ("secret", "scratch", "builds", "baselines")} <= set(hidden)
+
+
+def test_evidence_is_not_judged_for_a_result_that_is_no_win(tmp_path):
+    from types import SimpleNamespace
+
+    from kernelagent.harness import Flag
+    from kernelagent.harness.caller.evaluator import Evaluator
+
+    result = _cuda_result()
+    result.flags.append(Flag("shape-specialisation", "wrong on a derived shape", "review"))
+    Evaluator._kernel_evidence(SimpleNamespace(), result, {"kernels": [_k("ampere_sgemm_128x64_nn", 3e6)]}, TRITON)
+    assert [f.kind for f in result.flags] == ["shape-specialisation"] and result.status == "correct"
+
+
+def test_evaluator_turns_reject_evidence_into_a_rejection(tmp_path):
+    """The caller's wiring (Evaluator._kernel_evidence) on a CUDA result, with the server's ncu
+    answer stood in: a reject flag from the evidence makes the verdict `rejected`, with the reason."""
+    from types import SimpleNamespace
+
+    from kernelagent.harness import Status
+    from kernelagent.harness.caller.evaluator import Evaluator
+
+    result = _cuda_result()
+    Evaluator._kernel_evidence(SimpleNamespace(), result, {"kernels": [_k("ampere_sgemm_128x64_nn", 3e6)],
+                                                           "seconds": 4.5}, TRITON)
     assert result.status == Status.REJECTED and not result.correct
     assert result.reason.startswith("[no-custom-kernel]") and result.stage == "evidence"
     assert result.kernel_evidence["kernels"][0]["name"] == "ampere_sgemm_128x64_nn"
+    assert result.stage_seconds["evidence"] == 4.5  # what the evidence cost, in the result
+
+
+# -- the server's side (server/evidence.py) ----------------------------------------------------
+
+def _job(tmp_path, **over):
+    from types import SimpleNamespace
+
+    from kernelagent.harness import EvalConfig
+    root = tmp_path / "scratch-root" / "job-1"
+    root.mkdir(parents=True)
+    stages = []
+    job = SimpleNamespace(
+        request={"options": {"evidence": {"hide": [str(tmp_path / "baselines")]}, "cuda_cache_dir": None},
+                 "problem_source": read(CANDIDATES / "relu_problem.py"), "candidate_source": TRITON,
+                 "candidate_sha256": "abc"},
+        config=EvalConfig(), fingerprint={"cuda": True}, jail={"mode": "namespaces", "hide": [str(tmp_path / "h")]},
+        result={"status": "correct", "flags": []}, root=root, enter=stages.append, limit=lambda stage: 120.0,
+        stages=stages, concurrency={}, idle_probe=lambda: True,
+        gate=SimpleNamespace(hold=lambda job, probe, stats: ("slot", job, probe, stats)))
+    for key, value in over.items():
+        setattr(job, key, value)
+    return job
+
+
+def test_the_server_collects_evidence_only_for_a_would_be_win_on_a_gpu(tmp_path):
+    from kernelagent.harness import EvalConfig
+    from kernelagent.harness.server import evidence
+
+    assert evidence.wanted(_job(tmp_path / "a"))
+    assert not evidence.wanted(_job(tmp_path / "b", fingerprint={"cuda": False}))
+    assert not evidence.wanted(_job(tmp_path / "c", result={"status": "incorrect", "flags": []}))
+    assert not evidence.wanted(_job(tmp_path / "d", result={"status": "correct", "flags": [
+        {"kind": "device-busy", "message": "", "severity": "review"}]}))
+    assert not evidence.wanted(_job(tmp_path / "e", config=EvalConfig(kernel_evidence=False)))
+    no_ask = _job(tmp_path / "f")
+    no_ask.request["options"].pop("evidence")
+    assert not evidence.wanted(no_ask)
+
+
+def test_the_server_runs_the_evidence_in_the_jobs_jail_and_stops_it_with_the_job(tmp_path, monkeypatch):
+    from kernelagent.harness.server import evidence
+
+    seen = {}
+
+    def collect(problem, source, **kwargs):
+        seen.update(kwargs, problem=problem, source=source)
+        return {"kernels": [_k("relu_kernel", 1e5)]}
+
+    monkeypatch.setattr(ke, "collect", collect)
+    job = _job(tmp_path)
+    evidence.collect(job)
+    assert job.result["evidence"]["kernels"][0]["name"] == "relu_kernel" and job.result["evidence"]["seconds"] >= 0
+    assert job.stages == ["evidence", "finished"]
+    hidden = {str(p) for p in seen["hide"]}
+    # the caller's list, the job jail's own list and the server's scratch root (other jobs)
+    assert {str(tmp_path / "baselines"), str(tmp_path / "h"), str(tmp_path / "scratch-root")} <= hidden
+    assert seen["namespaces"] is True and seen["device"] == "cuda" and seen["scratch_parent"] == job.root
+    assert seen["source"] == TRITON and seen["timeout"] == 120.0
+    # the candidate's part of the session takes the device's timing slot, like a timed loop
+    slot = seen["on_ready"]()
+    assert slot[:3] == ("slot", job, job.idle_probe) and slot[3] is job.concurrency["evidence_slot"]
+    assert seen["problem"].read_text() == job.request["problem_source"]
+
+
+def test_a_harness_bug_in_the_evidence_is_said_as_such(tmp_path, monkeypatch):
+    from kernelagent.harness.server import evidence
+
+    def broken(*args, **kwargs):
+        raise KeyError("ours")
+
+    monkeypatch.setattr(ke, "collect", broken)
+    job = _job(tmp_path)
+    evidence.collect(job)
+    assert job.result["evidence"]["unavailable"].startswith("harness error") and job.result["status"] == "correct"

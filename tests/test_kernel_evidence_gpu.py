@@ -1,45 +1,61 @@
-"""Out-of-process kernel evidence on a real GPU (needs ncu and, for the sandbox, bubblewrap or
-an explicit opt-in): `pytest -m gpu tests/test_kernel_evidence_gpu.py`."""
+"""Out-of-process kernel evidence on a real GPU, on by default and without bubblewrap (the
+per-job kernel namespaces jail ncu, child/jail_exec.py): `pytest -m gpu tests/test_kernel_evidence_gpu.py`.
+Needs Nsight Compute (ncu)."""
 
 from __future__ import annotations
-
-import shutil
 
 import pytest
 
 from kernelagent.harness import EvalConfig, Status
-from tests.conftest import CANDIDATES, TESTS, read
+from tests.conftest import CANDIDATES, TESTS, Submitted, read
 
 pytestmark = pytest.mark.gpu
 
+# Candidates of the earlier hostile set that switch the in-process evidence off (the recorder,
+# the monitor, the audit hooks) while PyTorch does the work: `correct` by default before the
+# evidence was on by default (issue 24).
+TORCH_BEHIND_A_SWITCH = ["h3_dispatch_mode_pop", "h3_gc_monitor_none", "h3_audit_hooks_cleared"]
+
 
 @pytest.fixture(scope="module")
-def gpu_evaluator(cuda_evaluator):
+def evidence_results(cuda_evaluator):
     from kernelagent.harness.caller.profiling import find_ncu
 
     if find_ncu() is None:
         pytest.skip("needs Nsight Compute (ncu)")
-    if shutil.which("bwrap") is None:
-        pytest.skip("ncu runs candidates only inside bubblewrap: install or unpack it (see the device setup)")
-    return cuda_evaluator
+    default = EvalConfig(trials=2, baselines=False)  # kernel_evidence is the default
+    cases = {"honest": (CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), default),
+             "honest-off": (CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"),
+                            EvalConfig(trials=2, baselines=False, kernel_evidence=False))}
+    for name in TORCH_BEHIND_A_SWITCH:
+        cases[name] = (CANDIDATES / "relu_problem.py", read(TESTS / "adversarial" / f"{name}.py"), default)
+    return Submitted(cuda_evaluator, cases)
 
 
-def test_honest_kernel_is_seen_by_ncu(gpu_evaluator):
-    result = gpu_evaluator.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"),
-                                    EvalConfig(trials=2, baselines=False, kernel_evidence=True))
-    print("\nhonest:", result.status, result.kernel_evidence, [f.message for f in result.flags][:3])
-    assert result.status == Status.CORRECT, result.reason
+def test_the_evidence_is_on_by_default_and_sees_the_honest_kernel(evidence_results):
+    result = evidence_results["honest"]
+    off = evidence_results["honest-off"]
+    print(f"\nhonest: {result.status} evidence {result.kernel_evidence.get('seconds')} s "
+          f"(stage {result.stage_seconds.get('evidence')}), eval {evidence_results.seconds['honest']:.1f} s "
+          f"vs {evidence_results.seconds['honest-off']:.1f} s without; kernels "
+          f"{[(k['name'][:40], k['launches']) for k in result.kernel_evidence.get('kernels', [])][:4]}")
+    assert result.passed, (result.reason, [f.message for f in result.flags])
     names = [k["name"] for k in result.kernel_evidence.get("kernels", [])]
     assert any(n.startswith("relu_kernel") for n in names), result.kernel_evidence
+    # the jail that ran ncu: no bubblewrap on the device machine, so the kernel namespaces
+    assert off.passed and not off.kernel_evidence
 
 
-def test_torch_work_behind_a_popped_dispatch_mode_is_rejected(gpu_evaluator):
-    """h3_dispatch_mode_pop switches the in-process recorder off; ncu still sees clamp's kernel
-    doing the work and the candidate's own kernel doing almost nothing."""
-    result = gpu_evaluator.evaluate(CANDIDATES / "relu_problem.py",
-                                    read(TESTS / "adversarial" / "h3_dispatch_mode_pop.py"),
-                                    EvalConfig(trials=2, baselines=False, kernel_evidence=True,
-                                               min_own_device_share=None))
-    print("\npopped:", result.status, result.reason[:300])
-    assert result.status == Status.REJECTED, result.reason
-    assert result.reason.startswith(("[hidden-work]", "[no-custom-kernel]"))
+@pytest.mark.parametrize("name", TORCH_BEHIND_A_SWITCH)
+def test_torch_work_behind_a_switched_off_recorder_is_no_win_by_default(evidence_results, name):
+    """These switch the in-process evidence off and let PyTorch compute; ncu, outside their
+    process, sees the library kernel doing the work, under the default settings."""
+    result = evidence_results[name]
+    print(f"\n{name}: {result.status} {result.reason[:200]} evidence {result.kernel_evidence} "
+          f"({evidence_results.seconds[name]:.1f} s)")
+    assert not result.passed
+    # Rejected on what ncu saw; or, where the candidate keeps ncu from seeing anything (it hangs
+    # or fails there), correct at best but flagged for review: never a win.
+    unseen = any(f.kind == "kernel-evidence" and f.severity == "review" for f in result.flags)
+    assert result.status == Status.REJECTED or unseen, (result.status, result.reason,
+                                                        [(f.kind, f.message[:200]) for f in result.flags])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,9 @@ def _fake_ncu(tmp_path: Path) -> Path:
     return path
 
 
-def test_without_bubblewrap_ncu_does_not_run_unless_asked(tmp_path, monkeypatch):
+def test_without_bubblewrap_or_namespaces_ncu_does_not_run_unless_asked(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELAGENT_NCU", str(_fake_ncu(tmp_path)))
+    monkeypatch.setenv("KERNELAGENT_NCU_NO_NAMESPACES", "1")
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else "/bin/" + name)
     got = profiling.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=30)
     assert got == {"unavailable": profiling.UNSANDBOXED_NCU}
@@ -53,3 +55,181 @@ def test_ncu_runs_inside_bubblewrap(tmp_path, monkeypatch):
     ours = os.readlink("/proc/self/ns/pid")
     assert f"PIDNS={ours}" not in text  # its own pid namespace
     assert "CALLER_ENV=hidden" in text  # the caller's /proc entry is out of its sight
+
+
+JAILED_NCU = """#!/bin/sh
+# Everything on one line: run_ncu reports the last lines of a failed run.
+r="PIDNS=$(readlink /proc/self/ns/pid)"
+if cat /proc/{caller}/environ >/dev/null 2>&1; then r="$r CALLER_ENV=readable"; else r="$r CALLER_ENV=hidden"; fi
+r="$r TMP=[$(ls -A /tmp | tr '\\n' ' ')] HIDDEN=[$(ls -A {hidden} 2>&1 | tr '\\n' ' ')]"
+if touch /tmp/ncu-lock 2>/dev/null; then r="$r TMP_WRITABLE=yes"; else r="$r TMP_WRITABLE=no"; fi
+if touch {outside}/x 2>/dev/null; then r="$r OUTSIDE_WRITABLE=yes"; else r="$r OUTSIDE_WRITABLE=no"; fi
+r="$r TRITON=[$(ls -A .triton 2>&1)] LO=$(cat /sys/class/net/lo/operstate 2>/dev/null) $(grep CapEff /proc/self/status)"
+echo "$r"
+exit 3
+"""
+
+
+def test_without_bubblewrap_ncu_runs_in_the_per_job_jail(tmp_path, monkeypatch):
+    """Kernel evidence is on by default and must hold with no bubblewrap installed: ncu then
+    runs inside the per-job kernel namespaces (child/jail_exec.py), with a private /tmp."""
+    if not profiling.namespaces_work():
+        pytest.skip("kernel namespaces do not work on this machine")
+    hidden = tmp_path / "caches"
+    hidden.mkdir()
+    (hidden / "secret-entry").write_text("x")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "bin").mkdir()
+    ncu = tmp_path / "bin" / "ncu"  # under /tmp, which the jail replaces: bound back read-only
+    ncu.write_text(JAILED_NCU.replace("{caller}", str(os.getpid())).replace("{hidden}", str(hidden))
+                   .replace("{outside}", str(outside)))
+    ncu.chmod(0o755)
+    monkeypatch.setenv("KERNELAGENT_NCU", str(ncu))
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
+    sentinel = Path(tempfile.gettempdir()) / f"kernelagent-sentinel-{os.getpid()}"
+    sentinel.write_text("the caller's temp files")
+    own_cache = tmp_path / "own-triton"
+    (own_cache / "abc").mkdir(parents=True)  # the candidate's kernels, compiled in its evaluation
+    spawned = []
+    try:
+        got = profiling.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=60,
+                                hide=[hidden], on_spawn=spawned.append, scratch_parent=tmp_path,
+                                triton_cache=own_cache)
+    finally:
+        sentinel.unlink()
+    text = got["unavailable"]
+    assert "PIDNS=" in text, text
+    assert f"PIDNS={os.readlink('/proc/self/ns/pid')}" not in text  # its own pid namespace
+    assert "CALLER_ENV=hidden" in text
+    assert "HIDDEN=[" in text and "secret-entry" not in text  # the caller's caches: out of sight
+    assert "OUTSIDE_WRITABLE=no" in text  # a read-only root
+    assert "TMP_WRITABLE=yes" in text and sentinel.name not in text  # a private /tmp of its own
+    assert "LO=" in text and "LO=down" not in text  # a loopback, for ncu and its target
+    assert "TRITON=[abc]" in text  # its own Triton cache, copied: not compiled again under ncu
+    assert "CapEff:\t0000000000000000" in text  # no capabilities
+    assert len(spawned) == 2 and isinstance(spawned[0], int) and spawned[1] is None
+    assert not any(p.name.startswith("kernelagent-ncu-") for p in tmp_path.iterdir())  # its scratch is gone
+
+
+
+def test_an_ncu_session_past_its_limit_is_killed_whole(tmp_path, monkeypatch):
+    """ncu, the jail and the candidate's processes share one session: a timeout ends them all,
+    a child the candidate left behind included."""
+    pidfile = tmp_path / "child.pid"
+    ncu = tmp_path / "ncu"
+    ncu.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pidfile}\nsleep 300\n")
+    ncu.chmod(0o755)
+    monkeypatch.setenv("KERNELAGENT_NCU", str(ncu))
+    monkeypatch.setenv("KERNELAGENT_NCU_NO_NAMESPACES", "1")
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
+    spawned = []
+    got = profiling.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=6,
+                            allow_unsandboxed=True, on_spawn=spawned.append)
+    assert "limit" in got["unavailable"], got
+    child = int(pidfile.read_text())
+    for _ in range(100):
+        try:
+            state = open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break  # gone
+        if state == "Z":
+            break  # killed, waiting for its reaper
+        import time
+
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the session's child {child} outlived the timeout")
+    assert spawned[0] is not None and spawned[-1] is None
+
+
+def test_one_ncu_session_at_a_time_on_a_host():
+    """Jailed sessions no longer share ncu's own lock file in /tmp; two profiling at once hang
+    each other, so run_ncu takes a host-wide lock, and gives up after its budget."""
+    import threading
+
+    held = threading.Event()
+    release = threading.Event()
+
+    def holder():
+        with profiling.ncu_lock(5) as got:
+            assert got
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(10)
+        with profiling.ncu_lock(0.3) as got:
+            assert got is False  # busy: not had within the wait
+    finally:
+        release.set()
+        thread.join()
+    with profiling.ncu_lock(1) as got:
+        assert got is True
+
+
+def test_the_profiled_calls_wait_for_the_device_slot_and_hold_it_until_done(tmp_path):
+    """Under the server, ncu's target says READY after its warm-up and waits; the slot (a
+    context manager) is taken before it is let go and left once its profiled calls are done."""
+    import contextlib
+    import os as _os
+
+    events = []
+
+    @contextlib.contextmanager
+    def slot():
+        events.append(("enter", (tmp_path / "kernelagent-go").exists()))
+        yield
+        events.append(("exit", None))
+
+    script = ('[ -n "$KERNELAGENT_NCU_HANDSHAKE" ] || exit 9; echo KERNELAGENT_NCU_READY; '
+              'while [ ! -e kernelagent-go ]; do sleep 0.01; done; echo profiled; echo "KERNELAGENT_NCU_DONE {}"')
+    proc = profiling._run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None, slot)
+    assert proc is not None and proc.returncode == 0, proc
+    assert "profiled" in proc.stdout and events == [("enter", False), ("exit", None)]
+
+
+def test_profiled_calls_that_hold_the_slot_too_long_are_killed(tmp_path, monkeypatch):
+    import contextlib
+    import os as _os
+    import time
+
+    monkeypatch.setattr(profiling, "PROFILED_HOLD_S", 1.0)
+    held = []
+
+    @contextlib.contextmanager
+    def slot():
+        start = time.monotonic()
+        yield
+        held.append(time.monotonic() - start)
+
+    script = 'echo KERNELAGENT_NCU_READY; sleep 60'
+    started = time.monotonic()
+    proc = profiling._run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None, slot)
+    assert proc is None and held and held[0] < 5 and time.monotonic() - started < 20
+
+
+def test_ncu_entry_runs_nothing_of_the_candidates_before_the_go(tmp_path, monkeypatch, capsys):
+    """child/ncu_entry.py's side of the handshake: READY, then wait for the server's go file
+    (created while it holds the slot); `kernelagent profile` (no handshake) does not wait."""
+    import threading
+    import time
+
+    from kernelagent.harness.child import ncu_entry
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KERNELAGENT_NCU_HANDSHAKE", raising=False)
+    ncu_entry._wait_for_the_device()  # returns at once
+    monkeypatch.setenv("KERNELAGENT_NCU_HANDSHAKE", "1")
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (ncu_entry._wait_for_the_device(), done.set()))
+    thread.start()
+    time.sleep(0.3)
+    assert not done.is_set() and "KERNELAGENT_NCU_READY" in capsys.readouterr().out
+    (tmp_path / ncu_entry.GO_FILE).touch()
+    thread.join(5)
+    assert done.is_set()

@@ -24,7 +24,7 @@ def eval_command(
     max_autotune: MaxAutotuneOpt = False,
     modes: InductorModesOpt = None,
     profile: Annotated[bool, typer.Option(help="Report the candidate's top kernels (torch.profiler).")] = False,
-    kernel_evidence: Annotated[bool, typer.Option("--kernel-evidence", help="After a correct CUDA result, run the candidate once more under Nsight Compute (sandboxed) and check the kernels it saw against the candidate's source and timing: evidence from outside its process.")] = False,
+    kernel_evidence: Annotated[bool, typer.Option("--kernel-evidence/--no-kernel-evidence", help="After a CUDA result that would count as a win, run the candidate once more under Nsight Compute (jailed) and check the kernels it saw against the candidate's source and timing: evidence from outside its process. Where it cannot be collected the result is flagged for review. On by default; nothing on the CPU.")] = True,
     seed: Annotated[Optional[int], typer.Option("--seed", min=0, metavar="N", help="Fix the inputs' seeds (for debugging). By default every evaluation draws secret seeds, reported in the result afterwards.", show_default=False)] = None,
     atol: Annotated[Optional[float], typer.Option("--atol", metavar="X", callback=finite(0), help="Absolute tolerance, finite and >= 0 (default: by dtype).")] = None,
     rtol: Annotated[Optional[float], typer.Option("--rtol", metavar="X", callback=finite(0), help="Relative tolerance, finite and >= 0 (default: by dtype).")] = None,
@@ -44,7 +44,7 @@ def eval_command(
 
 
 def _run(problem, candidate, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
-         isolation, cache_dir, backend="triton", modes=None, kernel_evidence=False, timeouts=None) -> int:
+         isolation, cache_dir, backend="triton", modes=None, kernel_evidence=True, timeouts=None) -> int:
     from kernelagent.devices import check_device
     from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator, Status

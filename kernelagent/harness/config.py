@@ -68,7 +68,10 @@ class StageTimeouts:
         """The hard limit of `stage` for an evaluation with this backend."""
         value = {"start": self.start, "load": self.load, "compile": self.compile,
                  "correctness": self.correctness, "post-check": self.correctness, "timing": self.timing,
-                 "profile": self.timing, "baselines": self.baselines}.get(stage, self.correctness)
+                 "profile": self.timing, "baselines": self.baselines,
+                 # the kernel evidence's ncu run (a fresh process that imports torch; its kernels
+                 # come from its own Triton cache): one session per host, so a long one delays others
+                 "evidence": self.correctness}.get(stage, self.correctness)
         if backend == "cuda" and stage in ("load", "compile"):
             value = max(value, self.cuda_build)
         return value
@@ -127,10 +130,12 @@ class EvalConfig:
     use_baseline_cache: bool = True
     # Also run the candidate under torch.profiler and report its top kernels.
     profile: bool = False
-    # After a correct CUDA result, run the candidate once more under Nsight Compute (sandboxed)
-    # and check the kernels ncu saw against its source and its timing (caller/kernel_evidence.py):
-    # evidence from outside the candidate's process. Costs an ncu run (seconds); needs ncu.
-    kernel_evidence: bool = False
+    # After a CUDA result that would count as a win (correct, nothing flagged), run the candidate
+    # once more under Nsight Compute, jailed, and check the kernels ncu saw against its source and
+    # its timing (caller/kernel_evidence.py): evidence from outside the candidate's process, which
+    # the candidate cannot switch off. On by default; where it cannot be collected the result is
+    # flagged for review and does not count as a win. Costs one ncu run per win; nothing on CPU.
+    kernel_evidence: bool = True
     # Reward-hacking defences (see kernelagent/harness/defences.py for each class and its
     # verdict). False turns off the run-time evidence, the static pass, fresh inputs per timed
     # iteration, the timed-output check, memory poisoning and the roofline check: the harness

@@ -34,7 +34,9 @@ SEVERITY: dict[str, str] = {
     "protocol": "reject",  # the candidate's process broke the protocol (forged or malformed messages)
     "clock-mismatch": "review",  # its in-process timings disagree with the server's clock
     "isolation": "info",
-    "kernel-evidence": "info",  # why the out-of-process kernel evidence could not be collected
+    # Why the out-of-process kernel evidence could not be collected for a would-be win: without
+    # it nothing outside the candidate's process saw who did the work, so it is not a win.
+    "kernel-evidence": "review",
     # Timer traps (child/timing.py). All "info": they describe the machine, not the candidate, and
     # "review" would stop a correct kernel from counting for a condition it did not cause. The
     # result says so, so that a person (or the fidelity benchmark) can discount the numbers.

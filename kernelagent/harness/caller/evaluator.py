@@ -26,7 +26,7 @@ from kernelagent.harness import protocol
 from kernelagent.harness.caller import sandbox
 from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.config import EvalConfig
-from kernelagent.harness.result import EvalResult, Flag, Status, Timing
+from kernelagent.harness.result import SEVERITY, EvalResult, Flag, Status, Timing
 from kernelagent.problem import Problem, candidate_static_problem, load_problem, sha256_text
 
 log = logging.getLogger(__name__)
@@ -346,6 +346,9 @@ class Evaluator:
             options: dict[str, Any] = {"cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}
             if self.reference_compile_dir is not None:
                 options["reference_compile_dir"] = str(self.reference_compile_dir)
+            if config.kernel_evidence:
+                # The server runs it as the job's last stage (server/evidence.py), hiding these too.
+                options["evidence"] = {"hide": self._evidence_hide()}
             request = {"config": config.to_dict(), "problem_source": problem.source,
                        "candidate_source": candidate_source, "want_baselines": want_baselines,
                        "candidate_sha256": base.candidate_sha256, "options": options}
@@ -378,36 +381,46 @@ class Evaluator:
             if "error" in reply:
                 base.reason = reply["error"]
                 return base
+            evidence = reply["result"].pop("evidence", None)
             result = self._merge(base, reply["result"], cached, cache_key, config)
         result.flags.extend(static_flags)
         if config.kernel_evidence:
-            self._kernel_evidence(result, problem, candidate_source, config.backend)
+            self._kernel_evidence(result, evidence, candidate_source)
         result.stage_seconds["total"] = time.monotonic() - started
         return result
 
-    def _kernel_evidence(self, result: EvalResult, problem: Problem, candidate_source: str, backend: str) -> None:
-        """Out-of-process evidence (caller/kernel_evidence.py) for a correct CUDA result: ncu's
-        kernels, judged against the candidate's source and its checked timing. A reject flag
-        turns the verdict into `rejected`; why it could not run is an info flag."""
+    def _evidence_hide(self) -> list[str]:
+        """What the evidence's jail hides besides what every job's jail hides: the caller's own
+        scratch, build cache and baseline cache."""
+        hide = [str(p) for p in getattr(self, "hide", [])]
+        for attr in ("_scratch_root", "cuda_cache_dir"):
+            if getattr(self, attr, None):
+                hide.append(str(getattr(self, attr)))
+        if getattr(self, "cache", None) is not None:
+            hide.append(str(self.cache.root))
+        return hide
+
+    def _kernel_evidence(self, result: EvalResult, evidence: dict[str, Any] | None, candidate_source: str) -> None:
+        """Out-of-process evidence for a CUDA result that would count as a win: the kernels ncu
+        saw (collected by the server as the job's last stage, server/evidence.py), judged here
+        against the candidate's source and its checked timing (caller/kernel_evidence.py). A
+        reject flag turns the verdict into `rejected`; evidence that could not be collected is a
+        review flag (the result is then no win). Nothing on the CPU, where no such evidence
+        exists, and nothing for a result that is no win anyway (it would only cost time)."""
         from kernelagent.harness.caller import kernel_evidence
         from kernelagent.harness.server import verdict  # pure functions: the same rule in this process
 
-        if result.status != Status.CORRECT:
+        if not result.passed or not (result.fingerprint or {}).get("cuda"):
             return
-        if not (result.fingerprint or {}).get("cuda"):
-            result.flags.append(Flag("kernel-evidence", "not collected: it needs a CUDA GPU and Nsight Compute", "info"))
-            return
-        if not getattr(problem, "path", None):
-            result.flags.append(Flag("kernel-evidence", "not collected: the problem has no file for ncu", "info"))
-            return
-        dev = self.visible_devices
-        evidence = kernel_evidence.collect(problem.path, candidate_source, backend=backend,
-                                           device=f"cuda:{dev}" if dev is not None else "cuda:0",
-                                           cache_dir=self.cuda_cache_dir, candidate_sha=result.candidate_sha256)
+        if not isinstance(evidence, dict):
+            evidence = {"unavailable": "the harness server did not run it"}
         result.kernel_evidence = {k: v for k, v in evidence.items() if k != "kernels"}
-        if "unavailable" in evidence:
-            result.flags.append(Flag("kernel-evidence", "not collected: " + str(evidence["unavailable"])[:400],
-                                     "info"))
+        if "seconds" in evidence:
+            result.stage_seconds["evidence"] = float(evidence["seconds"])
+        if "unavailable" in evidence or not isinstance(evidence.get("kernels"), list):
+            why = evidence.get("unavailable", "no kernel list came back")
+            result.flags.append(Flag("kernel-evidence", "not collected, so this result does not count as a win: "
+                                     + str(why)[:400], SEVERITY["kernel-evidence"]))
             return
         result.kernel_evidence["kernels"] = [{"name": k["name"], "launches": k["launches"],
                                               "total_ns": k["total_ns"]} for k in evidence["kernels"][:20]]

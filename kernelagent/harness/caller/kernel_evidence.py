@@ -3,8 +3,10 @@ and for how long, as Nsight Compute saw them.
 
 Everything the candidate's process reports about its kernels (the dispatch recorder, the
 torch.profiler rows, the device-time share) comes from code running beside the candidate, which
-can switch it off or lie. With `--kernel-evidence`, a correct CUDA result is checked once more:
-the candidate runs again under `ncu` (in bubblewrap, like `kernelagent profile`'s ncu), ncu's
+can switch it off or lie. So every CUDA result that would count as a win is checked once more
+(on by default; `--no-kernel-evidence` turns it off, and the result then says nothing outside
+saw its kernels): the candidate runs again under `ncu`, jailed (bubblewrap where installed,
+else the per-job kernel namespaces through child/jail_exec.py), ncu's
 host process records every kernel's name and `gpu__time_duration`, and this module compares
 that with facts the caller holds itself:
 
@@ -91,11 +93,22 @@ def judge(evidence: dict[str, Any], own_names: set[str], median_ms: float | None
 
 
 def collect(problem_path: str | Path, candidate_source: str, *, backend: str, device: str,
-            cache_dir: str | Path | None, candidate_sha: str, timeout: float = 180.0) -> dict[str, Any]:
-    """Run the candidate under ncu (sandboxed; never unsandboxed) for CALLS forward calls and
-    return every kernel it launched: {"kernels": [...]} or {"unavailable": why}."""
+            cache_dir: str | Path | None, candidate_sha: str, timeout: float = 180.0,
+            hide: list[Path] | None = None, on_spawn: Any = None,
+            scratch_parent: Path | None = None, namespaces: bool | None = None,
+            triton_cache: Path | None = None, on_ready: Any = None) -> dict[str, Any]:
+    """Run the candidate under ncu (jailed: bubblewrap, else the per-job kernel namespaces;
+    never unjailed) for CALLS forward calls and return every kernel it launched:
+    {"kernels": [...], "seconds": ...} or {"unavailable": why}. hide: the caller's caches and
+    scratch, which the jail hides besides the home; on_spawn, scratch_parent,
+    namespaces, triton_cache, on_ready: see profiling.run_ncu."""
     from kernelagent.harness.caller import profiling
 
     return profiling.run_ncu(problem_path, candidate_source, backend=backend, device=device, calls=CALLS,
                              timeout=timeout, cache_dir=cache_dir, candidate_sha=candidate_sha,
-                             metric_sets=[METRICS], top=1000, launch_count=100_000)
+                             metric_sets=[METRICS], top=1000, launch_count=100_000, hide=hide,
+                             on_spawn=on_spawn, scratch_parent=scratch_parent, namespaces=namespaces,
+                             triton_cache=triton_cache,
+                             # the device's clocks stay as they are: other jobs time beside this run
+                             # (and the evidence compares with times taken at those clocks)
+                             clock_control="none", on_ready=on_ready)

@@ -149,7 +149,7 @@ def probe_jail_inside(argv: list[str], scratch_root: Path) -> dict[str, Any]:
     """Run jail.probe() inside the given prefix: does the per-job jail work in that layer?"""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(PACKAGE_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    code = ("import json, sys; from kernelagent.harness.child import namespaces as jail; "
+    code = ("import json, sys; from kernelagent.harness.child import jail_probe as jail; "
             "print(json.dumps(jail.probe(sys.argv[1])))")
     done = _run(argv + [sys.executable, "-c", code, str(scratch_root)], env=env)
     if done is None or done.returncode != 0:

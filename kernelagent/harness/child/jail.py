@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernelagent.harness.child import namespaces
+from kernelagent.harness.child import jail_probe, namespaces
 
 
 def _kept_readable(hide: list[Path]) -> list[Path]:
@@ -47,7 +47,7 @@ def resolve(requested: str, scratch_root: Path, hide: list[str] | None = None) -
         raise RuntimeError(f"unknown isolation {requested!r}: use auto, namespaces or none")
     if requested == "none":
         return {"mode": "none", "describe": {"mode": "none", "summary": "no per-job namespaces (asked for none)"}}
-    probe = namespaces.probe(scratch_root)
+    probe = jail_probe.probe(scratch_root)
     if not probe.get("namespaces_work"):
         if requested == "namespaces":
             raise RuntimeError(f"per-job namespaces do not work here: {probe.get('jail')}")

@@ -33,14 +33,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
-import json
 import os
 import platform
 import resource
 import select
 import signal
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -79,6 +76,7 @@ SECUREBITS_ALL_LOCKED = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 # The per-user-namespace limits on creating namespaces (/proc/sys/user/max_*_namespaces).
+PRIVATE_TMP_BYTES = 1 << 30  # a private /tmp (enter_job_jail(private_tmp=True)): ncu's own files
 NESTED_NAMESPACE_LIMITS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")
 
 DEFAULT_LIMITS = {
@@ -253,6 +251,19 @@ def _set_readonly(path: str | Path, readonly: bool, recursive: bool, nosuid_node
     return "remount"
 
 
+def _loopback_up() -> None:
+    """`ip link set lo up` in the current network namespace (SIOCSIFFLAGS on "lo")."""
+    import fcntl
+    import socket
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), siocgifflags, request))[1]
+        fcntl.ioctl(sock.fileno(), siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
+
+
 def _is_under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
@@ -351,7 +362,8 @@ def _become_pid1_of_new_namespace() -> None:
 
 def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: str = "namespaces", *,
                    keep_ro: list[Path] | None = None, shm_bytes: int = 256 << 20,
-                   limits: dict[str, int] | None = None, run_as: tuple[int, int] | None = None) -> dict[str, Any]:
+                   limits: dict[str, int] | None = None, run_as: tuple[int, int] | None = None,
+                   private_tmp: bool = False, loopback: bool = False) -> dict[str, Any]:
     """Enter the job's jail. Call it FIRST in a freshly forked child of the server, after the
     caller has pointed fds 1 and 2 at the job's log, before any candidate code is imported.
 
@@ -367,6 +379,10 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
         The kernel exempts outer uid 0 from RLIMIT_NPROC, so only a non-root outer uid makes
         the process limit hold; the job's files are then owned by it (scratch is chowned), and
         the interpreter and its packages must be readable by it.
+    private_tmp: /tmp becomes a private, writable tmpfs (programs such as ncu keep lock files
+        and sockets there); what the interpreter needs under it is bound back read-only.
+    loopback: bring the new network namespace's loopback up (ncu talks to its target over it);
+        the namespace still has no other interface.
     Returns the description of what holds, for the result's `isolation` field. In
     "namespaces" mode, the caller's process becomes a waiter outside the job that never
     returns: it exits with the job's status. Any failure raises JailError.
@@ -375,13 +391,16 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     if mode not in ("namespaces", "none"):
         raise ValueError(f"unknown jail mode {mode!r} (namespaces|none)")
     keep = close_inherited_fds(keep_fds)
-    os.setpgid(0, 0)  # the server's timeout kills the job's process group
+    if os.getsid(0) != os.getpid():  # a session leader (jail_exec under ncu) already leads its group
+        os.setpgid(0, 0)  # the server's timeout kills the job's process group
     if mode == "none":
         return {"mode": "none", "isolated": False, "fds_kept": keep,
                 "summary": "no isolation: the job shares the server's namespaces, files and network"}
 
     scratch = Path(os.path.abspath(scratch))
-    hides = sorted({Path(os.path.abspath(h)) for h in hide}, key=lambda p: len(p.parts))
+    tmp = Path("/tmp").resolve()
+    hides = sorted({Path(os.path.abspath(h)) for h in hide} | ({tmp} if private_tmp else set()),
+                   key=lambda p: len(p.parts))
     keep_ro_paths = [Path(os.path.abspath(p)) for p in (keep_ro or [])]
     if not scratch.is_dir():
         raise JailError(f"scratch directory {scratch} does not exist")
@@ -432,7 +451,10 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
             continue  # hidden with a parent already, or nothing there to hide
         if not h.is_dir():
             raise JailError(f"hide path {h} is not a directory (hide the directory that holds it)")
-        _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=0755")
+        if private_tmp and h == tmp:
+            _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, f"size={PRIVATE_TMP_BYTES},mode=1777")
+        else:
+            _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=0755")
         hidden.append(str(h))
     # 7. Bring back scratch (read-write) and keep_ro (read-only). Their mount points may lie
     #    inside a hiding tmpfs, which is still writable at this point: create them there.
@@ -444,7 +466,9 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
         # The bind copied the source mount's read-only flag: clear it on the scratch mount only
         # (exec stays allowed there: Triton and CUDA builds load the .so files they write).
         _set_readonly(path, path != scratch, recursive=False, nosuid_nodev=True)
-    for h in hidden:  # now the hiding tmpfs may turn read-only
+    for h in hidden:  # now the hiding tmpfs may turn read-only (a private /tmp stays writable)
+        if private_tmp and Path(h) == tmp:
+            continue
         _mount(None, h, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     # 8. A private /dev/shm (nothing of the server's or other jobs' segments; gone with the
     #    namespace), and a /proc that shows this pid namespace only. mount(proc) needs pid 1's
@@ -465,6 +489,8 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
         except OSError as exc:
             raise JailError(f"cannot block nested {kind} namespaces: {exc.strerror}") from None
     _libc.sethostname(b"kernelagent-job", 15)
+    if loopback:
+        _loopback_up()
     # 10. Limits, then working directory (the old cwd may be the covered, read-only copy).
     applied: dict[str, Any] = _set_limits({**DEFAULT_LIMITS, **(limits or {})})
     if outer_root:
@@ -482,136 +508,8 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
         "outer_uid": euid, "outer_gid": egid,
         "readonly_root": ro_method, "hidden": hidden, "keep_ro": [str(p) for p in keep_ro_paths],
         "writable": str(scratch), "dev_shm": f"private tmpfs, {shm_bytes} bytes", "proc": "own pid namespace",
-        "network": "none (loopback down)", "capabilities": "none (bounding set empty, no_new_privs)",
+        "network": "loopback only" if loopback else "none (loopback down)",
+        "capabilities": "none (bounding set empty, no_new_privs)",
         "nested_namespaces_blocked": blocked, "limits": applied, "fds_kept": keep,
         "setup_ms": round((time.perf_counter() - started) * 1e3, 2),
     }
-
-
-# -- probing ------------------------------------------------------------------------------------------
-
-def _in_bubblewrap() -> bool:
-    """bwrap leaves no marker; with a pid namespace it stays as pid 1 (its comm is "bwrap"),
-    without one it is an ancestor of ours."""
-    pid = os.getpid()
-    for _ in range(64):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            break
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        if comm == "bwrap":
-            return True
-        pid = int(stat[stat.rindex(")") + 2:].split()[1])
-        if pid <= 0:
-            break
-    try:
-        return Path("/proc/1/comm").read_text().strip() == "bwrap"
-    except OSError:
-        return False
-
-
-def _in_child(fn) -> dict[str, Any]:
-    """Run fn in a throwaway forked child; its result (or error) comes back as JSON."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            out = {"ok": True, "value": fn()}
-        except BaseException as exc:  # noqa: BLE001 - reported, never raised in the child
-            out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        os.write(w, json.dumps(out, default=str).encode())
-        os._exit(0)
-    os.close(w)
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    if not chunks:
-        return {"ok": False, "error": f"probe child died ({os.waitstatus_to_exitcode(status)})"}
-    return json.loads(b"".join(chunks))
-
-
-def _try_unshare(flags: int) -> bool:
-    euid, egid = os.geteuid(), os.getegid()
-    _unshare(CLONE_NEWUSER)
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"0 {euid} 1")
-    _write("/proc/self/gid_map", f"0 {egid} 1")
-    if flags:
-        _unshare(flags)
-    return True
-
-
-def _try_mount_setattr() -> str:
-    _try_unshare(CLONE_NEWNS)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    if not _mount_setattr("/", MOUNT_ATTR_RDONLY, 0, True):
-        return "unavailable (ENOSYS or unknown architecture): remount fallback"
-    return "works"
-
-
-def probe(scratch_root: Path | None = None) -> dict[str, Any]:
-    """Which isolation works here, each tried in a throwaway forked child (nothing changes in
-    this process), plus a full trial of enter_job_jail with a scratch directory made (and
-    removed) under `scratch_root` (default: the temp directory). Call it from a process that
-    may fork (the server, before it starts jobs); it takes about 10-50 ms."""
-    def one(fn) -> bool | str:
-        res = _in_child(fn)
-        return res["value"] if res["ok"] else f"no: {res['error']}"
-
-    info: dict[str, Any] = {
-        "root": os.geteuid() == 0,
-        "in_bubblewrap": _in_bubblewrap(),
-        "kernel": platform.release(), "arch": platform.machine(),
-        "user_ns": one(lambda: _try_unshare(0)),
-        "pid_ns": one(lambda: _try_unshare(CLONE_NEWPID)),
-        "mount_ns": one(lambda: _try_unshare(CLONE_NEWNS)),
-        "net_ns": one(lambda: _try_unshare(CLONE_NEWNET)),
-        "ipc_ns": one(lambda: _try_unshare(CLONE_NEWIPC)),
-        "mount_setattr": one(_try_mount_setattr),
-    }
-    try:
-        info["inside_user_ns"] = Path("/proc/self/uid_map").read_text().split() != ["0", "0", "4294967295"]
-    except OSError:
-        info["inside_user_ns"] = None
-
-    def trial() -> dict[str, Any]:
-        scratch = Path(tempfile.mkdtemp(prefix="kernelagent-jail-probe-", dir=scratch_root))
-        try:
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(r)
-                try:
-                    desc = enter_job_jail(scratch, [], [w], "namespaces")
-                    os.write(w, json.dumps({"ok": True, "value": desc}).encode())
-                except BaseException as exc:  # noqa: BLE001
-                    os.write(w, json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}).encode())
-                os._exit(0)
-            os.close(w)
-            data = b""
-            while chunk := os.read(r, 65536):
-                data += chunk
-            os.close(r)
-            os.waitpid(pid, 0)
-            res = json.loads(data) if data else {"ok": False, "error": "jail trial died"}
-            if not res["ok"]:
-                raise JailError(res["error"])
-            return res["value"]
-        finally:
-            import shutil
-
-            shutil.rmtree(scratch, ignore_errors=True)
-
-    full = _in_child(trial)
-    info["jail"] = full["value"] if full["ok"] else f"no: {full['error']}"
-    info["namespaces_work"] = full["ok"]
-    return info
-
-
-if __name__ == "__main__":  # python -m kernelagent.harness.child.namespaces: what works on this machine
-    json.dump(probe(), sys.stdout, indent=2)
-    print()

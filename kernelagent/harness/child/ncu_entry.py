@@ -7,7 +7,9 @@ few calls inside cudaProfilerStart/Stop.
 Run by caller/profiling.py under `ncu`, in a scratch directory holding the candidate, with a
 scrubbed environment; the CUDA build cache reaches it only as a copy in that directory, staged
 and hash-checked by the caller (server/build_cache.py). It prints one line
-`KERNELAGENT_NCU_DONE {violations}` when it finished.
+`KERNELAGENT_NCU_DONE {violations}` when it finished; under the harness server it also says
+`KERNELAGENT_NCU_READY` before it imports the candidate, and waits for the device
+(_wait_for_the_device).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def main(argv: list[str]) -> int:
         builder.install()
     monitor = defences.Monitor(Path(candidate_path), scratch, config, builder=builder)
     monitor.install()
+    _wait_for_the_device()  # from here on the candidate's code runs
     module = inputs_mod.import_file(Path(candidate_path), "candidate")
     init = inputs_mod.init_inputs(problem, False, device, config.weight_seed)
     model = inputs_mod.build_model(module.ModelNew, init, device, config.weight_seed)
@@ -60,6 +63,27 @@ def main(argv: list[str]) -> int:
         torch.cuda.cudart().cudaProfilerStop()
     print("KERNELAGENT_NCU_DONE " + json.dumps(dict(monitor.state.violations)), flush=True)
     return 0
+
+
+GO_FILE = "kernelagent-go"
+
+
+def _wait_for_the_device() -> None:
+    """Under the harness server (KERNELAGENT_NCU_HANDSHAKE), the candidate's code waits for the
+    device's timing slot: our own set-up (torch, the CUDA context, the problem) is done, so say
+    READY, then wait until the server, holding the slot with every other job stopped and the
+    device idle, creates GO_FILE in the scratch. Elsewhere (`kernelagent profile`) nothing waits.
+    Nothing of the candidate's has run before this point."""
+    if not os.environ.get("KERNELAGENT_NCU_HANDSHAKE"):
+        return
+    import time
+
+    print("KERNELAGENT_NCU_READY", flush=True)
+    go = Path(os.getcwd()) / GO_FILE
+    pause = 0.001
+    while not go.exists():
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
 
 
 if __name__ == "__main__":

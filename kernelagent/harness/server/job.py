@@ -37,7 +37,7 @@ from typing import Any
 from kernelagent.harness import protocol
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import Status
-from kernelagent.harness.server import gate as gate_mod, verdict
+from kernelagent.harness.server import evidence, gate as gate_mod, verdict
 from kernelagent.harness.server.gate import Gate
 from kernelagent.harness.server.checks import CheckPhases
 from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _describe_exit,
@@ -392,6 +392,9 @@ class Job(CheckPhases, TimedPhases):
                 self.run_baselines()
             except Exception:  # noqa: BLE001
                 self.result["baselines"] = {"errors": {"harness": traceback.format_exc(limit=3)}}
+        self.publish_build()
+        if evidence.wanted(self):  # before the reference ends: the slot's idle probe runs there
+            evidence.collect(self)
         self.ref_stats()
         self.shared_device = self.gate.unregister(self)
         _kill_group(self.ref)
@@ -408,6 +411,14 @@ class Job(CheckPhases, TimedPhases):
             self.result["log"] = _tail_fd(log_fd)
             os.close(log_fd)
             self.cand_log_fd = None
+        ref_log = _tail(self.refdir / "reference.log")
+        if self.result["status"] in (Status.BAD_PROBLEM, Status.HARNESS_ERROR) and ref_log.strip():
+            self.result["log"] += "\n--- reference process ---\n" + ref_log
+        self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def publish_build(self) -> None:
+        """A CUDA candidate's builds go to the cache (the evidence's ncu run stages them from there)."""
         options = self.request.get("options", {})
         if self.config.backend == "cuda" and options.get("cuda_cache_dir"):
             try:  # the candidate's processes are dead: nothing of theirs can race this copy
@@ -416,11 +427,6 @@ class Job(CheckPhases, TimedPhases):
                 build_cache.publish(self.scratch, options["cuda_cache_dir"], self.request.get("candidate_sha256", ""))
             except Exception:  # noqa: BLE001 - the cache is an optimisation
                 traceback.print_exc()
-        ref_log = _tail(self.refdir / "reference.log")
-        if self.result["status"] in (Status.BAD_PROBLEM, Status.HARNESS_ERROR) and ref_log.strip():
-            self.result["log"] += "\n--- reference process ---\n" + ref_log
-        self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
-        shutil.rmtree(self.root, ignore_errors=True)
 
     def conclude_concurrency(self) -> None:
         """What running beside other jobs cost this one (result.concurrency), and the rule for

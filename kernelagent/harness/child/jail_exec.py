@@ -1,0 +1,65 @@
+"""Run a program inside the per-job jail (namespaces.py), for the processes the harness does not
+fork itself: Nsight Compute, which starts the candidate's code in a process of its own.
+
+    python -m kernelagent.harness.child.jail_exec --scratch DIR [--hide DIR ...] -- PROGRAM ARGS...
+
+The jail is the one every evaluation job gets (user, pid, mount, net, ipc and uts namespaces;
+a read-only root with the caches, the store, other jobs' scratch and the home hidden; no
+capabilities), plus a private writable /tmp and a loopback interface that ncu needs to talk to
+its target. It replaces bubblewrap where bubblewrap is not installed: the kernel namespaces are
+the sandbox either way, never Python code. The process exits with PROGRAM's status; whoever
+kills it (a timeout) ends everything inside, since the jail's pid 1 dies with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+# Exit status when the jail itself could not be entered (PROGRAM never ran); the caller says so.
+JAIL_FAILED = 97
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="kernelagent.harness.child.jail_exec")
+    parser.add_argument("--scratch", required=True)
+    parser.add_argument("--hide", action="append", default=[])
+    parser.add_argument("program", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not program:
+        parser.error("no program to run")
+    import shutil
+
+    from kernelagent.harness.child import jail, namespaces
+
+    # The jail starts in the scratch directory: a relative program path is resolved here first.
+    found = shutil.which(program[0])
+    if found is None:
+        print(f"kernelagent: cannot run {program[0]}: not found", file=sys.stderr, flush=True)
+        return 127
+    program[0] = os.path.abspath(found)
+    hide = [Path(h) for h in args.hide]
+    hidden = hide + [Path("/tmp").resolve()]
+    keep_ro = jail._kept_readable(hidden)
+    where = Path(program[0]).resolve().parent
+    if any(h == where or h in where.parents for h in hidden) and where not in hidden:
+        keep_ro.append(where)  # the program itself lives under a hidden directory: bound back read-only
+    try:
+        namespaces.enter_job_jail(Path(args.scratch), hide, [], "namespaces", keep_ro=keep_ro,
+                                  private_tmp=True, loopback=True)
+    except (namespaces.JailError, OSError) as exc:
+        print(f"kernelagent: the jail could not be entered: {exc}", file=sys.stderr, flush=True)
+        return JAIL_FAILED
+    try:
+        os.execvp(program[0], program)
+    except OSError as exc:
+        print(f"kernelagent: cannot run {program[0]}: {exc}", file=sys.stderr, flush=True)
+        return 127
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,71 @@
+"""A job's last stage on a GPU: out-of-process kernel evidence (caller/kernel_evidence.py).
+
+Every CUDA result that would count as a win is run once more under Nsight Compute, whose host
+process records every kernel the candidate launched and for how long. The run belongs to the job
+that asked for it, inside the server, because of the device's timing slot (server/gate.py): ncu
+starts the candidate's code in processes of its own, and those put kernels on the device, where a
+hostile candidate could spin to slow a neighbour's timed loop.
+
+So the session is split at the candidate's first line. ncu, the interpreter, torch, the CUDA
+context and the problem start beside the other jobs (our code only). Then child/ncu_entry.py says
+READY and waits; the server takes the timing slot like a timed loop (every other job stopped, the
+device idle) and lets it go: the candidate's import, warm-up and profiled calls run with the device
+to themselves, bounded by profiling.PROFILED_HOLD_S. Nothing of the session is ever stopped
+mid-way (sessions stopped with their job while neighbours timed hung on an H100), and one ncu
+session runs at a time on a host (profiling.ncu_lock).
+
+The session is jailed like every job (ncu_sandbox with `namespaces=True`: the per-job kernel
+namespaces through child/jail_exec.py, with the server's scratch root, the caches and the home
+hidden, plus a private /tmp and a loopback for ncu). The evidence is data for the caller, which
+judges it against the candidate's source and checked timing (caller/evaluator.py): nothing the
+candidate's process says is read here but the report ncu's host process wrote.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kernelagent.harness.result import Status
+
+
+def wanted(job: Any) -> bool:
+    """Did the caller ask for evidence, and would this result count as a win on a GPU?"""
+    options = job.request.get("options") or {}
+    if not options.get("evidence") or not job.config.kernel_evidence or not job.fingerprint.get("cuda"):
+        return False
+    if job.result.get("status") != Status.CORRECT:
+        return False
+    return not any(isinstance(f, dict) and f.get("severity") in ("review", "reject") for f in job.result["flags"])
+
+
+def collect(job: Any) -> None:
+    """Run the evidence and put it in the result (`evidence`: {"kernels", "seconds"} or
+    {"unavailable": why}). The stage's time is in stage_seconds["evidence"]."""
+    from kernelagent.harness.caller import kernel_evidence
+
+    options = job.request.get("options") or {}
+    hide = [Path(p) for p in (options.get("evidence") or {}).get("hide", []) if isinstance(p, str)]
+    # Everything the job's own jail hides (the server's scratch root with every other job's
+    # scratch, the caches, the home), and the caller's list besides.
+    hide += [Path(p) for p in (job.jail or {}).get("hide", [])] + [job.root.parent]
+    job.enter("evidence")
+    started = time.monotonic()
+    try:
+        problem = job.root / "evidence-problem.py"
+        problem.write_text(job.request["problem_source"])
+        # "cuda", no index: the server's CUDA_VISIBLE_DEVICES (the caller's choice) stays as it is.
+        evidence = kernel_evidence.collect(
+            problem, job.request["candidate_source"], backend=job.config.backend, device="cuda",
+            cache_dir=options.get("cuda_cache_dir"), candidate_sha=job.request.get("candidate_sha256", ""),
+            timeout=job.limit("evidence"), hide=hide,
+            scratch_parent=job.root, namespaces=(job.jail or {}).get("mode") == "namespaces" or None,
+            triton_cache=getattr(job, "scratch", job.root / "candidate") / ".triton",
+            on_ready=lambda: job.gate.hold(job, job.idle_probe, job.concurrency.setdefault("evidence_slot", {})))
+    except Exception:  # noqa: BLE001 - a harness bug is said as such, never the candidate's
+        evidence = {"unavailable": "harness error while collecting it:\n" + traceback.format_exc(limit=3)}
+    evidence["seconds"] = round(time.monotonic() - started, 3)
+    job.result["evidence"] = evidence
+    job.enter("finished")
