@@ -19,7 +19,7 @@ TORCH_BEHIND_A_SWITCH = ["h3_dispatch_mode_pop", "h3_gc_monitor_none", "h3_audit
 
 @pytest.fixture(scope="module")
 def evidence_results(cuda_evaluator):
-    from kernelagent.harness.caller.profiling import find_ncu
+    from kernelagent.harness.caller.ncu import find_ncu
 
     if find_ncu() is None:
         pytest.skip("needs Nsight Compute (ncu)")

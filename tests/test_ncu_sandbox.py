@@ -1,6 +1,8 @@
 """ncu runs the candidate's code itself, outside the server's per-job jail: it must run inside
-bubblewrap (the server's outer layer), and without bubblewrap only when the user asked for it
-(issue 11). A fake `ncu` stands in for Nsight Compute: it reports where it ran."""
+bubblewrap or the per-job kernel namespaces (child/jail_exec.py), and unjailed only when the
+user asked for it (issues 11, 24); one session per host, and under the server the candidate's
+part waits for the device's timing slot (caller/ncu.py). A fake `ncu` stands in for Nsight
+Compute: it reports where it ran."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelagent.harness.caller import profiling
+from kernelagent.harness.caller import ncu as ncu_mod
 from tests.conftest import CANDIDATES, read
 
 FAKE_NCU = """#!/bin/sh
@@ -35,9 +37,9 @@ def test_without_bubblewrap_or_namespaces_ncu_does_not_run_unless_asked(tmp_path
     monkeypatch.setenv("KERNELAGENT_NCU", str(_fake_ncu(tmp_path)))
     monkeypatch.setenv("KERNELAGENT_NCU_NO_NAMESPACES", "1")
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else "/bin/" + name)
-    got = profiling.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=30)
-    assert got == {"unavailable": profiling.UNSANDBOXED_NCU}
-    asked = profiling.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=30,
+    got = ncu_mod.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=30)
+    assert got == {"unavailable": ncu_mod.UNSANDBOXED_NCU}
+    asked = ncu_mod.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=30,
                               allow_unsandboxed=True)
     assert "PIDNS=" in asked["unavailable"]  # it ran, as asked
 
@@ -49,7 +51,7 @@ def test_ncu_runs_inside_bubblewrap(tmp_path, monkeypatch):
     if sandbox.bubblewrap_command(tmp_path) is None:
         pytest.skip("bubblewrap cannot create namespaces here")
     monkeypatch.setenv("KERNELAGENT_NCU", str(_fake_ncu(tmp_path)))
-    got = profiling.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=30)
+    got = ncu_mod.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=30)
     text = got["unavailable"]
     assert "PIDNS=" in text, text
     ours = os.readlink("/proc/self/ns/pid")
@@ -73,7 +75,7 @@ exit 3
 def test_without_bubblewrap_ncu_runs_in_the_per_job_jail(tmp_path, monkeypatch):
     """Kernel evidence is on by default and must hold with no bubblewrap installed: ncu then
     runs inside the per-job kernel namespaces (child/jail_exec.py), with a private /tmp."""
-    if not profiling.namespaces_work():
+    if not ncu_mod.namespaces_work():
         pytest.skip("kernel namespaces do not work on this machine")
     hidden = tmp_path / "caches"
     hidden.mkdir()
@@ -94,7 +96,7 @@ def test_without_bubblewrap_ncu_runs_in_the_per_job_jail(tmp_path, monkeypatch):
     (own_cache / "abc").mkdir(parents=True)  # the candidate's kernels, compiled in its evaluation
     spawned = []
     try:
-        got = profiling.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=60,
+        got = ncu_mod.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=60,
                                 hide=[hidden], on_spawn=spawned.append, scratch_parent=tmp_path,
                                 triton_cache=own_cache)
     finally:
@@ -126,7 +128,7 @@ def test_an_ncu_session_past_its_limit_is_killed_whole(tmp_path, monkeypatch):
     real_which = shutil.which
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
     spawned = []
-    got = profiling.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=6,
+    got = ncu_mod.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=6,
                             allow_unsandboxed=True, on_spawn=spawned.append)
     assert "limit" in got["unavailable"], got
     child = int(pidfile.read_text())
@@ -146,15 +148,16 @@ def test_an_ncu_session_past_its_limit_is_killed_whole(tmp_path, monkeypatch):
 
 
 def test_one_ncu_session_at_a_time_on_a_host():
-    """Jailed sessions no longer share ncu's own lock file in /tmp; two profiling at once hang
-    each other, so run_ncu takes a host-wide lock, and gives up after its budget."""
+    """Jailed sessions no longer share ncu's own lock file in /tmp, and ncu does not support two
+    sessions on one device at once, so run_ncu takes a host-wide lock, and gives up after its
+    budget."""
     import threading
 
     held = threading.Event()
     release = threading.Event()
 
     def holder():
-        with profiling.ncu_lock(5) as got:
+        with ncu_mod.ncu_lock(5) as got:
             assert got
             held.set()
             release.wait(10)
@@ -163,12 +166,12 @@ def test_one_ncu_session_at_a_time_on_a_host():
     thread.start()
     try:
         assert held.wait(10)
-        with profiling.ncu_lock(0.3) as got:
+        with ncu_mod.ncu_lock(0.3) as got:
             assert got is False  # busy: not had within the wait
     finally:
         release.set()
         thread.join()
-    with profiling.ncu_lock(1) as got:
+    with ncu_mod.ncu_lock(1) as got:
         assert got is True
 
 
@@ -188,7 +191,7 @@ def test_the_profiled_calls_wait_for_the_device_slot_and_hold_it_until_done(tmp_
 
     script = ('[ -n "$KERNELAGENT_NCU_HANDSHAKE" ] || exit 9; echo KERNELAGENT_NCU_READY; '
               'while [ ! -e kernelagent-go ]; do sleep 0.01; done; echo profiled; echo "KERNELAGENT_NCU_DONE {}"')
-    proc = profiling._run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None, slot)
+    proc = ncu_mod._run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None, slot)
     assert proc is not None and proc.returncode == 0, proc
     assert "profiled" in proc.stdout and events == [("enter", False), ("exit", None)]
 
@@ -198,7 +201,7 @@ def test_profiled_calls_that_hold_the_slot_too_long_are_killed(tmp_path, monkeyp
     import os as _os
     import time
 
-    monkeypatch.setattr(profiling, "PROFILED_HOLD_S", 1.0)
+    monkeypatch.setattr(ncu_mod, "PROFILED_HOLD_S", 1.0)
     held = []
 
     @contextlib.contextmanager
@@ -209,7 +212,7 @@ def test_profiled_calls_that_hold_the_slot_too_long_are_killed(tmp_path, monkeyp
 
     script = 'echo KERNELAGENT_NCU_READY; sleep 60'
     started = time.monotonic()
-    proc = profiling._run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None, slot)
+    proc = ncu_mod._run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None, slot)
     assert proc is None and held and held[0] < 5 and time.monotonic() - started < 20
 
 

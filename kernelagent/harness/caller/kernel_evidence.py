@@ -101,14 +101,14 @@ def collect(problem_path: str | Path, candidate_source: str, *, backend: str, de
     never unjailed) for CALLS forward calls and return every kernel it launched:
     {"kernels": [...], "seconds": ...} or {"unavailable": why}. hide: the caller's caches and
     scratch, which the jail hides besides the home; on_spawn, scratch_parent,
-    namespaces, triton_cache, on_ready: see profiling.run_ncu."""
-    from kernelagent.harness.caller import profiling
+    namespaces, triton_cache, on_ready: see ncu.run_ncu."""
+    from kernelagent.harness.caller import ncu
 
-    return profiling.run_ncu(problem_path, candidate_source, backend=backend, device=device, calls=CALLS,
-                             timeout=timeout, cache_dir=cache_dir, candidate_sha=candidate_sha,
-                             metric_sets=[METRICS], top=1000, launch_count=100_000, hide=hide,
-                             on_spawn=on_spawn, scratch_parent=scratch_parent, namespaces=namespaces,
-                             triton_cache=triton_cache,
-                             # the device's clocks stay as they are: other jobs time beside this run
-                             # (and the evidence compares with times taken at those clocks)
-                             clock_control="none", on_ready=on_ready)
+    return ncu.run_ncu(problem_path, candidate_source, backend=backend, device=device, calls=CALLS,
+                       timeout=timeout, cache_dir=cache_dir, candidate_sha=candidate_sha,
+                       metric_sets=[METRICS], top=1000, launch_count=100_000, hide=hide,
+                       on_spawn=on_spawn, scratch_parent=scratch_parent, namespaces=namespaces,
+                       triton_cache=triton_cache,
+                       # the device's clocks stay as they are: other jobs time beside this run
+                       # (and the evidence compares with times taken at those clocks)
+                       clock_control="none", on_ready=on_ready)

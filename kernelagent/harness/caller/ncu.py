@@ -1,0 +1,413 @@
+"""Nsight Compute, run from outside the candidate's process: finding ncu, jailing the session
+it starts (bubblewrap, else the per-job kernel namespaces through child/jail_exec.py), one
+session per host, the handshake that lets the harness server hold the device's timing slot for
+the candidate's part, and reading ncu's report. Used by `kernelagent profile`
+(caller/profiling.py) and by the kernel evidence (caller/kernel_evidence.py, server/evidence.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from kernelagent.harness.child.ncu_entry import GO_FILE  # stdlib-only at import: cheap
+
+NCU_METRICS = [
+    "gpu__time_duration.sum",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__maximum_warps_per_active_cycle_pct",
+    "launch__registers_per_thread",
+    "launch__shared_mem_per_block_static",
+    "launch__shared_mem_per_block_dynamic",
+    "launch__block_size",
+    "launch__grid_size",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_blocks",
+    "launch__occupancy_limit_warps",
+]
+NCU_STALLS = r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+_STALL_RE = re.compile(r"smsp__average_warps_issue_stalled_(.+)_per_issue_active\.ratio")
+
+
+def find_ncu() -> str | None:
+    for path in (os.environ.get("KERNELAGENT_NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Nsight Compute
+# --------------------------------------------------------------------------------------
+
+
+
+def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
+    """Rows of `ncu --import R --csv --page raw`: one dict per profiled launch (metric -> value),
+    with "Kernel Name". The second row (units) is skipped."""
+    start = text.find('"ID"')
+    if start < 0:
+        return []
+    rows = list(csv.reader(io.StringIO(text[start:])))
+    if len(rows) < 2:
+        return []
+    header = rows[0]
+    out = []
+    for row in rows[1:]:
+        if len(row) != len(header):
+            continue
+        record = dict(zip(header, row))
+        if not record.get("ID", "").strip().isdigit():
+            continue  # the units row
+        out.append(record)
+    return out
+
+
+def _num(value: Any) -> float | None:
+    try:
+        return float(str(value).replace(",", ""))
+    except (TypeError, ValueError):
+        return None
+
+
+def summarise_ncu(records: list[dict[str, Any]], top: int = 3) -> list[dict[str, Any]]:
+    """Per kernel (by name): the metrics averaged over its launches, largest total time first."""
+    from kernelagent.harness.cuda_source import kernel_base_name
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for rec in records:
+        groups.setdefault(rec.get("Kernel Name") or rec.get("Function Name") or "?", []).append(rec)
+    kernels = []
+    for name, recs in groups.items():
+        def avg(metric: str) -> float | None:
+            values = [v for v in (_num(r.get(metric)) for r in recs) if v is not None]
+            return sum(values) / len(values) if values else None
+
+        stalls = {}
+        for metric in recs[0]:
+            m = _STALL_RE.fullmatch(metric)
+            if m and not m.group(1).endswith("_not_issued"):
+                value = avg(metric)
+                if value:
+                    stalls[m.group(1)] = value
+        total_stall = sum(stalls.values()) or 1.0
+        top_stalls = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
+        limits = {k: avg(f"launch__occupancy_limit_{k}") for k in ("registers", "shared_mem", "blocks", "warps")}
+        known = {k: v for k, v in limits.items() if v is not None}
+        limiter = min(known, key=lambda k: known[k]) if known else None
+        duration = avg("gpu__time_duration.sum")
+        kernels.append({
+            "name": name, "base_name": kernel_base_name(name), "launches": len(recs),
+            "time_ns": duration, "total_ns": (duration or 0) * len(recs),
+            "dram_pct": avg("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+            "sm_pct": avg("sm__throughput.avg.pct_of_peak_sustained_elapsed"),
+            "memory_pct": avg("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
+            "achieved_occupancy_pct": avg("sm__warps_active.avg.pct_of_peak_sustained_active"),
+            "theoretical_occupancy_pct": avg("sm__maximum_warps_per_active_cycle_pct"),
+            "registers_per_thread": avg("launch__registers_per_thread"),
+            "smem_per_block": (avg("launch__shared_mem_per_block_static") or 0)
+            + (avg("launch__shared_mem_per_block_dynamic") or 0),
+            "block_size": avg("launch__block_size"), "grid_size": avg("launch__grid_size"),
+            "occupancy_limiter": limiter, "occupancy_limits": known,
+            "top_stalls": [{"reason": r, "share": v / total_stall} for r, v in top_stalls],
+        })
+    kernels.sort(key=lambda k: -(k["total_ns"] or 0))
+    return kernels[:top]
+
+
+UNSANDBOXED_NCU = ("ncu would run the candidate outside any sandbox here (neither bubblewrap nor kernel namespaces "
+                   "work on this machine, and ncu runs its target itself): pass --ncu to allow that for a "
+                   "candidate you trust")
+
+
+def ncu_sandbox(scratch: Path, allow_unsandboxed: bool, hide: list[Path] | None = None,
+                namespaces: bool | None = None) -> tuple[list[str] | None, str | None]:
+    """(the prefix ncu runs under, None) or (None, why ncu must not run).
+
+    ncu starts the candidate's code itself, outside the harness server's per-job jail, so it
+    gets a jail of its own: bubblewrap where it is installed (a read-only root, the home hidden,
+    only its scratch writable, its own pid/net/ipc namespaces, no capabilities), else the
+    per-job jail itself entered by child/jail_exec.py (the same kernel namespaces every job
+    gets, plus a private /tmp and a loopback for ncu). Without either it runs only when the user
+    asked for it explicitly (`--ncu`): the candidate could otherwise read the caller's
+    environment and files. namespaces: True where the caller knows the per-job jail works (the
+    harness server, whose jobs use it, and which may itself run inside bubblewrap): it is then
+    used first; None: probe."""
+    from kernelagent.harness.caller import sandbox
+
+    if not namespaces:
+        prefix = sandbox.bubblewrap_command(scratch)
+        if prefix is not None:
+            return prefix, None
+    if namespaces or namespaces_work():
+        home = Path(os.path.expanduser("~")).resolve()
+        hidden = [Path(p) for p in (hide or [])] + [scratch.parent]
+        if str(home) not in ("/", "") and home.is_dir():
+            hidden.append(home)
+        argv = [sys.executable, "-m", "kernelagent.harness.child.jail_exec", "--scratch", str(scratch)]
+        for path in dict.fromkeys(p.resolve() for p in hidden):
+            # Directories only (the jail hides directories), never the scratch or the root itself.
+            if path.is_dir() and path not in (scratch.resolve(), Path("/")) and scratch.resolve() not in path.parents:
+                argv += ["--hide", str(path)]
+        return argv + ["--"], None
+    if allow_unsandboxed:
+        return [], None
+    return None, UNSANDBOXED_NCU
+
+
+_NAMESPACES: dict[str, bool] = {}
+
+
+def namespaces_work() -> bool:
+    """Does the per-job jail work in this process's world (probed once, in forked children)?"""
+    if os.environ.get("KERNELAGENT_NCU_NO_NAMESPACES"):  # tests: the machine without them
+        return False
+    if "work" not in _NAMESPACES:
+        from kernelagent.harness.child import jail_probe
+
+        try:
+            _NAMESPACES["work"] = bool(jail_probe.probe().get("namespaces_work"))
+        except Exception:  # noqa: BLE001 - a probe that breaks means they do not work here
+            _NAMESPACES["work"] = False
+    return _NAMESPACES["work"]
+
+
+# The longest the candidate's part of an ncu session (import, warm-up, profiled calls) may hold
+# the device's timing slot: neighbours' timed loops wait meanwhile (their clocks paused).
+PROFILED_HOLD_S = 60.0
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proc.kill()
+
+
+def _run_session(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
+                 on_spawn: Callable[[int | None], None] | None,
+                 on_ready: Callable[[], Any] | None = None) -> subprocess.CompletedProcess | None:
+    """subprocess.run in a session of its own (so one signal reaches ncu, the jail and the
+    candidate's processes), with `on_spawn` told its pid; None when it ran past `timeout` (then
+    the whole session is killed). on_ready: a context manager factory (the server's timing slot)
+    entered when the target says READY (child/ncu_entry.py: before the candidate's code runs),
+    before it is let go, and left when it has finished its profiled calls (or after
+    PROFILED_HOLD_S, when the session is killed)."""
+    if on_ready is not None:
+        env = dict(env, KERNELAGENT_NCU_HANDSHAKE="1")
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    if on_spawn is not None:
+        on_spawn(proc.pid)
+    lines: list[str] = []
+    ready, finished = threading.Event(), threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if len(lines) < 20_000:
+                lines.append(line)
+            if line.startswith("KERNELAGENT_NCU_READY"):
+                ready.set()
+            elif line.startswith("KERNELAGENT_NCU_DONE"):
+                finished.set()
+        ready.set()
+        finished.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    overheld = False
+    deadline = time.monotonic() + timeout
+    try:
+        if on_ready is not None and ready.wait(max(0.0, deadline - time.monotonic())) and proc.poll() is None:
+            with on_ready():
+                (cwd / GO_FILE).touch()
+                if not finished.wait(min(PROFILED_HOLD_S, max(0.0, deadline - time.monotonic()))):
+                    _kill_session(proc)  # it holds the device too long: no evidence, no win
+                    overheld = True
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill_session(proc)
+        proc.wait()
+        return None
+    except BaseException:  # the slot could not be had (the server's bug, an interrupt): nothing outlives it
+        _kill_session(proc)
+        proc.wait()
+        raise
+    finally:
+        if on_spawn is not None:
+            on_spawn(None)
+        reader.join(5)
+    out = "".join(lines)
+    if overheld:
+        return None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, "")
+
+
+def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "triton", device: str = "cuda:0",
+            kernel_names: list[str] | None = None, calls: int = 2, timeout: float = 180.0,
+            cache_dir: str | Path | None = None, candidate_sha: str = "",
+            allow_unsandboxed: bool = False, metric_sets: list[list[str]] | None = None,
+            top: int = 3, launch_count: int | None = None, hide: list[Path] | None = None,
+            on_spawn: Callable[[int | None], None] | None = None,
+            scratch_parent: Path | None = None, namespaces: bool | None = None,
+            triton_cache: Path | None = None, clock_control: str = "base",
+            on_ready: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Nsight Compute metrics for the top kernels: {"kernels": [...]} or {"unavailable": why}.
+    metric_sets: the metric lists to try in turn (default: the profile's, with stalls first);
+    launch_count: how many launches ncu profiles (default 8 per call); hide: directories the
+    candidate must not see (the caller's caches and scratch), besides the home; on_spawn: told
+    each ncu process's pid (the leader of a session of its own) when it starts, and None when it
+    has ended (the harness server stops it while a neighbour times: server/evidence.py);
+    scratch_parent: where the scratch is made (default: the temp directory); namespaces: see
+    ncu_sandbox; triton_cache: this candidate's own Triton cache from its evaluation, copied
+    into the scratch so that its kernels are not compiled again under ncu (its own files: it
+    can only mislead itself with them); clock_control: ncu's --clock-control ("base" locks the
+    GPU's clocks for repeatable metrics, for the whole device: "none" where other evaluations
+    share it, as the kernel evidence does); on_ready: see _run_session.
+
+    One ncu session at a time on this host (`ncu_lock`): Nsight Compute serialises its sessions
+    through a lock file in /tmp, which a jailed session's private /tmp no longer shares (ncu does
+    not support two sessions profiling one device at once)."""
+    ncu = find_ncu()
+    if ncu is None:
+        return {"unavailable": "ncu (Nsight Compute) was not found (PATH, /usr/local/cuda/bin, $KERNELAGENT_NCU)"}
+    from kernelagent.harness.caller import sandbox
+
+    # The scratch sits alone in a directory of its own, which the jail hides (anything beside it
+    # in the temp directory stays out of sight).
+    outer = Path(tempfile.mkdtemp(prefix="kernelagent-ncu-", dir=scratch_parent))
+    scratch = outer / "job"
+    scratch.mkdir()
+    started = time.monotonic()
+    try:
+        jail, why = ncu_sandbox(scratch, allow_unsandboxed, hide, namespaces)
+        if jail is None:
+            return {"unavailable": why}
+        (scratch / "candidate.py").write_text(candidate_source)
+        if triton_cache is not None and Path(triton_cache).is_dir():
+            shutil.copytree(triton_cache, scratch / ".triton", symlinks=False, dirs_exist_ok=True)
+        report = scratch / "report"
+        env = sandbox.scrubbed_environ()
+        env.update(HOME=str(scratch), TMPDIR=str(scratch), TRITON_CACHE_DIR=str(scratch / ".triton"),
+                   TORCH_EXTENSIONS_DIR=str(scratch / ".torch_extensions"), KERNELAGENT_CANDIDATE_SHA=candidate_sha,
+                   PYTHONUNBUFFERED="1")
+        if backend == "cuda" and cache_dir:
+            # A verified copy of this candidate's cached builds, never the cache itself.
+            from kernelagent.harness.server import build_cache
+
+            build_cache.stage(cache_dir, candidate_sha, scratch / ".ka-build-cache")
+        if device.startswith("cuda:"):
+            env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+        env.pop("TRITON_INTERPRET", None)
+        package_root = str(Path(__file__).resolve().parents[3])
+        env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        app = [sys.executable, "-m", "kernelagent.harness.child.ncu_entry", str(Path(problem_path).resolve()),
+               str(scratch / "candidate.py"), backend, str(calls)]
+        names = [re.escape(n) for n in (kernel_names or []) if n][:4]
+        # Inside the sandbox the problem file must be readable: a copy sits in the scratch.
+        shutil.copyfile(problem_path, scratch / "problem.py")
+        app[3] = str(scratch / "problem.py")
+        base = jail + [ncu, "--profile-from-start", "off", "--target-processes", "all", "--clock-control",
+                       clock_control, "-f", "-o", str(report)]
+        if names:
+            base += ["--kernel-name", "regex:" + "|".join(names)]
+        base += ["--launch-count", str(launch_count or max(1, calls) * 8)]
+        attempts = metric_sets or [NCU_METRICS + [NCU_STALLS], NCU_METRICS]
+        with ncu_lock(timeout - (time.monotonic() - started)) as held:
+            if not held:
+                return {"unavailable": f"another Nsight Compute session held this host's profiler for all of the "
+                                       f"{timeout:.0f} s budget"}
+            started = time.monotonic()  # the wait for another session is not this run's time
+            return _ncu_attempts(ncu, base, app, attempts, scratch, env, report, timeout, started, on_spawn,
+                                 kernel_names, top, on_ready)
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+
+
+def _ncu_attempts(ncu: str, base: list[str], app: list[str], attempts: list[list[str]], scratch: Path,
+                  env: dict[str, str], report: Path, timeout: float, started: float,
+                  on_spawn: Callable[[int | None], None] | None, kernel_names: list[str] | None,
+                  top: int, on_ready: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """run_ncu's runs: each metric list in turn until one is accepted."""
+    last = ""
+    for metrics in attempts:
+        remaining = timeout - (time.monotonic() - started)
+        if remaining < 5:
+            return {"unavailable": f"ncu ran past its {timeout:.0f} s budget"}
+        (scratch / GO_FILE).unlink(missing_ok=True)
+        proc = _run_session(base + ["--metrics", ",".join(metrics)] + app, scratch, env, remaining, on_spawn,
+                            on_ready)
+        if proc is None:
+            return {"unavailable": f"ncu ran past its {timeout:.0f} s limit (or its part under ncu held the device "
+                                   f"past {PROFILED_HOLD_S:.0f} s) and was stopped"}
+        last = (proc.stdout + proc.stderr)[-3000:]
+        if "ERR_NVGPUCTRPERM" in last:
+            return {"unavailable": "ncu has no permission to read the GPU's performance counters "
+                                   "(ERR_NVGPUCTRPERM: needs NVreg_RestrictProfilingToAdminUsers=0 or root)"}
+        if "KERNELAGENT_NCU_DONE" not in proc.stdout + proc.stderr:
+            tail = [x for x in last.splitlines() if x.strip()][-4:]
+            if any("metric" in x.lower() for x in tail) and metrics is not attempts[-1]:
+                continue  # an unknown metric name on this ncu: retry without the stall metrics
+            return {"unavailable": "the ncu run failed: " + " | ".join(tail)[-600:]}
+        done = [x for x in (proc.stdout + proc.stderr).splitlines() if x.startswith("KERNELAGENT_NCU_DONE")]
+        violations = json.loads(done[-1].split(" ", 1)[1]) if done else {}
+        if violations:
+            return {"unavailable": f"the candidate did something not allowed under ncu: {violations}"}
+        rep = report.with_suffix(".ncu-rep")
+        if not rep.exists():
+            return {"unavailable": "ncu profiled no kernel (kernel-name filter: "
+                                   f"{', '.join(kernel_names or []) or 'none'})"}
+        imported = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw"], capture_output=True,
+                                  text=True, timeout=60)
+        kernels = summarise_ncu(parse_ncu_csv(imported.stdout), top=top)
+        if not kernels:
+            return {"unavailable": "ncu returned no metrics: " + imported.stderr[-300:]}
+        return {"kernels": kernels, "seconds": time.monotonic() - started,
+                "stalls_collected": metrics is attempts[0]}
+    return {"unavailable": "the ncu run failed: " + last[-600:]}
+
+
+@contextlib.contextmanager
+def ncu_lock(wait_s: float) -> Iterator[bool]:
+    """This host's one Nsight Compute session (an flock on a file in the temp directory, outside
+    every jail); yields False when it could not be had within `wait_s`."""
+    import fcntl
+
+    path = Path(tempfile.gettempdir()) / f"kernelagent-ncu-{os.getuid()}.lock"
+    fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        until = time.monotonic() + max(0.0, wait_s)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= until:
+                    yield False
+                    return
+                time.sleep(0.1)
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
