@@ -19,8 +19,6 @@ a time, and relays what the candidate sends to the reference, so:
 from __future__ import annotations
 
 import ast
-import hashlib
-import math
 import multiprocessing as mp
 import os
 import random
@@ -41,9 +39,10 @@ from kernelagent.harness.server import evidence, gate as gate_mod, verdict
 from kernelagent.harness.server.gate import Gate
 from kernelagent.harness.server.checks import CheckPhases
 from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _describe_exit,
-                                                   _device_estimate, _gib, _kill_group, _open_log, _plan_cpu_inputs,
+                                                   _kill_group, _open_log,
                                                    _reference_process, _tail, _tail_fd)
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
+from kernelagent.harness.server.memory import MemoryPhases
 from kernelagent.harness.server.timed import SLOT_MIN_S, TimedPhases
 from kernelagent.harness.server.verdict import CheckRecord
 
@@ -56,7 +55,7 @@ def _static_flags(problem_source: str) -> dict[str, bool]:
     return {"has_smoke": "get_smoke_inputs" in names, "has_extra": "get_extra_inputs" in names}
 
 
-class Job(CheckPhases, TimedPhases):
+class Job(CheckPhases, TimedPhases, MemoryPhases):
     """Runs one evaluation and produces the fields of an EvalResult (as a dict)."""
 
     def __init__(self, request: dict[str, Any], scratch_root: Path, fingerprint: dict[str, Any],
@@ -230,33 +229,6 @@ class Job(CheckPhases, TimedPhases):
         self.cand_alive_fd = os.pidfd_open(self.cand.pid)
         self.gate.register(self)  # from now on a neighbour's timed loop stops these processes too
 
-    def reserve_device_memory(self) -> None:
-        """Beside other jobs, the device memory this one will use is reserved before its
-        processes exist (they allocate the problem while loading): the memory plan's
-        meta-device estimate for both processes plus their contexts, made once per problem in a
-        throwaway fork. A job that does not fit beside the others waits here, its clock paused.
-        Without an estimate the reservation waits for the reference's measured sizes (checks.py)."""
-        from kernelagent.harness.child import memory_plan
-
-        key = hashlib.sha256(self.problem_source.encode()).hexdigest()
-        sizes = self.gate.estimates.get(key)
-        if sizes is None:
-            sizes = _device_estimate(self.problem_source, self.root, 60.0)
-            self.gate.estimates[key] = sizes
-        if "error" in sizes or self.gate_memory is None:
-            return
-        need = memory_plan.needed_bytes(sizes) + 2 * gate_mod.CONTEXT_BYTES
-        self._memory = self.gate_memory.reserve(self, need)
-        waited = time.monotonic()
-        self._memory.__enter__()
-        self.concurrency["memory_wait_s"] = round(time.monotonic() - waited, 3)
-        self.concurrency["memory_reserved_bytes"] = int(need)
-
-    def release_device_memory(self) -> None:
-        if getattr(self, "_memory", None) is not None:
-            self._memory.__exit__(None, None, None)
-            self._memory = None
-
     def abandon(self) -> None:
         """The job will not run (its nonce never came): its processes go, nothing is reported."""
         self.gate.unregister(self)
@@ -271,52 +243,6 @@ class Job(CheckPhases, TimedPhases):
             os.close(self.cand_log_fd)
             self.cand_log_fd = None
         shutil.rmtree(self.root, ignore_errors=True)
-
-    def plan_cpu_inputs(self) -> str:
-        """On the CPU, for a problem without get_smoke_inputs(): the sizes the whole job runs at
-        (derive.plan_cpu_inputs, in a forked helper). Returns the result's input_set, or
-        Status.TOO_LARGE after setting that verdict."""
-        started = time.monotonic()
-        source = self.request["problem_source"]
-        plan = _plan_cpu_inputs(source, self.refdir, self.limit("start"))
-        self.result["stage_seconds"]["derive"] = time.monotonic() - started
-        if "error" in plan:
-            self.result["derived"]["note"] = f"smoke sizes were not derived: {plan['error']}"
-            # Never the main sizes blindly: the static estimate (fp32 assumed) must fit.
-            from kernelagent.harness import derive
-
-            try:
-                shapes = derive.input_shapes(source)
-            except SyntaxError:
-                shapes = None
-            needed = None if shapes is None else 2 * 4 * 4 * sum(math.prod(s) for s in shapes)
-            available = derive.available_memory()
-            if needed is not None and available is not None and needed > available:
-                self.too_large(needed, available, self.result["derived"]["note"])
-                return Status.TOO_LARGE
-            return "main"
-        self.result["derived"]["note"] = str(plan.get("note", ""))
-        if plan.get("input_set") == "derived-smoke":
-            from kernelagent.harness import derive
-
-            overrides = plan["overrides"]
-            env = derive._Module(source).env()
-            self.problem_source = derive.apply(source, overrides)
-            self.result["derived"].update(smoke=overrides, main={k: env.get(k) for k in overrides})
-            return "derived-smoke"
-        if plan.get("input_set") == "too_large":
-            self.too_large(plan.get("needed_bytes"), plan.get("available_bytes"),
-                           "the problem's inputs do not fit in this machine's memory and no smaller CPU sizes "
-                           f"could be derived: {plan.get('note', '')}")
-            return Status.TOO_LARGE
-        return "main"
-
-    def too_large(self, needed: int | None, available: int | None, detail: str) -> None:
-        """The verdict about the machine (never the candidate): the problem does not fit. General:
-        any memory estimate (CPU or device) that fails reports through here."""
-        self.result["memory"].update(needed_bytes=needed, available_bytes=available)
-        self.fail(Status.TOO_LARGE, f"too large for this machine: needs about {_gib(needed)}, "
-                                    f"{_gib(available)} available; {detail}", "start")
 
     def derive_check_sets(self, flags: dict[str, bool]) -> list[str]:
         """Derived check sets (derive.derive_check_variants) for a problem without
@@ -613,19 +539,6 @@ class Job(CheckPhases, TimedPhases):
         else:
             self.fail(Status.RUNTIME_ERROR, text, stage)
         self.result["correct"] = False
-
-    def memory_context(self) -> str:
-        gib = 1 << 30
-        io = int(self.ready.get("input_bytes", 0)) + int(self.ready.get("output_bytes", 0))
-        free = self.fingerprint.get("free_bytes")
-        where = f"; {free / gib:.1f} GiB were free on the device before the job" if free else ""
-        return f"the problem's inputs and outputs take {io / gib:.2f} GiB{where}"
-
-    def harness_oom_plausible(self) -> bool:
-        free = self.fingerprint.get("free_bytes")
-        io = int(self.ready.get("input_bytes", 0)) + int(self.ready.get("output_bytes", 0)) + \
-            int(self.ready.get("param_bytes", 0))
-        return bool(free) and 3 * io >= 0.5 * int(free)
 
     def candidate_protocol(self, text: str) -> None:
         message = (f"the candidate's process broke the harness protocol during '{self.stage}': {text}; "

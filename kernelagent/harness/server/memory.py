@@ -1,0 +1,101 @@
+"""A job's memory: the device memory it reserves beside other jobs (server/gate.py's ledger),
+the CPU sizes it runs at, the `too_large` verdict (about the machine, never the candidate), and
+the words for out-of-memory errors. A mixin of Job (needs its request, gate, result and fail)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+
+from kernelagent.harness.result import Status
+from kernelagent.harness.server import gate as gate_mod
+from kernelagent.harness.server.processes import _device_estimate, _gib, _plan_cpu_inputs
+
+
+class MemoryPhases:
+    def reserve_device_memory(self) -> None:
+        """Beside other jobs, the device memory this one will use is reserved before its
+        processes exist (they allocate the problem while loading): the memory plan's
+        meta-device estimate for both processes plus their contexts, made once per problem in a
+        throwaway fork. A job that does not fit beside the others waits here, its clock paused.
+        Without an estimate the reservation waits for the reference's measured sizes (checks.py)."""
+        from kernelagent.harness.child import memory_plan
+
+        key = hashlib.sha256(self.problem_source.encode()).hexdigest()
+        sizes = self.gate.estimates.get(key)
+        if sizes is None:
+            sizes = _device_estimate(self.problem_source, self.root, 60.0)
+            self.gate.estimates[key] = sizes
+        if "error" in sizes or self.gate_memory is None:
+            return
+        need = memory_plan.needed_bytes(sizes) + 2 * gate_mod.CONTEXT_BYTES
+        self._memory = self.gate_memory.reserve(self, need)
+        waited = time.monotonic()
+        self._memory.__enter__()
+        self.concurrency["memory_wait_s"] = round(time.monotonic() - waited, 3)
+        self.concurrency["memory_reserved_bytes"] = int(need)
+
+    def release_device_memory(self) -> None:
+        if getattr(self, "_memory", None) is not None:
+            self._memory.__exit__(None, None, None)
+            self._memory = None
+
+    def plan_cpu_inputs(self) -> str:
+        """On the CPU, for a problem without get_smoke_inputs(): the sizes the whole job runs at
+        (derive.plan_cpu_inputs, in a forked helper). Returns the result's input_set, or
+        Status.TOO_LARGE after setting that verdict."""
+        started = time.monotonic()
+        source = self.request["problem_source"]
+        plan = _plan_cpu_inputs(source, self.refdir, self.limit("start"))
+        self.result["stage_seconds"]["derive"] = time.monotonic() - started
+        if "error" in plan:
+            self.result["derived"]["note"] = f"smoke sizes were not derived: {plan['error']}"
+            # Never the main sizes blindly: the static estimate (fp32 assumed) must fit.
+            from kernelagent.harness import derive
+
+            try:
+                shapes = derive.input_shapes(source)
+            except SyntaxError:
+                shapes = None
+            needed = None if shapes is None else 2 * 4 * 4 * sum(math.prod(s) for s in shapes)
+            available = derive.available_memory()
+            if needed is not None and available is not None and needed > available:
+                self.too_large(needed, available, self.result["derived"]["note"])
+                return Status.TOO_LARGE
+            return "main"
+        self.result["derived"]["note"] = str(plan.get("note", ""))
+        if plan.get("input_set") == "derived-smoke":
+            from kernelagent.harness import derive
+
+            overrides = plan["overrides"]
+            env = derive._Module(source).env()
+            self.problem_source = derive.apply(source, overrides)
+            self.result["derived"].update(smoke=overrides, main={k: env.get(k) for k in overrides})
+            return "derived-smoke"
+        if plan.get("input_set") == "too_large":
+            self.too_large(plan.get("needed_bytes"), plan.get("available_bytes"),
+                           "the problem's inputs do not fit in this machine's memory and no smaller CPU sizes "
+                           f"could be derived: {plan.get('note', '')}")
+            return Status.TOO_LARGE
+        return "main"
+
+    def too_large(self, needed: int | None, available: int | None, detail: str) -> None:
+        """The verdict about the machine (never the candidate): the problem does not fit. General:
+        any memory estimate (CPU or device) that fails reports through here."""
+        self.result["memory"].update(needed_bytes=needed, available_bytes=available)
+        self.fail(Status.TOO_LARGE, f"too large for this machine: needs about {_gib(needed)}, "
+                                    f"{_gib(available)} available; {detail}", "start")
+
+    def memory_context(self) -> str:
+        gib = 1 << 30
+        io = int(self.ready.get("input_bytes", 0)) + int(self.ready.get("output_bytes", 0))
+        free = self.fingerprint.get("free_bytes")
+        where = f"; {free / gib:.1f} GiB were free on the device before the job" if free else ""
+        return f"the problem's inputs and outputs take {io / gib:.2f} GiB{where}"
+
+    def harness_oom_plausible(self) -> bool:
+        free = self.fingerprint.get("free_bytes")
+        io = int(self.ready.get("input_bytes", 0)) + int(self.ready.get("output_bytes", 0)) + \
+            int(self.ready.get("param_bytes", 0))
+        return bool(free) and 3 * io >= 0.5 * int(free)
