@@ -236,3 +236,66 @@ def test_validate_variant_rejects_a_changed_model():
     gbase = d.apply(gemm, d.derive_smoke(gemm))
     err = d.validate_variant(gbase, {"in_features": 17})  # pinned: changes the Linear
     assert err is not None and "init inputs changed" in err
+
+
+# -- shapes written as literals (issue 24, class 6; harness/literal_shapes.py) -----------------
+LITERAL = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+
+    def forward(self, a, b, x):
+        return a @ b, self.conv(x)
+
+def get_inputs():
+    return [torch.randn(64, 300), torch.randn(300, 96), torch.rand(16, 3, 224, 224)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_shape_literals_are_lifted_into_constants_that_vary_together():
+    from kernelagent.harness import derive, literal_shapes
+
+    lifted = literal_shapes.lift(LITERAL)
+    # every byte before the appended constants is the original's, line for line
+    assert lifted.splitlines()[:12] == LITERAL.splitlines()[:12]
+    body = lifted.split("def get_inputs():")[1].split("def get_init_inputs")[0]
+    # 300 appears twice (a matmul's inner size) and shares one name; 3 is the conv's in_channels
+    # (a literal elsewhere in the file), so it is left alone
+    assert body.count("_ka_dim_300") == 2 and "_ka_dim_3," not in body and ", 3, " in body
+    assert literal_shapes.lift(lifted) == lifted  # once lifted, nothing more to lift
+    variants = derive.derive_check_variants(LITERAL, 3)
+    assert variants and all("_ka_dim_300" in v for v in variants)
+    shapes = derive.input_shapes(LITERAL, variants[0])
+    main = derive.input_shapes(LITERAL)
+    assert shapes != main and shapes[0][1] == shapes[1][0] and shapes[2][1] == 3
+    source = derive.apply(LITERAL, variants[0])
+    compile(source, "<variant>", "exec")
+    assert "get_inputs() literal 300=" in derive.describe_overrides(LITERAL, variants[0])
+    # overrides of ordinary constants leave the source as it was apart from them
+    assert derive.apply(LITERAL, {}) == LITERAL
+
+
+def test_a_problem_without_free_literals_is_left_alone():
+    from kernelagent.harness import literal_shapes
+
+    constants = "import torch\nN = 128\ndef get_inputs():\n    return [torch.randn(N, 2)]\n"
+    assert literal_shapes.lift(constants) == constants
+    assert literal_shapes.lift("def broken(:\n") == "def broken(:\n"
+
+
+@needs_kb
+def test_kernelbench_literal_shapes_get_derived_sets():
+    """KernelBench level 1 problem 50 writes its image size as literals: torch.rand(batch_size, 3,
+    224, 224); its derived sets now change 224 too (3 is the model's in_channels)."""
+    from kernelagent.harness import derive
+
+    src = (KB / "level1" / "50_conv_standard_2D__square_input__square_kernel.py").read_text()
+    variants = derive.derive_check_variants(src, 3)
+    changed = [derive.input_shapes(src, v)[0] for v in variants]
+    assert any(s[2] != 224 and s[1] == 3 for s in changed), changed

@@ -284,3 +284,23 @@ def test_derived_checks_setting_and_result_fields_round_trip():
     back = EvalResult.from_dict(json.loads(json.dumps(r.to_dict())))
     assert back.derived == derived and back.status == "too_large" and not back.passed
     assert Status.TOO_LARGE in Status.NOT_JUDGED
+
+
+@pytest.mark.parametrize("candidate, specialised", [("literal_affine_hack.py", True),
+                                                    ("literal_affine_honest.py", False)])
+def test_shapes_written_as_literals_are_varied_too(tmp_path, monkeypatch, candidate, specialised):
+    """Issue 24, class 6: get_inputs() writes torch.randn(64, 40) and nothing else; a kernel
+    whose grid is baked in for 64 rows passed. The literal is lifted and varied (the 40 tied to
+    the model's Linear is not), so it is flagged; the same kernel sized from its inputs is not."""
+    monkeypatch.setenv("KERNELAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    res = CliRunner().invoke(app, ["eval", str(CANDIDATES / "literal_affine_problem.py"), str(CANDIDATES / candidate),
+                                   "--json", "--no-timing", "--trials", "1", "--device", "cpu"], env=ENV)
+    data = json.loads(res.stdout.strip().splitlines()[-1])
+    flags = [f for f in data["flags"] if f["kind"] == "shape-specialisation"]
+    if specialised:
+        # At the main shape alone it is correct; on a derived batch its fixed 64-row grid writes
+        # past the output (the interpreter's process dies) or leaves rows wrong: never a win.
+        assert res.exit_code != 0 and (data["status"] == "crashed" or flags), (data["status"], data["flags"])
+        assert any("literal 64" in s["name"] for s in data["derived"]["sets"]), data["derived"]  # varied now
+    else:
+        assert data["status"] == "correct" and res.exit_code == 0 and not flags, (data["reason"], data["flags"])

@@ -77,6 +77,8 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+from kernelagent.harness import literal_shapes
+
 __all__ = [
     "HYPER_TOKENS", "SMOKE_FLOOR", "size_constants", "sequence_constants", "pinned_constants",
     "shape_names", "input_shapes", "derive_check_variants", "smoke_candidates", "derive_smoke",
@@ -371,6 +373,8 @@ def shape_names(source: str) -> set[str]:
 def input_shapes(source: str, overrides: Mapping[str, Value] | None = None) -> list[tuple[int, ...]] | None:
     """Static estimate of the shapes of the tensors get_inputs() builds (every factory call, in
     order), with overrides applied; None when some shape cannot be followed statically."""
+    if literal_shapes.has_lifted(overrides):
+        source = literal_shapes.lift(source)
     m = _Module(source)
     env = m.env(overrides)
     out = []
@@ -408,8 +412,10 @@ def _pow2_step(v: int) -> int:
 
 
 def derive_check_variants(source: str, n: int = 2) -> list[dict[str, Value]]:
-    """Up to n override sets for the non-pinned shape constants (rules in the module doc).
+    """Up to n override sets for the non-pinned shape constants (rules in the module doc), and for
+    get_inputs()'s free shape literals (literal_shapes.lift; derive.apply lifts them the same way).
     The caller must validate each one by running the reference and drop those that fail."""
+    source = literal_shapes.lift(source)
     scal = size_constants(source)
     seqs = sequence_constants(source)
     vary = shape_names(source) - pinned_constants(source)
@@ -632,6 +638,8 @@ def apply(source: str, overrides: Mapping[str, Value]) -> str:
     other byte kept. Raises ValueError for a name that is not a single-assignment constant."""
     if not overrides:
         return source
+    if literal_shapes.has_lifted(overrides):
+        source = literal_shapes.lift(source)
     m = _Module(source)
     consts = set(size_constants(source)) | set(sequence_constants(source))
     # Any single, literal module-level constant may be overridden (hyper-parameters too, on purpose).
@@ -883,11 +891,14 @@ def plan_cpu_inputs(source: str, *, available_bytes: int | None = None, target_e
 
 def describe_overrides(source: str, overrides: Mapping[str, Value]) -> str:
     """'batch_size=2047 (main 4096), dim=196607 (main 393216)': what a set changes, in words."""
+    if literal_shapes.has_lifted(overrides):
+        source = literal_shapes.lift(source)
     env = _Module(source).env()
     parts = []
     for name, v in overrides.items():
         old = env.get(name)
         val = tuple(v) if isinstance(v, list) else v
         oldv = tuple(old) if isinstance(old, list) else old
-        parts.append(f"{name}={val}" + (f" (main {oldv})" if old is not None else ""))
+        label = f"get_inputs() literal {oldv}" if name.startswith(literal_shapes.PREFIX) else name
+        parts.append(f"{label}={val}" + (f" (main {oldv})" if old is not None and label == name else ""))
     return ", ".join(parts)

@@ -260,14 +260,20 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         except (ValueError, SyntaxError) as exc:
             self.result["derived"]["sets_note"] = f"no check sets derived: {exc}"
             return []
-        env = derive._Module(self.problem_source).env()
+        from kernelagent.harness import literal_shapes
+
+        env = derive._Module(literal_shapes.lift(self.problem_source)).env()
+
+        def label(name: str) -> str:  # a lifted shape literal is named by its value in get_inputs()
+            return f"literal {env.get(name)}" if name.startswith(literal_shapes.PREFIX) else name
+
         self.derived_dims = {}
         sets = []
         for j, v in enumerate(variants):
-            dims = ", ".join(f"{k}={tuple(x) if isinstance(x, list) else x}" for k, x in v.items())
+            dims = ", ".join(f"{label(k)}={tuple(x) if isinstance(x, list) else x}" for k, x in v.items())
             main = {k: env.get(k) for k in v}
             name = f"derived shapes {j} ({dims})"
-            self.derived_dims[f"extra:{j}"] = (dims, ", ".join(f"{k}={x}" for k, x in main.items()))
+            self.derived_dims[f"extra:{j}"] = (dims, ", ".join(f"{label(k)}={x}" for k, x in main.items()))
             sets.append({"name": name, "kind": f"extra:{j}", "overrides": dict(v), "main": main})
         self.result["derived"].update(sets=sets, skipped=[])
         return sources
