@@ -141,3 +141,29 @@ def test_cpu_timings_are_checked_against_the_clock_too():
     assert {f["kind"] for f in decision.flags} == {"clock-mismatch", "tampering"}
     honest = verdict.trusted_time([480.0] * 10, 10, loop_s=5.0, calibration_s=0.1, meaningful=False)
     assert honest.source == "in-process" and not honest.flags
+
+
+def test_the_candidates_profiler_rows_are_validated_by_type():
+    """Issue 24, class 5: forged profiler rows crashed `kernelagent profile` (a share that was a
+    string, a name that was a list). Only known fields of the right type and range are kept."""
+    from kernelagent.harness.caller import profiling
+
+    rows = verdict.trusted_kernel_rows([
+        {"name": "relu_kernel", "total_ms": 0.5, "share": 0.9, "calls": 1, "own": True, "kind": "device"},
+        {"name": "x" * 5000, "total_ms": "fast", "share": float("nan"), "calls": -3, "own": "yes",
+         "kind": "\x1b[2J", "extra": {"deep": [1] * 10}},
+        {"name": ["not", "text"], "total_ms": 1.0},
+        "not a row", None, {"name": "big", "share": 7.0, "total_ms": float("inf")},
+    ])
+    assert rows[0] == {"name": "relu_kernel", "total_ms": 0.5, "share": 0.9, "calls": 1, "own": True,
+                       "kind": "device"}
+    assert rows[1] == {"name": "x" * 300} and rows[2] == {"name": "big"} and len(rows) == 3
+    assert verdict.trusted_kernel_rows({"name": "a dict, not a list"}) == []
+    assert len(verdict.trusted_kernel_rows([{"name": "k"}] * 500)) == 50
+
+    class R:  # what `kernelagent profile` prints from them, without raising
+        timings = {}
+        kernels = rows
+        fingerprint = {"cuda": True}
+
+    profiling.summary_lines(R(), {"unavailable": "x"}, None)

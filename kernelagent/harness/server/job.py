@@ -490,7 +490,7 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         deadline = self.clock() + self.limit("profile")
         message = self.cand_recv({"kernels", "done"}, deadline)
         if message["type"] == "kernels":
-            self.result["kernels"] = [k for k in message["kernels"][:50] if isinstance(k, dict)]
+            self.result["kernels"] = verdict.trusted_kernel_rows(message["kernels"])
             message = self.cand_recv({"done"}, deadline)
         self.claimed_flags = verdict.trusted_flags(message["flags"])
         peak = message["memory"].get("peak_bytes")

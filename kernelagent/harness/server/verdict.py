@@ -80,6 +80,29 @@ def trusted_flags(claimed: list[Any]) -> list[dict[str, str]]:
     return out
 
 
+def trusted_kernel_rows(claimed: Any) -> list[dict[str, Any]]:
+    """The candidate's profiler rows (child/candidate_side.profile_kernels), validated by type:
+    only the known fields, a name as bounded text, finite non-negative times and counts, a share
+    in [0, 1], `own` a bool and `kind` one of ours. Anything else in a row, or a row that is not
+    a dict, is dropped: these rows are the candidate's word, printed and divided by later."""
+    rows: list[dict[str, Any]] = []
+    for item in claimed[:50] if isinstance(claimed, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            continue
+        row: dict[str, Any] = {"name": item["name"][:300]}
+        for key, top in (("total_ms", 1e9), ("share", 1.0), ("calls", 1e9)):
+            value = item.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+                    and 0 <= value <= top:
+                row[key] = int(value) if key == "calls" else float(value)
+        if isinstance(item.get("own"), bool):
+            row["own"] = item["own"]
+        if item.get("kind") in ("device", "cpu-op"):
+            row["kind"] = item["kind"]
+        rows.append(row)
+    return rows
+
+
 def conclude_checks(planned: list[str], checks: dict[str, CheckRecord], compile_only: bool = False,
                     compiled: bool = False, derived: dict[str, tuple[str, str]] | None = None) -> Outcome:
     """The verdict from the checks alone, once the candidate's process has finished normally.
