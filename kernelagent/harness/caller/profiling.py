@@ -245,7 +245,9 @@ def profile(problem: Any, candidate_source: str, *, evaluator: Any = None, devic
     with ExitStack() as stack:
         if evaluator is None:
             evaluator = stack.enter_context(Evaluator(device=device))
-        config = EvalConfig(**{**(config_overrides or {}), "trials": trials, "timing": True, "baselines": baselines,
+        # No kernel evidence here: the profile runs ncu itself, for its metrics, right after.
+        config = EvalConfig(**{"kernel_evidence": False, **(config_overrides or {}), "trials": trials,
+                               "timing": True, "baselines": baselines,
                                "profile": True, "backend": backend})
         result = evaluator.evaluate(problem, candidate_source, config)
         fingerprint = result.fingerprint or evaluator.fingerprint()
