@@ -176,10 +176,12 @@ def test_one_ncu_session_at_a_time_on_a_host():
 
 
 def test_the_profiled_calls_wait_for_the_device_slot_and_hold_it_until_done(tmp_path):
-    """Under the server, ncu's target says READY after its warm-up and waits; the slot (a
-    context manager) is taken before it is let go and left once its profiled calls are done."""
+    """Under the server, ncu's target says READY before the candidate's code and waits; the slot
+    (a context manager) is taken before it is let go and left only once the whole session has
+    ended, whatever the candidate prints (a forged DONE does not let it out early)."""
     import contextlib
     import os as _os
+    import time
 
     events = []
 
@@ -187,13 +189,16 @@ def test_the_profiled_calls_wait_for_the_device_slot_and_hold_it_until_done(tmp_
     def slot():
         events.append(("enter", (tmp_path / "kernelagent-go").exists()))
         yield
-        events.append(("exit", None))
+        events.append(("exit", time.monotonic()))
 
     script = ('[ -n "$KERNELAGENT_NCU_HANDSHAKE" ] || exit 9; echo KERNELAGENT_NCU_READY; '
-              'while [ ! -e kernelagent-go ]; do sleep 0.01; done; echo profiled; echo "KERNELAGENT_NCU_DONE {}"')
+              'while [ ! -e kernelagent-go ]; do sleep 0.01; done; echo "KERNELAGENT_NCU_DONE {}"; sleep 1; '
+              'echo profiled')
+    started = time.monotonic()
     proc = ncu_mod._run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None, slot)
     assert proc is not None and proc.returncode == 0, proc
-    assert "profiled" in proc.stdout and events == [("enter", False), ("exit", None)]
+    assert "profiled" in proc.stdout and events[0] == ("enter", False) and events[1][0] == "exit"
+    assert events[1][1] - started >= 1.0  # held past the DONE line, to the session's end
 
 
 def test_profiled_calls_that_hold_the_slot_too_long_are_killed(tmp_path, monkeypatch):

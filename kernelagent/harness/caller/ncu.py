@@ -209,8 +209,8 @@ def _run_session(argv: list[str], cwd: Path, env: dict[str, str], timeout: float
     candidate's processes), with `on_spawn` told its pid; None when it ran past `timeout` (then
     the whole session is killed). on_ready: a context manager factory (the server's timing slot)
     entered when the target says READY (child/ncu_entry.py: before the candidate's code runs),
-    before it is let go, and left when it has finished its profiled calls (or after
-    PROFILED_HOLD_S, when the session is killed)."""
+    before it is let go, and left when the whole session has ended (or after PROFILED_HOLD_S,
+    when it is killed)."""
     if on_ready is not None:
         env = dict(env, KERNELAGENT_NCU_HANDSHAKE="1")
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -218,7 +218,7 @@ def _run_session(argv: list[str], cwd: Path, env: dict[str, str], timeout: float
     if on_spawn is not None:
         on_spawn(proc.pid)
     lines: list[str] = []
-    ready, finished = threading.Event(), threading.Event()
+    ready = threading.Event()
 
     def read() -> None:
         assert proc.stdout is not None
@@ -227,10 +227,7 @@ def _run_session(argv: list[str], cwd: Path, env: dict[str, str], timeout: float
                 lines.append(line)
             if line.startswith("KERNELAGENT_NCU_READY"):
                 ready.set()
-            elif line.startswith("KERNELAGENT_NCU_DONE"):
-                finished.set()
         ready.set()
-        finished.set()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -240,8 +237,14 @@ def _run_session(argv: list[str], cwd: Path, env: dict[str, str], timeout: float
         if on_ready is not None and ready.wait(max(0.0, deadline - time.monotonic())) and proc.poll() is None:
             with on_ready():
                 (cwd / GO_FILE).touch()
-                if not finished.wait(min(PROFILED_HOLD_S, max(0.0, deadline - time.monotonic()))):
+                # Held until the whole session has ended, never on a line the candidate could
+                # print itself: after it nothing of the session is left to put a kernel beside
+                # a neighbour's timed loop (the jail's pid namespace ends with it).
+                try:
+                    proc.wait(timeout=min(PROFILED_HOLD_S, max(0.0, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
                     _kill_session(proc)  # it holds the device too long: no evidence, no win
+                    proc.wait()
                     overheld = True
         proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:

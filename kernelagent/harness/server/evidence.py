@@ -10,9 +10,10 @@ So the session is split at the candidate's first line. ncu, the interpreter, tor
 context and the problem start beside the other jobs (our code only). Then child/ncu_entry.py says
 READY and waits; the server takes the timing slot like a timed loop (every other job stopped, the
 device idle) and lets it go: the candidate's import, warm-up and profiled calls run with the device
-to themselves, bounded by ncu.PROFILED_HOLD_S (caller/ncu.py). Nothing of the session is ever stopped
-mid-way (sessions stopped with their job while neighbours timed hung on an H100), and one ncu
-session runs at a time on a host (ncu.ncu_lock).
+to themselves, and the slot is held until the whole session has ended (nothing of it is left to
+run beside a neighbour's loop), bounded by ncu.PROFILED_HOLD_S (caller/ncu.py). Nothing of the
+session is ever stopped mid-way (sessions stopped with their job while neighbours timed hung on
+an H100), and one ncu session runs at a time on a host (ncu.ncu_lock).
 
 The session is jailed like every job (ncu_sandbox with `namespaces=True`: the per-job kernel
 namespaces through child/jail_exec.py, with the server's scratch root, the caches and the home
