@@ -168,7 +168,7 @@ def _job(tmp_path, **over):
         config=EvalConfig(), fingerprint={"cuda": True}, jail={"mode": "namespaces", "hide": [str(tmp_path / "h")]},
         result={"status": "correct", "flags": []}, root=root, enter=stages.append, limit=lambda stage: 120.0,
         stages=stages, concurrency={}, idle_probe=lambda: True,
-        gate=SimpleNamespace(hold=lambda job, probe, stats: ("slot", job, probe, stats)))
+        gate=SimpleNamespace(hold=lambda job, probe, stats: ("slot", job, probe, stats), active=lambda: 3))
     for key, value in over.items():
         setattr(job, key, value)
     return job
@@ -208,6 +208,7 @@ def test_the_server_runs_the_evidence_in_the_jobs_jail_and_stops_it_with_the_job
     assert {str(tmp_path / "baselines"), str(tmp_path / "h"), str(tmp_path / "scratch-root")} <= hidden
     assert seen["namespaces"] is True and seen["device"] == "cuda" and seen["scratch_parent"] == job.root
     assert seen["source"] == TRITON and seen["timeout"] == 120.0
+    assert seen["lock_wait_s"] == 360.0  # every live job's session may be ahead of this one
     # the candidate's part of the session takes the device's timing slot, like a timed loop
     slot = seen["on_ready"]()
     assert slot[:3] == ("slot", job, job.idle_probe) and slot[3] is job.concurrency["evidence_slot"]

@@ -438,9 +438,11 @@ class Evaluator:
         load, compile_ = t.limit("load", config.backend), t.limit("compile", config.backend)
         # Jobs ahead of this one (admission) and neighbours' timed phases (the gate) add to its
         # wall time, not to its stage clocks: a generous multiple of what one job may take.
-        one = t.start + load + compile_ + 2 * t.correctness + 2 * t.timing + t.baselines + 60
+        # The kernel evidence's ncu session is the last stage; one runs at a time on a host.
+        evidence = t.limit("evidence") if config.kernel_evidence else 0.0
+        one = t.start + load + compile_ + 2 * t.correctness + 2 * t.timing + t.baselines + evidence + 60
         jobs = int(self.concurrency.get("jobs") or 1)
-        return one + (jobs - 1) * (2 * t.timing + t.baselines / 4)
+        return one + (jobs - 1) * (2 * t.timing + t.baselines / 4 + evidence)
 
     def _round_trip(self, request: dict[str, Any], deadline_s: float) -> dict[str, Any] | None:
         """Send one job, give it its nonce once the server has forked it, and wait for the

@@ -96,12 +96,13 @@ def collect(problem_path: str | Path, candidate_source: str, *, backend: str, de
             cache_dir: str | Path | None, candidate_sha: str, timeout: float = 180.0,
             hide: list[Path] | None = None, on_spawn: Any = None,
             scratch_parent: Path | None = None, namespaces: bool | None = None,
-            triton_cache: Path | None = None, on_ready: Any = None) -> dict[str, Any]:
+            triton_cache: Path | None = None, on_ready: Any = None,
+            lock_wait_s: float | None = None) -> dict[str, Any]:
     """Run the candidate under ncu (jailed: bubblewrap, else the per-job kernel namespaces;
     never unjailed) for CALLS forward calls and return every kernel it launched:
     {"kernels": [...], "seconds": ...} or {"unavailable": why}. hide: the caller's caches and
     scratch, which the jail hides besides the home; on_spawn, scratch_parent,
-    namespaces, triton_cache, on_ready: see ncu.run_ncu."""
+    namespaces, triton_cache, on_ready, lock_wait_s: see ncu.run_ncu."""
     from kernelagent.harness.caller import ncu
 
     return ncu.run_ncu(problem_path, candidate_source, backend=backend, device=device, calls=CALLS,
@@ -111,4 +112,4 @@ def collect(problem_path: str | Path, candidate_source: str, *, backend: str, de
                        triton_cache=triton_cache,
                        # the device's clocks stay as they are: other jobs time beside this run
                        # (and the evidence compares with times taken at those clocks)
-                       clock_control="none", on_ready=on_ready)
+                       clock_control="none", on_ready=on_ready, lock_wait_s=lock_wait_s)

@@ -273,7 +273,7 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
             on_spawn: Callable[[int | None], None] | None = None,
             scratch_parent: Path | None = None, namespaces: bool | None = None,
             triton_cache: Path | None = None, clock_control: str = "base",
-            on_ready: Callable[[], Any] | None = None) -> dict[str, Any]:
+            on_ready: Callable[[], Any] | None = None, lock_wait_s: float | None = None) -> dict[str, Any]:
     """Nsight Compute metrics for the top kernels: {"kernels": [...]} or {"unavailable": why}.
     metric_sets: the metric lists to try in turn (default: the profile's, with stalls first);
     launch_count: how many launches ncu profiles (default 8 per call); hide: directories the
@@ -285,7 +285,8 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
     into the scratch so that its kernels are not compiled again under ncu (its own files: it
     can only mislead itself with them); clock_control: ncu's --clock-control ("base" locks the
     GPU's clocks for repeatable metrics, for the whole device: "none" where other evaluations
-    share it, as the kernel evidence does); on_ready: see _run_session.
+    share it, as the kernel evidence does); on_ready: see _run_session; lock_wait_s: how long to
+    wait for another session to finish (default: `timeout`), not counted in `timeout`.
 
     One ncu session at a time on this host (`ncu_lock`): Nsight Compute serialises its sessions
     through a lock file in /tmp, which a jailed session's private /tmp no longer shares (ncu does
@@ -335,10 +336,10 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
             base += ["--kernel-name", "regex:" + "|".join(names)]
         base += ["--launch-count", str(launch_count or max(1, calls) * 8)]
         attempts = metric_sets or [NCU_METRICS + [NCU_STALLS], NCU_METRICS]
-        with ncu_lock(timeout - (time.monotonic() - started)) as held:
+        wait_s = timeout - (time.monotonic() - started) if lock_wait_s is None else lock_wait_s
+        with ncu_lock(wait_s) as held:
             if not held:
-                return {"unavailable": f"another Nsight Compute session held this host's profiler for all of the "
-                                       f"{timeout:.0f} s budget"}
+                return {"unavailable": f"other Nsight Compute sessions held this host's profiler for {wait_s:.0f} s"}
             started = time.monotonic()  # the wait for another session is not this run's time
             return _ncu_attempts(ncu, base, app, attempts, scratch, env, report, timeout, started, on_spawn,
                                  kernel_names, top, on_ready)

@@ -64,7 +64,9 @@ def collect(job: Any) -> None:
             timeout=job.limit("evidence"), hide=hide,
             scratch_parent=job.root, namespaces=(job.jail or {}).get("mode") == "namespaces" or None,
             triton_cache=getattr(job, "scratch", job.root / "candidate") / ".triton",
-            on_ready=lambda: job.gate.hold(job, job.idle_probe, job.concurrency.setdefault("evidence_slot", {})))
+            on_ready=lambda: job.gate.hold(job, job.idle_probe, job.concurrency.setdefault("evidence_slot", {})),
+            # one session per host: every job alive here may be ahead of this one, each bounded
+            lock_wait_s=job.limit("evidence") * max(1, job.gate.active()))
     except Exception:  # noqa: BLE001 - a harness bug is said as such, never the candidate's
         evidence = {"unavailable": "harness error while collecting it:\n" + traceback.format_exc(limit=3)}
     evidence["seconds"] = round(time.monotonic() - started, 3)
