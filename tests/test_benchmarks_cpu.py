@@ -54,4 +54,6 @@ def test_bench_throughput_profiles_host_time_before_and_after(tmp_path):
         assert profile["stage_seconds_sum"]["server_start"] > 0 and profile["store_s"] > 0
     assert rows[False]["host_profile"]["baselines_timed"] == 2
     assert rows[True]["host_profile"]["baselines_timed"] == 1
-    assert rows[True]["host_profile"]["stage_seconds_sum"]["baseline_wait"] > 0
+    # One was deferred to the other's baselines (the key exists only then); how long it waited
+    # depends on which finished first, so it may round to zero.
+    assert rows[True]["host_profile"]["stage_seconds_sum"]["baseline_wait"] >= 0
