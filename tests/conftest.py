@@ -12,6 +12,11 @@ REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
 CANDIDATES = TESTS / "candidates"
 BENCHMARKS = REPO / "benchmarks"
+# The GPU files whose subject is not the kernel evidence (the KernelBench and benchmark solution
+# sweeps) run without it, so that the whole GPU suite fits one device call: one ncu session per
+# win, one at a time on a host, would add minutes. KERNELAGENT_GPU_EVIDENCE=1 turns it on there
+# too (honest solutions must then still pass: a false rejection by the evidence shows).
+GPU_SWEEP_EVIDENCE = os.environ.get("KERNELAGENT_GPU_EVIDENCE") == "1"
 
 # Rich output in CLI tests renders at a fixed width.
 os.environ.setdefault("COLUMNS", "120")

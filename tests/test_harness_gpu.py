@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelagent.harness import EvalConfig, Status
-from tests.conftest import BENCHMARKS, CANDIDATES, Submitted, read
+from tests.conftest import BENCHMARKS, CANDIDATES, GPU_SWEEP_EVIDENCE, Submitted, read
 
 pytestmark = pytest.mark.gpu
 
@@ -21,7 +21,8 @@ def gpu_evaluator(cuda_evaluator):
 def solution_results(gpu_evaluator):
     """Every solution submitted at once (the server overlaps their host work and times each
     loop alone, server/gate.py); each case below waits for its own."""
-    submitted = Submitted(gpu_evaluator, {s: (BENCHMARKS / s.parent.name / s.name, read(s), EvalConfig(baselines=False))
+    config = EvalConfig(baselines=False, kernel_evidence=GPU_SWEEP_EVIDENCE)
+    submitted = Submitted(gpu_evaluator, {s: (BENCHMARKS / s.parent.name / s.name, read(s), config)
                                           for s in SOLUTIONS})
     yield submitted
     submitted.close()

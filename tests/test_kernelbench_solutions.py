@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BENCHMARKS, TESTS
+from tests.conftest import BENCHMARKS, GPU_SWEEP_EVIDENCE, TESTS
 
 os.environ["TRITON_INTERPRET"] = "1"  # before any solution (and its @triton.jit) is imported
 
@@ -144,8 +144,9 @@ def full_size_results(gpu_evaluator):
     # The candidate is timed (timer defences on) but the baselines are not: what is checked here
     # is the candidate's verdict at full size, and compiling 37 Inductor baselines at those sizes
     # is most of the file's time (bench and the fidelity benchmarks time them).
-    submitted = Submitted(gpu_evaluator, {p: (KB / f"{p.parent.name}/{p.stem}.py", p.read_text(),
-                                              EvalConfig(baselines=False)) for p in FILES})
+    config = EvalConfig(baselines=False, kernel_evidence=GPU_SWEEP_EVIDENCE)
+    submitted = Submitted(gpu_evaluator, {p: (KB / f"{p.parent.name}/{p.stem}.py", p.read_text(), config)
+                                          for p in FILES})
     yield submitted
     submitted.close()
 
