@@ -98,7 +98,6 @@ SMALL_MAIN_BYTES = 16 << 20
 # kernel under the Triton interpreter (one Python-level program at a time) runs in seconds.
 SMOKE_TARGET_ELEMENTS = 1 << 12
 SMOKE_FLOOR = 4  # smallest cap: keeps BatchNorm batches > 1 and 3x3 kernels inside their inputs
-_FACTORIES = {"rand", "randn", "zeros", "ones", "empty", "randint", "full", "rand_like"}
 _RATIO_CYCLES = ((3 / 4, 5 / 8, 7 / 8), (5 / 8, 7 / 8, 3 / 4), (7 / 8, 3 / 4, 5 / 8), (9 / 16, 13 / 16, 11 / 16))
 
 Value = int | tuple | list
@@ -251,30 +250,7 @@ class _Module:
         fn = self.funcs.get("get_inputs")
         if fn is None:
             return []
-        shapes = []
-        for call in ast.walk(fn):
-            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                    and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
-                    and call.func.attr in _FACTORIES):
-                continue
-            kw = {k.arg: k.value for k in call.keywords if k.arg}
-            args = list(call.args)
-            attr = call.func.attr
-            if "size" in kw:
-                shapes.append([kw["size"]])
-            elif attr == "randint":
-                if args:
-                    shapes.append([args[-1]])
-            elif attr == "full":
-                if args:
-                    shapes.append([args[0]])
-            elif attr == "rand_like":
-                continue
-            elif len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List, ast.Name)):
-                shapes.append([args[0]])
-            else:
-                shapes.append(args)
-        return shapes
+        return literal_shapes.factory_shape_exprs(fn)
 
 
 def _shape_of(exprs: list[ast.AST], env: Mapping[str, object]) -> tuple[int, ...]:

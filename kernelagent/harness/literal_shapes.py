@@ -24,12 +24,14 @@ from __future__ import annotations
 import ast
 
 PREFIX = "_ka_dim_"
-_FACTORIES = {"rand", "randn", "zeros", "ones", "empty", "randint", "full", "rand_like"}  # as derive.py
+_FACTORIES = {"rand", "randn", "zeros", "ones", "empty", "randint", "full", "rand_like"}
 
 
-def _shape_literals(fn: ast.FunctionDef) -> list[ast.Constant]:
-    """Int constants >= 3 in shape positions of torch factory calls in `fn`."""
-    found: list[ast.Constant] = []
+def factory_shape_exprs(fn: ast.FunctionDef) -> list[list[ast.AST]]:
+    """Shape expressions (one list per torch tensor factory call) in `fn`: the `size=` keyword,
+    randint's last and full's first argument, a single tuple/list/name argument, or the
+    positional dims. The one rule for what is a shape, used here and by derive.py."""
+    shapes: list[list[ast.AST]] = []
     for call in ast.walk(fn):
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
@@ -37,16 +39,28 @@ def _shape_literals(fn: ast.FunctionDef) -> list[ast.Constant]:
             continue
         kw = {k.arg: k.value for k in call.keywords if k.arg}
         args = list(call.args)
+        attr = call.func.attr
         if "size" in kw:
-            shape = [kw["size"]]
-        elif call.func.attr == "randint":
-            shape = args[-1:]
-        elif call.func.attr == "full":
-            shape = args[:1]
-        elif call.func.attr == "rand_like":
+            shapes.append([kw["size"]])
+        elif attr == "randint":
+            if args:
+                shapes.append([args[-1]])
+        elif attr == "full":
+            if args:
+                shapes.append([args[0]])
+        elif attr == "rand_like":
             continue
+        elif len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List, ast.Name)):
+            shapes.append([args[0]])
         else:
-            shape = args
+            shapes.append(args)
+    return shapes
+
+
+def _shape_literals(fn: ast.FunctionDef) -> list[ast.Constant]:
+    """Int constants >= 3 in shape positions of torch factory calls in `fn`."""
+    found: list[ast.Constant] = []
+    for shape in factory_shape_exprs(fn):
         for expr in shape:
             items = expr.elts if isinstance(expr, (ast.Tuple, ast.List)) else [expr]
             for item in items:
