@@ -298,3 +298,44 @@ def test_freezing_a_job_stops_descendants_in_groups_of_their_own():
             except OSError:
                 pass
         parent.wait(10)
+
+
+def test_a_stopped_process_that_left_the_tree_is_let_go():
+    """A process the gate stopped whose parent then dies is reparented out of the job's tree; the
+    continue lets go of exactly what the stop reached (pid and start time), so it is not left
+    stopped for ever (a neighbour's stage then ran into its limit on an H100)."""
+    import subprocess
+    import sys
+
+    from kernelagent.harness.server.gate import continue_processes, process_tree, signal_processes, start_time
+
+    code = ("import subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+    def state(pid: int) -> str:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+
+    child = int(parent.stdout.readline())
+    try:
+        stopped = signal_processes([parent.pid], True)
+        assert stopped.get(child) == start_time(child) and state(child) == "T"
+        parent.kill()
+        parent.wait(10)
+        time.sleep(0.2)
+        assert child not in process_tree(parent.pid)
+        signal_processes([parent.pid], False)  # the tree no longer reaches the child
+        assert state(child) == "T"
+        continue_processes(stopped)
+        time.sleep(0.1)
+        assert state(child) in ("R", "S")
+        # a pid whose start time no longer matches (reused) is never signalled
+        os.kill(child, signal.SIGSTOP)
+        continue_processes({child: start_time(child) + 1})
+        time.sleep(0.1)
+        assert state(child) == "T"
+    finally:
+        os.kill(child, signal.SIGKILL)

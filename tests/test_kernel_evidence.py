@@ -57,6 +57,27 @@ def test_library_kernels_doing_most_work_are_hidden_work():
     assert [f["kind"] for f in flags] == ["hidden-work"] and flags[0]["severity"] == "reject"
 
 
+def test_copies_and_fills_beside_the_own_kernel_are_glue_by_either_name():
+    """An honest candidate whose `.contiguous()` copy takes more device time than its kernel
+    (as on an H100, where ncu's demangled name was only `void at::elementwise_kernel<128, 2,
+    void at::gpu_kernel_impl`): glue by the mangled name's `direct_copy_kernel_cuda`."""
+    copy = dict(_k("void at::elementwise_kernel<128, 2, void at::gpu_kernel_impl", 6e5),
+                mangled="_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_impl_nocastIZZZNS0_"
+                        "23direct_copy_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE1_clEvENKUlvE8_clEvEUlfE_EEvS4_"
+                        "RKT_EUliE_EEviT1_")
+    fill = _k("void at::vectorized_elementwise_kernel<4, at::FillFunctor<float>", 6e4)
+    assert ke.judge({"kernels": [copy, _k("relu_kernel", 3.3e5), fill]}, {"relu_kernel"}, median_ms=0.4) == []
+    # the same copy with no name that says so is work, and then the library did most of it
+    unnamed = dict(copy, mangled="_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_impl_nocast")
+    flags = ke.judge({"kernels": [unnamed, _k("relu_kernel", 3.3e5), fill]}, {"relu_kernel"}, median_ms=0.4)
+    assert [f["kind"] for f in flags] == ["hidden-work"]
+    assert "gpu_kernel_impl" in flags[0]["message"]
+    # glue alone is not enough: a library softmax beside copies is still work
+    soft = _k("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", 9e5)
+    flags = ke.judge({"kernels": [soft, copy, _k("touch_kernel", 1e4)]}, {"touch_kernel"}, median_ms=0.5)
+    assert [f["kind"] for f in flags] == ["hidden-work"] and "cunn_SoftMaxForward" in flags[0]["message"]
+
+
 def test_kernels_longer_than_the_reported_time_disagree_with_the_clock():
     # 3 calls of 2 ms each on the device, but the reported median is 0.5 ms
     flags = ke.judge({"kernels": [_k("relu_kernel", 6e6)]}, {"relu_kernel"}, median_ms=0.5)

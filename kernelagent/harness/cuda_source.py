@@ -125,6 +125,16 @@ def kernel_base_name(name: str) -> str:
     return head.split("::")[-1]
 
 
+# Device kernels that are glue by their names: copies (contiguous, dtype casts, memcpy) and fills
+# (zeros, empty's first touch, memset). Anything else PyTorch ran on the device is work. A
+# library kernel is glue only by its own name, never because nothing recorded it (issue 24).
+_GLUE_KERNEL = re.compile(r"copy|memcpy|memset|fill", re.I)
+
+
+def is_glue_kernel(name: str) -> bool:
+    return bool(_GLUE_KERNEL.search(name))
+
+
 def is_own_kernel(name: str, own_names: set[str]) -> bool:
     """Whether a profiler kernel name is one of the candidate's own kernels (Triton names match
     as they are or with a suffix; CUDA names by their bare function name)."""

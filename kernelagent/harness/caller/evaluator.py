@@ -423,7 +423,8 @@ class Evaluator:
                                      + str(why)[:400], SEVERITY["kernel-evidence"]))
             return
         result.kernel_evidence["kernels"] = [{"name": k["name"], "launches": k["launches"],
-                                              "total_ns": k["total_ns"]} for k in evidence["kernels"][:20]]
+                                              "total_ns": k["total_ns"], "glue": kernel_evidence.is_glue(k)}
+                                             for k in evidence["kernels"][:20]]
         candidate = result.timings.get("candidate")
         found = kernel_evidence.judge(evidence, kernel_evidence.static_own_names(candidate_source),
                                       candidate.median_ms if candidate else None)

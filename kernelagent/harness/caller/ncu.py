@@ -115,6 +115,7 @@ def summarise_ncu(records: list[dict[str, Any]], top: int = 3) -> list[dict[str,
         duration = avg("gpu__time_duration.sum")
         kernels.append({
             "name": name, "base_name": kernel_base_name(name), "launches": len(recs),
+            "mangled": recs[0].get("Mangled Name") or "",
             "time_ns": duration, "total_ns": (duration or 0) * len(recs),
             "dram_pct": avg("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
             "sm_pct": avg("sm__throughput.avg.pct_of_peak_sustained_elapsed"),
@@ -382,7 +383,16 @@ def _ncu_attempts(ncu: str, base: list[str], app: list[str], attempts: list[list
                                    f"{', '.join(kernel_names or []) or 'none'})"}
         imported = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw"], capture_output=True,
                                   text=True, timeout=60)
-        kernels = summarise_ncu(parse_ncu_csv(imported.stdout), top=top)
+        records = parse_ncu_csv(imported.stdout)
+        # The same launches by their mangled names as well: ncu's demangled form can drop the
+        # lambdas that name a library kernel's purpose (a copy's `direct_copy_kernel_cuda`), and
+        # glue is recognised by name (cuda_source.is_glue_kernel).
+        mangled = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw", "--print-kernel-base",
+                                  "mangled"], capture_output=True, text=True, timeout=60)
+        by_id = {r.get("ID"): r.get("Kernel Name") for r in parse_ncu_csv(mangled.stdout)}
+        for rec in records:
+            rec["Mangled Name"] = by_id.get(rec.get("ID")) or ""
+        kernels = summarise_ncu(records, top=top)
         if not kernels:
             return {"unavailable": "ncu returned no metrics: " + imported.stderr[-300:]}
         return {"kernels": kernels, "seconds": time.monotonic() - started,

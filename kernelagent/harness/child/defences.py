@@ -38,7 +38,6 @@ process's comparison, the server's roofline bound, the static pass, the sandbox)
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import types
@@ -657,11 +656,7 @@ def device_time_share(model: Any, values: list[Any], own_names: set[str], device
     return {"share": own_us / total, "glue_share": glue_us / total, "top": top[:5], "total_us": total}
 
 
-# Device kernels that are glue by their names: copies (contiguous, dtype casts, memcpy) and fills
-# (zeros, empty's first touch, memset). Anything else PyTorch ran on the device is work.
-_GLUE_KERNEL = re.compile(r"copy|memcpy|memset|fill", re.I)
-
-
-def is_glue_kernel(name: str) -> bool:
-    return bool(_GLUE_KERNEL.search(name))
+# Device kernels that are glue by their names (cuda_source.is_glue_kernel): one rule here and in
+# the out-of-process evidence (caller/kernel_evidence.py).
+from kernelagent.harness.cuda_source import is_glue_kernel  # noqa: E402,F401
 

@@ -105,6 +105,11 @@ class Gate:
             self._overlapped.discard(job.job_id)
             return shared
 
+    def holder(self) -> "Freezable | None":
+        """The job holding the timing slot now, if any."""
+        with self._lock:
+            return self._hold.job if self._hold is not None else None
+
     def active(self) -> int:
         with self._lock:
             return len(self._jobs)
@@ -313,12 +318,26 @@ def process_tree(pid: int) -> set[int]:
     return found
 
 
-def signal_processes(pids: list[int], stop: bool) -> None:
+def start_time(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot, /proc/<pid>/stat field 22): with the pid,
+    it names one process, never a later one that reused the pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            text = handle.read()
+        return int(text[text.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def signal_processes(pids: list[int], stop: bool) -> dict[int, int]:
     """Stop (continue) each process with its process group and every descendant: a reference
     process's Inductor compile workers and a build's ninja/nvcc (ninja puts its commands in
     process groups of their own) keep the host's cores busy otherwise, under a neighbour's
-    timed loop. Walked twice, so a child started while the first signals landed is caught."""
+    timed loop. Walked twice, so a child started while the first signals landed is caught.
+    Returns what was signalled, {pid: start time}, so that `continue_processes` can let go of
+    exactly those later, whatever the tree looks like by then."""
     sig = signal.SIGSTOP if stop else signal.SIGCONT
+    signalled: dict[int, int] = {}
     for pid in pids:
         try:
             os.killpg(pid, sig)
@@ -326,10 +345,24 @@ def signal_processes(pids: list[int], stop: bool) -> None:
             pass
         for _ in range(2 if stop else 1):
             for member in process_tree(pid):
+                signalled.setdefault(member, start_time(member) or 0)
                 try:
                     os.kill(member, sig)
                 except OSError:
                     pass
+    return signalled
+
+
+def continue_processes(stopped: dict[int, int]) -> None:
+    """SIGCONT every process of an earlier stop that is still the same process (pid and start
+    time): one that left the tree meanwhile (its parent died, it was reparented) is not left
+    stopped for ever, and a pid reused since is never signalled."""
+    for pid, started in stopped.items():
+        if started and start_time(pid) == started:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
 
 
 def describe(stats: dict[str, Any]) -> dict[str, Any]:

@@ -147,7 +147,33 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         if self.cand is not None:
             self.stop_candidate(stop)
         if self.ref is not None and self.ref.pid is not None:
-            gate_mod.signal_processes([self.ref.pid], stop)
+            ref_stopped: dict[int, int] = self.__dict__.setdefault("_ref_stopped", {})
+            if not stop:
+                gate_mod.continue_processes(ref_stopped)
+                ref_stopped.clear()
+            popen = getattr(self.ref, "_popen", None)
+            if popen is None or popen.returncode is None:  # never a reaped (stale) pid
+                signalled = gate_mod.signal_processes([self.ref.pid], stop)
+                if stop:
+                    ref_stopped.update(signalled)
+
+    def left_stopped(self) -> list[str]:
+        """Processes of this job that the gate stopped and has not let go (state T, and still in
+        `_stopped`/`_ref_stopped`) while nobody holds the device's slot: 'pid comm' each. Only
+        the harness's own stops count: a candidate that stops itself is not the harness's fault."""
+        if self.gate.holder() is not None:
+            return []
+        found = []
+        ours = {**self.__dict__.get("_stopped", {}), **self.__dict__.get("_ref_stopped", {})}
+        for pid, started in sorted(ours.items()):
+            try:
+                with open(f"/proc/{pid}/stat") as handle:
+                    text = handle.read()
+            except OSError:
+                continue
+            if text[text.rindex(")") + 2:].split()[0] == "T" and gate_mod.start_time(pid) == started:
+                found.append(f"{pid} {text[text.index('(') + 1:text.rindex(')')]}")
+        return found
 
     def limit(self, name: str) -> float:
         return self.config.timeouts.limit(name, self.config.backend)
@@ -299,6 +325,12 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
                                           f"{SLOT_MIN_S:.0f} s) while other evaluations waited for it; the "
                                           "candidate's processes were killed. Work the candidate queues "
                                           "outside its calls (threads, other streams) counts here", self.stage)
+            elif self.left_stopped():
+                # A process of this job still stopped by the gate, with no neighbour timing: the
+                # harness's fault (it never let go), never the candidate's timeout.
+                self.fail(Status.HARNESS_ERROR, f"stage '{self.stage}' ran past its {self.limit(self.stage):.0f} s "
+                                                "limit while processes of this job were left stopped by the harness "
+                                                f"({', '.join(self.left_stopped())[:300]})", self.stage)
             else:
                 self.fail(Status.TIMEOUT, f"stage '{self.stage}' ran past its {self.limit(self.stage):.0f} s limit; "
                                           "the candidate's processes were killed", self.stage)

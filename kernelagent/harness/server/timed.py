@@ -263,10 +263,19 @@ class TimedPhases:
     def stop_candidate(self, stop: bool) -> bool:
         """SIGSTOP (or SIGCONT) every process of the candidate's job: its process group and
         process tree (gate.signal_processes: ninja's nvcc commands have groups of their own)
-        and, in a jail, every process of its pid namespace (a setsid helper included)."""
+        and, in a jail, every process of its pid namespace (a setsid helper included). A
+        continue also lets go of every process the earlier stops reached (`_stopped`), whatever
+        the tree has become; a candidate already reaped is never signalled by its stale pid."""
         assert self.cand is not None
+        stopped: dict[int, int] = self.__dict__.setdefault("_stopped", {})
+        if not stop and stopped:
+            gate_mod.continue_processes(stopped)
+            stopped.clear()
+        popen = getattr(self.cand, "_popen", None)
+        if popen is not None and popen.returncode is not None:
+            return True  # reaped: its pid may belong to another process by now
         sig = signal.SIGSTOP if stop else signal.SIGCONT
-        gate_mod.signal_processes([self.cand.pid], stop)
+        signalled = gate_mod.signal_processes([self.cand.pid], stop)
         try:
             children = open(f"/proc/{self.cand.pid}/task/{self.cand.pid}/children").read().split()
             namespace = os.readlink(f"/proc/{children[0]}/ns/pid") if children else None
@@ -278,8 +287,11 @@ class TimedPhases:
                     try:
                         if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
                             os.kill(int(entry), sig)
+                            signalled.setdefault(int(entry), gate_mod.start_time(int(entry)) or 0)
                     except OSError:
                         continue
+        if stop:
+            stopped.update(signalled)
         return True
 
     def calibrate(self, order: dict[str, Any], segments: int, deadline: float) -> float | None:
