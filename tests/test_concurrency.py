@@ -208,6 +208,16 @@ def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
     job.result = {"status": Status.RUNTIME_ERROR, "reason": "out of memory on the device", "correct": False}
     job.conclude_concurrency()
     assert job.result["status"] == Status.RUNTIME_ERROR  # alone, it is the candidate's
+    # The reference out of memory building the problem beside others (level1/25_Swish with 3.3
+    # GiB left by its neighbours on an H100): too_large only once it ran alone.
+    job.alone = False
+    job.result = {"status": Status.TOO_LARGE, "reason": "the reference ran out of device memory", "correct": False}
+    job.conclude_concurrency()
+    assert job.result["status"] == Status.HARNESS_ERROR and job.result["concurrency"]["retry_alone"]
+    job.alone = True
+    job.result = {"status": Status.TOO_LARGE, "reason": "the reference ran out of device memory", "correct": False}
+    job.conclude_concurrency()
+    assert job.result["status"] == Status.TOO_LARGE
     # The caller's side: a retry_alone reply is sent again with options.alone.
     sent = []
     ev = Evaluator(device="cpu", cache_dir=tmp_path)

@@ -401,7 +401,8 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         self.concurrency.update(shared_device=shared, alone=self.alone,
                                 span=[round(getattr(self, "started_epoch", time.time()), 4), round(time.time(), 4)])
         if self.out_of_memory and shared and not self.alone and \
-                self.result["status"] in (Status.RUNTIME_ERROR, Status.HARNESS_ERROR, Status.CRASHED):
+                self.result["status"] in (Status.RUNTIME_ERROR, Status.HARNESS_ERROR, Status.CRASHED,
+                                          Status.TOO_LARGE):
             self.result.update(status=Status.HARNESS_ERROR, correct=False,
                                reason="out of device memory while other evaluations shared the device; it is re-run "
                                       "alone before anything is said about the candidate (was: "
@@ -454,7 +455,9 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         if message["kind"] == "bad_problem":
             self.fail(Status.BAD_PROBLEM, "the problem file failed to run:\n" + message["message"], "start")
         elif message["kind"] == "too_large":
-            # The machine's limit, never the candidate's: bench shows it as skipped.
+            # The machine's limit, never the candidate's: bench shows it as skipped. Beside other
+            # jobs it may only be theirs: conclude_concurrency has it re-run alone first.
+            self.out_of_memory = True
             self.fail(Status.TOO_LARGE, message["message"], "start")
         else:
             self.fail(Status.HARNESS_ERROR, message["message"], self.stage)
