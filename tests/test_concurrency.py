@@ -332,12 +332,14 @@ def test_a_stopped_process_that_left_the_tree_is_let_go():
     child = int(parent.stdout.readline())
     try:
         stopped = signal_processes([parent.pid], True)
+        time.sleep(0.2)  # a signal is delivered asynchronously
         assert stopped.get(child) == start_time(child) and state(child) == "T"
         parent.kill()
         parent.wait(10)
         time.sleep(0.2)
         assert child not in process_tree(parent.pid)
         signal_processes([parent.pid], False)  # the tree no longer reaches the child
+        time.sleep(0.1)
         assert state(child) == "T"
         continue_processes(stopped)
         time.sleep(0.1)

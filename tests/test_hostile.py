@@ -177,6 +177,16 @@ def honest_time(hostile: dict, honest: dict) -> str | None:
     return None
 
 
+def server_clocked_the_work(hostile: dict, honest: dict) -> str | None:
+    """Whatever the verdict, the server's own clock must have seen the work the candidate did
+    after its report (its kernel is relu_good.py's): its time per call near the honest one."""
+    server = (hostile.get("timed_loop") or {}).get("server_ms_per_call")
+    truth = (honest.get("timings") or {}).get("candidate", {}).get("median_ms")
+    if hostile.get("status") in (CORRECT, REJECTED) and server is not None and truth and server < 0.4 * truth:
+        return f"the server clocked {server:.4g} ms per call; the same kernel honestly takes {truth:.4g} ms"
+    return honest_time(hostile, honest)
+
+
 def need(*names: str) -> frozenset[str]:
     return frozenset(names)
 
@@ -192,6 +202,10 @@ TABLE = [
     # 2 forged events on the candidate's own channel: claims, never conclusions.
     Row("h2_forged_done.py", (INCORRECT, REJECTED), need("verdict")),
     Row("h2_forged_timing.py", (CORRECT, REJECTED), need("clock"), check=honest_time),
+    # issue 24, class 2: samples redistributed with their sum kept, and outputs computed after
+    # the report that stopped the clock. The server's per-segment clock defines the time.
+    Row("r2_bimodal_samples.py", (CORRECT, REJECTED), need("clock"), check=honest_time),
+    Row("r2_outputs_after_report.py", (CORRECT, REJECTED), need("clock"), check=server_clocked_the_work),
     # 3 in-process defences switched off. Where the payload is hidden work (torch or a helper
     # process doing the ReLU), only in-process evidence can tell on the CPU.
     Row("h3_exec_string.py", (REJECTED, INCORRECT), need("inproc")),

@@ -143,6 +143,75 @@ def test_cpu_timings_are_checked_against_the_clock_too():
     assert honest.source == "in-process" and not honest.flags
 
 
+# -- issue 24, class 2: timing the candidate reports about itself -----------------------------
+
+def _segments(per_call_ms, calls, n, overhead_s=0.004):
+    """The server's clock around n segments of `calls` calls each at per_call_ms, with the
+    loop's own cost overhead_s per segment (the calibration measures n * overhead_s)."""
+    return [overhead_s + per_call_ms[i % len(per_call_ms)] * calls / 1e3 for i in range(n)], n * overhead_s
+
+
+def test_a_bimodal_redistribution_with_the_same_sum_is_flagged_and_the_server_reports():
+    """CPU red team: samples redistributed into two modes with the true sum made the reported
+    median 0.017 ms against an honest 10.5 ms. The server's per-segment clock sees ~10.5 ms per
+    call in every segment, so a median that low is no longer believed."""
+    calls, n = 10, 8
+    segment_s, calibration_s = _segments([10.5], calls, n)
+    forged = ([0.017] * 9 + [10.5 * 10 - 0.017 * 9]) * n  # each segment's sum is true
+    for meaningful in (True, False):
+        decision = verdict.trusted_time(forged, calls * n, sum(segment_s), calibration_s, meaningful,
+                                        segment_s=segment_s, calls_per_segment=calls)
+        assert decision.source == "server", decision
+        assert decision.timing["median_ms"] == pytest.approx(10.5, rel=0.01)
+        assert [f["kind"] for f in decision.flags] == ["clock-mismatch"]
+        assert decision.flags[0]["severity"] == "review"
+    # the honest samples, spread as real ones are, pass untouched
+    honest = [10.5 * (1 + 0.02 * ((i * 7) % 5 - 2)) for i in range(calls * n)]
+    decision = verdict.trusted_time(honest, calls * n, sum(segment_s), calibration_s, True,
+                                    segment_s=segment_s, calls_per_segment=calls)
+    assert decision.source == "in-process" and decision.flags == []
+    assert len(decision.segments_ms) == n and decision.segments_ms[0] == pytest.approx(10.5)
+
+
+def test_a_claim_of_055x_the_true_time_is_flagged_on_the_cpu_too():
+    """CPU red team: a claim of 0.55x the true time passed with no flag (only a gross
+    disagreement was acted on there). Outside the calibrated slack it is flagged on every device."""
+    calls, n = 10, 8
+    segment_s, calibration_s = _segments([10.0], calls, n)
+    decision = verdict.trusted_time([5.5] * (calls * n), calls * n, sum(segment_s), calibration_s, False,
+                                    segment_s=segment_s, calls_per_segment=calls)
+    assert decision.source == "server" and "clock-mismatch" in {f["kind"] for f in decision.flags}
+    # CPU noise within its slack (20% here) is not flagged
+    decision = verdict.trusted_time([8.0] * (calls * n), calls * n, sum(segment_s), calibration_s, False,
+                                    segment_s=segment_s, calls_per_segment=calls)
+    assert decision.source == "in-process" and not decision.flags
+
+
+def test_samples_reported_as_their_mean_cannot_narrow_the_interval():
+    """GPU red team: an honest softmax that reported every sample as the mean of its true ones
+    narrowed its speedup's 95% interval from 5.6% to 0.23% of its value. The interval spans the
+    server's own per-segment times as well, so it cannot be narrower than they allow."""
+    from kernelagent.harness import stats
+
+    rng = __import__("random").Random(1)
+    true = [0.040 * (1 + 0.08 * rng.gauss(0, 1)) for _ in range(400)]
+    mean = sum(true) / len(true)
+    baseline = [0.060 * (1 + 0.05 * rng.gauss(0, 1)) for _ in range(400)]
+    # the server's segments: 8 of 50 calls, each clocked with its own noise
+    segments = [sum(true[i * 50:(i + 1) * 50]) / 50 * (1 + 0.04 * rng.gauss(0, 1)) for i in range(8)]
+    forged = stats.speedup_interval(baseline, [mean] * 400)
+    trusted = stats.trusted_speedup_interval(baseline, [mean] * 400, segments, "in-process", 0.060 / mean)
+    width = lambda iv: (iv[1] - iv[0]) / (0.060 / mean)  # noqa: E731
+    honest = stats.speedup_interval(baseline, true)
+    assert width(forged) < 0.6 * width(honest)  # what forging bought
+    assert width(trusted) > 0.9 * width(honest)  # and no longer buys
+    # with no server segments (too few), the samples' interval is what there is
+    assert stats.trusted_speedup_interval(baseline, [mean] * 400, segments[:2], "in-process", 1.5) == forged
+    # the server's numbers alone: the segments' interval, never a point while there are enough
+    server_only = stats.trusted_speedup_interval(baseline, [], segments, "server", 1.5)
+    assert server_only[0] < server_only[1]
+
+
 def test_the_candidates_profiler_rows_are_validated_by_type():
     """Issue 24, class 5: forged profiler rows crashed `kernelagent profile` (a share that was a
     string, a name that was a list). Only known fields of the right type and range are kept."""

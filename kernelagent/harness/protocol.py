@@ -54,7 +54,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
               # an extra input set the candidate raised on (then no outputs): what it raised
               "candidate_error": (str, type(None))},
     "calibrate": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,), "segments": (int,),
-                  "budget_bytes": (int,), "l2_bytes": (int, type(None))},
+                  "budget_bytes": (int,), "l2_bytes": (int, type(None)), "payloads": (bool,)},
     "go": {"seed": (int,)},
     "baselines": {"compile_modes": (list,), "l2_bytes": (int, type(None)), "inductor_dir": (str,),
                   "triton_dir": (str,), "seed": (int,), "budget_bytes": (int,)},
@@ -71,7 +71,8 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
                 "rel_l2_err": _NUM + (type(None),), "rejected": (str, type(None)), "harness_error": (bool,),
                 "skipped": (bool,)},
     "warmed": {"kept": (list,)},
-    "calibrated": {"seconds": _NUM, "calls": (int,)},
+    # payload_bytes: the kept outputs' byte frames that follow (order "payloads"), else []
+    "calibrated": {"seconds": _NUM, "calls": (int,), "payload_bytes": (list,)},
     # overhead_ms: each baseline's empty-call time (its per-call overhead), null where unmeasured
     "baseline_timings": {"timings": (dict,), "errors": (dict,), "overhead_ms": (dict,)},
     "ref_stats": {"memory": (dict,)},
@@ -80,7 +81,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "run_check": {"name": (str,), "kind": (str,), "seed": (int,)},
     "check_reply": {"passed": (bool,), "stop": (bool,)},
     "time": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,), "segments": (int,),
-             "budget_bytes": (int,), "l2_bytes": (int, type(None))},
+             "budget_bytes": (int,), "l2_bytes": (int, type(None)), "payloads": (bool,)},
     "finish": {"profile": (bool,), "device_share": (bool,)},
     # candidate -> server (claims)
     "stage": {"stage": (str,)},

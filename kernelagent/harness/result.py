@@ -107,6 +107,9 @@ class Timing:
     # Baselines only: the same runner's time for an empty call (one tiny op on a 1-element
     # tensor, the same torch.compile mode), timed by the same timer: its per-call overhead.
     empty_call_ms: float | None = None
+    # The candidate only: the server's own time per call in each segment of the timed loop (its
+    # clock, the calibration's share off). The speedup interval is never narrower than these allow.
+    server_segments_ms: list[float] = field(default_factory=list)
 
     @property
     def iqr_ms(self) -> float:

@@ -74,6 +74,24 @@ def speedup_interval(baseline_ms: Sequence[float], candidate_ms: Sequence[float]
     return [low, high]
 
 
+def trusted_speedup_interval(baseline_ms: Sequence[float], candidate_ms: Sequence[float],
+                             server_segments_ms: Sequence[float], source: str, speedup: float,
+                             min_segments: int = 4) -> list[float] | None:
+    """The speedup's interval as far as the server's own clock backs it (issue 24, class 2). The
+    candidate's samples may narrow what the server measured, never replace it: with enough
+    server segments the interval spans both the one from the samples and the one from the
+    server's per-segment times; from the server's numbers alone (`source` "server") it is the
+    segments' own, or a point where there are too few."""
+    segments = _clean(server_segments_ms)
+    server = speedup_interval(baseline_ms, segments) if len(segments) >= min_segments else None
+    if source == "server":
+        return server or point_interval(speedup)
+    claimed = speedup_interval(baseline_ms, candidate_ms)
+    if claimed is None or server is None:
+        return claimed
+    return [min(claimed[0], server[0]), max(claimed[1], server[1])]
+
+
 def point_interval(value: float) -> list[float]:
     """The degenerate interval of a number with no samples behind it (the server's clock)."""
     return [value, value]

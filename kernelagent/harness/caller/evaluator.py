@@ -576,10 +576,9 @@ class Evaluator:
                 if name == "candidate":
                     continue
                 result.speedups[name] = t.median_ms / candidate.median_ms
-                if candidate.source == "server":  # no samples behind the server's number
-                    interval = stats.point_interval(result.speedups[name])
-                else:
-                    interval = stats.speedup_interval(t.samples_ms, candidate.samples_ms)
+                interval = stats.trusted_speedup_interval(t.samples_ms, candidate.samples_ms,
+                                                          candidate.server_segments_ms, candidate.source,
+                                                          result.speedups[name])
                 if interval is not None:
                     result.speedup_intervals[name] = interval
         return result

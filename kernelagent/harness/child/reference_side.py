@@ -291,7 +291,7 @@ class ReferenceSide:
         except torch.OutOfMemoryError:
             pass
         self.release()  # here, once the traceback (and the loop's tensors it holds) is gone
-        self.send("calibrated", seconds=-1.0, calls=0)
+        self.send("calibrated", seconds=-1.0, calls=0, payload_bytes=[])
 
     def _calibrate(self, order: dict[str, Any]) -> None:
         calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
@@ -319,11 +319,23 @@ class ReferenceSide:
             _sync(self.device)
             seconds = time.perf_counter() - started
             del sets
+            # Where the candidate's kept outputs come to the server as bytes, these come too: the
+            # server's clock around a segment runs until they are there, on both loops.
+            described = [transfer.describe(slot, False) for slot in after_call.slots] \
+                if order.get("payloads") else []
+            try:
+                self.send("calibrated", seconds=seconds, calls=calls,
+                          payload_bytes=[len(memoryview(p).cast("B")) for d in described for p in d.payloads])
+                for d in described:
+                    for data in d.payloads:
+                        protocol.send_payload(self.server, data)
+            finally:
+                for d in described:
+                    transfer.release(d)
             if segment == segments - 1:
                 # The candidate's loop comes next, on the same device: hand the memory back first.
                 del after_call, dummy
                 self.release()
-            self.send("calibrated", seconds=seconds, calls=calls)
 
     def idle_probe(self) -> None:
         """Is the device idle? A tiny spin, launched and synchronised, IDLE_READS times: another

@@ -37,6 +37,10 @@ NVML_INIT_MAX_MS = 200.0
 # The least time a timed loop may hold the device's slot beside other jobs (see _timed_loop).
 SLOT_MIN_S = 15.0
 SLOT_SEGMENT_S = 5.0
+# The loop runs in at least this many segments (where it has that many calls): the server clocks
+# each one itself, so its own per-segment times give a distribution the candidate's reported
+# samples are checked against (issue 24, class 2), not one total.
+MIN_SEGMENTS = 8
 
 
 
@@ -90,6 +94,7 @@ class TimedPhases:
             # chose in secret (maybe none) are compared with the candidate stopped, and the slots
             # are reused. Any call can be checked, and the loop stays as long as timing needs.
             keep = int(max(1, min(total, MAX_KEPT_CALLS, (2 * budget // 3) // output_bytes)))
+            keep = min(keep, -(-total // min(MIN_SEGMENTS, total)))
             segments = min(-(-total // keep), MAX_SEGMENTS)
             calls = keep
         if self.fingerprint.get("cuda") and self.gate.active() > 1:
@@ -103,8 +108,14 @@ class TimedPhases:
                 deadline = self.clock() + slot_limit
                 self.slot_limited = slot_limit
         l2 = self.fingerprint.get("l2_bytes")
+        # Without CUDA IPC the kept outputs come to the server as bytes after each segment's
+        # report, and the server's clock runs until they are all here (outputs computed after the
+        # report are clocked): the calibration sends as many bytes the same way.
+        payloads = bool(keep) and not (self.fingerprint.get("cuda") and (self.request.get("options") or {})
+                                       .get("ipc", True))
         order = {"calls": calls, "warmup_calls": warmup, "keep": keep, "segments": segments,
-                 "budget_bytes": int(max(budget - keep * output_bytes, 0)), "l2_bytes": int(l2) if l2 else None}
+                 "budget_bytes": int(max(budget - keep * output_bytes, 0)), "l2_bytes": int(l2) if l2 else None,
+                 "payloads": payloads}
         measured = calls * segments
         # The loop's own cost, measured in the trusted process on this clock, segment by segment
         # exactly as the candidate's loop; then the candidate's loop. Each warms up first,
@@ -139,6 +150,7 @@ class TimedPhases:
                                      "verified": len(chosen), "server_loop_s": 0.0, "calibration_s": calibration_s,
                                      "calibration_reused": reused}
         samples: list[Any] = []
+        segment_s: list[float] = []  # the server's clock around each segment
         loop_s = 0.0
         ok, meaningful = True, True
         # The SM clock over the candidate's loop, read here (NVML, a thread) where it cannot touch it.
@@ -152,7 +164,6 @@ class TimedPhases:
                 protocol.send(self.to_cand, "go", self.job_id, seed=timed_seed + first)
                 t0 = time.perf_counter()
                 message = self.cand_recv({"timing"}, deadline)
-                loop_s += time.perf_counter() - t0
                 kept = ipc_kept or message["kept"]
                 if message["calls"] != calls or len(kept) != keep or not isinstance(message["samples_ms"], list) \
                         or len(samples) + len(message["samples_ms"]) > 100_000:
@@ -165,10 +176,16 @@ class TimedPhases:
                             or not isinstance(entry.get("index"), int):
                         raise protocol.ProtocolError("malformed kept output")
                     kept_payloads.append([] if ipc_kept else self.relay_payloads(entry["outputs"]))
+                # The clock stops once the segment's outputs exist: their bytes are here (above),
+                # or, on a GPU, the candidate is stopped and the device reads idle (work it queued
+                # after its report runs on the clock). Nothing of the candidate's runs while its
+                # kept outputs are read: it stays stopped until the comparisons are done.
+                t1 = time.perf_counter()
+                stopped = self.stop_candidate(True)
+                t1 = self.idle_after(t1, deadline)
+                segment_s.append(t1 - t0)
+                loop_s += t1 - t0
                 here = sorted(i for i in chosen if first <= i < first + calls)
-                # Nothing of the candidate's may run while its kept outputs are read: its processes
-                # are stopped until the comparisons are done (GPU work it queued still completes).
-                stopped = bool(here) and bool(ipc_kept) and self.stop_candidate(True)
                 for index in here:
                     slot = index - first
                     entry = kept[slot]
@@ -206,9 +223,10 @@ class TimedPhases:
                 self.result["timed_loop"]["calibration_s"] = calibration_s
                 self.gate.calibrations[calibration_key] = calibration_s
         decision = verdict.trusted_time(samples, measured, loop_s, calibration_s,
-                                        meaningful and bool(self.fingerprint.get("cuda")))
+                                        meaningful and bool(self.fingerprint.get("cuda")),
+                                        segment_s=segment_s, calls_per_segment=calls)
         timing = dict(decision.timing, samples_ms=[float(x) for x in samples][:5000], source=decision.source,
-                      clocks_mhz=clocks or [])
+                      clocks_mhz=clocks or [], server_segments_ms=decision.segments_ms)
         self.result["timings"]["candidate"] = timing
         self.result["timed_loop"].update(server_ms_per_call=decision.server_ms,
                                          claimed_mean_ms=decision.claimed_mean_ms, source=decision.source)
@@ -222,6 +240,23 @@ class TimedPhases:
             if roof:
                 self.flag(roof)
         return ok
+
+    def idle_after(self, t1: float, deadline: float) -> float:
+        """On a GPU, with the candidate stopped: when did the device go idle? `t1` if the trusted
+        reference's first probe reads idle (an honest loop synchronised before its report), else
+        the time of the first idle reading: kernels queued after the report are clocked. Bounded
+        by the gate's idle wait (then the device-busy rule of the gate applies)."""
+        if not self.fingerprint.get("cuda") or self.ref is None:
+            return t1
+        if self.idle_probe():
+            return t1
+        pause, waited = 0.002, time.perf_counter()
+        while not self.idle_probe():
+            if time.perf_counter() - waited > self.gate.idle_wait_s or self.clock() > deadline:
+                raise StageTimeout()
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        return time.perf_counter()
 
     def clock_sampler(self, expected_s: float) -> Any:
         """A ClockSampler for the device (child/timing.py), or None: no GPU, no NVML in the probe,
@@ -314,9 +349,13 @@ class TimedPhases:
                 protocol.send(self.to_ref, "go", self.job_id, self.ref_nonce, seed=self.rng.getrandbits(40))
                 t0 = time.perf_counter()
                 message = self.ref_recv({"calibrated"}, deadline)
-                total += time.perf_counter() - t0
                 if message["seconds"] < 0:
                     return None
+                # the bytes of its kept (empty) outputs, as the candidate's come (order["payloads"])
+                sizes = message.get("payload_bytes") or []
+                for size in sizes if isinstance(sizes, list) else []:
+                    protocol.recv_payload(self.to_ref, max_bytes=max(int(size), 1))
+                total += time.perf_counter() - t0
             return total
         finally:
             if stopped:

@@ -187,6 +187,7 @@ def apply_rejects(outcome: Outcome, flags: list[dict[str, str]]) -> Outcome:
 # one-time allocation costs fall outside the clock. A candidate can hide at most this much of its
 # work from the server's clock in a whole loop.
 CLOCK_ALLOWANCE_MS = 2.0
+CPU_CLOCK_REL_SLACK = 0.3  # the CPU's floor on the slack, as a share of the server's time
 
 
 def clock_slack_ms(server_total_ms: float, calibration_ms: float) -> float:
@@ -216,10 +217,43 @@ class TimeDecision:
     server_ms: float | None
     claimed_mean_ms: float | None
     flags: list[dict[str, str]] = field(default_factory=list)
+    # The server's own time per call in each segment (its clock, the calibration's share taken
+    # off): the distribution the candidate's samples are checked against, and that the speedup
+    # interval is widened to (caller/evaluator.py).
+    segments_ms: list[float] = field(default_factory=list)
+
+
+# The claimed median may sit this far under the server's per-segment times (as a share of their
+# median) before it disagrees: per-call times skew right (a median under the mean), and each
+# segment's slack is taken off besides.
+MEDIAN_TOLERANCE = 0.2
+MIN_SERVER_SEGMENTS = 4  # fewer segments give no distribution to check a median against
+
+
+def segment_times(segment_s: list[float], calls_per_segment: int, calibration_s: float | None) -> list[float]:
+    """The server's time per call in each segment, in ms: the segment's clock less its share of
+    the calibration (the empty loop's cost, measured the same way), over its calls."""
+    if not segment_s or calls_per_segment <= 0 or calibration_s is None:
+        return []
+    share_ms = calibration_s * 1e3 / len(segment_s)
+    return [max(s * 1e3 - share_ms, 0.0) / calls_per_segment for s in segment_s]
+
+
+def median_floor_ms(segments_ms: list[float], calls_per_segment: int, calibration_s: float) -> float | None:
+    """The least median per call the server's own segments allow: each segment's time per call
+    less its slack (clock_slack_ms over the segment), their median, less MEDIAN_TOLERANCE. None
+    with fewer than MIN_SERVER_SEGMENTS segments."""
+    if len(segments_ms) < MIN_SERVER_SEGMENTS or calls_per_segment <= 0:
+        return None
+    share_ms = calibration_s * 1e3 / len(segments_ms)
+    low = [(m * calls_per_segment - clock_slack_ms(m * calls_per_segment, share_ms)) / calls_per_segment
+           for m in segments_ms]
+    return (1 - MEDIAN_TOLERANCE) * quantile(sorted(low), 0.5)
 
 
 def trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibration_s: float | None,
-                 meaningful: bool) -> TimeDecision:
+                 meaningful: bool, segment_s: list[float] | None = None,
+                 calls_per_segment: int = 0) -> TimeDecision:
     """The candidate's time, from claims checked against the server's clock.
 
     samples_ms: per-call times the candidate's process claims for its measured calls.
@@ -227,7 +261,40 @@ def trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibration
     loop_s: the server's own clock around the candidate's whole timed loop.
     calibration_s: the server's clock around the reference process running the same loop with
         an empty model (fresh inputs, L2 flush, synchronisation, output copy): the loop's overhead.
+    segment_s, calls_per_segment: the server's clock around each segment of the loop.
+
+    The candidate's samples are believed only within what the server measured itself: their mean
+    against the server's total, their median against the server's per-segment times
+    (median_floor_ms). Outside the calibrated slack the claim is flagged on every device (review:
+    no win), and the server's own numbers are reported instead; grossly outside, it is tampering.
     """
+    decision = _trusted_time(samples_ms, calls, loop_s, calibration_s, meaningful)
+    segments_ms = segment_times(list(segment_s or []), calls_per_segment, calibration_s)
+    decision.segments_ms = segments_ms
+    floor = median_floor_ms(segments_ms, calls_per_segment, calibration_s) if calibration_s is not None else None
+    if decision.source == "in-process" and floor is not None and decision.timing["median_ms"] < floor:
+        claimed = decision.timing["median_ms"]
+        server_median = quantile(sorted(segments_ms), 0.5)
+        decision.flags.append(flag(
+            "clock-mismatch", f"the candidate's process reported a median of {claimed:.4f} ms per call, but the "
+                              f"server's clock saw {server_median:.4f} ms per call (median of {len(segments_ms)} "
+                              f"segments; the least it allows is {floor:.4f} ms): the server's times are reported"))
+        decision.timing = _segments(segments_ms, meaningful)
+        decision.source = "server"
+    return decision
+
+
+def _segments(segments_ms: list[float], meaningful: bool) -> dict[str, Any]:
+    """Quantiles of the server's own per-segment times per call."""
+    ordered = sorted(segments_ms)
+    return {"median_ms": quantile(ordered, 0.5), "q1_ms": quantile(ordered, 0.25), "q3_ms": quantile(ordered, 0.75),
+            "min_ms": ordered[0], "reps": len(ordered), "meaningful": meaningful,
+            "note": "server clock, per segment"}
+
+
+def _trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibration_s: float | None,
+                  meaningful: bool) -> TimeDecision:
+    """The mean rule (see trusted_time)."""
     clean = sorted(float(x) for x in samples_ms if isinstance(x, (int, float)) and math.isfinite(x) and x >= 0)
     flags: list[dict[str, str]] = []
     server_ms = None
@@ -252,9 +319,11 @@ def trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibration
     slack = clock_slack_ms(server_total_ms, calibration_ms)
     gap = server_total_ms - mean * calls
     gross = mean < 0.5 * server_ms and gap > CLOCK_GROSS_FACTOR * slack
-    if gap <= slack or (not meaningful and not gross):
-        # On the CPU (the interpreter, a shared machine) only a gross disagreement is acted on:
-        # the loop's own costs vary too much there for the finer check.
+    if not meaningful:
+        # On the CPU (the interpreter, a shared machine) the loop's own costs vary more: a
+        # relative floor on the slack, but a claim beyond it is flagged as on a GPU.
+        slack = max(slack, CPU_CLOCK_REL_SLACK * server_total_ms)
+    if gap <= slack:
         return TimeDecision(claimed, "in-process", server_ms, mean, flags)
     message = (f"the candidate's process measured {mean:.4f} ms per call, but the server's clock saw "
                f"{server_ms:.4f} ms per call over the same {calls} calls (the loop's own cost, "
