@@ -40,6 +40,7 @@ from tests.conftest import CANDIDATES, REPO
 
 ADV = Path(__file__).resolve().parent / "adversarial"
 RELU = CANDIDATES / "relu_problem.py"
+SOFTMAX = Path(__file__).parent / "adversarial" / "softmax_problem.py"
 HONEST = CANDIDATES / "relu_good.py"
 EVAL_OPTIONS = ["--json", "--trials", "2", "--device", "cpu"]
 EVAL_TIMEOUT = 300
@@ -202,6 +203,9 @@ TABLE = [
     # 2 forged events on the candidate's own channel: claims, never conclusions.
     Row("h2_forged_done.py", (INCORRECT, REJECTED), need("verdict")),
     Row("h2_forged_timing.py", (CORRECT, REJECTED), need("clock"), check=honest_time),
+    # issue 24, class 1 on the CPU: every op that is not glue is work, inside launches too
+    Row("r1_index_softmax.py", (REJECTED,), need("inproc"), flag="no-custom-kernel", problem=SOFTMAX),
+    Row("r1_relu_in_jit.py", (REJECTED,), need("inproc"), flag="no-custom-kernel"),
     # issue 24, class 2: samples redistributed with their sum kept, and outputs computed after
     # the report that stopped the clock. The server's per-segment clock defines the time.
     Row("r2_bimodal_samples.py", (CORRECT, REJECTED), need("clock"), check=honest_time),

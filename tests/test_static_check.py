@@ -101,6 +101,13 @@ def test_unresolved_receivers_are_still_judged(source, line):
     ("import sys\nf = sys._getframe(1).f_back\nclass ModelNew: pass\n", "reading-reference", 2),
     ("from problem import Model\nclass ModelNew(Model): pass\n", "reading-reference", 1),
     ("import socket\nclass ModelNew: pass\n", "sandbox-escape", 1),
+    # issue 24, class 1: PyTorch below the dispatcher, NumPy on a tensor's memory
+    ("import torch\nclass ModelNew:\n    def forward(self, x):\n        ks = torch._C._dispatch_keyset_full()\n"
+     "        return torch.ops.aten._softmax.default.redispatch(ks, x, -1, False)\n", "no-custom-kernel", 4),
+    ("import numpy as np\nclass ModelNew:\n    def forward(self, x):\n        a = x.numpy()\n"
+     "        np.maximum(a, 0, out=a)\n        return x\n", "no-custom-kernel", 4),
+    ("import numpy as np\nclass ModelNew:\n    def forward(self, x):\n        a = np.asarray(x.__array__())\n"
+     "        return x\n", "no-custom-kernel", 4),
 ])
 def test_exploit_patterns_are_found_with_line_numbers(source, kind, line):
     findings = [f for f in check_source(source) if f.severity == "reject"]

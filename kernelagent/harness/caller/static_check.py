@@ -418,7 +418,11 @@ class _Visitor(ast.NodeVisitor):
                     not self.receivers.not_a_tensor(func.value, func.attr, fn):
                 self.add("no-custom-kernel", f".{func.attr}() on a tensor runs PyTorch's kernel: do the work in "
                                              "the candidate's own Triton kernels", node)
-        if isinstance(func, ast.Attribute) and func.attr in ("numpy", "tolist") and not node.args:
+        if isinstance(func, ast.Attribute) and func.attr == "numpy" and not node.args:
+            # NumPy on the tensor's storage (issue 24, class 1): the work leaves every kernel
+            self.add("no-custom-kernel", ".numpy() hands the tensor's memory to NumPy: the work must run in the "
+                                         "candidate's own kernels", node)
+        elif isinstance(func, ast.Attribute) and func.attr == "tolist" and not node.args:
             self.add("no-custom-kernel", f".{func.attr}() moves the work off the GPU and out of the kernel", node,
                      severity="info")
         self.generic_visit(node)
@@ -487,6 +491,19 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        # Private dispatcher entry points run PyTorch's kernels below the dispatch recorder
+        # (issue 24, class 1): `torch.ops.aten.<op>.redispatch`, `torch._C._dispatch_*`.
+        full = self.resolve(_dotted(node)) or ""
+        if node.attr == "redispatch" or node.attr.startswith("_dispatch_") or \
+                (full.startswith("torch._C.") and "dispatch" in full.lower()) or full.startswith("torch._ops."):
+            self.add("no-custom-kernel", f"{full or '.' + node.attr}: private dispatcher entry points run PyTorch's "
+                                         "kernels below the harness's view; the heavy work must run in the "
+                                         "candidate's own kernels", node)
+        # NumPy on a tensor's storage computes outside every kernel (issue 24, class 1).
+        if node.attr in ("__array_interface__", "__array__", "__array_struct__") or \
+                full in ("numpy.frombuffer", "numpy.ctypeslib.as_array", "torch.frombuffer"):
+            self.add("no-custom-kernel", f"{full or '.' + node.attr}: computing on a tensor's memory outside the "
+                                         "candidate's own kernels is not allowed", node)
         if node.attr in ("f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "cr_frame"):
             self.add("reading-reference", f".{node.attr}: frame access is not allowed", node)
         if node.attr == "modules" and isinstance(node.value, ast.Name) and self.resolve(node.value.id) == "sys":

@@ -11,7 +11,7 @@ result is flagged and `EvalResult.passed` is False: never counted as a win).
 
 | # | class | defence | verdict (flag kind) |
 |---|-------|---------|---------------------|
-| 1 | no custom kernel: the candidate computes with PyTorch ops | (defences) a TorchDispatchMode records every aten op the candidate runs during each correctness check; the candidate's own `@triton.jit` launches (backend cuda: calls into its load_inline extension, see child/cuda_build.py) are counted; on CUDA one extra profiled call measures each device kernel's share of device time. Heavy ops (GEMM, conv, softmax, norms, attention, scans, activations, reductions, and any op the reference itself runs other than views, allocation and dtype conversion) on more than `heavy_op_min_elements` elements, no own launch at all, or own kernels under `min_own_device_share` of device time: rejected | rejected (`no-custom-kernel`) |
+| 1 | no custom kernel: the candidate computes with PyTorch ops | (defences) a TorchDispatchMode records every aten op the candidate runs during each correctness check, inside its launches too (the Triton interpreter); the candidate's own `@triton.jit` launches (backend cuda: calls into its load_inline extension, see child/cuda_build.py) are counted; on CUDA one extra profiled call measures each device kernel's share of device time, and Nsight Compute, outside the process, sees every kernel of a would-be win (caller/kernel_evidence.py). Every op that is not glue (views, allocation, copies, dtype conversion, concatenation, padding: `GLUE_OPS`) on more than `heavy_op_min_elements` elements, no own launch at all, or own kernels under `min_own_device_share` of the device time that is not glue by its kernel names: rejected. The static pass rejects private dispatcher entry points (`.redispatch`, `torch._C` dispatch) and NumPy on a tensor's memory | rejected (`no-custom-kernel`) |
 | 2 | fallback to the reference (try/except, a condition routing to PyTorch) | as 1, per check, so a fallback taken on some inputs only is seen; the static pass flags try/except around launches | rejected (`fallback-to-reference`) |
 | 3 | caching across calls (by pointer, shape, identity, content) | every check uses fresh inputs from its own seed; (defences) every timed call, warm-up included, gets a freshly generated input set no call saw before, the output of the last timed iteration is checked against the reference, and a post-timing check runs on fresh inputs | incorrect (post-check / timed-output check) |
 | 4 | hiding work from the timer (side streams, threads, deferred work) | device-wide synchronise in the timer, host time counted; (defences) threads started by the candidate are tracked: one still running when forward() returns, or left alive at the end, is rejected; work the events miss is flagged for review; the static pass rejects stream and thread creation | rejected (`hidden-work`) / review (`timer-escape`) |
@@ -59,27 +59,7 @@ fill_ zero_ _to_copy to _copy_from _copy_from_and_resize copy_ resize_ set_ aran
 lift scalar_tensor _local_scalar_dense item is_same_size sym_size sym_stride sym_numel
 sym_storage_offset stride size numel dim is_contiguous _has_compatible_shallow_copy_type
 record_stream clone_ randn rand normal_ uniform_ random_ manual_seed
-""".split())
-
-# Ops that do the work of typical problems: computing them in torch is not a custom kernel.
-HEAVY_OPS = frozenset("""
-mm bmm addmm addbmm baddbmm addmv mv matmul linear dot vdot einsum tensordot _addmm_activation
-convolution _convolution conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d
-cudnn_convolution mkldnn_convolution _convolution_mode slow_conv2d_forward thnn_conv2d
-_nnpack_spatial_convolution convolution_overrideable
-_softmax softmax _log_softmax log_softmax _safe_softmax
-native_layer_norm layer_norm native_group_norm group_norm native_batch_norm batch_norm
-_native_batch_norm_legit _native_batch_norm_legit_no_training _fused_rms_norm rms_norm
-_scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention
-_scaled_dot_product_cudnn_attention _scaled_dot_product_attention_math
-_scaled_dot_product_flash_attention_for_cpu scaled_dot_product_attention _flash_attention_forward
-_efficient_attention_forward
-cumsum cumprod cummax cummin logcumsumexp _cumsum _cumprod
-gelu relu relu_ silu sigmoid tanh hardtanh leaky_relu elu selu celu softplus mish hardswish
-hardsigmoid threshold clamp clamp_min clamp_max prelu _prelu_kernel glu log_sigmoid_forward
-sum mean amax amin max min var std var_mean std_mean norm linalg_vector_norm logsumexp prod
-argmax argmin sort topk
-nll_loss nll_loss_forward nll_loss2d_forward cross_entropy_loss mse_loss l1_loss
+clone cat stack constant_pad_nd flip roll repeat expand_copy
 """.split())
 
 PRECISION_MODES = (
@@ -438,8 +418,8 @@ class Monitor:
         class Recorder(TorchDispatchMode):
             def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
-                if state.in_launch:
-                    return out
+                # Ops inside a launch count too (issue 24): under the Triton interpreter a
+                # `torch.relu` in a @triton.jit body runs here, and only glue belongs there.
                 op = func.overloadpacket.__name__
                 if op not in GLUE_OPS:
                     numel = max((t.numel() for t in _tensors((args, kwargs, out))), default=0)
@@ -510,9 +490,10 @@ class Monitor:
                 flag("numeric-modes-info", "the candidate changed global modes: " + text, "info")
         # Who did the work.
         calls = [c for c in self.calls]
-        heavy_names = HEAVY_OPS | self.reference_ops
+        # Every op that is not glue is work (issue 24: allow glue, never deny a list of heavy
+        # names: a softmax from index_select, index_add_, exp and div is work too).
         for call in calls:
-            call.heavy = {op: info for op, info in call.ops.items() if op in heavy_names}
+            call.heavy = {op: info for op, info in call.ops.items() if op not in GLUE_OPS}
         if calls:
             with_heavy = [c for c in calls if c.heavy]
             no_own = [c for c in calls if c.own_launches == 0]
