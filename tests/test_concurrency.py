@@ -351,3 +351,24 @@ def test_a_stopped_process_that_left_the_tree_is_let_go():
         assert state(child) == "T"
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+def test_the_drain_is_credited_to_a_neighbour_that_has_not_run_candidate_code():
+    """The wait for the device to go idle is not credited to neighbours (their own queued work
+    is what it waits for), except to one still in its 'start' stage: no candidate code of its
+    has run, so none of the device's work can be its own."""
+    gate = Gate(idle_wait_s=5)
+    a, starting, timing_ = _FakeJob("a"), _FakeJob("starting"), _FakeJob("timing")
+    starting.stage, timing_.stage = "start", "correctness"
+    for job in (a, starting, timing_):
+        gate.register(job)
+    seen = []
+
+    def probe():
+        seen.append((starting.paused, timing_.paused))
+        return len(seen) > 2
+
+    with gate.hold(a, probe):
+        assert starting.paused == 1 and timing_.paused == 1  # the hold itself: both credited
+    assert seen and all(s == (1, 0) for s in seen), seen
+    assert starting.paused == 0 and timing_.paused == 0

@@ -139,7 +139,17 @@ class Gate:
                         hold.frozen.append(other)
                     except Exception:  # noqa: BLE001 - a job that just ended has nothing to stop
                         continue
-            hold.wait_idle()
+            # A neighbour whose candidate has not run a line yet (stage 'start') cannot be what
+            # keeps the device busy: the drain is credited to it (a job stopped at its start by
+            # one neighbour's drain after another's ran into its 60 s start limit on an H200).
+            early = [o for o in hold.frozen if getattr(o, "stage", None) == "start"]
+            for other in early:
+                other.pause_clock(True)
+            try:
+                hold.wait_idle()
+            finally:
+                for other in early:
+                    other.pause_clock(False)
             # From here on the neighbours wait for us: their stage clocks stop.
             with self._lock:
                 for other in hold.frozen:
