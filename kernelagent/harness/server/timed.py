@@ -41,6 +41,13 @@ SLOT_SEGMENT_S = 5.0
 # each one itself, so its own per-segment times give a distribution the candidate's reported
 # samples are checked against (issue 24, class 2), not one total.
 MIN_SEGMENTS = 8
+# Clock a GPU segment until the device reads idle after the candidate's report (idle_after). Off:
+# on an H200 (2026-11-25) the trusted probe read busy for ~14 ms after every segment of honest
+# tiny ReLUs (Triton and CUDA), with the candidate stopped and its loop synchronised, which
+# charged them 14x their time; on an H100 it read idle. Until the probe can tell a context switch
+# from queued work, device work a candidate queues after its report is not clocked on a GPU (the
+# README's table says so); its host work after the report is, as it is stopped there.
+CLOCK_UNTIL_IDLE = False
 
 
 
@@ -246,7 +253,7 @@ class TimedPhases:
         reference's first probe reads idle (an honest loop synchronised before its report), else
         the time of the first idle reading: kernels queued after the report are clocked. Bounded
         by the gate's idle wait (then the device-busy rule of the gate applies)."""
-        if not self.fingerprint.get("cuda") or self.ref is None:
+        if not self.fingerprint.get("cuda") or self.ref is None or not CLOCK_UNTIL_IDLE:
             return t1
         # A context switch after the candidate's last kernel can stretch one probe (it read busy
         # after honest loops on an H200), so a second, immediate probe decides; work queued
