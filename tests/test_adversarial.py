@@ -190,8 +190,9 @@ def test_library_kernels_are_glue_only_by_their_names(tmp_path, library_kernel, 
     while a library kernel held the device. Who did the work decides, by the device kernels'
     names: copies and fills are glue, any other library kernel holding the device is not."""
     from kernelagent.harness.child import defences
+    from kernelagent.harness.cuda_source import is_glue_kernel
 
-    assert defences.is_glue_kernel(library_kernel) is glue
+    assert is_glue_kernel(library_kernel) is glue
     monitor = defences.Monitor(tmp_path / "candidate.py", tmp_path, EvalConfig())
     monitor.calls = [defences.CallEvidence(name=f"check {i}", own_launches=1, ops={}) for i in range(3)]
     share = {"share": 0.04, "glue_share": 0.96 if glue else 0.0, "total_us": 100.0,

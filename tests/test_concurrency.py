@@ -317,7 +317,8 @@ def test_a_stopped_process_that_left_the_tree_is_let_go():
     import subprocess
     import sys
 
-    from kernelagent.harness.server.gate import continue_processes, process_tree, signal_processes, start_time
+    from kernelagent.harness.server.gate import (continue_processes, proc_stat, process_tree, signal_processes,
+                                                 start_time)
 
     code = ("import subprocess, sys, time\n"
             "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
@@ -326,8 +327,7 @@ def test_a_stopped_process_that_left_the_tree_is_let_go():
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 
     def state(pid: int) -> str:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0]
+        return proc_stat(pid)[1]
 
     child = int(parent.stdout.readline())
     try:

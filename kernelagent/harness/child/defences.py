@@ -624,7 +624,8 @@ def device_time_share(model: Any, values: list[Any], own_names: set[str], device
     if total <= 0:
         return {"share": None, "top": []}
 
-    from kernelagent.harness.cuda_source import is_own_kernel
+    # Glue by kernel name: one rule here and in the out-of-process evidence (caller/kernel_evidence.py).
+    from kernelagent.harness.cuda_source import is_glue_kernel, is_own_kernel
 
     def own(name: str) -> bool:
         return is_own_kernel(name, own_names)
@@ -635,9 +636,3 @@ def device_time_share(model: Any, values: list[Any], own_names: set[str], device
     top = [{"name": k, "share": v / total, "own": kind[k] == "own", "glue": kind[k] == "glue"}
            for k, v in sorted(rows.items(), key=lambda kv: -kv[1])]
     return {"share": own_us / total, "glue_share": glue_us / total, "top": top[:5], "total_us": total}
-
-
-# Device kernels that are glue by their names (cuda_source.is_glue_kernel): one rule here and in
-# the out-of-process evidence (caller/kernel_evidence.py).
-from kernelagent.harness.cuda_source import is_glue_kernel  # noqa: E402,F401
-

@@ -328,15 +328,22 @@ def process_tree(pid: int) -> set[int]:
     return found
 
 
-def start_time(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot, /proc/<pid>/stat field 22): with the pid,
-    it names one process, never a later one that reused the pid."""
+def proc_stat(pid: int) -> tuple[str, str, int] | None:
+    """(command name, state, start time) of a process from /proc/<pid>/stat; the start time
+    (clock ticks since boot, field 22), with the pid, names one process, never a later one that
+    reused the pid."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
             text = handle.read()
-        return int(text[text.rindex(")") + 2:].split()[19])
+        rest = text[text.rindex(")") + 2:].split()
+        return text[text.index("(") + 1:text.rindex(")")], rest[0], int(rest[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def start_time(pid: int) -> int | None:
+    stat = proc_stat(pid)
+    return stat[2] if stat else None
 
 
 def signal_processes(pids: list[int], stop: bool) -> dict[int, int]:
@@ -373,6 +380,43 @@ def continue_processes(stopped: dict[int, int]) -> None:
                 os.kill(pid, signal.SIGCONT)
             except OSError:
                 pass
+
+
+class Stops:
+    """What the gate stopped of one process of a job (its tree, and whatever else the caller
+    adds), {pid: start time}: a continue lets go of exactly those, whatever the tree has become,
+    and a process already reaped is never signalled by its stale pid."""
+
+    def __init__(self) -> None:
+        self.pids: dict[int, int] = {}
+
+    def signal(self, proc: Any, stop: bool, members: Callable[[], list[int]] | None = None) -> None:
+        """Stop (continue) `proc` with its tree (signal_processes) and `members()` besides."""
+        if not stop:
+            continue_processes(self.pids)
+            self.pids.clear()
+        popen = getattr(proc, "_popen", None)
+        if proc is None or proc.pid is None or (popen is not None and popen.returncode is not None):
+            return  # reaped: its pid may belong to another process by now
+        signalled = signal_processes([proc.pid], stop)
+        for pid in members() if members is not None else []:
+            try:
+                os.kill(pid, signal.SIGSTOP if stop else signal.SIGCONT)
+            except OSError:
+                continue
+            signalled.setdefault(pid, start_time(pid) or 0)
+        if stop:
+            self.pids.update(signalled)
+
+    def still_stopped(self) -> list[str]:
+        """'pid comm' of each process of an earlier stop that is still the same process and is
+        still stopped (state T)."""
+        found = []
+        for pid, started in sorted(self.pids.items()):
+            stat = proc_stat(pid)
+            if stat is not None and stat[1] == "T" and stat[2] == started:
+                found.append(f"{pid} {stat[0]}")
+        return found
 
 
 def describe(stats: dict[str, Any]) -> dict[str, Any]:

@@ -70,6 +70,8 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         self._paused_since = 0.0
         self._paused_s = 0.0
         self.concurrency: dict[str, Any] = {}
+        # What the gate stopped of the candidate's and the reference's processes (gate.Stops).
+        self.cand_stops, self.ref_stops = gate_mod.Stops(), gate_mod.Stops()
         self.job_id = request["job"]
         self.config = EvalConfig.from_dict(request["config"])
         self.fingerprint = fingerprint
@@ -146,34 +148,16 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         """Stop (or continue) every process of this job, for a neighbour's timed loop."""
         if self.cand is not None:
             self.stop_candidate(stop)
-        if self.ref is not None and self.ref.pid is not None:
-            ref_stopped: dict[int, int] = self.__dict__.setdefault("_ref_stopped", {})
-            if not stop:
-                gate_mod.continue_processes(ref_stopped)
-                ref_stopped.clear()
-            popen = getattr(self.ref, "_popen", None)
-            if popen is None or popen.returncode is None:  # never a reaped (stale) pid
-                signalled = gate_mod.signal_processes([self.ref.pid], stop)
-                if stop:
-                    ref_stopped.update(signalled)
+        if self.ref is not None:
+            self.ref_stops.signal(self.ref, stop)
 
     def left_stopped(self) -> list[str]:
-        """Processes of this job that the gate stopped and has not let go (state T, and still in
-        `_stopped`/`_ref_stopped`) while nobody holds the device's slot: 'pid comm' each. Only
-        the harness's own stops count: a candidate that stops itself is not the harness's fault."""
+        """Processes of this job that the gate stopped and has not let go, while nobody holds
+        the device's slot: 'pid comm' each. Only the harness's own stops count: a candidate that
+        stops itself is not the harness's fault."""
         if self.gate.holder() is not None:
             return []
-        found = []
-        ours = {**self.__dict__.get("_stopped", {}), **self.__dict__.get("_ref_stopped", {})}
-        for pid, started in sorted(ours.items()):
-            try:
-                with open(f"/proc/{pid}/stat") as handle:
-                    text = handle.read()
-            except OSError:
-                continue
-            if text[text.rindex(")") + 2:].split()[0] == "T" and gate_mod.start_time(pid) == started:
-                found.append(f"{pid} {text[text.index('(') + 1:text.rindex(')')]}")
-        return found
+        return self.cand_stops.still_stopped() + self.ref_stops.still_stopped()
 
     def limit(self, name: str) -> float:
         return self.config.timeouts.limit(name, self.config.backend)
@@ -325,12 +309,12 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
                                           f"{SLOT_MIN_S:.0f} s) while other evaluations waited for it; the "
                                           "candidate's processes were killed. Work the candidate queues "
                                           "outside its calls (threads, other streams) counts here", self.stage)
-            elif self.left_stopped():
+            elif left := self.left_stopped():
                 # A process of this job still stopped by the gate, with no neighbour timing: the
                 # harness's fault (it never let go), never the candidate's timeout.
                 self.fail(Status.HARNESS_ERROR, f"stage '{self.stage}' ran past its {self.limit(self.stage):.0f} s "
                                                 "limit while processes of this job were left stopped by the harness "
-                                                f"({', '.join(self.left_stopped())[:300]})", self.stage)
+                                                f"({', '.join(left)[:300]})", self.stage)
             else:
                 self.fail(Status.TIMEOUT, f"stage '{self.stage}' ran past its {self.limit(self.stage):.0f} s limit; "
                                           "the candidate's processes were killed", self.stage)

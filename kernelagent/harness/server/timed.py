@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import time
 import uuid
 from multiprocessing.connection import wait
@@ -21,7 +20,7 @@ from typing import Any
 
 from kernelagent.harness import protocol
 from kernelagent.harness.child.inputs import SEED_TIMING
-from kernelagent.harness.server import gate as gate_mod, verdict
+from kernelagent.harness.server import verdict
 from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
 
 # Outputs of timed calls kept for verification: at most this many calls, within this share of
@@ -41,13 +40,6 @@ SLOT_SEGMENT_S = 5.0
 # each one itself, so its own per-segment times give a distribution the candidate's reported
 # samples are checked against (issue 24, class 2), not one total.
 MIN_SEGMENTS = 8
-# Clock a GPU segment until the device reads idle after the candidate's report (idle_after). Off:
-# on an H200 (2026-11-25) the trusted probe read busy for ~14 ms after every segment of honest
-# tiny ReLUs (Triton and CUDA), with the candidate stopped and its loop synchronised, which
-# charged them 14x their time; on an H100 it read idle. Until the probe can tell a context switch
-# from queued work, device work a candidate queues after its report is not clocked on a GPU (the
-# README's table says so); its host work after the report is, as it is stopped there.
-CLOCK_UNTIL_IDLE = False
 
 
 
@@ -183,13 +175,15 @@ class TimedPhases:
                             or not isinstance(entry.get("index"), int):
                         raise protocol.ProtocolError("malformed kept output")
                     kept_payloads.append([] if ipc_kept else self.relay_payloads(entry["outputs"]))
-                # The clock stops once the segment's outputs exist: their bytes are here (above),
-                # or, on a GPU, the candidate is stopped and the device reads idle (work it queued
-                # after its report runs on the clock). Nothing of the candidate's runs while its
-                # kept outputs are read: it stays stopped until the comparisons are done.
+                # The clock stops once the segment's outputs have arrived as bytes (above, without
+                # CUDA IPC), and the candidate is stopped at once: no host work of its own runs
+                # after its report, nor while its kept outputs are read (it stays stopped until the
+                # comparisons are done). Not clocked on a GPU: device work it queued before the
+                # report that finishes after it. Clocking until the trusted reference's probe reads
+                # the device idle was tried: on an H200 (2026-11-25) the probe read busy for ~14 ms
+                # after every segment of honest, synchronised tiny ReLUs and charged them 14x.
                 t1 = time.perf_counter()
                 stopped = self.stop_candidate(True)
-                t1 = self.idle_after(t1, deadline)
                 segment_s.append(t1 - t0)
                 loop_s += t1 - t0
                 here = sorted(i for i in chosen if first <= i < first + calls)
@@ -248,26 +242,6 @@ class TimedPhases:
                 self.flag(roof)
         return ok
 
-    def idle_after(self, t1: float, deadline: float) -> float:
-        """On a GPU, with the candidate stopped: when did the device go idle? `t1` if the trusted
-        reference's first probe reads idle (an honest loop synchronised before its report), else
-        the time of the first idle reading: kernels queued after the report are clocked. Bounded
-        by the gate's idle wait (then the device-busy rule of the gate applies)."""
-        if not self.fingerprint.get("cuda") or self.ref is None or not CLOCK_UNTIL_IDLE:
-            return t1
-        # A context switch after the candidate's last kernel can stretch one probe (it read busy
-        # after honest loops on an H200), so a second, immediate probe decides; work queued
-        # after the report keeps both busy, and is clocked from here until the device is idle.
-        if self.idle_probe() or self.idle_probe():
-            return t1
-        pause, waited = 0.002, time.perf_counter()
-        while not self.idle_probe():
-            if time.perf_counter() - waited > self.gate.idle_wait_s or self.clock() > deadline:
-                raise StageTimeout()
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
-        return time.perf_counter()
-
     def clock_sampler(self, expected_s: float) -> Any:
         """A ClockSampler for the device (child/timing.py), or None: no GPU, no NVML in the probe,
         or an NVML whose start-up is too slow to pay for on every evaluation."""
@@ -309,35 +283,29 @@ class TimedPhases:
         """SIGSTOP (or SIGCONT) every process of the candidate's job: its process group and
         process tree (gate.signal_processes: ninja's nvcc commands have groups of their own)
         and, in a jail, every process of its pid namespace (a setsid helper included). A
-        continue also lets go of every process the earlier stops reached (`_stopped`), whatever
-        the tree has become; a candidate already reaped is never signalled by its stale pid."""
+        continue lets go of every process the earlier stops reached (gate.Stops)."""
         assert self.cand is not None
-        stopped: dict[int, int] = self.__dict__.setdefault("_stopped", {})
-        if not stop and stopped:
-            gate_mod.continue_processes(stopped)
-            stopped.clear()
-        popen = getattr(self.cand, "_popen", None)
-        if popen is not None and popen.returncode is not None:
-            return True  # reaped: its pid may belong to another process by now
-        sig = signal.SIGSTOP if stop else signal.SIGCONT
-        signalled = gate_mod.signal_processes([self.cand.pid], stop)
+        self.cand_stops.signal(self.cand, stop, self._namespace_members)
+        return True
+
+    def _namespace_members(self) -> list[int]:
+        """Every process of the candidate's pid namespace, where it has one of its own."""
         try:
             children = open(f"/proc/{self.cand.pid}/task/{self.cand.pid}/children").read().split()
             namespace = os.readlink(f"/proc/{children[0]}/ns/pid") if children else None
         except (OSError, IndexError):
             namespace = None
-        if namespace and namespace != os.readlink("/proc/self/ns/pid"):
-            for entry in os.listdir("/proc"):
-                if entry.isdigit():
-                    try:
-                        if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
-                            os.kill(int(entry), sig)
-                            signalled.setdefault(int(entry), gate_mod.start_time(int(entry)) or 0)
-                    except OSError:
-                        continue
-        if stop:
-            stopped.update(signalled)
-        return True
+        if not namespace or namespace == os.readlink("/proc/self/ns/pid"):
+            return []
+        members = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                        members.append(int(entry))
+                except OSError:
+                    continue
+        return members
 
     def calibrate(self, order: dict[str, Any], segments: int, deadline: float) -> float | None:
         """The server's clock around the reference process running the timed loop with an empty
@@ -362,8 +330,7 @@ class TimedPhases:
                 if message["seconds"] < 0:
                     return None
                 # the bytes of its kept (empty) outputs, as the candidate's come (order["payloads"])
-                sizes = message.get("payload_bytes") or []
-                for size in sizes if isinstance(sizes, list) else []:
+                for size in message["payload_bytes"]:
                     protocol.recv_payload(self.to_ref, max_bytes=max(int(size), 1))
                 total += time.perf_counter() - t0
             return total

@@ -300,10 +300,13 @@ def trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibration
 
 def _segments(segments_ms: list[float], meaningful: bool) -> dict[str, Any]:
     """Quantiles of the server's own per-segment times per call."""
-    ordered = sorted(segments_ms)
+    return _quantiles(sorted(segments_ms), meaningful, "server clock, per segment")
+
+
+def _quantiles(ordered: list[float], meaningful: bool, note: str) -> dict[str, Any]:
+    """The fields of result.Timing for sorted per-call times."""
     return {"median_ms": quantile(ordered, 0.5), "q1_ms": quantile(ordered, 0.25), "q3_ms": quantile(ordered, 0.75),
-            "min_ms": ordered[0], "reps": len(ordered), "meaningful": meaningful,
-            "note": "server clock, per segment"}
+            "min_ms": ordered[0], "reps": len(ordered), "meaningful": meaningful, "note": note}
 
 
 def _trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibration_s: float | None,
@@ -322,9 +325,7 @@ def _trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibratio
                             "server", server_ms, None,
                             [flag("clock-mismatch", "the candidate's process reported no valid timing samples; "
                                                     "the server's clock was used")])
-    claimed = {"median_ms": quantile(clean, 0.5), "q1_ms": quantile(clean, 0.25), "q3_ms": quantile(clean, 0.75),
-               "min_ms": clean[0], "reps": len(clean), "meaningful": meaningful,
-               "note": "" if meaningful else "CPU wall clock (Triton interpreter): not meaningful"}
+    claimed = _quantiles(clean, meaningful, "" if meaningful else "CPU wall clock (Triton interpreter): not meaningful")
     mean = sum(clean) / len(clean)
     if server_ms is None:
         return TimeDecision(claimed, "in-process", server_ms, mean, flags)
