@@ -144,16 +144,29 @@ def test_the_evidence_jail_hides_the_callers_own_directories(tmp_path):
     assert {str(tmp_path / d) for d in ("secret", "scratch", "builds", "baselines")} <= set(hidden)
 
 
-def test_evidence_is_not_judged_for_a_result_that_is_no_win(tmp_path):
+def test_evidence_is_judged_for_a_reviewed_result_but_not_a_rejected_or_failed_one(tmp_path):
+    """A correct result flagged for review is no win, but a torch-only one must still end rejected
+    on what ncu saw; one already rejected, or not correct, is left as it is."""
     from types import SimpleNamespace
 
     from kernelagent.harness import Flag
     from kernelagent.harness.caller.evaluator import Evaluator
 
-    result = _cuda_result()
-    result.flags.append(Flag("shape-specialisation", "wrong on a derived shape", "review"))
-    Evaluator._kernel_evidence(SimpleNamespace(), result, {"kernels": [_k("ampere_sgemm_128x64_nn", 3e6)]}, TRITON)
-    assert [f.kind for f in result.flags] == ["shape-specialisation"] and result.status == "correct"
+    torch_only = {"kernels": [_k("ampere_sgemm_128x64_nn", 3e6)]}
+    reviewed = _cuda_result()
+    reviewed.flags.append(Flag("clock-mismatch", "the candidate's clock disagrees", "review"))
+    Evaluator._kernel_evidence(SimpleNamespace(), reviewed, torch_only, TRITON)
+    assert reviewed.status == "rejected" and "no-custom-kernel" in [f.kind for f in reviewed.flags]
+
+    rejected = _cuda_result()
+    rejected.flags.append(Flag("hidden-work", "a thread outlived forward()", "reject"))
+    Evaluator._kernel_evidence(SimpleNamespace(), rejected, torch_only, TRITON)
+    assert [f.kind for f in rejected.flags] == ["hidden-work"] and rejected.kernel_evidence in ({}, None)
+
+    incorrect = _cuda_result()
+    incorrect.status, incorrect.correct = "incorrect", False
+    Evaluator._kernel_evidence(SimpleNamespace(), incorrect, torch_only, TRITON)
+    assert incorrect.flags == [] and incorrect.status == "incorrect"
 
 
 def test_evaluator_turns_reject_evidence_into_a_rejection(tmp_path):
@@ -195,15 +208,18 @@ def _job(tmp_path, **over):
     return job
 
 
-def test_the_server_collects_evidence_only_for_a_would_be_win_on_a_gpu(tmp_path):
+def test_the_server_collects_evidence_for_every_correct_unrejected_gpu_result(tmp_path):
     from kernelagent.harness import EvalConfig
     from kernelagent.harness.server import evidence
 
     assert evidence.wanted(_job(tmp_path / "a"))
     assert not evidence.wanted(_job(tmp_path / "b", fingerprint={"cuda": False}))
     assert not evidence.wanted(_job(tmp_path / "c", result={"status": "incorrect", "flags": []}))
-    assert not evidence.wanted(_job(tmp_path / "d", result={"status": "correct", "flags": [
-        {"kind": "device-busy", "message": "", "severity": "review"}]}))
+    # flagged for review: still checked, so a torch-only result ends rejected, not reviewed
+    assert evidence.wanted(_job(tmp_path / "d", result={"status": "correct", "flags": [
+        {"kind": "clock-mismatch", "message": "", "severity": "review"}]}))
+    assert not evidence.wanted(_job(tmp_path / "d2", result={"status": "correct", "flags": [
+        {"kind": "hidden-work", "message": "", "severity": "reject"}]}))
     assert not evidence.wanted(_job(tmp_path / "e", config=EvalConfig(kernel_evidence=False)))
     no_ask = _job(tmp_path / "f")
     no_ask.request["options"].pop("evidence")

@@ -401,16 +401,19 @@ class Evaluator:
         return hide
 
     def _kernel_evidence(self, result: EvalResult, evidence: dict[str, Any] | None, candidate_source: str) -> None:
-        """Out-of-process evidence for a CUDA result that would count as a win: the kernels ncu
+        """Out-of-process evidence for a correct CUDA result that nothing rejected (flagged for
+        review or not: server/evidence.py says why): the kernels ncu
         saw (collected by the server as the job's last stage, server/evidence.py), judged here
         against the candidate's source and its checked timing (caller/kernel_evidence.py). A
         reject flag turns the verdict into `rejected`; evidence that could not be collected is a
         review flag (the result is then no win). Nothing on the CPU, where no such evidence
-        exists, and nothing for a result that is no win anyway (it would only cost time)."""
+        exists, and nothing for a result that is not correct (it would only cost time)."""
         from kernelagent.harness.caller import kernel_evidence
         from kernelagent.harness.server import verdict  # pure functions: the same rule in this process
 
-        if not result.passed or not (result.fingerprint or {}).get("cuda"):
+        if result.status != Status.CORRECT or not (result.fingerprint or {}).get("cuda"):
+            return
+        if any(f.severity == "reject" for f in result.flags):
             return
         if not isinstance(evidence, dict):
             evidence = {"unavailable": "the harness server did not run it"}

@@ -1,6 +1,6 @@
 """A job's last stage on a GPU: out-of-process kernel evidence (caller/kernel_evidence.py).
 
-Every CUDA result that would count as a win is run once more under Nsight Compute, whose host
+Every correct CUDA result that nothing rejected is run once more under Nsight Compute, whose host
 process records every kernel the candidate launched and for how long. The run belongs to the job
 that asked for it, inside the server, because of the device's timing slot (server/gate.py): ncu
 starts the candidate's code in processes of its own, and those put kernels on the device, where a
@@ -33,13 +33,18 @@ from kernelagent.harness.result import Status
 
 
 def wanted(job: Any) -> bool:
-    """Did the caller ask for evidence, and would this result count as a win on a GPU?"""
+    """Did the caller ask for evidence, and is this a correct GPU result that nothing rejected?
+
+    Results flagged for review are included: such a result is no win already, but a torch-only
+    candidate that also trips a review check (its own clock disagreeing with the server's, say)
+    must still end `rejected` on what ncu saw, not `correct` with a flag a reader may wave
+    through. A result that is not correct pays nothing."""
     options = job.request.get("options") or {}
     if not options.get("evidence") or not job.config.kernel_evidence or not job.fingerprint.get("cuda"):
         return False
     if job.result.get("status") != Status.CORRECT:
         return False
-    return not any(isinstance(f, dict) and f.get("severity") in ("review", "reject") for f in job.result["flags"])
+    return not any(isinstance(f, dict) and f.get("severity") == "reject" for f in job.result["flags"])
 
 
 def collect(job: Any) -> None:
