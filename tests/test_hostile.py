@@ -73,6 +73,11 @@ CORRECT, INCORRECT, REJECTED = "correct", "incorrect", "rejected"
 #            HOME and other jobs' scratch hidden, private /proc and /dev/shm.
 #   secrets  a user namespace with zero capabilities (also when the caller is root), nothing of
 #            the caller's environment or home reachable.
+#   files    (issue 24, class 4) a minimal read-only view (the system's directories, the
+#            interpreter and its packages; the caller's working directory, home, /tmp and every
+#            other top-level directory hidden) and, when the caller is root, an unprivileged uid,
+#            so files only root may read are out of reach where the view shows them. Not held
+#            under bubblewrap as root (its layer keeps the job at uid 0 outside; the result says so).
 #   inproc   in-process evidence (monitor, audit hook, dispatch recorder) that the candidate
 #            cannot switch off. No mode guarantees it: anything in the candidate's process is
 #            the candidate's (issue 11: "no guarantee may rest on them"). On the CPU there is
@@ -86,7 +91,7 @@ CORRECT, INCORRECT, REJECTED = "correct", "incorrect", "rejected"
 # the caller through /proc or ptrace (h6 rows show the caller's environment is readable there).
 # --------------------------------------------------------------------------------------
 OUT_OF_PROCESS = frozenset({"channel", "verdict", "clock", "inputs"})
-NAMESPACED = OUT_OF_PROCESS | {"pid", "mount", "secrets"}
+NAMESPACED = OUT_OF_PROCESS | {"pid", "mount", "secrets", "files"}
 GUARANTEES: dict[str, frozenset[str]] = {
     # "auto" = bubblewrap around the server where it works + per-job namespaces where they
     # work; the test reads the result's `isolation` field and judges by what auto resolved to.
@@ -113,6 +118,14 @@ def _resolved_guarantees(mode: str, result: dict) -> frozenset[str]:
     if iso and '"namespaces"' not in text and '"bwrap"' not in text:
         return GUARANTEES["none"]
     return GUARANTEES[mode]
+
+
+def _held(mode: str, result: dict) -> frozenset[str]:
+    """_resolved_guarantees, less `files` where the job kept uid 0 outside (bubblewrap as root)."""
+    held = _resolved_guarantees(mode, result)
+    if "uid 0 outside" in json.dumps(result.get("isolation") or {}):
+        held = held - {"files"}
+    return held
 
 
 def _offered_modes() -> set[str]:
@@ -237,6 +250,9 @@ TABLE = [
     Row("h6_netrc_proc_root.py", (INCORRECT,), need("pid", "mount", "secrets")),
     # Its ctypes calls may be flagged (tampering) as well as its kernel being wrong.
     Row("h6_remount_rw.py", (INCORRECT, REJECTED), need("mount", "secrets")),
+    # issue 24, class 4: the caller's project .env, a top-level directory of the host, a
+    # root-only file in a directory the view shows (canaries placed by _file_canaries).
+    Row("r4_file_secrets.py", (INCORRECT,), need("files")),
     # 7 predictable inputs.
     Row("h7_precomputed_seeds.py", (INCORRECT,), need("inputs")),
     # Its timed calls are right, only computed by torch: telling them from checks uses the
@@ -316,6 +332,27 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _file_canaries(workdir: Path, token: str) -> dict[str, Path]:
+    """Secrets in files (issue 24, class 4), each canary -> the path to remove afterwards: the
+    caller's project .env in its working directory; as root also a world-readable file in a
+    top-level directory of its own and a root-only 0600 file in /etc."""
+    out = {}
+    dotenv = f"dotenv-canary-{token}"
+    (workdir / ".env").write_text(f"DATABASE_URL=postgres://ka:{dotenv}@db/x\n")
+    out[dotenv] = workdir / ".env"
+    if os.geteuid() == 0:
+        top = Path(f"/ka-canary-top-{token}")
+        top.mkdir(mode=0o755)
+        (top / "ka-canary-creds").write_text(f"top-canary-{token}\n")
+        out[f"top-canary-{token}"] = top
+        secret = Path(f"/etc/ka-canary-{token}")
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, f"rootonly-canary-{token}\n".encode())
+        os.close(fd)
+        out[f"rootonly-canary-{token}"] = secret
+    return out
+
+
 def _run_eval(candidate: Path, mode: str, env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
     cmd = _cli() + ["eval", str(RELU), str(candidate)] + EVAL_OPTIONS
     if mode != "default":
@@ -336,7 +373,7 @@ def _params() -> list:
 
 
 @pytest.mark.parametrize("row, mode", _params())
-def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path) -> None:
+def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, request) -> None:
     home = tmp_path / "home"
     shutil.copytree(template_home, home, symlinks=True)
     token = secrets.token_hex(12)
@@ -349,7 +386,9 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path) -> No
     workdir.mkdir()
     candidate = workdir / row.candidate
     shutil.copyfile(ADV / row.candidate, candidate)
-    secrets_to_hide = list(canaries.values()) + [netrc_canary, cmdline_canary]
+    file_canaries = _file_canaries(workdir, token)
+    request.addfinalizer(lambda: [_remove(p) for p in file_canaries.values()])
+    secrets_to_hide = list(canaries.values()) + [netrc_canary, cmdline_canary] + list(file_canaries)
     env = _base_env(home, canaries)
     cache = home / ".cache" / "kernelagent"
     cache_before = _tree_hash(cache)
@@ -444,7 +483,7 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path) -> No
 
     # The caller's survival is a guarantee of every mode (it lives outside the candidate).
     assert not survival, f"{row.candidate} [{mode}]: " + "; ".join(survival)
-    missing = row.needs - _resolved_guarantees(mode, result)
+    missing = row.needs - _held(mode, result)
     if problems and missing:
         pytest.xfail(f"mode {mode!r} cannot guarantee {sorted(missing)}; got through: " + "; ".join(problems))
     assert not problems, f"{row.candidate} [{mode}] got through: " + "; ".join(problems)

@@ -163,7 +163,11 @@ class Evaluator:
         self.reference_compile_dir = shared
         # Only the server reads and writes the build cache; jobs get verified copies of their entries.
         self.cuda_cache_dir = persistent or self._scratch_root / "cuda-ext"
-        if self.isolation_requested in ("auto", "bwrap"):
+        # As root, bubblewrap's layer maps the server to uid 0 outside, and jobs inside it cannot
+        # switch to an unprivileged uid: `auto` then runs the server unwrapped and every job in
+        # its own namespaces as an unprivileged uid (child/jail.py job_uid); `bwrap` asks for
+        # the layer anyway (jobs keep uid 0 outside, said in the result's isolation).
+        if self.isolation_requested == "bwrap" or (self.isolation_requested == "auto" and os.geteuid() != 0):
             writable = [p for p in (persistent, shared, probes) if p is not None]
             prefix = sandbox.bubblewrap_command(self._scratch_root, extra_rw=writable or None)
             if prefix is None and writable:

@@ -93,11 +93,30 @@ def _try_mount_setattr() -> str:
     return "works"
 
 
-def probe(scratch_root: Path | None = None) -> dict[str, Any]:
+def _unreadable(paths: list[Path]) -> list[str]:
+    """Which of `paths` this process cannot read (inside the jail: what the job will need)."""
+    bad = []
+    for path in paths:
+        if not path.exists():
+            continue
+        mode = os.R_OK | (os.X_OK if path.is_dir() else 0)
+        if not os.access(path, mode):
+            bad.append(str(path))
+    for dev in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"):
+        if os.path.exists(dev) and not os.access(dev, os.R_OK | os.W_OK):
+            bad.append(dev)
+    return bad
+
+
+def probe(scratch_root: Path | None = None, hide: list[Path] | None = None, keep_ro: list[Path] | None = None,
+          run_as: tuple[int, int] | None = None) -> dict[str, Any]:
     """Which isolation works here, each tried in a throwaway forked child (nothing changes in
     this process), plus a full trial of enter_job_jail with a scratch directory made (and
-    removed) under `scratch_root` (default: the temp directory). Call it from a process that
-    may fork (the server, before it starts jobs); it takes about 10-50 ms."""
+    removed) under `scratch_root` (default: the temp directory), hiding `hide` and binding back
+    `keep_ro` as jobs will. With `run_as` (uid, gid) the trial runs as that uid and checks it can
+    read what a job needs (the interpreter, its packages, the GPU's device files); where it
+    cannot, the trial is repeated as the current uid and info["run_as_error"] says why. Call it
+    from a process that may fork (the server, before it starts jobs); it takes about 10-50 ms."""
     def one(fn) -> bool | str:
         res = _in_child(fn)
         return res["value"] if res["ok"] else f"no: {res['error']}"
@@ -117,8 +136,9 @@ def probe(scratch_root: Path | None = None) -> dict[str, Any]:
         info["inside_user_ns"] = Path("/proc/self/uid_map").read_text().split() != ["0", "0", "4294967295"]
     except OSError:
         info["inside_user_ns"] = None
+    needed = [Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[2], *(keep_ro or [])]
 
-    def trial() -> dict[str, Any]:
+    def trial(as_uid: tuple[int, int] | None) -> dict[str, Any]:
         scratch = Path(tempfile.mkdtemp(prefix="kernelagent-jail-probe-", dir=scratch_root))
         try:
             r, w = os.pipe()
@@ -126,7 +146,11 @@ def probe(scratch_root: Path | None = None) -> dict[str, Any]:
             if pid == 0:
                 os.close(r)
                 try:
-                    desc = enter_job_jail(scratch, [], [w], "namespaces")
+                    desc = enter_job_jail(scratch, list(hide or []), [w], "namespaces", keep_ro=list(keep_ro or []),
+                                          run_as=as_uid)
+                    bad = _unreadable(needed) if as_uid else []
+                    if bad:
+                        raise JailError(f"uid {as_uid[0]} cannot read {', '.join(bad[:4])}")
                     os.write(w, json.dumps({"ok": True, "value": desc}).encode())
                 except BaseException as exc:  # noqa: BLE001
                     os.write(w, json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}).encode())
@@ -146,7 +170,13 @@ def probe(scratch_root: Path | None = None) -> dict[str, Any]:
 
             shutil.rmtree(scratch, ignore_errors=True)
 
-    full = _in_child(trial)
+    full = _in_child(lambda: trial(run_as)) if run_as else {"ok": False}
+    if full["ok"]:
+        info["run_as"] = list(run_as)
+    else:
+        if run_as:
+            info["run_as_error"] = full["error"]
+        full = _in_child(lambda: trial(None))
     info["jail"] = full["value"] if full["ok"] else f"no: {full['error']}"
     info["namespaces_work"] = full["ok"]
     return info

@@ -270,10 +270,68 @@ def _is_under(path: Path, root: Path) -> bool:
 
 # -- capabilities and limits --------------------------------------------------------------------
 
-def drop_capabilities() -> None:
+class _IdMapper:
+    """A helper forked before unshare, so it stays in the parent user namespace with root's
+    capabilities there, and writes our uid_map and gid_map once we have unshared."""
+
+    def __init__(self) -> None:
+        self._go_r, self._go_w = os.pipe()
+        self._done_r, self._done_w = os.pipe()
+        target = os.getpid()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self._go_w)
+            os.close(self._done_r)
+            try:
+                maps = b""
+                while chunk := os.read(self._go_r, 4096):
+                    maps += chunk
+                uid_map, gid_map = maps.decode().split("|", 1)
+                _write(f"/proc/{target}/uid_map", uid_map)
+                _write(f"/proc/{target}/gid_map", gid_map)
+                os.write(self._done_w, b"ok")
+            except BaseException as exc:  # noqa: BLE001 - said to the jail, which raises it
+                os.write(self._done_w, f"{type(exc).__name__}: {exc}".encode()[:400])
+            os._exit(0)
+        os.close(self._go_r)
+        os.close(self._done_w)
+
+    def write(self, uid_map: str, gid_map: str) -> None:
+        os.write(self._go_w, f"{uid_map}|{gid_map}".encode())
+        os.close(self._go_w)
+        answer = os.read(self._done_r, 512)
+        os.close(self._done_r)
+        os.waitpid(self.pid, 0)
+        if answer != b"ok":
+            raise JailError(f"mapping the job's uid: {answer.decode(errors='replace') or 'the helper died'}")
+
+
+def _become(run_as: tuple[int, int]) -> None:
+    """Switch every id to the job's (mapped to itself by our user namespace). The kernel clears
+    the permitted and effective capabilities when no uid is 0 any more (no securebit is set yet
+    to stop that); the bounding set must go first, while CAP_SETPCAP is still held."""
+    last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    for cap in range(last_cap + 1):
+        _prctl(PR_CAPBSET_DROP, cap, f"prctl(PR_CAPBSET_DROP, {cap})")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+    uid, gid = run_as
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+def drop_capabilities(keep_setuid_fixup: bool = False) -> None:
     """No capability left, none to regain: locked securebits (uid 0 gains nothing through
     execve), an empty bounding set, no ambient set, capset to zero, then no_new_privs. The
-    order matters: the bounding set and securebits need CAP_SETPCAP, so capset comes last."""
+    order matters: the bounding set and securebits need CAP_SETPCAP, so capset comes last.
+    After _become (keep_setuid_fixup) CAP_SETPCAP is gone: the bounding set is already empty and
+    the securebits cannot be set (with no uid 0 left and no_new_privs, they guard nothing)."""
+    if keep_setuid_fixup:
+        _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+        header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
+        data = (_CapData * 2)()
+        _check(_libc.capset(ctypes.byref(header), data), "capset(0)")
+        _prctl(PR_SET_NO_NEW_PRIVS, 1, "prctl(PR_SET_NO_NEW_PRIVS)")
+        return
     _prctl(PR_SET_SECUREBITS, SECUREBITS_ALL_LOCKED, "prctl(PR_SET_SECUREBITS)")
     last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
     for cap in range(last_cap + 1):
@@ -320,6 +378,19 @@ def _outer_uid_is_root(euid: int) -> bool:
 
 # -- the jail -------------------------------------------------------------------------------------
 
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Hand the job's scratch (and what the server put in it) to the job's uid. Links are
+    changed, never followed, and other file systems are not entered."""
+    device = os.lstat(root).st_dev
+    os.lchown(root, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            if os.lstat(path).st_dev == device:
+                os.lchown(path, uid, gid)
+        dirnames[:] = [d for d in dirnames if os.lstat(os.path.join(dirpath, d)).st_dev == device]
+
+
 def _forward_status(status: int) -> None:
     """Exit the way the waited-for process did: same exit code, or death by the same signal."""
     code = os.waitstatus_to_exitcode(status)
@@ -331,9 +402,10 @@ def _forward_status(status: int) -> None:
     os._exit(code)
 
 
-def _become_pid1_of_new_namespace() -> None:
+def _become_pid1_of_new_namespace() -> int:
     """Fork; the parent (outside the new pid namespace) waits and mirrors the child's exit.
-    Only the child, pid 1 of the namespace, returns."""
+    Only the child, pid 1 of the namespace, returns: with the read end of a pipe whose EOF says
+    the waiter is gone (`_die_with_waiter`; close it when done)."""
     alive_r, alive_w = os.pipe()
     pid = os.fork()
     if pid:
@@ -354,10 +426,15 @@ def _become_pid1_of_new_namespace() -> None:
     # Die with the waiter: whoever kills the job's process (the server's timeout) kills pid 1,
     # and pid 1's death kills the namespace. The pipe closes race-free whether the waiter died
     # before or after prctl: EOF means it is gone.
+    _die_with_waiter(alive_r)
+    return alive_r
+
+
+def _die_with_waiter(alive_r: int) -> None:
+    """PR_SET_PDEATHSIG, then the race check: EOF on the pipe means the waiter died before it."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "prctl(PR_SET_PDEATHSIG)")
     if select.select([alive_r], [], [], 0)[0]:
         os._exit(255)
-    os.close(alive_r)
 
 
 def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: str = "namespaces", *,
@@ -375,10 +452,12 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     keep_ro: paths under a hidden directory to bind back read-only (e.g. a virtualenv in the
         home directory, which lazy imports still need).
     shm_bytes: size of the job's private /dev/shm. limits: overrides of DEFAULT_LIMITS.
-    run_as: (uid, gid) to switch to before creating the namespaces, when running as root.
-        The kernel exempts outer uid 0 from RLIMIT_NPROC, so only a non-root outer uid makes
-        the process limit hold; the job's files are then owned by it (scratch is chowned), and
-        the interpreter and its packages must be readable by it.
+    run_as: (uid, gid) the job runs as, when the server runs as root (issue 24: files only
+        root may read are then out of its reach, and RLIMIT_NPROC holds, which the kernel
+        waives for outer uid 0). The user namespace maps 0 to root and this uid to itself; the
+        mounts are made as root (which still reaches the interpreter under a 0700 /root), and
+        the job switches to the uid last, losing every capability. Scratch is chowned to it;
+        the interpreter and its packages must be readable by it (jail_probe checks).
     private_tmp: /tmp becomes a private, writable tmpfs (programs such as ncu keep lock files
         and sockets there); what the interpreter needs under it is bound back read-only.
     loopback: bring the new network namespace's loopback up (ncu talks to its target over it);
@@ -408,33 +487,34 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
         if _is_under(h, scratch):
             raise JailError(f"hide path {h} lies inside the scratch directory {scratch}")
     ppid = os.getppid()
-    if run_as is not None and os.geteuid() == 0:
-        uid, gid = run_as
-        os.chown(scratch, uid, gid)
-        os.setgroups([])
-        os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)
-        # A uid change makes the process non-dumpable: /proc/self/uid_map would then belong to
-        # root and could not be written below.
-        _prctl(4, 1, "prctl(PR_SET_DUMPABLE)")
-    # Die with the server. Set here (again) because a uid change clears it; the getppid check
-    # closes the race where the server died before the prctl.
+    # Die with the server; the getppid check closes the race where the server died before it.
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "prctl(PR_SET_PDEATHSIG)")
     if os.getppid() != ppid:
         os._exit(255)
     euid, egid = os.geteuid(), os.getegid()
-    outer_root = _outer_uid_is_root(euid)  # read before our own uid_map replaces the view
+    if run_as is not None and (euid != 0 or tuple(run_as) == (0, 0)):
+        run_as = None  # only a root server has another uid to give; the job keeps the caller's
+    if run_as is not None:
+        _chown_tree(scratch, *run_as)
+        os.setgroups([])  # root's supplementary groups must not follow the job
+    outer_root = _outer_uid_is_root(euid) and run_as is None  # read before our uid_map replaces the view
 
     # 1. User namespace first (the kernel creates it before the others in the same call, so it
     #    owns them): this gives us the capabilities to mount, also as an unprivileged user.
-    _unshare(JOB_NAMESPACES)
     # 2. Our own ids, nothing else: inside 0 is outside euid/egid. setgroups must be denied
     #    before an unprivileged gid_map is accepted.
+    #    With run_as, the job's uid is mapped to itself besides: a map of two ids must be
+    #    written by a process with CAP_SETUID in the parent namespace (_IdMapper, as newuidmap).
+    mapper = _IdMapper() if run_as is not None else None
+    _unshare(JOB_NAMESPACES)
     _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"0 {euid} 1")
-    _write("/proc/self/gid_map", f"0 {egid} 1")
+    if mapper is not None:
+        mapper.write(f"0 {euid} 1\n{run_as[0]} {run_as[0]} 1\n", f"0 {egid} 1\n{run_as[1]} {run_as[1]} 1\n")
+    else:
+        _write("/proc/self/uid_map", f"0 {euid} 1")
+        _write("/proc/self/gid_map", f"0 {egid} 1")
     # 3. unshare(CLONE_NEWPID) moves only our children into the new pid namespace.
-    _become_pid1_of_new_namespace()
+    alive_r = _become_pid1_of_new_namespace()
 
     # 4. Mounts. Nothing we do may propagate back to the host.
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -496,8 +576,13 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     if outer_root:
         applied["nproc"] = "not enforced: the job's outer uid is 0 (the kernel exempts it); see run_as"
     os.chdir(scratch)
-    # 11. Last: capabilities. After this nothing can be remounted, unhidden or regained.
-    drop_capabilities()
+    # 11. Last: the job's uid (run_as), then capabilities. After this nothing can be
+    #     remounted, unhidden or regained.
+    if run_as is not None:
+        _become(run_as)
+        _die_with_waiter(alive_r)  # a uid change clears PR_SET_PDEATHSIG: set it again
+    os.close(alive_r)
+    drop_capabilities(keep_setuid_fixup=run_as is not None)
     status = Path("/proc/self/status").read_text()
     cap_eff = next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:"))
     if int(cap_eff, 16) != 0:
@@ -505,7 +590,7 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     return {
         "mode": "namespaces", "isolated": True,
         "namespaces": ["user", "mount", "pid", "net", "ipc", "uts"],
-        "outer_uid": euid, "outer_gid": egid,
+        "outer_uid": run_as[0] if run_as else euid, "outer_gid": run_as[1] if run_as else egid,
         "readonly_root": ro_method, "hidden": hidden, "keep_ro": [str(p) for p in keep_ro_paths],
         "writable": str(scratch), "dev_shm": f"private tmpfs, {shm_bytes} bytes", "proc": "own pid namespace",
         "network": "loopback only" if loopback else "none (loopback down)",
