@@ -333,12 +333,6 @@ class TimedPhases:
                 for size in message["payload_bytes"]:
                     protocol.recv_payload(self.to_ref, max_bytes=max(int(size), 1))
                 total += time.perf_counter() - t0
-                # The candidate is stopped after every segment and continued before the next one
-                # (its threads wake, its pipe read resumes): the reference pays the same, or the
-                # difference is charged to the candidate as work (an honest 0.017 ms ReLU on an
-                # H200 was flagged clock-mismatch by 0.2 ms per call without this).
-                self.ref_stops.signal(self.ref, True)
-                self.ref_stops.signal(self.ref, False)
             return total
         finally:
             if stopped:
