@@ -133,6 +133,27 @@ def test_evidence_that_cannot_be_collected_keeps_a_result_from_counting_as_a_win
     assert not silent.passed and "did not run it" in silent.flags[0].message
 
 
+def test_what_the_candidate_did_under_ncu_rejects_it_as_the_main_run_would(tmp_path):
+    """h3_gc_monitor_none on an H200: the monitor switched off in the main run, gc.get_objects()
+    seen by the ncu entry's audit. That is a rejection, not a `kernel-evidence` review."""
+    from types import SimpleNamespace
+
+    from kernelagent.harness.caller.evaluator import Evaluator
+
+    result = _cuda_result()
+    evidence = {"unavailable": "the candidate did something not allowed under ncu",
+                "violations": {"reading-reference": ["gc.get_objects() at candidate.py:19"],
+                               "made-up-kind": ["ignored"], "tampering": "not a list"}}
+    Evaluator._kernel_evidence(SimpleNamespace(), result, evidence, TRITON)
+    assert result.status == "rejected" and not result.correct
+    assert [(f.kind, f.severity) for f in result.flags] == [("reading-reference", "reject")]
+    assert "gc.get_objects()" in result.flags[0].message and "Nsight Compute" in result.flags[0].message
+    # Malformed violations are no evidence of anything: the review flag as before.
+    odd = _cuda_result()
+    Evaluator._kernel_evidence(SimpleNamespace(), odd, {"unavailable": "x", "violations": ["a"]}, TRITON)
+    assert odd.status == "correct" and [f.kind for f in odd.flags] == ["kernel-evidence"]
+
+
 def test_the_evidence_jail_hides_the_callers_own_directories(tmp_path):
     from types import SimpleNamespace
 

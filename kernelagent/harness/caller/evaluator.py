@@ -424,6 +424,13 @@ class Evaluator:
         result.kernel_evidence = {k: v for k, v in evidence.items() if k != "kernels"}
         if "seconds" in evidence:
             result.stage_seconds["evidence"] = float(evidence["seconds"])
+        seen = kernel_evidence.violations_under_ncu(evidence)
+        if seen:
+            result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in seen)
+            outcome = verdict.apply_rejects(verdict.Outcome(result.status, result.reason, result.stage), seen)
+            result.status, result.reason, result.stage = outcome.status, outcome.reason, outcome.stage
+            result.correct = outcome.correct
+            return
         if "unavailable" in evidence or not isinstance(evidence.get("kernels"), list):
             why = evidence.get("unavailable", "no kernel list came back")
             result.flags.append(Flag("kernel-evidence", "not collected, so this result does not count as a win: "

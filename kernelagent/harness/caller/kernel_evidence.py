@@ -99,6 +99,30 @@ def judge(evidence: dict[str, Any], own_names: set[str], median_ms: float | None
     return flags
 
 
+# What the ncu entry's audit (child/ncu_entry.py: the same Monitor as a job's) may report, and
+# the caller turns into rejections as the main run would. Anything else in that line is ignored.
+NCU_VIOLATION_KINDS = ("tampering", "sandbox-escape", "reading-reference")
+
+
+def violations_under_ncu(evidence: dict[str, Any]) -> list[dict[str, str]]:
+    """Reject flags for what the candidate did while ncu ran it (evidence["violations"]:
+    {kind: [what, ...]}), validated by type and bounded. The line comes from the candidate's own
+    process, so it can only be forged against the candidate itself; a candidate that switched
+    the monitor off in the main run is still seen here where it does the same again."""
+    raw = evidence.get("violations")
+    if not isinstance(raw, dict):
+        return []
+    flags = []
+    for kind in NCU_VIOLATION_KINDS:
+        items = raw.get(kind)
+        if not isinstance(items, list) or not items:
+            continue
+        said = "; ".join(str(x)[:200] for x in items[:4])
+        flags.append({"kind": kind, "severity": SEVERITY[kind],
+                      "message": f"seen while Nsight Compute ran the candidate again: {said}"})
+    return flags
+
+
 def is_glue(kernel: dict[str, Any]) -> bool:
     """A library kernel that is glue by its name: a copy or a fill (cuda_source.is_glue_kernel),
     by the demangled name ncu printed or by the mangled one."""

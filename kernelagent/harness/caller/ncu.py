@@ -376,7 +376,10 @@ def _ncu_attempts(ncu: str, base: list[str], app: list[str], attempts: list[list
         done = [x for x in (proc.stdout + proc.stderr).splitlines() if x.startswith("KERNELAGENT_NCU_DONE")]
         violations = json.loads(done[-1].split(" ", 1)[1]) if done else {}
         if violations:
-            return {"unavailable": f"the candidate did something not allowed under ncu: {violations}"}
+            # Also as data: the caller rejects on them as the main run would have (a candidate
+            # that switched the monitor off there can still be seen here).
+            return {"unavailable": f"the candidate did something not allowed under ncu: {violations}",
+                    "violations": violations}
         rep = report.with_suffix(".ncu-rep")
         if not rep.exists():
             return {"unavailable": "ncu profiled no kernel (kernel-name filter: "
