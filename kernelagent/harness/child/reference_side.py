@@ -208,7 +208,7 @@ class ReferenceSide:
             try:
                 # The reference runs on the inputs it made (no copy: one input set in memory); the
                 # candidate's inputs after its call are compared with these after the reference's.
-                after_reference = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
+                after_reference = self.check_inputs(kind, seed)
                 with torch.no_grad():
                     reference = transfer.flatten_outputs(self.model(*after_reference))
                 _sync(self.device)
@@ -277,6 +277,16 @@ class ReferenceSide:
         """Nothing of the early baseline compile may run beside a timed phase."""
         if getattr(self, "_compiling", None) is not None:
             self._compiling.join()
+
+    def check_inputs(self, kind: str, seed: int) -> list[Any]:
+        """A check's inputs, made from the global generators once the early baseline compile is
+        done: that thread seeds them too (its own first call's inputs), and Dynamo restores the
+        RNG state it saved when its tracing ends. Beside it, an honest ReLU's signed-normal
+        inputs came out of another state than the candidate's (H100, 2026-11-26): rejected for
+        `input-mutation`, every element "changed". The candidate's import and compile still
+        overlap the baseline compile; its checks wait for it."""
+        self.join_compiling()
+        return inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
 
     def calibrate(self, order: dict[str, Any]) -> None:
         """The candidate's timed loop with an empty model, in the same two phases: fresh input
