@@ -1,11 +1,15 @@
-"""How repeatable is a speedup? The same candidates, evaluated again and again in fresh processes.
+"""How repeatable is a speedup? The same candidates, evaluated again and again.
 
-Every repetition runs `python -m kernelagent eval PROBLEM CANDIDATE --json --cache-dir DIR` as its
-own subprocess, so each one starts a new harness server (new CUDA context, new allocator, new
-Inductor compile unless cached): the spread between repetitions is what a user sees between two
-`eval`s, or between `profile` and `submit`. Issue 13, scope 1.
+The first `--fresh` repetitions of each problem (default 1) run `python -m kernelagent eval
+PROBLEM CANDIDATE --json --cache-dir DIR` as a subprocess of their own, so each starts a new
+harness server (new CUDA context, new allocator, new Inductor compile unless cached): the spread
+a user sees between two `eval`s. The others run in one warm harness server in this process
+(`Evaluator`, a fresh candidate and reference process per evaluation, as `bench` and the RL
+reward run them), which costs seconds instead of the ~25 s of a fresh process, so a whole table
+fits one device call. Each row says which (`process`: fresh or warm), and the table compares the
+two (`fresh/warm`). Issue 13, scope 1; issue 25, scope 2.
 
-    python benchmarks/fidelity.py --out fid.jsonl --summary fid.md [--reps 5] [--cache on|off|both]
+    python benchmarks/fidelity.py --out fid.jsonl --summary fid.md [--reps 5] [--fresh 1] [--cache on|off|both]
         [--filter 'kb/*'] [--pair PROBLEM:CANDIDATE[@name=value,...]]... [--pairs FILE]
         [--device auto] [--resume] [--max-minutes M] [--eval-timeout S] [--no-prime]
 
@@ -81,13 +85,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))  # gpu_clocks beside this script, however it was started
+from gpu_clocks import gpu_index, nvml, read_clocks  # noqa: E402
 # KernelBench's problems: ../shared/kernelbench beside the checkout, or shared/kernelbench inside it
 # (where the GPU machine's copy of the working tree puts it).
 KERNELBENCH = next((p for p in (ROOT.parent / "shared" / "kernelbench" / "KernelBench",
                                 ROOT / "shared" / "kernelbench" / "KernelBench") if p.is_dir()),
                    ROOT.parent / "shared" / "kernelbench" / "KernelBench")
 SMALL_KERNEL_MS = 0.05  # the issue's line between the 1% and the 3% targets
-CLOCK_FIELDS = ("clocks.sm", "clocks.max.sm", "temperature.gpu", "power.draw")
 
 
 class FidelityError(Exception):
@@ -175,132 +180,6 @@ def problem_file(pair: Pair, work: Path) -> Path:
     return path
 
 
-class _Nvml:
-    """NVML through pynvml when it is installed, else through ctypes on libnvidia-ml.so.1 (the GPU
-    machines have the driver's library but not pynvml); `None` from `open()` where neither loads."""
-
-    CLOCK_SM, TEMPERATURE_GPU = 1, 0
-
-    def __init__(self, lib, via: str):
-        self.lib, self.via = lib, via
-
-    @classmethod
-    def open(cls) -> "_Nvml | None":
-        try:
-            import pynvml  # type: ignore[import-not-found]
-
-            pynvml.nvmlInit()
-            return cls(pynvml, "pynvml")
-        except Exception:  # noqa: BLE001 - absent or unusable: try the library itself
-            pass
-        import ctypes
-
-        try:
-            lib = ctypes.CDLL("libnvidia-ml.so.1")
-            init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
-            if init() != 0:
-                return None
-        except (OSError, AttributeError):
-            return None
-        return cls(lib, "ctypes:libnvidia-ml.so.1")
-
-    def read(self, index: int) -> dict:
-        """SM clock and its maximum (MHz), temperature (C), power (W), throttle reasons (bit mask)."""
-        if self.via == "pynvml":
-            n = self.lib
-            handle = n.nvmlDeviceGetHandleByIndex(index)
-            values = {"clocks.sm": n.nvmlDeviceGetClockInfo(handle, self.CLOCK_SM),
-                      "clocks.max.sm": n.nvmlDeviceGetMaxClockInfo(handle, self.CLOCK_SM),
-                      "temperature.gpu": n.nvmlDeviceGetTemperature(handle, self.TEMPERATURE_GPU),
-                      "power.draw": n.nvmlDeviceGetPowerUsage(handle) / 1000.0}
-            try:
-                values["throttle_reasons"] = int(n.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
-            except Exception:  # noqa: BLE001
-                values["throttle_reasons"] = None
-            return values
-        import ctypes
-
-        lib = self.lib
-        handle = ctypes.c_void_p()
-        get = getattr(lib, "nvmlDeviceGetHandleByIndex_v2", None) or lib.nvmlDeviceGetHandleByIndex
-        if get(ctypes.c_uint(index), ctypes.byref(handle)) != 0:
-            return {"error": f"NVML has no device {index}"}
-        out: dict = {}
-
-        def uint(name: str, fn, *args) -> None:
-            value = ctypes.c_uint()
-            out[name] = float(value.value) if fn(handle, *args, ctypes.byref(value)) == 0 else None
-
-        uint("clocks.sm", lib.nvmlDeviceGetClockInfo, ctypes.c_int(self.CLOCK_SM))
-        uint("clocks.max.sm", lib.nvmlDeviceGetMaxClockInfo, ctypes.c_int(self.CLOCK_SM))
-        uint("temperature.gpu", lib.nvmlDeviceGetTemperature, ctypes.c_int(self.TEMPERATURE_GPU))
-        uint("power.draw", lib.nvmlDeviceGetPowerUsage)
-        if out.get("power.draw") is not None:
-            out["power.draw"] /= 1000.0  # mW -> W
-        reasons = ctypes.c_ulonglong()
-        fn = getattr(lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
-        out["throttle_reasons"] = int(reasons.value) if fn is not None and fn(handle, ctypes.byref(reasons)) == 0 \
-            else None
-        return out
-
-
-_NVML: list = []  # opened once: [handle or None]
-
-
-def nvml() -> "_Nvml | None":
-    if not _NVML:
-        _NVML.append(_Nvml.open())
-    return _NVML[0]
-
-
-def read_clocks(gpu_index: str | None) -> dict | None:
-    """SM clock (MHz), its maximum, temperature (C), power (W): from NVML (pynvml, else ctypes on
-    libnvidia-ml.so.1; with the throttle reasons), else from nvidia-smi; None without either.
-    `source` says which. The index is NVML's, which follows CUDA_VISIBLE_DEVICES only when the
-    machine's order matches it."""
-    lib = nvml() if gpu_index is not None else None
-    if lib is not None:
-        try:
-            values = lib.read(int(gpu_index))
-            values["source"] = f"NVML ({lib.via})"
-            return values
-        except Exception as exc:  # noqa: BLE001 - fall back to nvidia-smi
-            nvml_error = f"NVML failed: {exc}"
-    else:
-        nvml_error = None
-    if shutil.which("nvidia-smi") is None:
-        return {"error": nvml_error} if nvml_error else None
-    cmd = ["nvidia-smi", f"--query-gpu={','.join(CLOCK_FIELDS)}", "--format=csv,noheader,nounits"]
-    if gpu_index is not None:
-        cmd += ["-i", gpu_index]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
-    except (OSError, subprocess.SubprocessError):
-        return {"error": "nvidia-smi failed"}
-    if not out:
-        return {"error": "nvidia-smi printed nothing"}
-    values: dict = {"source": "nvidia-smi"}
-    for name, raw in zip(CLOCK_FIELDS, out[0].split(",")):
-        try:
-            values[name] = float(raw.strip())
-        except ValueError:  # "[N/A]" on some boards
-            values[name] = None
-    return values
-
-
-def gpu_index(device: str) -> str | None:
-    """The GPU whose clocks are read: cuda:N -> N; cuda and auto -> the first visible one (None for
-    the CPU; on a machine without a GPU nothing is read anyway)."""
-    if device.startswith("cuda:"):
-        return device.split(":", 1)[1]
-    if device in ("cuda", "auto"):
-        import os
-
-        first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip()
-        return first if first.isdigit() else "0"
-    return None
-
-
 def quarter_drift(samples: list[float]) -> float | None:
     """Median of the last quarter of the samples over that of the first quarter."""
     q = len(samples) // 4
@@ -336,10 +215,26 @@ def run_eval(problem: Path, candidate: Path, cache_dir: Path, device: str, timeo
     return proc.returncode, data if isinstance(data, dict) else None, proc.stderr[-1500:], wall
 
 
+def run_eval_warm(evaluator, problem: Path, candidate: Path, cache: str) -> tuple[int, dict | None, str, float]:
+    """One evaluation in the warm server: the same shape of answer as run_eval. Its own deadline
+    is the harness's (stage limits); the cache setting is the config's (`off`: baselines timed
+    anew, nothing read from the shared cache)."""
+    from kernelagent.harness import EvalConfig
+
+    started = time.perf_counter()
+    try:
+        result = evaluator.evaluate(problem, candidate.read_text(), EvalConfig(use_baseline_cache=cache == "on"))
+    except Exception as exc:  # noqa: BLE001 - a row that says why, as a failed subprocess would
+        return -1, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
+    data = json.loads(json.dumps(result.to_dict(), default=str))
+    return (0 if result.passed else 1), data, "", time.perf_counter() - started
+
+
 def make_row(pair: Pair, cache: str, rep: int, prime: bool, rc: int, data: dict | None, stderr: str,
-             wall: float, clocks_before: dict | None, clocks_after: dict | None, run_id: str) -> dict:
+             wall: float, clocks_before: dict | None, clocks_after: dict | None, run_id: str,
+             process: str = "fresh") -> dict:
     row = {"run_id": run_id, "label": pair.label, "problem": str(pair.problem), "candidate": str(pair.candidate),
-           "overrides": pair.overrides, "cache": cache, "rep": rep, "prime": prime, "rc": rc,
+           "overrides": pair.overrides, "cache": cache, "rep": rep, "prime": prime, "rc": rc, "process": process,
            "wall_s": round(wall, 3), "clocks_before": clocks_before, "clocks_after": clocks_after}
     if data is None:
         row.update(status="no-result", reason=stderr.strip().splitlines()[-1] if stderr.strip() else "no JSON",
@@ -427,6 +322,7 @@ def summarize(rows: list[dict], reps: int) -> list[dict]:
             "sources": sorted({str(r.get("source")) for r in ok}),
             "loop_ratio": statistics.median(loops) if loops else None,
             "cached": sum(1 for r in ok if r.get("baselines_cached")),
+            "fresh_over_warm": _fresh_over_warm(ok, "speedup_compile" if base == "compile" else "speedup_eager"),
             "sm_mhz": span("clocks.sm"), "max_sm_mhz": span("clocks.max.sm"),
             "temp_c": span("temperature.gpu"), "power_w": span("power.draw"),
             # NVML's throttle reasons other than "GPU idle" (bit 0) seen around the repetitions
@@ -438,11 +334,26 @@ def summarize(rows: list[dict], reps: int) -> list[dict]:
     return out
 
 
+def _fresh_over_warm(ok: list[dict], key: str) -> float | None:
+    """Mean speedup of the fresh-process repetitions over that of the warm-server ones."""
+    fresh = [r[key] for r in ok if r.get("process", "fresh") == "fresh" and r.get(key) is not None]
+    warm = [r[key] for r in ok if r.get("process") == "warm" and r.get(key) is not None]
+    if not fresh or not warm:
+        return None
+    return statistics.fmean(fresh) / statistics.fmean(warm)
+
+
 def render(summary: list[dict], rows: list[dict], header: dict) -> str:
     meaningful = bool(summary) and all(s["meaningful"] for s in summary)
-    warn = ("**Timings NOT MEANINGFUL**: " + (header.get("note") or "not measured on a GPU")
-            + "; the figures below only show that the script runs, and no target is judged.")
-    lines = ["# Fidelity: the same candidates in fresh processes", ""]
+    if not any(s["n_ok"] for s in summary):
+        # Nothing counted finished (only primes ran, or every repetition failed): that says
+        # nothing about the device, which an H100 run cut after its primes was told it was not.
+        warn = ("**No counted repetition finished** (primes only, a time cap, or failures below): "
+                "no target is judged.")
+    else:
+        warn = ("**Timings NOT MEANINGFUL**: " + (header.get("note") or "not measured on a GPU")
+                + "; the figures below only show that the script runs, and no target is judged.")
+    lines = ["# Fidelity: the same candidates, again and again (fresh processes and one warm server)", ""]
     lines += [f"- device: {header['device']}; torch {header['torch']} (CUDA {header['torch_cuda']}), "
               f"triton {header['triton']}, python {header['python']}",
               f"- driver: {header['driver']}; clocks: {header['clocks']}",
@@ -453,7 +364,7 @@ def render(summary: list[dict], rows: list[dict], header: dict) -> str:
         lines += [warn, ""]
     cols = ["problem", "cache", "n", "cand ms", "CV cand", "eager ms", "CV eager", "Ind ms", "CV Ind", "x Ind",
             "CV x Ind", "target", "x eager", "CV x eager", "interval", "in int.", "q4/q1 (worst)", "last/first",
-            "source", "srv/claim", "cached"]
+            "source", "srv/claim", "cached", "fresh/warm"]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for s in summary:
         target = "—" if s["target"] is None else f"<= {s['target'] * 100:.0f}%: {s['verdict']}"
@@ -466,7 +377,7 @@ def render(summary: list[dict], rows: list[dict], header: dict) -> str:
                  f"{s['interval_covers']}/{s['n_intervals']}",
                  f"{fmt(s['drift_q4_q1'], '.3f')} ({fmt(s['drift_q4_q1_worst'], '.3f')})",
                  fmt(s["rep_last_first"], ".3f"), ",".join(s["sources"]) or "—", fmt(s["loop_ratio"], ".3f"),
-                 f"{s['cached']}/{s['n_ok']}"]
+                 f"{s['cached']}/{s['n_ok']}", fmt(s.get("fresh_over_warm"), ".3f")]
         lines.append("| " + " | ".join(cells) + " |")
     if not meaningful:
         lines += ["", warn]
@@ -529,6 +440,8 @@ def load_rows(path: Path) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     if args.reps < 1:
         raise FidelityError("--reps must be at least 1")
+    if args.fresh < 0:
+        raise FidelityError("--fresh must be 0 or more")
     notes: list[str] = []
     if args.pair or args.pairs:
         pairs = [parse_pair(p) for p in args.pair or []]
@@ -563,8 +476,10 @@ def run(args: argparse.Namespace) -> int:
         plan += [(pair, "on", 0, True) for pair in pairs]
     plan += [(pair, cache, rep, False) for rep in range(1, args.reps + 1) for pair in pairs for cache in settings]
     todo = [step for step in plan if (step[0].label, step[1], step[2], step[3]) not in done]
-    print(f"{len(plan)} evaluations planned, {len(plan) - len(todo)} already in {out}; "
-          f"each in a fresh `python -m kernelagent eval` process", flush=True)
+    print(f"{len(plan)} evaluations planned, {len(plan) - len(todo)} already in {out}; repetitions 1-{args.fresh} "
+          "in fresh `python -m kernelagent eval` processes, the rest (and the primes) in one warm server",
+          flush=True)
+    warm = None  # the warm server, started with the first evaluation that needs it
     print(f"{'problem':44} {'cache':5} {'rep':>5} {'status':10} {'cand ms':>10} {'x Ind':>7} {'x eager':>8} "
           f"{'q4/q1':>6} {'wall s':>7} {'SM MHz':>9}", flush=True)
 
@@ -590,16 +505,26 @@ def run(args: argparse.Namespace) -> int:
             cache_dir.mkdir(exist_ok=True)
         else:  # a fresh, empty directory: nothing cached, the baselines are timed again
             cache_dir = Path(tempfile.mkdtemp(prefix="cache-off-", dir=work))
+        # the prime warms the server too, unless every repetition is to be fresh
+        process = "fresh" if (rep <= args.fresh if not prime else args.fresh >= args.reps) else "warm"
         try:
             before = read_clocks(gpu)
-            rc, data, stderr, wall = run_eval(problem, pair.candidate, cache_dir, args.device, eval_timeout)
+            if process == "fresh":
+                rc, data, stderr, wall = run_eval(problem, pair.candidate, cache_dir, args.device, eval_timeout)
+            else:
+                if warm is None:
+                    from kernelagent.harness import Evaluator
+
+                    cache_on.mkdir(exist_ok=True)
+                    warm = Evaluator(device=args.device, cache_dir=cache_on)
+                rc, data, stderr, wall = run_eval_warm(warm, problem, pair.candidate, cache)
             after = read_clocks(gpu)
             kind = "off" if prime else cache
             slowest[kind] = max(slowest.get(kind, 0.0), wall)
         finally:
             if cache == "off":
                 shutil.rmtree(cache_dir, ignore_errors=True)
-        row = make_row(pair, cache, rep, prime, rc, data, stderr, wall, before, after, run_id)
+        row = make_row(pair, cache, rep, prime, rc, data, stderr, wall, before, after, run_id, process)
         with out.open("a") as fh:  # after every evaluation: a run cut short keeps what it measured
             fh.write(json.dumps(row) + "\n")
         existing.append(row)
@@ -613,6 +538,8 @@ def run(args: argparse.Namespace) -> int:
                      f"run again with --resume to finish")
         print(f"--max-minutes reached: {stopped_early} evaluations left (rerun with --resume)", flush=True)
 
+    if warm is not None:
+        warm.close()
     labels = {p.label for p in pairs}
     selected = [r for r in existing if r["label"] in labels and r["cache"] in settings]
     summary = summarize(selected, args.reps)
@@ -627,6 +554,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=5, help="counted repetitions per problem and cache setting")
+    parser.add_argument("--fresh", type=int, default=1,
+                        help="of those, how many run in fresh `kernelagent eval` processes (the rest in one warm server)")
     parser.add_argument("--cache", choices=("on", "off", "both"), default="both",
                         help="the baseline cache: shared by all repetitions (on), fresh per repetition (off)")
     parser.add_argument("--pair", action="append", metavar="PROBLEM:CANDIDATE[@name=value,...]",

@@ -46,6 +46,9 @@ def test_rows_one_per_evaluation_with_cache_on_and_off(cpu_run):
     keys = [(r["cache"], r["rep"], r["prime"]) for r in rows]
     assert sorted(keys) == [("off", 1, False), ("off", 2, False), ("on", 0, True), ("on", 1, False), ("on", 2, False)]
     assert keys[0] == ("on", 0, True)  # the prime fills the shared cache before the counted repetitions
+    # repetition 1 (--fresh 1, the default) in a fresh `kernelagent eval` process; the prime and
+    # repetition 2 in the one warm server
+    assert {(r["rep"], r["process"]) for r in rows} == {(0, "warm"), (1, "fresh"), (2, "warm")}
     for row in rows:
         assert row["label"] == "relu_problem" and row["status"] == "correct" and row["rc"] == 0
         assert row["device"] == "cpu" and row["meaningful"] is False
@@ -79,7 +82,10 @@ def test_summary_table_and_not_meaningful_label(cpu_run):
     cells = {line.split(" | ")[1]: line.split(" | ") for line in table}
     assert set(cells) == {"on", "off"}
     assert cells["on"][2] == "2/2" and cells["off"][2] == "2/2"
-    assert cells["on"][-1].rstrip(" |") == "2/2" and cells["off"][-1].rstrip(" |") == "0/2"  # cached column
+    assert cells["on"][-2] == "2/2" and cells["off"][-2] == "0/2"  # cached column
+    # fresh/warm: repetition 1's speedup over repetition 2's (one fresh process, one warm server)
+    on = {r["process"]: r["speedup_eager"] for r in rows if r["cache"] == "on" and not r["prime"]}
+    assert cells["on"][-1].rstrip(" |") == f"{on['fresh'] / on['warm']:.3f}"
     assert "CV x Ind" in summary and "<= 1%" in summary and "<= 3%" in summary
     assert "n/a" in summary and "MISS" not in summary  # no target judged on the CPU
     # the CV printed is the one of the rows
@@ -155,6 +161,9 @@ def test_targets_by_kernel_size_on_synthetic_rows():
     assert "NOT MEANINGFUL" not in text and "<= 1%: MISS" in text and "<= 3%: ok" in text
     assert "| p | off | 1755-1980 | 1980-1980 | 40-55 | 100.0-400.0 |" in text
     assert "Target met for 1 of 2" in text
+    # Only primes ran (a capped H100 run): nothing counted, and nothing said about the device.
+    capped = fid.render([], [], header)
+    assert "No counted repetition finished" in capped and "NOT MEANINGFUL" not in capped
 
 
 def test_quarter_drift_and_cv():
@@ -184,8 +193,8 @@ def test_plan_is_round_robin_over_pairs(tmp_path, monkeypatch):
     run_eval, _ = _fake_eval([0.01])
     monkeypatch.setattr(mod, "run_eval", run_eval)
     out = tmp_path / "rows.jsonl"
-    assert mod.main(["--reps", "2", "--pair", PAIR, "--pair", PAIR + "@batch_size=8", "--device", "cpu",
-                     "--out", str(out)]) == 0
+    assert mod.main(["--reps", "2", "--fresh", "2", "--pair", PAIR, "--pair", PAIR + "@batch_size=8",
+                     "--device", "cpu", "--out", str(out)]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     order = [(r["label"], r["cache"], r["rep"]) for r in rows]
     a, b = "relu_problem", "relu_problem@batch_size=8"
@@ -210,7 +219,8 @@ def test_time_cap_is_predictive_and_bounds_the_timeout(tmp_path, monkeypatch):
     monkeypatch.setattr(mod, "run_eval", run_eval)
     monkeypatch.setattr(mod, "time", SimpleNamespace(perf_counter=lambda: now[0], strftime=real_time.strftime))
     out = tmp_path / "rows.jsonl"
-    assert mod.main(["--reps", "3", "--pair", PAIR, "--device", "cpu", "--out", str(out), "--max-minutes", "0.5",
+    assert mod.main(["--reps", "3", "--fresh", "3", "--pair", PAIR, "--device", "cpu", "--out", str(out),
+                     "--max-minutes", "0.5",
                      "--summary", str(tmp_path / "s.md")]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 1  # the next one would not fit: 20 s expected with < 20 s left
