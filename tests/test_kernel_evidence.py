@@ -283,3 +283,18 @@ def test_a_harness_bug_in_the_evidence_is_said_as_such(tmp_path, monkeypatch):
     job = _job(tmp_path)
     evidence.collect(job)
     assert job.result["evidence"]["unavailable"].startswith("harness error") and job.result["status"] == "correct"
+
+
+def test_the_ncu_session_runs_as_the_jobs_uid_only_when_asked(tmp_path, monkeypatch):
+    """Off by default until a GPU run shows ncu reads the counters as uid 65534 (an
+    ERR_NVGPUCTRPERM there would take the evidence from every win)."""
+    from types import SimpleNamespace
+
+    from kernelagent.harness.server import evidence
+
+    job = SimpleNamespace(jail={"mode": "namespaces", "run_as": [65534, 65534]})
+    monkeypatch.delenv("KERNELAGENT_NCU_AS_JOB_UID", raising=False)
+    assert evidence.session_uid(job) is None
+    monkeypatch.setenv("KERNELAGENT_NCU_AS_JOB_UID", "1")
+    assert evidence.session_uid(job) == (65534, 65534)
+    assert evidence.session_uid(SimpleNamespace(jail={"mode": "namespaces", "run_as": None})) is None

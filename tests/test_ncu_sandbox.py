@@ -241,3 +241,42 @@ def test_ncu_entry_runs_nothing_of_the_candidates_before_the_go(tmp_path, monkey
     (tmp_path / ncu_entry.GO_FILE).touch()
     thread.join(5)
     assert done.is_set()
+
+
+RUN_AS_NCU = """#!/bin/sh
+r="UID=$(id -u) OUTER=$(tr -s ' ' < /proc/self/uid_map | tr '\\n' ';')"
+if cat {secret} >/dev/null 2>&1; then r="$r ROOTFILE=readable"; else r="$r ROOTFILE=unreadable"; fi
+if touch report-probe 2>/dev/null; then r="$r SCRATCH_WRITABLE=yes"; else r="$r SCRATCH_WRITABLE=no"; fi
+echo "$r"
+exit 3
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root caller has another uid to give the session")
+def test_the_session_can_run_as_the_jobs_unprivileged_uid(tmp_path, monkeypatch):
+    """run_as (server/evidence.py session_uid, opt-in until a GPU run shows ncu reads the counters
+    as that uid): the session runs as uid 65534, cannot read a root-only file the view shows, and
+    can still write its report into its scratch."""
+    if not ncu_mod.namespaces_work():
+        pytest.skip("kernel namespaces do not work on this machine")
+    secret = Path(f"/etc/ka-ncu-canary-{os.getpid()}")
+    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b"rootonly\n")
+    os.close(fd)
+    try:
+        tmp_path.chmod(0o755)  # pytest's 0700: where ncu really lives (/usr/local/cuda) any uid may read
+        ncu = tmp_path / "ncu"
+        ncu.write_text(RUN_AS_NCU.replace("{secret}", str(secret)))
+        ncu.chmod(0o755)
+        monkeypatch.setenv("KERNELAGENT_NCU", str(ncu))
+        real_which = shutil.which
+        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
+        as_job = ncu_mod.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=60,
+                                 scratch_parent=tmp_path, namespaces=True, run_as=(65534, 65534))["unavailable"]
+        as_root = ncu_mod.run_ncu(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), timeout=60,
+                                  scratch_parent=tmp_path, namespaces=True)["unavailable"]
+    finally:
+        secret.unlink()
+    assert "UID=65534" in as_job and "65534 65534 1" in as_job, as_job
+    assert "ROOTFILE=unreadable" in as_job and "SCRATCH_WRITABLE=yes" in as_job, as_job
+    assert "ROOTFILE=readable" in as_root, as_root  # what the opt-in closes (uid 0 outside)

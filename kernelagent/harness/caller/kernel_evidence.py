@@ -140,7 +140,7 @@ def collect(problem_path: str | Path, candidate_source: str, *, backend: str, de
             hide: list[Path] | None = None, on_spawn: Any = None,
             scratch_parent: Path | None = None, namespaces: bool | None = None,
             triton_cache: Path | None = None, on_ready: Any = None,
-            lock_wait_s: float | None = None) -> dict[str, Any]:
+            lock_wait_s: float | None = None, run_as: tuple[int, int] | None = None) -> dict[str, Any]:
     """Run the candidate under ncu (jailed: bubblewrap, else the per-job kernel namespaces;
     never unjailed) for CALLS forward calls and return every kernel it launched:
     {"kernels": [...], "seconds": ...} or {"unavailable": why}. hide: the caller's caches and
@@ -155,4 +155,4 @@ def collect(problem_path: str | Path, candidate_source: str, *, backend: str, de
                        triton_cache=triton_cache,
                        # the device's clocks stay as they are: other jobs time beside this run
                        # (and the evidence compares with times taken at those clocks)
-                       clock_control="none", on_ready=on_ready, lock_wait_s=lock_wait_s)
+                       clock_control="none", on_ready=on_ready, lock_wait_s=lock_wait_s, run_as=run_as)

@@ -139,7 +139,8 @@ UNSANDBOXED_NCU = ("ncu would run the candidate outside any sandbox here (neithe
 
 
 def ncu_sandbox(scratch: Path, allow_unsandboxed: bool, hide: list[Path] | None = None,
-                namespaces: bool | None = None) -> tuple[list[str] | None, str | None]:
+                namespaces: bool | None = None,
+                run_as: tuple[int, int] | None = None) -> tuple[list[str] | None, str | None]:
     """(the prefix ncu runs under, None) or (None, why ncu must not run).
 
     ncu starts the candidate's code itself, outside the harness server's per-job jail, so it
@@ -150,7 +151,8 @@ def ncu_sandbox(scratch: Path, allow_unsandboxed: bool, hide: list[Path] | None 
     asked for it explicitly (`--ncu`): the candidate could otherwise read the caller's
     environment and files. namespaces: True where the caller knows the per-job jail works (the
     harness server, whose jobs use it, and which may itself run inside bubblewrap): it is then
-    used first; None: probe."""
+    used first; None: probe. run_as: the (uid, gid) the session runs as in the per-job jail (a
+    root caller; server/evidence.py says when)."""
     from kernelagent.harness.caller import sandbox
 
     if not namespaces:
@@ -163,6 +165,8 @@ def ncu_sandbox(scratch: Path, allow_unsandboxed: bool, hide: list[Path] | None 
         if str(home) not in ("/", "") and home.is_dir():
             hidden.append(home)
         argv = [sys.executable, "-m", "kernelagent.harness.child.jail_exec", "--scratch", str(scratch)]
+        if run_as is not None:
+            argv += ["--run-as", f"{int(run_as[0])}:{int(run_as[1])}"]
         for path in dict.fromkeys(p.resolve() for p in hidden):
             # Directories only (the jail hides directories), never the scratch or the root itself.
             if path.is_dir() and path not in (scratch.resolve(), Path("/")) and scratch.resolve() not in path.parents:
@@ -274,7 +278,8 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
             on_spawn: Callable[[int | None], None] | None = None,
             scratch_parent: Path | None = None, namespaces: bool | None = None,
             triton_cache: Path | None = None, clock_control: str = "base",
-            on_ready: Callable[[], Any] | None = None, lock_wait_s: float | None = None) -> dict[str, Any]:
+            on_ready: Callable[[], Any] | None = None, lock_wait_s: float | None = None,
+            run_as: tuple[int, int] | None = None) -> dict[str, Any]:
     """Nsight Compute metrics for the top kernels: {"kernels": [...]} or {"unavailable": why}.
     metric_sets: the metric lists to try in turn (default: the profile's, with stalls first);
     launch_count: how many launches ncu profiles (default 8 per call); hide: directories the
@@ -304,7 +309,7 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
     scratch.mkdir()
     started = time.monotonic()
     try:
-        jail, why = ncu_sandbox(scratch, allow_unsandboxed, hide, namespaces)
+        jail, why = ncu_sandbox(scratch, allow_unsandboxed, hide, namespaces, run_as)
         if jail is None:
             return {"unavailable": why}
         (scratch / "candidate.py").write_text(candidate_source)

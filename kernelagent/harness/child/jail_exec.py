@@ -1,7 +1,7 @@
 """Run a program inside the per-job jail (namespaces.py), for the processes the harness does not
 fork itself: Nsight Compute, which starts the candidate's code in a process of its own.
 
-    python -m kernelagent.harness.child.jail_exec --scratch DIR [--hide DIR ...] -- PROGRAM ARGS...
+    python -m kernelagent.harness.child.jail_exec --scratch DIR [--hide DIR ...] [--run-as UID:GID] -- PROGRAM ARGS...
 
 The jail is the one every evaluation job gets (user, pid, mount, net, ipc and uts namespaces;
 a read-only root with the caches, the store, other jobs' scratch and the home hidden; no
@@ -26,11 +26,19 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="kernelagent.harness.child.jail_exec")
     parser.add_argument("--scratch", required=True)
     parser.add_argument("--hide", action="append", default=[])
+    parser.add_argument("--run-as", default=None, help="UID:GID the program runs as (a root caller only)")
     parser.add_argument("program", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     if not program:
         parser.error("no program to run")
+    run_as = None
+    if args.run_as:
+        try:
+            uid, gid = (int(x) for x in args.run_as.split(":"))
+        except ValueError:
+            parser.error("--run-as takes UID:GID")
+        run_as = (uid, gid)
     import shutil
 
     from kernelagent.harness.child import jail, namespaces
@@ -49,7 +57,7 @@ def main(argv: list[str]) -> int:
         keep_ro.append(where)  # the program itself lives under a hidden directory: bound back read-only
     try:
         namespaces.enter_job_jail(Path(args.scratch), hide, [], "namespaces", keep_ro=keep_ro,
-                                  private_tmp=True, loopback=True)
+                                  private_tmp=True, loopback=True, run_as=run_as)
     except (namespaces.JailError, OSError) as exc:
         print(f"kernelagent: the jail could not be entered: {exc}", file=sys.stderr, flush=True)
         return JAIL_FAILED

@@ -538,7 +538,9 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
         hidden.append(str(h))
     # 7. Bring back scratch (read-write) and keep_ro (read-only). Their mount points may lie
     #    inside a hiding tmpfs, which is still writable at this point: create them there.
-    for path, fd in held.items():
+    # Outer paths first: a read-only path bound back over a directory that holds the scratch
+    # (ncu's own directory, say) would otherwise cover the scratch's writable mount.
+    for path, fd in sorted(held.items(), key=lambda item: len(item[0].parts)):
         if any(_is_under(path, Path(h)) for h in hidden):
             os.makedirs(path, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)

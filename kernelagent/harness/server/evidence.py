@@ -24,6 +24,7 @@ candidate's process says is read here but the report ncu's host process wrote.
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from pathlib import Path
@@ -45,6 +46,18 @@ def wanted(job: Any) -> bool:
     if job.result.get("status") != Status.CORRECT:
         return False
     return not any(isinstance(f, dict) and f.get("severity") == "reject" for f in job.result["flags"])
+
+
+def session_uid(job: Any) -> tuple[int, int] | None:
+    """The uid the ncu session runs as: the job's (child/jail.py job_uid) where
+    KERNELAGENT_NCU_AS_JOB_UID=1, else none (uid 0 outside when the server is root). Off by
+    default until a GPU run shows Nsight Compute reads the counters as that uid: where it cannot
+    (ERR_NVGPUCTRPERM) every win would lose its evidence. Until then the session, which runs the
+    candidate's code again, can read a root-only file the minimal view shows (README, "files")."""
+    run_as = (job.jail or {}).get("run_as")
+    if not run_as or os.environ.get("KERNELAGENT_NCU_AS_JOB_UID") != "1":
+        return None
+    return int(run_as[0]), int(run_as[1])
 
 
 def collect(job: Any) -> None:
@@ -71,7 +84,7 @@ def collect(job: Any) -> None:
             triton_cache=getattr(job, "scratch", job.root / "candidate") / ".triton",
             on_ready=lambda: job.gate.hold(job, job.idle_probe, job.concurrency.setdefault("evidence_slot", {})),
             # one session per host: every job alive here may be ahead of this one, each bounded
-            lock_wait_s=job.limit("evidence") * max(1, job.gate.active()))
+            lock_wait_s=job.limit("evidence") * max(1, job.gate.active()), run_as=session_uid(job))
     except Exception:  # noqa: BLE001 - a harness bug is said as such, never the candidate's
         evidence = {"unavailable": "harness error while collecting it:\n" + traceback.format_exc(limit=3)}
     evidence["seconds"] = round(time.monotonic() - started, 3)
