@@ -306,14 +306,19 @@ class _IdMapper:
             raise JailError(f"mapping the job's uid: {answer.decode(errors='replace') or 'the helper died'}")
 
 
-def _become(run_as: tuple[int, int]) -> None:
-    """Switch every id to the job's (mapped to itself by our user namespace). The kernel clears
-    the permitted and effective capabilities when no uid is 0 any more (no securebit is set yet
-    to stop that); the bounding set must go first, while CAP_SETPCAP is still held."""
+def _drop_bounding_set() -> None:
+    """Empty the bounding set and the ambient set (needs CAP_SETPCAP: before capset or a uid change)."""
     last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
     for cap in range(last_cap + 1):
         _prctl(PR_CAPBSET_DROP, cap, f"prctl(PR_CAPBSET_DROP, {cap})")
     _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+
+
+def _become(run_as: tuple[int, int]) -> None:
+    """Switch every id to the job's (mapped to itself by our user namespace). The kernel clears
+    the permitted and effective capabilities when no uid is 0 any more (no securebit is set yet
+    to stop that); the bounding set must go first, while CAP_SETPCAP is still held."""
+    _drop_bounding_set()
     uid, gid = run_as
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
@@ -325,18 +330,11 @@ def drop_capabilities(keep_setuid_fixup: bool = False) -> None:
     order matters: the bounding set and securebits need CAP_SETPCAP, so capset comes last.
     After _become (keep_setuid_fixup) CAP_SETPCAP is gone: the bounding set is already empty and
     the securebits cannot be set (with no uid 0 left and no_new_privs, they guard nothing)."""
-    if keep_setuid_fixup:
+    if not keep_setuid_fixup:
+        _prctl(PR_SET_SECUREBITS, SECUREBITS_ALL_LOCKED, "prctl(PR_SET_SECUREBITS)")
+        _drop_bounding_set()
+    else:  # the bounding set went in _become; the ambient set is cleared again, as before
         _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
-        header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
-        data = (_CapData * 2)()
-        _check(_libc.capset(ctypes.byref(header), data), "capset(0)")
-        _prctl(PR_SET_NO_NEW_PRIVS, 1, "prctl(PR_SET_NO_NEW_PRIVS)")
-        return
-    _prctl(PR_SET_SECUREBITS, SECUREBITS_ALL_LOCKED, "prctl(PR_SET_SECUREBITS)")
-    last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
-    for cap in range(last_cap + 1):
-        _prctl(PR_CAPBSET_DROP, cap, f"prctl(PR_CAPBSET_DROP, {cap})")
-    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
     header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()  # all zero: effective, permitted, inheritable
     _check(_libc.capset(ctypes.byref(header), data), "capset(0)")
