@@ -285,16 +285,19 @@ def test_a_harness_bug_in_the_evidence_is_said_as_such(tmp_path, monkeypatch):
     assert job.result["evidence"]["unavailable"].startswith("harness error") and job.result["status"] == "correct"
 
 
-def test_the_ncu_session_runs_as_the_jobs_uid_only_when_asked(tmp_path, monkeypatch):
-    """Off by default until a GPU run shows ncu reads the counters as uid 65534 (an
-    ERR_NVGPUCTRPERM there would take the evidence from every win)."""
+def test_the_ncu_session_runs_as_the_jobs_uid_unless_turned_off(tmp_path, monkeypatch):
+    """On by default (an H200 run read the counters as uid 65534); KERNELAGENT_NCU_AS_JOB_UID=0
+    turns it off; a job without a uid of its own gives none."""
     from types import SimpleNamespace
 
     from kernelagent.harness.server import evidence
 
     job = SimpleNamespace(jail={"mode": "namespaces", "run_as": [65534, 65534]})
     monkeypatch.delenv("KERNELAGENT_NCU_AS_JOB_UID", raising=False)
+    assert evidence.session_uid(job) == (65534, 65534)
+    monkeypatch.setenv("KERNELAGENT_NCU_AS_JOB_UID", "0")
     assert evidence.session_uid(job) is None
     monkeypatch.setenv("KERNELAGENT_NCU_AS_JOB_UID", "1")
     assert evidence.session_uid(job) == (65534, 65534)
     assert evidence.session_uid(SimpleNamespace(jail={"mode": "namespaces", "run_as": None})) is None
+    assert evidence.session_uid(SimpleNamespace(jail=None)) is None

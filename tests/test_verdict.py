@@ -143,6 +143,20 @@ def test_cpu_timings_are_checked_against_the_clock_too():
     assert honest.source == "in-process" and not honest.flags
 
 
+def test_a_short_cpu_loop_has_an_absolute_floor_on_its_slack():
+    """CI flake: one interpreted call claimed 2.14 ms while the server's clock saw 5.27 ms (one
+    scheduler slice on a busy 2-core runner). On the CPU that is within the per-loop floor; the
+    same numbers on a GPU are still a mismatch, and a CPU claim short by more than the floor is
+    still flagged."""
+    honest = verdict.trusted_time([2.137], 1, loop_s=0.0053744, calibration_s=0.0001, meaningful=False)
+    assert honest.source == "in-process" and not honest.flags
+    on_gpu = verdict.trusted_time([2.137], 1, loop_s=0.0053744, calibration_s=0.0001, meaningful=True)
+    assert on_gpu.source == "server" and [f["kind"] for f in on_gpu.flags] == ["clock-mismatch"]
+    short = verdict.trusted_time([2.0], 1, loop_s=0.0021 + verdict.CPU_CLOCK_ALLOWANCE_MS / 1e3 * 1.5,
+                                 calibration_s=0.0001, meaningful=False)
+    assert short.source == "server" and "clock-mismatch" in {f["kind"] for f in short.flags}
+
+
 # -- issue 24, class 2: timing the candidate reports about itself -----------------------------
 
 def _segments(per_call_ms, calls, n, overhead_s=0.004):

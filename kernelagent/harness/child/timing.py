@@ -7,8 +7,8 @@ clock functions it uses at that moment: a candidate that later patches `time.per
 Each timed iteration, on CUDA:
     reset persisting L2 lines (driver) and the current stream's access-policy window
     flush L2 (write a buffer larger than L2)  -> device-wide synchronize
-    host clock t0 -> GPU spin (launch cover) -> start event -> fn(*inputs) -> end event
-        -> device-wide synchronize -> t1
+    host clock t0 -> event -> GPU spin (launch cover) -> start event -> fn(*inputs) -> end event
+        -> device-wide synchronize -> t1; the host reading is t1 - t0 less the spin's event time
 The iteration's time is the event time less the cost of an empty event pair, unless the host
 time less the host overhead is clearly larger (HOST_MARGIN_MS, HOST_MARGIN_REL), then that.
 The event time is precise for work on the current stream; the host time, taken after a
@@ -456,13 +456,23 @@ class Timer:
                 self._clock_points.append((clock_at, float(mhz)))
         _cuda_synchronize()
         start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
+        before = _CudaEvent(enable_timing=True) if self.cover_cycles else None
         t0 = _perf_counter()
+        if before is not None:
+            _event_record(before)
         self._cover()
         _event_record(start)
         out = fn(*inputs)
         _event_record(end)
         _cuda_synchronize()
         host = (_perf_counter() - t0) * 1e3
+        if before is not None:
+            # The spin's own length, read on the device, comes off the host reading: it is a
+            # count of cycles, so it lasts longer when a power-hungry kernel pulls the SM clock
+            # down, and the host reading charged that to the call (on an H200, 1_relu's host
+            # reading was 3.4 us above its events, and the host rule picked it). The spin runs
+            # before any of the call's code, so nothing the call does can hide in it.
+            host -= _event_elapsed(before, start)
         return _event_elapsed(start, end), host, out
 
     def _calibrate(self) -> float:

@@ -49,13 +49,15 @@ def wanted(job: Any) -> bool:
 
 
 def session_uid(job: Any) -> tuple[int, int] | None:
-    """The uid the ncu session runs as: the job's (child/jail.py job_uid) where
-    KERNELAGENT_NCU_AS_JOB_UID=1, else none (uid 0 outside when the server is root). Off by
-    default until a GPU run shows Nsight Compute reads the counters as that uid: where it cannot
-    (ERR_NVGPUCTRPERM) every win would lose its evidence. Until then the session, which runs the
-    candidate's code again, can read a root-only file the minimal view shows (README, "files")."""
+    """The uid the ncu session runs as: the job's (child/jail.py job_uid), so that the session,
+    which runs the candidate's code again, reads no more than the job itself could (a root-only
+    file the minimal view shows, say). None where the job has no uid of its own (the server is
+    not root, or the probe found that uid cannot run the job: jail.job_uid says why), or where
+    KERNELAGENT_NCU_AS_JOB_UID=0 (then uid 0 outside when the server is root; README, "files").
+    On an H200 (driver 580) Nsight Compute read the counters as uid 65534; where a driver
+    refuses that uid (ERR_NVGPUCTRPERM), the evidence is unavailable, at review, never faked."""
     run_as = (job.jail or {}).get("run_as")
-    if not run_as or os.environ.get("KERNELAGENT_NCU_AS_JOB_UID") != "1":
+    if not run_as or os.environ.get("KERNELAGENT_NCU_AS_JOB_UID", "1") == "0":
         return None
     return int(run_as[0]), int(run_as[1])
 
@@ -88,5 +90,7 @@ def collect(job: Any) -> None:
     except Exception:  # noqa: BLE001 - a harness bug is said as such, never the candidate's
         evidence = {"unavailable": "harness error while collecting it:\n" + traceback.format_exc(limit=3)}
     evidence["seconds"] = round(time.monotonic() - started, 3)
+    run_as = session_uid(job)
+    evidence["uid"] = run_as[0] if run_as else os.getuid()  # the session's uid outside
     job.result["evidence"] = evidence
     job.enter("finished")
