@@ -7,8 +7,9 @@ clock functions it uses at that moment: a candidate that later patches `time.per
 Each timed iteration, on CUDA:
     reset persisting L2 lines (driver) and the current stream's access-policy window
     flush L2 (write a buffer larger than L2)  -> device-wide synchronize
-    host clock t0 -> event -> GPU spin (launch cover) -> start event -> fn(*inputs) -> end event
-        -> device-wide synchronize -> t1; the host reading is t1 - t0 less the spin's event time
+    event -> host clock t0 -> GPU spin (launch cover) -> start event -> fn(*inputs) -> end event
+        -> device-wide synchronize -> t1; the host reading is t1 - t0 less the device's time from
+        the first event to the start event
 The iteration's time is the event time less the cost of an empty event pair, unless the host
 time less the host overhead is clearly larger (HOST_MARGIN_MS, HOST_MARGIN_REL), then that.
 The event time is precise for work on the current stream; the host time, taken after a
@@ -457,9 +458,9 @@ class Timer:
         _cuda_synchronize()
         start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
         before = _CudaEvent(enable_timing=True) if self.cover_cycles else None
-        t0 = _perf_counter()
         if before is not None:
-            _event_record(before)
+            _event_record(before)  # on an idle device: it fires as it is queued, just before t0
+        t0 = _perf_counter()
         self._cover()
         _event_record(start)
         out = fn(*inputs)
@@ -467,11 +468,14 @@ class Timer:
         _cuda_synchronize()
         host = (_perf_counter() - t0) * 1e3
         if before is not None:
-            # The spin's own length, read on the device, comes off the host reading: it is a
-            # count of cycles, so it lasts longer when a power-hungry kernel pulls the SM clock
-            # down, and the host reading charged that to the call (on an H200, 1_relu's host
-            # reading was 3.4 us above its events, and the host rule picked it). The spin runs
-            # before any of the call's code, so nothing the call does can hide in it.
+            # From `before` to `start` on the device clock (the host's own launch of the spin and
+            # the spin itself) comes off the host reading, which is then the time from the start
+            # event to the host's wake-up. Without this the host reading held the Python time
+            # spent queueing the spin, which on an H200 host was 20-26 us in the empty calls of
+            # the calibration but 42-48 us in a real loop's calls, and the spin's cycles, which
+            # last longer when a power-hungry kernel pulls the SM clock down: the host rule took
+            # readings 8-12 us above the events (a 132 us softmax read +4.8% of the profiler's
+            # sum). All of the call's code runs after `start` is queued, so none of it is taken off.
             host -= _event_elapsed(before, start)
         return _event_elapsed(start, end), host, out
 
