@@ -6,6 +6,7 @@ Compute: it reports where it ran."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -199,6 +200,61 @@ def test_the_profiled_calls_wait_for_the_device_slot_and_hold_it_until_done(tmp_
     assert proc is not None and proc.returncode == 0, proc
     assert "profiled" in proc.stdout and events[0] == ("enter", False) and events[1][0] == "exit"
     assert events[1][1] - started >= 1.0  # held past the DONE line, to the session's end
+
+
+def test_sessions_start_up_side_by_side_and_profile_one_at_a_time(tmp_path):
+    """Under the server, the host's ncu lock covers only a session's profiled part (READY to its
+    end), taken before the device slot: two sessions' start-ups (ncu, the interpreter, torch's
+    import: most of a session's seconds) overlap, their profiled parts never do, and waiting for
+    the lock is not counted in a session's own time limit."""
+    import contextlib
+    import os as _os
+    import threading
+    import time
+
+    held: list[tuple[float, float]] = []
+
+    @contextlib.contextmanager
+    def slot():
+        start = time.monotonic()
+        yield
+        held.append((start, time.monotonic()))
+
+    script = ('sleep 1; date +%s.%N > ready-at; echo KERNELAGENT_NCU_READY; '
+              'while [ ! -e kernelagent-go ]; do sleep 0.01; done; sleep 1.5; echo profiled')
+    results = {}
+
+    def session(name):
+        cwd = tmp_path / name
+        cwd.mkdir()
+        results[name] = ncu_mod._run_session(["sh", "-c", script], cwd, dict(_os.environ), 2.8, None,
+                                             ncu_mod._with_the_lock(slot, 30))
+
+    threads = [threading.Thread(target=session, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    # each session's own time (1 s start-up + 1.5 s profiled) fits its 2.8 s limit; the wait for
+    # the other's profiled part (1.5 s) does not count against it
+    assert all(r is not None and "profiled" in r.stdout for r in results.values()), results
+    (a0, a1), (b0, b1) = sorted(held)
+    assert a1 <= b0, held  # one profiled part at a time
+    ready = sorted(float((tmp_path / n / "ready-at").read_text()) for n in ("a", "b"))
+    wall_now, mono_now = time.time(), time.monotonic()
+    first_exit_wall = wall_now - (mono_now - a1)
+    assert ready[1] < first_exit_wall, (ready, first_exit_wall)  # the second started up meanwhile
+
+
+def test_a_session_that_cannot_have_the_lock_is_killed_and_says_so(tmp_path):
+    import os as _os
+
+    with ncu_mod.ncu_lock(1) as got:
+        assert got
+        script = 'echo KERNELAGENT_NCU_READY; sleep 60'
+        with pytest.raises(ncu_mod.NcuBusy):
+            ncu_mod._run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None,
+                                 ncu_mod._with_the_lock(lambda: contextlib.nullcontext(), 0.3))
 
 
 def test_profiled_calls_that_hold_the_slot_too_long_are_killed(tmp_path, monkeypatch):

@@ -240,7 +240,10 @@ def _run_session(argv: list[str], cwd: Path, env: dict[str, str], timeout: float
     deadline = time.monotonic() + timeout
     try:
         if on_ready is not None and ready.wait(max(0.0, deadline - time.monotonic())) and proc.poll() is None:
+            remaining = max(0.0, deadline - time.monotonic())
             with on_ready():
+                # Waiting for the slot (and the host's ncu lock) is not the session's own time.
+                deadline = time.monotonic() + remaining
                 (cwd / GO_FILE).touch()
                 # Held until the whole session has ended, never on a line the candidate could
                 # print itself: after it nothing of the session is left to put a kernel beside
@@ -294,9 +297,11 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
     share it, as the kernel evidence does); on_ready: see _run_session; lock_wait_s: how long to
     wait for another session to finish (default: `timeout`), not counted in `timeout`.
 
-    One ncu session at a time on this host (`ncu_lock`): Nsight Compute serialises its sessions
-    through a lock file in /tmp, which a jailed session's private /tmp no longer shares (ncu does
-    not support two sessions profiling one device at once)."""
+    One ncu session profiles at a time on this host (`ncu_lock`): Nsight Compute serialises its
+    sessions through a lock file in /tmp, which a jailed session's private /tmp no longer shares
+    (ncu does not support two sessions profiling one device at once). With `on_ready` (the
+    server's handshake) the lock covers the profiled part only, from the target's READY to the
+    session's end; without it, the whole session."""
     ncu = find_ncu()
     if ncu is None:
         return {"unavailable": "ncu (Nsight Compute) was not found (PATH, /usr/local/cuda/bin, $KERNELAGENT_NCU)"}
@@ -343,6 +348,16 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
         base += ["--launch-count", str(launch_count or max(1, calls) * 8)]
         attempts = metric_sets or [NCU_METRICS + [NCU_STALLS], NCU_METRICS]
         wait_s = timeout - (time.monotonic() - started) if lock_wait_s is None else lock_wait_s
+        if on_ready is not None:
+            # Under the server (the READY/go handshake), only the profiled part takes the host's
+            # ncu lock, with the server's device slot: ncu's start-up, the interpreter and torch's
+            # import, most of a session's seconds, overlap with other jobs' sessions, which sit
+            # at READY before any of their candidate's code runs.
+            try:
+                return _ncu_attempts(ncu, base, app, attempts, scratch, env, report, timeout, started, on_spawn,
+                                     kernel_names, top, _with_the_lock(on_ready, wait_s))
+            except NcuBusy:
+                return {"unavailable": f"other Nsight Compute sessions held this host's profiler for {wait_s:.0f} s"}
         with ncu_lock(wait_s) as held:
             if not held:
                 return {"unavailable": f"other Nsight Compute sessions held this host's profiler for {wait_s:.0f} s"}
@@ -406,6 +421,25 @@ def _ncu_attempts(ncu: str, base: list[str], app: list[str], attempts: list[list
         return {"kernels": kernels, "seconds": time.monotonic() - started,
                 "stalls_collected": metrics is attempts[0]}
     return {"unavailable": "the ncu run failed: " + last[-600:]}
+
+
+class NcuBusy(Exception):
+    """The host's ncu lock was not had within its wait."""
+
+
+def _with_the_lock(on_ready: Callable[[], Any], wait_s: float) -> Callable[[], Any]:
+    """on_ready's slot, entered after the host's ncu lock (never the slot first: a session that
+    held the device slot while it waited for the lock would stop every other job meanwhile)."""
+
+    @contextlib.contextmanager
+    def slot() -> Iterator[None]:
+        with ncu_lock(wait_s) as held:
+            if not held:
+                raise NcuBusy(wait_s)
+            with on_ready():
+                yield
+
+    return slot
 
 
 @contextlib.contextmanager
