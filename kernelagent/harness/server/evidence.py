@@ -13,7 +13,8 @@ device idle) and lets it go: the candidate's import, warm-up and profiled calls 
 to themselves, and the slot is held until the whole session has ended (nothing of it is left to
 run beside a neighbour's loop), bounded by ncu.PROFILED_HOLD_S (caller/ncu.py). Nothing of the
 session is ever stopped mid-way (sessions stopped with their job while neighbours timed hung on
-an H100), and one ncu session runs at a time on a host (ncu.ncu_lock).
+an H100). One session's profiled part runs at a time on a host (ncu.ncu_lock, taken at READY
+before the slot); the start-ups of several sessions, our code only, run side by side.
 
 The session is jailed like every job (ncu_sandbox with `namespaces=True`: the per-job kernel
 namespaces through child/jail_exec.py, with the server's scratch root, the caches and the home
