@@ -59,12 +59,12 @@ libnvidia-ml.so.1, which the GPU machines have without pynvml), else from nvidia
 
 Time cap: `--max-minutes M` bounds the whole invocation (no evaluation starts unless the slowest
 one so far still fits; each one's timeout is cut to the time left), and the plan is round robin
-(all primes, then repetition 1 of every pair, then 2, ...), so a capped run has the same number of
-repetitions for every problem. Cost on an H100, from the measured stages (a fresh process: ~2 s
-of imports, ~8 s server start, ~3 s for a cached level-1 evaluation; ~8-15 s more when the
-baselines are timed, Inductor compile included): ~13 s per "on" repetition, ~20-30 s per "off"
-repetition or prime. So 8 pairs x 5 repetitions x both settings is ~25-30 minutes, split over
-calls with --resume; one 8-minute call holds the primes and 2-3 rounds with --cache on for 8 pairs.
+(all primes, then the warm repetitions one round at a time, then the fresh-process ones), so a
+capped run has the same number of repetitions for every problem. The out-of-process kernel
+evidence is off here (`--kernel-evidence` turns it on): it changes no time and cost ~8 s per win
+on an H200 (2026-11-26), when a whole default run of 11 pairs ran only its primes and fresh
+repetitions in 7.4 minutes. Cost without it: a prime (baselines timed, Inductor compile
+included) ~10-20 s, a warm repetition with cached baselines ~3-5 s, a fresh process ~12-15 s.
 """
 
 from __future__ import annotations
@@ -197,10 +197,12 @@ def cv(values: list[float]) -> float | None:
     return statistics.stdev(values) / mean if mean else None
 
 
-def run_eval(problem: Path, candidate: Path, cache_dir: Path, device: str, timeout: float) -> tuple[int, dict | None, str, float]:
+def run_eval(problem: Path, candidate: Path, cache_dir: Path, device: str, timeout: float,
+             evidence: bool = False) -> tuple[int, dict | None, str, float]:
     """One evaluation in a fresh process: (exit code, parsed JSON or None, stderr tail, wall seconds)."""
     cmd = [sys.executable, "-m", "kernelagent", "eval", str(problem), str(candidate), "--json",
-           "--cache-dir", str(cache_dir), "--device", device]
+           "--cache-dir", str(cache_dir), "--device", device,
+           "--kernel-evidence" if evidence else "--no-kernel-evidence"]
     started = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -215,7 +217,8 @@ def run_eval(problem: Path, candidate: Path, cache_dir: Path, device: str, timeo
     return proc.returncode, data if isinstance(data, dict) else None, proc.stderr[-1500:], wall
 
 
-def run_eval_warm(evaluator, problem: Path, candidate: Path, cache: str) -> tuple[int, dict | None, str, float]:
+def run_eval_warm(evaluator, problem: Path, candidate: Path, cache: str,
+                  evidence: bool = False) -> tuple[int, dict | None, str, float]:
     """One evaluation in the warm server: the same shape of answer as run_eval. Its own deadline
     is the harness's (stage limits); the cache setting is the config's (`off`: baselines timed
     anew, nothing read from the shared cache)."""
@@ -223,7 +226,8 @@ def run_eval_warm(evaluator, problem: Path, candidate: Path, cache: str) -> tupl
 
     started = time.perf_counter()
     try:
-        result = evaluator.evaluate(problem, candidate.read_text(), EvalConfig(use_baseline_cache=cache == "on"))
+        result = evaluator.evaluate(problem, candidate.read_text(),
+                                    EvalConfig(use_baseline_cache=cache == "on", kernel_evidence=evidence))
     except Exception as exc:  # noqa: BLE001 - a row that says why, as a failed subprocess would
         return -1, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
     data = json.loads(json.dumps(result.to_dict(), default=str))
@@ -470,11 +474,15 @@ def run(args: argparse.Namespace) -> int:
 
     # Round robin: every pair's cache prime first, then repetition 1 of every pair and setting, then
     # repetition 2, ... A run cut by --max-minutes so has the same number of repetitions (within
-    # one) for every problem, rather than all of the first problems and none of the last.
+    # one) for every problem, rather than all of the first problems and none of the last. The
+    # fresh-process repetitions (1..--fresh, ~15-25 s each against ~3-5 s in the warm server)
+    # come after the warm ones, so a capped run still has the warm spread of every problem.
     plan = []
     if "on" in settings and not args.no_prime:
         plan += [(pair, "on", 0, True) for pair in pairs]
-    plan += [(pair, cache, rep, False) for rep in range(1, args.reps + 1) for pair in pairs for cache in settings]
+    order = [rep for rep in range(1, args.reps + 1) if rep > args.fresh] + \
+        [rep for rep in range(1, args.reps + 1) if rep <= args.fresh]
+    plan += [(pair, cache, rep, False) for rep in order for pair in pairs for cache in settings]
     todo = [step for step in plan if (step[0].label, step[1], step[2], step[3]) not in done]
     print(f"{len(plan)} evaluations planned, {len(plan) - len(todo)} already in {out}; repetitions 1-{args.fresh} "
           "in fresh `python -m kernelagent eval` processes, the rest (and the primes) in one warm server",
@@ -510,14 +518,15 @@ def run(args: argparse.Namespace) -> int:
         try:
             before = read_clocks(gpu)
             if process == "fresh":
-                rc, data, stderr, wall = run_eval(problem, pair.candidate, cache_dir, args.device, eval_timeout)
+                rc, data, stderr, wall = run_eval(problem, pair.candidate, cache_dir, args.device, eval_timeout,
+                                                  args.kernel_evidence)
             else:
                 if warm is None:
                     from kernelagent.harness import Evaluator
 
                     cache_on.mkdir(exist_ok=True)
                     warm = Evaluator(device=args.device, cache_dir=cache_on)
-                rc, data, stderr, wall = run_eval_warm(warm, problem, pair.candidate, cache)
+                rc, data, stderr, wall = run_eval_warm(warm, problem, pair.candidate, cache, args.kernel_evidence)
             after = read_clocks(gpu)
             kind = "off" if prime else cache
             slowest[kind] = max(slowest.get(kind, 0.0), wall)
@@ -576,6 +585,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="cache directories and resized problems (default: OUT.work next to --out)")
     parser.add_argument("--kernelbench", type=Path, default=KERNELBENCH, help="KernelBench's problem folder")
+    parser.add_argument("--kernel-evidence", action="store_true",
+                        help="collect the out-of-process kernel evidence for each win as eval does by default "
+                             "(off here: it does not change a time, and costs ~8 s per win on an H200)")
     args = parser.parse_args(argv)
     try:
         return run(args)

@@ -46,6 +46,8 @@ def test_rows_one_per_evaluation_with_cache_on_and_off(cpu_run):
     keys = [(r["cache"], r["rep"], r["prime"]) for r in rows]
     assert sorted(keys) == [("off", 1, False), ("off", 2, False), ("on", 0, True), ("on", 1, False), ("on", 2, False)]
     assert keys[0] == ("on", 0, True)  # the prime fills the shared cache before the counted repetitions
+    # the warm repetitions (2) before the fresh-process ones (1): a capped run keeps the warm spread
+    assert [r["rep"] for r in rows[1:]] == [2, 2, 1, 1]
     # repetition 1 (--fresh 1, the default) in a fresh `kernelagent eval` process; the prime and
     # repetition 2 in the one warm server
     assert {(r["rep"], r["process"]) for r in rows} == {(0, "warm"), (1, "fresh"), (2, "warm")}
@@ -177,15 +179,30 @@ def test_quarter_drift_and_cv():
 def _fake_eval(walls: list[float]):
     """A stand-in for run_eval: a correct CPU-like result, each call taking walls[i] 'seconds'."""
     calls = []
+    evidences = []
 
-    def run_eval(problem, candidate, cache_dir, device, timeout):
+    def run_eval(problem, candidate, cache_dir, device, timeout, evidence=None):
         calls.append(timeout)
+        evidences.append(evidence)
         data = {"status": "correct", "device": "cpu", "timings": {"candidate": {"median_ms": 1.0, "samples_ms": [1.0] * 8,
                                                                                 "meaningful": False}},
                 "speedups": {}, "speedup_intervals": {}, "baselines_cached": False}
         return 0, data, "", walls[min(len(calls) - 1, len(walls) - 1)]
 
+    run_eval.evidences = evidences
     return run_eval, calls
+
+
+def test_fresh_evaluations_run_without_the_kernel_evidence_unless_asked(tmp_path, monkeypatch):
+    """It changes no time and cost ~8 s per win on an H200: off here unless --kernel-evidence."""
+    mod = load_script()
+    for flag, expected in (([], False), (["--kernel-evidence"], True)):
+        run_eval, _ = _fake_eval([0.01])
+        monkeypatch.setattr(mod, "run_eval", run_eval)
+        out = tmp_path / f"rows{len(flag)}.jsonl"
+        assert mod.main(["--reps", "1", "--fresh", "1", "--cache", "off", "--pair", PAIR, "--device", "cpu",
+                         "--out", str(out)] + flag) == 0
+        assert run_eval.evidences == [expected]
 
 
 def test_plan_is_round_robin_over_pairs(tmp_path, monkeypatch):
