@@ -8,8 +8,9 @@ the job id and the caller's secret nonce; several jobs share the socket, one thr
 (`Dispatcher`), their timed phases serialised by the device's gate (server/gate.py).
 
 Start-up: torch and torch._dynamo are imported once here (every job is forked warm), while the
-device probe runs in a throwaway child; the probe's answer is cached per machine boot, driver,
-device and library versions (`--probe-cache`), with free memory read afresh through NVML.
+device probe runs in a throwaway child (the two overlap); the probe's answer is cached per
+machine boot, driver, device and library versions (`--probe-cache`), with free memory read
+afresh through NVML.
 """
 
 from __future__ import annotations
@@ -159,10 +160,17 @@ def _probe_in_child(requested: str) -> dict[str, Any]:
 
 def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation: str,
           hide: list[str] | None = None, probe_cache: Path | None = None, concurrency: int = 0) -> None:
-    fingerprint = cached_probe(requested_device, probe_cache)()
-    if not fingerprint.get("cuda"):
-        # No GPU: Triton kernels run under the interpreter, on CPU tensors. Set before anything
-        # imports Triton (torch._dynamo does): it reads this at import.
+    probe = cached_probe(requested_device, probe_cache)
+    # No GPU: Triton kernels run under the interpreter, on CPU tensors; TRITON_INTERPRET must be
+    # set before anything imports Triton (torch._dynamo does), which reads it at import. A cached
+    # probe says at once; an uncached one (a new boot, driver or library) takes seconds in its
+    # child, so the imports below run meanwhile on what the machine shows (_expects_cuda), and a
+    # wrong guess (device nodes, but no usable CUDA) starts this server again knowing the answer.
+    fingerprint = probe() if getattr(probe, "cached", False) else None
+    known = os.environ.get(INTERPRET_KNOWN)
+    expects_cuda = bool(fingerprint.get("cuda")) if fingerprint is not None else \
+        (known == "cuda" if known else _expects_cuda(requested_device))
+    if not expects_cuda:
         os.environ["TRITON_INTERPRET"] = "1"
     try:
         import triton  # noqa: F401 - pre-import once, so each fork starts warm
@@ -176,6 +184,10 @@ def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation
         import torch._dynamo  # noqa: F401
     except Exception:  # noqa: BLE001
         traceback.print_exc()
+    if fingerprint is None:
+        fingerprint = probe()
+        if bool(fingerprint.get("cuda")) != expects_cuda and not known:
+            _restart_knowing(bool(fingerprint.get("cuda")))
     from kernelagent.harness.child import jail
 
     sandbox = jail.resolve(isolation, scratch_root, hide)
@@ -300,6 +312,31 @@ class Dispatcher:
         self.send("result", job_id, nonce, result=protocol.json_safe(result))
 
 
+INTERPRET_KNOWN = "KERNELAGENT_SERVER_DEVICE_KNOWN"  # set only by _restart_knowing: "cuda" or "cpu"
+
+
+def _expects_cuda(requested: str) -> bool:
+    """What the machine shows before the probe answers: a CUDA device unless the CPU was asked
+    for, CUDA_VISIBLE_DEVICES hides every device, or there is no NVIDIA device node."""
+    if requested == "cpu":
+        return False
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return os.path.exists("/dev/nvidiactl")
+
+
+def _restart_knowing(cuda: bool) -> None:
+    """The imports ran on a wrong guess about the device (Triton reads TRITON_INTERPRET once,
+    at import): run this server again, in this process, with the probe's answer (now cached
+    where a cache directory was given, else probed again). The caller's socket stays open."""
+    os.environ[INTERPRET_KNOWN] = "cuda" if cuda else "cpu"
+    os.environ.pop("TRITON_INTERPRET", None)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "kernelagent.harness.server"] + sys.argv[1:])
+
+
 def cached_probe(requested: str, cache_dir: Path | None) -> Callable[[], dict[str, Any]]:
     """The device probe's answer, as a function to call for it: from `cache_dir` when this
     machine boot, driver, device and library versions were probed before (free memory read
@@ -315,7 +352,12 @@ def cached_probe(requested: str, cache_dir: Path | None) -> Callable[[], dict[st
                 if free is not None:
                     info["free_bytes"] = free
                 info["probe_cached"] = True
-                return lambda: info
+
+                def cached() -> dict[str, Any]:
+                    return info
+
+                cached.cached = True  # type: ignore[attr-defined]
+                return cached
         except (OSError, ValueError):
             pass
     pending = _start_probe(requested)

@@ -1,0 +1,49 @@
+"""The server's start-up (server/main.py): the device probe runs in a child while the server
+imports Triton and torch._dynamo, on a guess about the device that the probe's answer checks; its
+answer is cached per machine and versions. Issue 23, scope 2 (start fast)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kernelagent.harness.server import main as server_main
+
+
+def test_the_guess_before_the_probe_answers(monkeypatch):
+    monkeypatch.setattr(server_main.os.path, "exists", lambda p: p == "/dev/nvidiactl")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert server_main._expects_cuda("auto") and server_main._expects_cuda("cuda:1")
+    assert not server_main._expects_cuda("cpu")
+    for hidden in ("", "-1", " "):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert not server_main._expects_cuda("auto")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert server_main._expects_cuda("auto")
+    monkeypatch.setattr(server_main.os.path, "exists", lambda p: False)
+    assert not server_main._expects_cuda("auto")  # no NVIDIA device node: the interpreter
+
+
+def test_a_wrong_guess_runs_the_server_again_knowing_the_answer(monkeypatch):
+    calls = []
+    monkeypatch.setattr(server_main.os, "execv", lambda exe, argv: calls.append((exe, argv)))
+    monkeypatch.setattr(server_main.sys, "argv", ["main.py", "--fd", "7", "--device", "auto"])
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv(server_main.INTERPRET_KNOWN, raising=False)
+    server_main._restart_knowing(True)
+    (exe, argv), = calls
+    assert argv[1:4] == ["-m", "kernelagent.harness.server", "--fd"] and argv[-2:] == ["--device", "auto"]
+    assert os.environ[server_main.INTERPRET_KNOWN] == "cuda" and "TRITON_INTERPRET" not in os.environ
+
+
+def test_the_probe_is_cached_and_says_so(tmp_path):
+    if server_main._probe_key("cpu") is None:
+        pytest.skip("no key for this machine (no boot id)")
+    first = server_main.cached_probe("cpu", tmp_path)
+    assert not getattr(first, "cached", False)  # probed in a child started just now
+    info = first()
+    assert info["probe_cached"] is False and info["cuda"] is False and "error" not in info
+    again = server_main.cached_probe("cpu", tmp_path)
+    assert getattr(again, "cached", False)  # known at once: the imports need no guess
+    assert again()["probe_cached"] is True and again()["torch"] == info["torch"]
