@@ -52,6 +52,23 @@ def test_host_stages_overlap_and_timed_phases_do_not(concurrent_evaluator):
         assert first[1] <= second[0] + 1e-3, f"two timed phases overlapped: {first} {second}"
 
 
+def test_asked_for_profiling_holds_the_slot_like_a_timed_loop(concurrent_evaluator):
+    """The profiled calls are a second clock on the candidate's kernels (profiling.clocks): beside
+    a neighbour's work they read 6-11% slow on an H200, so they run in the slot, alone."""
+    problem = CANDIDATES / "relu_problem.py"
+    config = EvalConfig(trials=2, target_ms=20, warmup_ms=5, max_reps=20, derived_checks=0, profile=True,
+                        timeouts=StageTimeouts(start=60, load=60, compile=90, correctness=90, timing=60))
+    jobs = [(problem, f"# profiled copy {i}\n" + read(CANDIDATES / "relu_good.py"), config) for i in range(3)]
+    results = concurrent_evaluator.map(jobs)
+    assert [r.status for r in results] == [Status.CORRECT] * 3, [r.reason for r in results]
+    profiled = [r.concurrency["profile_slot"]["held"] for r in results]
+    assert all(len(h) == 1 for h in profiled), profiled
+    assert all(r.kernels for r in results)  # the profile ran inside the slot
+    held = sorted([h for r in results for h in r.concurrency["held"]] + [h[0] for h in profiled])
+    for first, second in zip(held, held[1:]):
+        assert first[1] <= second[0] + 1e-3, f"a profile overlapped another slot holder: {first} {second}"
+
+
 def test_hostile_spinner_neighbour_is_stopped_while_another_job_times(concurrent_evaluator):
     problem = CANDIDATES / "relu_problem.py"
     jobs = [(problem, read(SPINNER), _config()),
