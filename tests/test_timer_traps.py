@@ -362,3 +362,32 @@ def test_a_call_is_timed_by_its_events_unless_the_host_saw_clearly_more(event, h
     timer = timing.Timer(torch.device("cpu"), flush_bytes=0)
     timer.overhead_ms, timer.event_ms = 0.160, 0.00125
     assert timer.sample(event, host) == pytest.approx(expected, abs=1e-9)
+
+
+def test_no_garbage_collection_inside_a_timed_loop():
+    """A full collection (milliseconds with torch imported) inside a host reading was taken as a
+    call's time; the loops run with the collector off and turn it back on after."""
+    import gc
+
+    import torch
+
+    from kernelagent.harness.child import timing
+
+    seen = []
+
+    def call(x):
+        seen.append(gc.isenabled())
+        return x + 1
+
+    timer = timing.Timer(torch.device("cpu"), flush_bytes=0)
+    x = torch.ones(4)
+    assert gc.isenabled()
+    timing.FixedLoop(timer).run(call, [[x]] * 6, warmup_calls=2, calls=4)
+    timer.measure(call, [[x]], warmup_ms=1, target_ms=2, min_reps=3, max_reps=5, budget_s=5)
+    assert seen and not any(seen) and gc.isenabled()
+    gc.disable()
+    try:  # a caller that had it off keeps it off
+        timing.FixedLoop(timer).run(call, [[x]] * 3, warmup_calls=1, calls=2)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
