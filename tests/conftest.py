@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.file_budget import pytest_runtest_protocol, pytest_runtest_setup  # noqa: F401 - hooks: each GPU file's own time budget
+
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
 CANDIDATES = TESTS / "candidates"
