@@ -85,10 +85,9 @@ _gc_disable, _gc_enable, _gc_isenabled = gc.disable, gc.enable, gc.isenabled
 @contextlib.contextmanager
 def _no_collection() -> Any:
     """No garbage collection inside a timed loop (as timeit does): with torch imported, a full
-    collection takes milliseconds, and one of them in a host reading was picked as a call's time
-    by the host rule. On an H200 (2026-11-26), a 7 us softmax's claimed mean ran 1.2-1.9x its
-    median over 1008 calls, and the server's check of the median against its own segments (whose
-    means hide such a tail) flagged the honest result. Collections happen between segments."""
+    collection takes milliseconds, which would land in one call's readings. Collections happen
+    between segments. (It was not what stretched honest tiny kernels' host readings on an H200:
+    those stayed with the collector off, and the loop-wide rule, Timer.samples, answers them.)"""
     was = _gc_isenabled()
     _gc_disable()
     try:
