@@ -30,7 +30,10 @@ def test_a_wrong_guess_runs_the_server_again_knowing_the_answer(monkeypatch):
     monkeypatch.setattr(server_main.os, "execv", lambda exe, argv: calls.append((exe, argv)))
     monkeypatch.setattr(server_main.sys, "argv", ["main.py", "--fd", "7", "--device", "auto"])
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.delenv(server_main.INTERPRET_KNOWN, raising=False)
+    # set, then removed: monkeypatch then puts the variable back as it was (absent) afterwards,
+    # so no server this test session starts inherits the answer
+    monkeypatch.setenv(server_main.INTERPRET_KNOWN, "")
+    monkeypatch.delenv(server_main.INTERPRET_KNOWN)
     server_main._restart_knowing(True)
     (exe, argv), = calls
     assert argv[1:4] == ["-m", "kernelagent.harness.server", "--fd"] and argv[-2:] == ["--device", "auto"]
@@ -47,3 +50,16 @@ def test_the_probe_is_cached_and_says_so(tmp_path):
     again = server_main.cached_probe("cpu", tmp_path)
     assert getattr(again, "cached", False)  # known at once: the imports need no guess
     assert again()["probe_cached"] is True and again()["torch"] == info["torch"]
+
+
+def test_the_answer_is_for_one_start_only(monkeypatch):
+    """A device answer meant for one restart never reaches another server: a caller's
+    environment that carries it (a leak) does not pass it on, so the server probes and decides
+    itself (a leaked 'cuda' once made CPU servers import Triton without the interpreter)."""
+    from kernelagent.harness import Evaluator
+
+    monkeypatch.setenv(server_main.INTERPRET_KNOWN, "cuda")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    env = Evaluator(device="cpu")._server_env()
+    assert server_main.INTERPRET_KNOWN not in env and "TRITON_INTERPRET" not in env
+    assert env["CUDA_VISIBLE_DEVICES"] == ""  # the CPU asked for: the server's guess is the interpreter

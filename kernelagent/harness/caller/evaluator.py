@@ -127,6 +127,9 @@ class Evaluator:
         env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.pop("TRITON_INTERPRET", None)  # the server decides from the device it finds
+        # ... and from its own probe: the answer a restarting server hands itself is never a
+        # caller's (server/main.py _restart_knowing)
+        env.pop("KERNELAGENT_SERVER_DEVICE_KNOWN", None)
         return env
 
     def start(self) -> None:

@@ -167,7 +167,7 @@ def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation
     # child, so the imports below run meanwhile on what the machine shows (_expects_cuda), and a
     # wrong guess (device nodes, but no usable CUDA) starts this server again knowing the answer.
     fingerprint = probe() if getattr(probe, "cached", False) else None
-    known = os.environ.get(INTERPRET_KNOWN)
+    known = os.environ.pop(INTERPRET_KNOWN, None)  # for this start only: never inherited by jobs
     expects_cuda = bool(fingerprint.get("cuda")) if fingerprint is not None else \
         (known == "cuda" if known else _expects_cuda(requested_device))
     if not expects_cuda:
