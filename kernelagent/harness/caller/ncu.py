@@ -357,10 +357,10 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
                 return _ncu_attempts(ncu, base, app, attempts, scratch, env, report, timeout, started, on_spawn,
                                      kernel_names, top, _with_the_lock(on_ready, wait_s))
             except NcuBusy:
-                return {"unavailable": f"other Nsight Compute sessions held this host's profiler for {wait_s:.0f} s"}
+                return _busy(wait_s)
         with ncu_lock(wait_s) as held:
             if not held:
-                return {"unavailable": f"other Nsight Compute sessions held this host's profiler for {wait_s:.0f} s"}
+                return _busy(wait_s)
             started = time.monotonic()  # the wait for another session is not this run's time
             return _ncu_attempts(ncu, base, app, attempts, scratch, env, report, timeout, started, on_spawn,
                                  kernel_names, top, on_ready)
@@ -421,6 +421,10 @@ def _ncu_attempts(ncu: str, base: list[str], app: list[str], attempts: list[list
         return {"kernels": kernels, "seconds": time.monotonic() - started,
                 "stalls_collected": metrics is attempts[0]}
     return {"unavailable": "the ncu run failed: " + last[-600:]}
+
+
+def _busy(wait_s: float) -> dict[str, str]:
+    return {"unavailable": f"other Nsight Compute sessions held this host's profiler for {wait_s:.0f} s"}
 
 
 class NcuBusy(Exception):

@@ -405,9 +405,16 @@ class Timer:
             return []
         device = [max(event - self.event_ms, 0.0) for event, _host in readings]
         host = [max(h - self.overhead_ms - self.event_ms, 0.0) for _event, h in readings]
-        gap = quantile(sorted(h - d for d, h in zip(device, host)), 0.5)
         typical = quantile(sorted(device), 0.5)
+        gap = quantile(sorted(h - d for d, h in zip(device, host)), 0.5)
         return host if gap > max(HOST_MARGIN_MS, HOST_MARGIN_REL * typical) else device
+
+    def escaped_ms(self, readings: list[tuple[float, float]]) -> float:
+        """What a loop reports as escaped work (TimingReport.escaped_ms): the median call's raw
+        host time beyond its event time, the empty call's overhead taken off; 0 off CUDA."""
+        if not self.cuda or not readings:
+            return 0.0
+        return max(quantile(sorted(host - self.overhead_ms - event for event, host in readings), 0.5), 0.0)
 
     def sample(self, event: float, host: float) -> float:
         """One call's time from its two readings, alone (the warm-up's estimate)."""
@@ -549,7 +556,6 @@ class Timer:
             estimate = max(sorted(warm)[len(warm) // 2], 1e-4)
             reps = int(min(max(math.ceil(target_ms / estimate), min_reps), max_reps))
             readings: list[tuple[float, float]] = []
-            gaps: list[float] = []
             self._clock_points = []
             every = max(1, reps // CLOCK_SAMPLES) if self.clock_reader() else 0
             for i in range(reps):
@@ -557,9 +563,7 @@ class Timer:
                 event, host, out = self._one_out(fn, input_sets[calls % len(input_sets)], clock_at=at)
                 del out
                 calls += 1
-                gap = host - self.overhead_ms - event
                 readings.append((event, host))
-                gaps.append(gap)
                 if _perf_counter() - started > budget_s and len(readings) >= 3:
                     break
         samples = self.samples(readings)
@@ -574,8 +578,7 @@ class Timer:
             note="" if self.cuda else "CPU wall clock (Triton interpreter): not meaningful",
             clocks_mhz=first_last_decile(self._clock_points) or [],
         )
-        escaped = quantile(sorted(gaps), 0.5) if self.cuda else 0.0
-        return TimingReport(timing=timing, escaped_ms=max(escaped, 0.0), samples_ms=samples)
+        return TimingReport(timing=timing, escaped_ms=self.escaped_ms(readings), samples_ms=samples)
 
     def _event_ms(self, fn: Callable[[], Any]) -> float:
         start, end = _CudaEvent(enable_timing=True), _CudaEvent(enable_timing=True)
@@ -655,7 +658,6 @@ class FixedLoop:
     def run(self, fn: Callable[..., Any], input_sets: Any, warmup_calls: int, calls: int,
             after_call: Callable[[int, Any], None] | None = None) -> TimingReport:
         readings: list[tuple[float, float]] = []
-        gaps: list[float] = []
         timer = self.timer
         with _no_grad(), _no_collection():
             for index in range(warmup_calls + calls):
@@ -664,7 +666,6 @@ class FixedLoop:
                 if index < warmup_calls:
                     continue
                 readings.append((event, host))
-                gaps.append(host - timer.overhead_ms - event)
                 if after_call is not None:
                     after_call(index - warmup_calls, out)
                 del out
@@ -674,8 +675,7 @@ class FixedLoop:
                         q3_ms=quantile(ordered, 0.75), min_ms=ordered[0] if ordered else float("nan"),
                         reps=len(ordered), meaningful=timer.cuda,
                         note="" if timer.cuda else "CPU wall clock (Triton interpreter): not meaningful")
-        escaped = quantile(sorted(gaps), 0.5) if timer.cuda and gaps else 0.0
-        return TimingReport(timing=timing, escaped_ms=max(escaped, 0.0), samples_ms=samples)
+        return TimingReport(timing=timing, escaped_ms=timer.escaped_ms(readings), samples_ms=samples)
 
 
 def escaped_work_is_significant(report: TimingReport) -> bool:

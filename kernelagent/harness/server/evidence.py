@@ -73,6 +73,7 @@ def collect(job: Any) -> None:
     # Everything the job's own jail hides (the server's scratch root with every other job's
     # scratch, the caches, the home), and the caller's list besides.
     hide += [Path(p) for p in (job.jail or {}).get("hide", [])] + [job.root.parent]
+    run_as = session_uid(job)
     job.enter("evidence")
     started = time.monotonic()
     try:
@@ -87,11 +88,10 @@ def collect(job: Any) -> None:
             triton_cache=getattr(job, "scratch", job.root / "candidate") / ".triton",
             on_ready=lambda: job.gate.hold(job, job.idle_probe, job.concurrency.setdefault("evidence_slot", {})),
             # one session per host: every job alive here may be ahead of this one, each bounded
-            lock_wait_s=job.limit("evidence") * max(1, job.gate.active()), run_as=session_uid(job))
+            lock_wait_s=job.limit("evidence") * max(1, job.gate.active()), run_as=run_as)
     except Exception:  # noqa: BLE001 - a harness bug is said as such, never the candidate's
         evidence = {"unavailable": "harness error while collecting it:\n" + traceback.format_exc(limit=3)}
     evidence["seconds"] = round(time.monotonic() - started, 3)
-    run_as = session_uid(job)
     evidence["uid"] = run_as[0] if run_as else os.getuid()  # the session's uid outside
     job.result["evidence"] = evidence
     job.enter("finished")

@@ -512,8 +512,7 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         profiled = bool(self.config.profile)
         with self.gate.hold(self, self.idle_probe, self.concurrency.setdefault("profile_slot", {})) \
                 if profiled else contextlib.nullcontext():
-            protocol.send(self.to_cand, "finish", self.job_id, profile=bool(self.config.profile),
-                          device_share=device_share)
+            protocol.send(self.to_cand, "finish", self.job_id, profile=profiled, device_share=device_share)
             deadline = self.clock() + self.limit("profile")
             message = self.cand_recv({"kernels", "done"}, deadline)
             if message["type"] == "kernels":
