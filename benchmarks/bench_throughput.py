@@ -145,13 +145,16 @@ def main() -> None:
                         help="one device: serial against overlapped evaluation, and a spinner neighbour (overlap.py)")
     parser.add_argument("--jobs", type=int, default=0, help="--overlap: jobs at once (0: the server's default)")
     parser.add_argument("--spinners", type=int, default=2, help="--overlap: hostile spinner neighbours (0: none)")
+    parser.add_argument("--no-kernel-evidence", action="store_true",
+                        help="--overlap: turn the out-of-process kernel evidence off (it is on by default on a GPU)")
     args = parser.parse_args()
     if args.overlap:
         from overlap import compare, print_table
 
         work = Path(tempfile.mkdtemp(prefix="kernelagent-overlap-"))
         try:
-            out = compare(args.filter, args.samples, args.trials, args.jobs, args.spinners, work, Path(args.out))
+            out = compare(args.filter, args.samples, args.trials, args.jobs, args.spinners, work, Path(args.out),
+                          kernel_evidence=not args.no_kernel_evidence)
             print_table(out)
             Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
             print(f"written: {args.out}")

@@ -83,12 +83,12 @@ def run_mode(device: str, cache: Path, jobs: list[tuple[str, Path, str]], config
 
 
 def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, spinners: int,
-            work: Path, partial: Path | None = None) -> dict[str, Any]:
+            work: Path, partial: Path | None = None, kernel_evidence: bool = True) -> dict[str, Any]:
     from kernelagent.harness import EvalConfig, Evaluator
     from kernelagent.harness.caller.pool import visible_gpus
 
     device = "cuda" if visible_gpus() else "cpu"
-    config = EvalConfig(trials=trials)
+    config = EvalConfig(trials=trials, kernel_evidence=kernel_evidence)
     jobs = candidates(pattern, samples)
     if not jobs:
         raise SystemExit(f"no solution matches {pattern!r}")
@@ -109,7 +109,7 @@ def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, s
                       "speedup": [a["speedup"], b["speedup"]], "interval": [a["interval"], b["interval"]],
                       "intervals_overlap": _overlaps(a["interval"], b["interval"])})
     out: dict[str, Any] = {
-        "device": device, "candidates": len(jobs), "trials": trials, "serial": serial, "overlapped": overlapped,
+        "device": device, "candidates": len(jobs), "trials": trials, "kernel_evidence": kernel_evidence, "serial": serial, "overlapped": overlapped,
         "throughput_ratio": round(overlapped["evaluations_per_gpu_minute"] / serial["evaluations_per_gpu_minute"], 2),
         "verdicts_identical": all(r["same_verdict"] for r in table),
         "intervals_overlap": all(r["intervals_overlap"] is not False for r in table),

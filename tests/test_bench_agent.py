@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from kernelagent.cli import app
 from tests.conftest import TESTS
-from tests.fake_openai_server import FakeOpenAIServer, tool
+from tests.fake_openai_server import FakeOpenAIServer, text, tool
 from tests.test_agent import GOOD
 
 AGENT_SUITE = TESTS / "bench_suite" / "agent"
@@ -72,3 +72,33 @@ def test_refused_key_stops_the_batch_with_exit_2(tmp_path):
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert result.output.strip().splitlines()[-1].startswith("error: model 'openai/fake-coder' refused")
+
+
+def test_agent_mode_with_a_search_reports_the_tree_by_problem(tmp_path):
+    """bench --strategy best-of-n --samples 2: each problem's search is in the record and the
+    HTML report shows its tree size, the best by round and the spend (issue 26)."""
+    from tests.test_agent import WRONG
+
+    with FakeOpenAIServer() as server:
+        usage = {"prompt_tokens": 100, "completion_tokens": 20}
+        fence = "```python\n{}```"
+        # Two problems, one at a time; each: a wrong and a right reply in round 0.
+        server.add(*[text(fence.format(code), usage=usage) for code in (WRONG, GOOD, WRONG, GOOD)])
+        args = ["bench", str(AGENT_SUITE), "--model", "openai/fake-coder", "--api-base", server.url,
+                "--retry-backoff", "0.01", "--model-timeout", "30", "--concurrency", "1",
+                "--strategy", "best-of-n", "--samples", "2", "--model-concurrency", "1",
+                "--max-turns", "4", "--trials", "2", "--gpus", "cpu",
+                "--store", str(tmp_path / "bench.sqlite"), "--out", str(tmp_path / "run"),
+                "--cache-dir", str(tmp_path / "cache"), "--no-live", "--json"]
+        result = CliRunner().invoke(app, args, env=ENV, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output.strip().splitlines()[-1])
+    assert data["metrics"]["correct"] == 2 and data["run_id"].startswith("fake-coder-agent-")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for p in summary["problems"]:
+        search = p["search"]
+        assert search["strategy"] == "best-of-n" and search["size"]["nodes"] == 2
+        assert search["spend"]["model_calls"] == 2 and search["spend"]["tokens"] == 240
+        assert [r["round"] for r in search["best_by_round"]] == [0]
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert 'id="search"' in html and "best-of-n ×2" in html and "r0:" in html

@@ -57,3 +57,22 @@ def test_bench_throughput_profiles_host_time_before_and_after(tmp_path):
     # One was deferred to the other's baselines (the key exists only then); how long it waited
     # depends on which finished first, so it may round to zero.
     assert rows[True]["host_profile"]["stage_seconds_sum"]["baseline_wait"] >= 0
+
+
+def test_search_wall_runs_the_three_searches_against_the_scripted_server(tmp_path):
+    """benchmarks/search_wall.py (issue 26's GPU report) on the CPU: the pipeline only. Each run
+    stops at its first correct kernel here (a speed target cannot be measured on the CPU), so
+    only the shape of the report is checked; the wall times are for a GPU."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "wall.json"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "search_wall.py"), "--latency", "0", "--device", "cpu",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "KERNELAGENT_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["run"] for r in rows] == ["best-of-n --samples 4", "best-of-n --samples 1", "single"]
+    assert all(r["exit"] == 0 and r["model_calls"] >= 1 and r["evaluations"] >= 1 for r in rows)
+    assert rows[0]["model_calls"] == 4 and rows[0]["search"]["size"]["nodes"] == 4  # one round of four at once

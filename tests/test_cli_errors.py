@@ -102,6 +102,13 @@ TABLE = [
     (["eval", PROBLEM], 2, "Missing argument 'CANDIDATE'"),
     (["evaluate"], 2, "No such command 'evaluate'"),
     (["eval", PROBLEM, GOOD, "--no-such-flag"], 2, "No such option: --no-such-flag"),
+    # the search (issue 26): checked before any model or harness starts
+    (["optimize", PROBLEM, *MODEL, "{closed}", "--strategy", "greedy"], 2, "strategy must be one of single, best-of-n"),
+    (["optimize", PROBLEM, *MODEL, "{closed}", "--samples", "3"], 2, "--samples above 1 needs a search strategy"),
+    (["optimize", PROBLEM, *MODEL, "{closed}", "--resume", "{earlier}"], 2, "not a search run"),
+    (["optimize", PROBLEM, *MODEL, "{closed}", "--resume", "{tmp}/nowhere"], 2, "cannot read it"),
+    (["bench", str(BENCHMARKS), "--candidates", str(BENCHMARKS / "solutions"), "--strategy", "beam"], 2,
+     "--strategy and --samples are for agent mode"),
 ]
 
 

@@ -389,3 +389,22 @@ def test_the_drain_is_credited_to_a_neighbour_that_has_not_run_candidate_code():
         assert starting.paused == 1 and timing_.paused == 1  # the hold itself: both credited
     assert seen and all(s == (1, 0) for s in seen), seen
     assert starting.paused == 0 and timing_.paused == 0
+
+
+def test_the_reference_dying_of_cuda_out_of_memory_beside_others_is_retried_alone():
+    """H100 suite run: level2/9's reference process died at torch.cuda.set_device with 'CUDA error:
+    out of memory' while other jobs held the device. Its exit (code 1) said nothing of memory; its log
+    did. That is a harness error re-run alone, never a verdict; a plain exit stays a harness error."""
+    from kernelagent.harness.server import job as job_mod
+
+    log = ('  File ".../reference_side.py", line 45, in __init__\n    torch.cuda.set_device(device)\n'
+           "torch.AcceleratorError: CUDA error: out of memory\nSearch for `cudaErrorMemoryAllocation'\n")
+    assert job_mod._says_out_of_memory(log)
+    assert not job_mod._says_out_of_memory("ValueError: the problem raised\n")
+    job = job_mod.Job.__new__(job_mod.Job)
+    job.concurrency, job.alone, job.shared_device = {}, False, True
+    job.out_of_memory = job_mod._says_out_of_memory(log)
+    job.result = {"status": Status.HARNESS_ERROR, "correct": False,
+                  "reason": "the reference process exited with code 1 during stage 'compile'"}
+    job.conclude_concurrency()
+    assert job.result["concurrency"]["retry_alone"] and "re-run alone" in job.result["reason"]

@@ -250,3 +250,19 @@ def test_the_candidates_profiler_rows_are_validated_by_type():
         fingerprint = {"cuda": True}
 
     profiling.summary_lines(R(), {"unavailable": "x"}, None)
+
+
+def test_an_honest_tail_in_every_segment_is_corrected_not_held_for_review():
+    """H100 suite run: an honest glue candidate's per-call median (0.0385 ms) sat under the floor
+    the server's segments allowed (0.0428 ms for a mean of 0.0554 ms), because one slow call fell in
+    every segment. The server's numbers replace the claim, with an info note; a gross gap (the
+    bimodal forgery above) stays a review flag."""
+    calls, n = 10, 100
+    per_call = [0.0385] * 9 + [0.0554 * 10 - 0.0385 * 9]  # each segment's sum is the true one
+    segment_s, calibration_s = _segments([0.0554 * (1 + 0.05 * ((i * 3) % 5 - 2)) for i in range(n)], calls, n,
+                                         overhead_s=0.0002)
+    decision = verdict.trusted_time(per_call * n, calls * n, sum(segment_s), calibration_s, True,
+                                    segment_s=segment_s, calls_per_segment=calls)
+    assert decision.source == "server"
+    assert [(f["kind"], f["severity"]) for f in decision.flags] == [("clock-median", "info")]
+    assert decision.timing["median_ms"] == pytest.approx(0.0554, rel=0.1)

@@ -104,14 +104,21 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
              evaluator: Any = None, observer: Callable[..., None] | None = None,
              model_info: dict[str, Any] | None = None,
              budget: Budget | None = None, backend: str = BACKEND,
-             initial: str | None = None) -> OptimizeRun:
+             initial: str | None = None, strategy: str = "single", samples: int = 1,
+             model_concurrency: int | None = None, seed: int = 0,
+             resume: str | Path | None = None) -> OptimizeRun:
     """Run the agent on one problem. Raises ProblemError / UserError for bad input.
 
     `budget`, when given, replaces max_turns/max_tokens/max_cost/timeout (a live view can
     hold the same object); `evaluator`, when given, is used and left open. `initial`, the
     source of an existing kernel, is verified first (full trials, timed), shown to the model
     in the task, and counts as the first candidate: the best kernel at the end is never
-    worse than it."""
+    worse than it.
+
+    `strategy` other than "single" runs a search (kernelagent/search): `samples` model calls
+    per round, `model_concurrency` of them at once, over one shared budget; `resume`, a folder
+    such a search wrote, continues it (its strategy, samples and seed; the budget given here
+    is the new total, counting what it already spent)."""
     from kernelagent.problem import load_problem
 
     if mode not in MODES:
@@ -119,6 +126,16 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
     problem = load_problem(problem_path)
+    previous = None
+    if resume is not None:
+        previous = _resumable(Path(resume), problem)
+        out = resume
+        strategy, samples = previous["search"]["strategy"], int(previous["search"]["samples"])
+        seed = int((previous["search"].get("settings") or {}).get("seed", seed))
+    check_strategy(strategy, samples)
+    searching = strategy != "single"
+    if searching:
+        mode = "text"  # a search node is one reply holding one candidate
     out_dir = Path(out) if out else default_out_dir(problem.path)
     out_dir.mkdir(parents=True, exist_ok=True)
     notify = observer or (lambda event, **data: None)
@@ -144,6 +161,8 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
                   "max_turns": budget.max_turns, "max_tokens": budget.max_tokens,
                   "max_cost": budget.max_cost, "timeout": budget.timeout, "trials": trials, "quick_trials": quick_trials,
                   "device": device, "eval_overrides": eval_overrides or {},
+                  "strategy": strategy, "samples": samples, "model_concurrency": model_concurrency,
+                  "seed": seed,
                   "model": {"name": getattr(model, "name", type(model).__name__),
                             **(model_info or {})}}
         trajectory = Trajectory(out_dir / "trajectory.json", config=config,
@@ -161,6 +180,20 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
                                  max_tokens=budget.max_tokens, max_cost=budget.max_cost, timeout=budget.timeout)
         agent = Agent(model, tools, prompts, budget, trajectory,
                       AgentConfig(mode=mode, target_speedup=target_speedup), observer=notify)
+        search = None
+        if searching:
+            from kernelagent.search import Search, SearchConfig, Tree
+
+            tree = Tree.from_dict(previous["search"]) if previous else None
+            if previous:
+                trajectory.data["messages"] = list(previous.get("messages") or [])
+                trajectory.data["resumed"] = [*previous.get("resumed", []), {"at": dt.datetime.now().isoformat(
+                    timespec="seconds"), "nodes": len(tree.nodes)}]
+                _restore_spend(budget, tree, previous["search"].get("spend") or {})
+            search = Search(model, tools, prompts, budget, trajectory, agent.config,
+                            SearchConfig(strategy=strategy, samples=samples, model_concurrency=model_concurrency,
+                                         seed=seed),
+                            system="", task="", observer=notify, tree=tree)
         notify("start", problem=problem.display, model=config["model"]["name"], mode=mode,
                device=device_info.get("name") or "?", out=str(out_dir))
         if initial is not None:
@@ -170,21 +203,30 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
             agent.seed(first)
             context["initial"] = {"code": initial.strip(), "verdict": first.verdict, "passed": first.passed,
                                   "feedback": truncate(first.text, 4000, 60)}
-        budget.started = time.monotonic()  # the wall-clock budget covers the loop
+        if previous is None:
+            budget.started = time.monotonic()  # the wall-clock budget covers the loop
         try:
-            result = agent.run(prompts.render("system", **context), prompts.render("task", **context))
+            if search is not None:
+                search.system, search.task = prompts.render("system", **context), prompts.render("task", **context)
+                if initial is not None and previous is None:
+                    search.seed_initial(agent.candidates, first)
+                result = search.run()
+            else:
+                result = agent.run(prompts.render("system", **context), prompts.render("task", **context))
         except KeyboardInterrupt:
             # Ctrl-C: keep what was found. The best correct candidate so far is written as
             # kernel.py (not re-verified: there is no time for that), and summary.json says
             # "interrupted"; then the interrupt goes on to the caller (the CLI exits 130, a
             # bench batch stops).
-            best = agent.best()
+            best = search.best_obs() if search is not None else agent.best()
             result = RunResult(outcome="interrupted", exit_code=EXIT_INTERRUPTED, stop_reason="interrupted",
                                stop_detail="interrupted (Ctrl-C) before the run ended", best=best,
                                target_check="not re-verified: the run was interrupted",
                                tool_seconds=dict(agent.tool_seconds), tool_calls=dict(agent.tool_calls))
             summary = build_summary(result, problem, out_dir, budget, trajectory, config, device_info,
                                     time.monotonic() - started)
+            if search is not None:
+                summary["search"] = search.summary()
             summary["best_verified"] = False
             if best is not None and best.code:
                 (out_dir / "kernel.py").write_text(best.code, encoding="utf-8")
@@ -200,11 +242,51 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
             raise
     summary = build_summary(result, problem, out_dir, budget, trajectory, config, device_info,
                             time.monotonic() - started)
+    if search is not None:
+        summary["search"] = search.summary()
     if result.best is not None and result.best.code:
         (out_dir / "kernel.py").write_text(result.best.code, encoding="utf-8")
     write_json_atomic(out_dir / "summary.json", summary)
     trajectory.finish("finished", summary)
     return OptimizeRun(result=result, out_dir=out_dir, summary=summary)
+
+
+def check_strategy(strategy: str, samples: int) -> None:
+    """ValueError for a strategy that does not exist, or samples it cannot use."""
+    from kernelagent.search.strategies import STRATEGIES
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)} (got {strategy!r})")
+    if not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be a whole number >= 1 (got {samples!r})")
+    if strategy == "single" and samples != 1:
+        raise ValueError("--samples above 1 needs a search strategy: best-of-n, beam or evolve")
+
+
+def _resumable(folder: Path, problem: Any) -> dict[str, Any]:
+    """The trajectory of a search run to resume; UserError when it cannot be resumed."""
+    from kernelagent.errors import UserError
+    from kernelagent.search.tree import load
+
+    try:
+        trajectory, _tree = load(folder)
+    except ValueError as exc:
+        raise UserError(f"--resume {folder}: {exc}") from None
+    recorded = (trajectory.get("problem") or {}).get("sha256")
+    if recorded and recorded != problem.sha256:
+        raise UserError(f"--resume {folder}: the run was for another version of {problem.path.name} "
+                        "(its sha256 differs); start a new run")
+    return trajectory
+
+
+def _restore_spend(budget: Budget, tree: Any, spend: dict[str, Any]) -> None:
+    """What a resumed search already spent, counted from its nodes (the wall time from its record)."""
+    replied = [n for n in tree.nodes if n.reply is not None]
+    budget.turns = len(replied)
+    budget.prompt_tokens = sum(int(n.cost.get("prompt_tokens", 0)) for n in replied)
+    budget.completion_tokens = sum(int(n.cost.get("completion_tokens", 0)) for n in replied)
+    budget.cost = sum(float(n.cost.get("usd", 0.0)) for n in replied)
+    budget.started = time.monotonic() - float(spend.get("elapsed_s") or 0.0)
 
 
 def build_summary(result: RunResult, problem: Any, out_dir: Path, budget: Budget,

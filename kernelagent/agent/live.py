@@ -46,6 +46,7 @@ class LiveView:
         self.header = ""
         self.last_tool = "-"
         self.best = "-"
+        self.search = ""  # a search's round and population (kernelagent/search)
         self._live: Live | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -102,6 +103,14 @@ class LiveView:
             return "budget: last turn"
         return f"budget: {warning.get('percent')}% of the {warning.get('limit')} budget used"
 
+    def on_round(self, round: int, planned: int, size: dict, best: Any) -> str:
+        self.search = (f"round {round}: {planned} calls; tree {size.get('nodes', 0)} nodes, "
+                       f"{size.get('evaluated', 0)} evaluated, {size.get('duplicates', 0)} duplicates, "
+                       f"{size.get('correct', 0)} correct")
+        if best is not None:
+            self.best = describe_obs(best)
+        return f"search {self.search}; best so far: {self.best}"
+
     def on_stop(self, reason: str, detail: str) -> str:
         return f"stopped: {reason}: {detail}"
 
@@ -119,6 +128,8 @@ class LiveView:
         table.add_column(style="bold")
         table.add_column()
         table.add_row("turn", _limit(b.turns, b.max_turns))
+        if self.search:
+            table.add_row("search", self.search)
         table.add_row("last tool", self.last_tool)
         table.add_row("best", self.best)
         table.add_row("tokens", _limit(b.tokens, b.max_tokens))

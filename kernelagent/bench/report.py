@@ -324,6 +324,36 @@ def _problem_table(records: list[dict]) -> str:
             f'<tbody>{"".join(rows)}</tbody></table>')
 
 
+def _search_table(records: list[dict]) -> str:
+    """Agent runs with a search strategy: per problem the tree's size, the best speedup after each
+    round (the interval's low end decides; timings on the CPU are not meaningful) and the spend."""
+    rows = []
+    for r in records:
+        s = r.get("search")
+        if not s:
+            continue
+        size, spend = s.get("size") or {}, s.get("spend") or {}
+        rounds = " → ".join(f'r{x["round"]}: {_x(x.get("best_speedup")) if x.get("best_speedup") is not None else "–"}'
+                            for x in s.get("best_by_round") or [])
+        rows.append("<tr>" + "".join([
+            _cell(r["key"]), _cell(f'{s.get("strategy")} ×{s.get("samples")}'),
+            _cell(str(size.get("nodes", 0)), size.get("nodes", 0), "num"),
+            _cell(str(size.get("evaluated", 0)), size.get("evaluated", 0), "num"),
+            _cell(str(size.get("duplicates", 0)), size.get("duplicates", 0), "num"),
+            _cell(str(size.get("correct", 0)), size.get("correct", 0), "num"),
+            _cell(rounds or "–"),
+            _cell(str(spend.get("model_calls", 0)), spend.get("model_calls", 0), "num"),
+            _cell(f'{int(spend.get("tokens") or 0):,}', spend.get("tokens") or 0, "num"),
+            _cell(f'${float(spend.get("cost_usd") or 0):.4f}', spend.get("cost_usd") or 0, "num")]) + "</tr>")
+    if not rows:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("problem", "strategy", "nodes", "evaluated", "duplicates",
+                                               "correct", "best speedup by round", "model calls", "tokens",
+                                               "cost"))
+    return (f'<h2>Search</h2><table class="sortable" id="search"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>')
+
+
 def _speedups(records: list[dict], baseline: str) -> list[float]:
     return [s for r in records if (s := M.speedup(r, baseline)) is not None]
 
@@ -388,7 +418,9 @@ def _header(data: dict) -> str:
     run, spec = data["run"], data["run"]["spec"]
     created = dt.datetime.fromtimestamp(run["created"]).strftime("%Y-%m-%d %H:%M")
     what = (f"candidates from {spec.get('candidates')}" if run["mode"] == "candidates"
-            else f"agent: model {spec.get('model')}, {spec.get('max_turns')} turns max")
+            else f"agent: model {spec.get('model')}, {spec.get('max_turns')} turns max"
+            + (f", strategy {spec.get('strategy')} ×{spec.get('samples')}" if spec.get("strategy", "single") != "single"
+               else ""))
     ev = data["evaluations"]
     return (f'<p class="meta">{escape(what)} · problems from {escape(str(spec.get("root")))} · created {created} · '
             f'status {escape(run["status"])} · {run["sessions"]} session(s), {run["wall_s"]:.1f} s wall · '
@@ -412,7 +444,7 @@ def render_html(data: dict) -> str:
             f'<h2>fast_p and speedups</h2>{_fast_table([("", m)])}'
             f'<h2>Plots</h2>{_plots(records)}'
             f'<h2>By level</h2>{_level_table(m)}{_pass_table(m)}'
-            f'<h2>Problems</h2>{_problem_table(records)}')
+            f'<h2>Problems</h2>{_problem_table(records)}{_search_table(records)}')
     return _page(f"kernelagent bench {data['run']['id']}", body)
 
 

@@ -69,6 +69,10 @@ class BenchSpec:
     target_speedup: float = 1.0
     quick_trials: int = 2
     temperature: float | None = None
+    # the search (kernelagent/search); left out of the run id at their defaults
+    strategy: str = "single"
+    samples: int = 1
+    model_concurrency: int | None = None
 
     @property
     def mode(self) -> str:
@@ -86,10 +90,14 @@ class BenchSpec:
             data.pop("inductor_modes")
         if data.get("timeouts") is None:  # runs from before the option keep their ids
             data.pop("timeouts", None)
+        for name, default in (("strategy", "single"), ("samples", 1), ("model_concurrency", None)):
+            if data.get(name) == default:  # runs from before the search keep their ids
+                data.pop(name, None)
         if self.mode == "candidates":  # the agent's settings do not change a candidates run
             for name in ("model", "api_base", "agent_mode", "max_turns", "max_tokens", "max_cost", "timeout",
-                         "target_speedup", "quick_trials", "temperature"):
-                data.pop(name)
+                         "target_speedup", "quick_trials", "temperature", "strategy", "samples",
+                         "model_concurrency"):
+                data.pop(name, None)
         return data
 
     def run_id(self) -> str:
@@ -750,7 +758,8 @@ def agent_record(ref: ProblemRef, summary: dict, attempts: list[dict], wall_s: f
             "wall_s": round(wall_s, 3), "evaluations": sum(1 for a in attempts if not a["reused"]),
             "reused": sum(1 for a in attempts if a["reused"]), "stop_reason": summary.get("stop_reason"),
             "target_check": summary.get("target_check"), "kernel": best.get("kernel"),
-            "out_dir": summary.get("out_dir"), "reason": summary.get("stop_detail") or ""}
+            "out_dir": summary.get("out_dir"), "reason": summary.get("stop_detail") or "",
+            **({"search": summary["search"]} if summary.get("search") else {})}
 
 
 def _run_agent(spec: BenchSpec, session: Session, store: Store, run_id: str, dispatcher: Dispatcher,
@@ -775,13 +784,14 @@ def _run_agent(spec: BenchSpec, session: Session, store: Store, run_id: str, dis
         budget = Budget(max_turns=spec.max_turns, max_tokens=spec.max_tokens, max_cost=spec.max_cost,
                         timeout=spec.timeout)
         seen = {"tokens": 0, "cost": 0.0}
+        charging = threading.Lock()  # a search's model calls report from several threads
 
         def observer(event: str, **data: Any) -> None:
             if event == "model":
-                snap = data.get("budget") or {}
-                tokens, cost = int(snap.get("tokens") or 0), float(snap.get("cost_usd") or 0.0)
-                progress.charge(tokens - seen["tokens"], cost - seen["cost"])
-                seen.update(tokens=tokens, cost=cost)
+                with charging:
+                    tokens, cost = budget.tokens, budget.cost
+                    progress.charge(tokens - seen["tokens"], cost - seen["cost"])
+                    seen.update(tokens=tokens, cost=cost)
 
         started = time.monotonic()
         try:
@@ -790,7 +800,9 @@ def _run_agent(spec: BenchSpec, session: Session, store: Store, run_id: str, dis
                               trials=spec.trials, quick_trials=min(spec.quick_trials, spec.trials),
                               eval_overrides=overrides, evaluator=ProblemEvaluator(dispatcher, ref.key),
                               observer=observer, model_info={"api_base": spec.api_base,
-                                                             "temperature": spec.temperature})
+                                                             "temperature": spec.temperature},
+                              strategy=spec.strategy, samples=spec.samples,
+                              model_concurrency=spec.model_concurrency)
         except ProblemError as exc:
             record = {"key": ref.key, "level": ref.level, "name": ref.name, "status": "bad_problem",
                       "compiled": False, "correct": False, "samples": 0, "correct_samples": 0,

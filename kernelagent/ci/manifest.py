@@ -33,7 +33,7 @@ MODES = ("auto", "tools", "text")
 _TOP: dict[str, tuple[type, ...]] = {
     "model": (str,), "api_base": (str,), "mode": (str,), "temperature": (int, float),
     "max_turns": (int,), "max_tokens": (int,), "max_cost": (int, float), "timeout": (int, float),
-    "trials": (int,), "device": (str,),
+    "trials": (int,), "device": (str,), "strategy": (str,), "samples": (int,), "model_concurrency": (int,),
     "target_speedup": (int, float), "tolerance": (int, float), "backend": (str,),
     "kernel": (list,),
 }
@@ -70,6 +70,9 @@ class Manifest:
     timeout: float | None = None
     trials: int = 5
     device: str = "auto"
+    strategy: str = "single"  # the regeneration's search (kernelagent/search)
+    samples: int = 1
+    model_concurrency: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -188,13 +191,21 @@ def load_manifest(path: str | Path | None = None) -> Manifest:
     mode = data.get("mode", "auto")
     if mode not in MODES:
         raise UserError(f"{where}: `mode` must be one of {', '.join(MODES)} (got {mode!r})")
-    for key in ("max_turns", "max_tokens", "trials"):
+    for key in ("max_turns", "max_tokens", "trials", "samples", "model_concurrency"):
         if key in data and data[key] < 1:
             raise UserError(f"{where}: `{key}` must be at least 1 (got {data[key]!r})")
+    from kernelagent.search.strategies import STRATEGIES
+
+    strategy, samples = data.get("strategy", "single"), data.get("samples", 1)
+    if strategy not in STRATEGIES:
+        raise UserError(f"{where}: `strategy` must be one of {', '.join(STRATEGIES)} (got {strategy!r})")
+    if strategy == "single" and samples != 1:
+        raise UserError(f"{where}: `samples` above 1 needs a search `strategy` (best-of-n, beam or evolve)")
     return Manifest(
         path=file, root=root, kernels=kernels, model=data.get("model"), api_base=data.get("api_base"),
         mode=mode, temperature=data.get("temperature"), max_turns=data.get("max_turns", 10),
         max_tokens=data.get("max_tokens"),
         max_cost=_number(where, "max_cost", data["max_cost"]) if "max_cost" in data else None,
         timeout=_number(where, "timeout", data["timeout"], minimum=1.0) if "timeout" in data else None,
-        trials=data.get("trials", 5), device=data.get("device", "auto"))
+        trials=data.get("trials", 5), device=data.get("device", "auto"), strategy=strategy, samples=samples,
+        model_concurrency=data.get("model_concurrency"))

@@ -153,7 +153,9 @@ def _regenerate_one(item: Regeneration, entry: KernelEntry, manifest: Manifest, 
                    target_speedup=entry.target_speedup, out=run_dir, device=device,
                    trials=trials or manifest.trials, evaluator=cached, backend=entry.backend,
                    initial=current, observer=observer,
-                   model_info={"api_base": manifest.api_base, "temperature": manifest.temperature})
+                   model_info={"api_base": manifest.api_base, "temperature": manifest.temperature},
+                   strategy=manifest.strategy, samples=manifest.samples,
+                   model_concurrency=manifest.model_concurrency)
     item.agent_outcome = run.result.outcome
     best = run.result.best
     final, replaced = before, False

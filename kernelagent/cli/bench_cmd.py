@@ -14,8 +14,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt,
-                                  finite, inductor_modes, interrupted, stage_timeouts)
+from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt, SamplesOpt,
+                                  StageTimeoutOpt, StrategyOpt, TimeoutScaleOpt, finite, inductor_modes, interrupted,
+                                  stage_timeouts)
 from kernelagent.cli.optimize_cmd import Mode
 from kernelagent.errors import EXIT_USAGE, UserError
 
@@ -57,6 +58,9 @@ def bench(
     max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=100, metavar="N", help="Retries of a model call on rate limits, timeouts and 5xx.")] = 6,
     retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, metavar="SECONDS", callback=finite(0), help="Base seconds of the exponential retry backoff.")] = 2.0,
     temperature: Annotated[Optional[float], typer.Option("--temperature", metavar="X", callback=finite(0), help="Sampling temperature.", show_default=False)] = None,
+    strategy: StrategyOpt = "single",
+    samples: SamplesOpt = 1,
+    model_concurrency: ModelConcurrencyOpt = None,
     live: Annotated[Optional[bool], typer.Option("--live/--no-live", help="Live progress panel (default: on a terminal).", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final lines.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's metrics as one JSON object at the end.")] = False,
@@ -92,6 +96,15 @@ def bench(
         compile_modes = inductor_modes(modes, max_autotune)
     except UserError as exc:
         raise fail(str(exc)) from None
+    if strategy != "single" or samples != 1:
+        from kernelagent.agent import check_strategy
+
+        if candidates is not None:
+            raise fail("--strategy and --samples are for agent mode (no --candidates)")
+        try:
+            check_strategy(strategy, samples)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
     # The run id hashes the spec: the two settings --max-autotune has always had keep their ids.
     max_autotune = compile_modes == ("default", "max-autotune-no-cudagraphs")
     extra_modes = None if compile_modes in (("default",), ("default", "max-autotune-no-cudagraphs")) \
@@ -103,7 +116,8 @@ def bench(
                          max_autotune=max_autotune, inductor_modes=extra_modes, backend=backend, model=model, api_base=api_base, agent_mode=mode.value,
                          max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost, timeout=timeout,
                          target_speedup=target_speedup, quick_trials=quick_trials, temperature=temperature,
-                         timeouts=stage_timeouts(timeout_scale, stage_timeout))
+                         timeouts=stage_timeouts(timeout_scale, stage_timeout), strategy=strategy,
+                         samples=samples, model_concurrency=model_concurrency)
     session = Session(gpus=gpus, cpu_workers=cpu_workers, ray=ray_address.strip() if ray_address else None,
                       isolation=isolation,
                       cache_dir=str(cache_dir) if cache_dir else None, store=str(store) if store else None,

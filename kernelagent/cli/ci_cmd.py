@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt,
+from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt, StageTimeoutOpt, TimeoutScaleOpt,
                                   inductor_modes, stage_timeouts)
 from kernelagent.errors import UserError
 
@@ -109,6 +109,9 @@ def regenerate(
     max_retries: Annotated[int, typer.Option("--max-retries", min=0, metavar="N", help="Retries of a model call on rate limits, timeouts, connection errors and 5xx.")] = 6,
     retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, metavar="SECONDS", help="Base seconds of the exponential retry backoff.")] = 2.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout (progress goes to stderr).")] = False,
+    strategy: Annotated[Optional[str], typer.Option("--strategy", metavar="single|best-of-n|beam|evolve", help="Search strategy (default: the manifest's `strategy`, else single); see optimize --help.", show_default=False)] = None,
+    samples: Annotated[Optional[int], typer.Option("--samples", min=1, metavar="N", help="Model calls per round (default: the manifest's `samples`, else 1).", show_default=False)] = None,
+    model_concurrency: ModelConcurrencyOpt = None,
     store: StoreOpt = None,
     device: DeviceOpt = None,
     trials: TrialsOpt = None,
@@ -130,6 +133,18 @@ def regenerate(
         raise _fail(f"--out {out} exists and is not a folder")
     try:
         manifest = load_manifest(path)
+        if strategy is not None or samples is not None or model_concurrency is not None:
+            import dataclasses
+
+            from kernelagent.agent import check_strategy
+
+            manifest = dataclasses.replace(manifest, strategy=strategy or manifest.strategy,
+                                           samples=samples or manifest.samples,
+                                           model_concurrency=model_concurrency or manifest.model_concurrency)
+            try:
+                check_strategy(manifest.strategy, manifest.samples)
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
         factory = None
         if not dry_run:
             from kernelagent.models.litellm_model import LitellmModel

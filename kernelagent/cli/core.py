@@ -257,6 +257,19 @@ JobsPerGpuOpt = Annotated[int, typer.Option(
          "has the device alone. 0: chosen from the host's CPUs and the device's free memory (printed).")]
 
 
+# The search (issue 26), shared by optimize, bench (agent mode) and ci regenerate.
+StrategyOpt = Annotated[str, typer.Option(
+    "--strategy", metavar="single|best-of-n|beam|evolve",
+    help="single: one conversation, one candidate per turn. best-of-n: N conversations sharing the budget. "
+         "beam: each round, N children of the best K so far. evolve: a population; mutate or combine the best.")]
+SamplesOpt = Annotated[int, typer.Option(
+    "--samples", min=1, metavar="N",
+    help="Model calls per round, their candidates evaluated concurrently; above 1 needs a search strategy.")]
+ModelConcurrencyOpt = Annotated[Optional[int], typer.Option(
+    "--model-concurrency", min=1, metavar="N", help="Model calls at once within a round (default: --samples).",
+    show_default=False)]
+
+
 def inductor_modes(value: str | None, max_autotune: bool = False) -> tuple[str, ...]:
     """EvalConfig.compile_modes from --inductor-modes and --max-autotune: "default" first, then
     the others in the order given, without repeats. An unknown mode is a UserError (exit 2)."""

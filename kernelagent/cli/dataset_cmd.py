@@ -76,3 +76,35 @@ def _prompts(directory, out, split, seed, mode, gpu, target_speedup, max_turns, 
         raise UserError(f"no problem files under {directory}")
     detail = f" (train {info['train']}, test {info['test']}, seed {seed})"
     typer.echo(f"{info['rows']} prompts{detail}: {', '.join(info['files'])}")
+
+
+@dataset_app.command("nodes", cls=Command)
+def nodes(
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Search run folders (optimize --strategy best-of-n, beam or evolve), or folders holding them.")],
+    out: Annotated[Path, typer.Option("--out", metavar="FILE", help="JSONL file: one row per node (prompt, completion, reward, its place in the tree).")] = Path("nodes.jsonl"),
+) -> None:
+    """Every node of search runs as a prompt/completion row with its reward: the per-node records
+    the RL reward and the trees share (for reward models, sibling preference pairs, offline RL)."""
+    from kernelagent.cli import run_guarded
+
+    run_guarded(_nodes, runs, out)
+
+
+def _nodes(runs, out) -> None:
+    import json
+
+    from kernelagent.errors import UserError
+    from kernelagent.rl.dataset import node_rows
+
+    missing = [str(r) for r in runs if not r.exists()]
+    if missing:
+        raise UserError(f"not found: {', '.join(missing)}")
+    rows, read = node_rows(runs)
+    if not read:
+        raise UserError("no search runs found (trajectory.json with a \"search\" tree): run optimize with "
+                        "--strategy best-of-n, beam or evolve")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    typer.echo(f"{len(rows)} nodes from {read} search runs: {out}")

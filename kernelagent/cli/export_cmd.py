@@ -17,7 +17,8 @@ def sft(
     runs: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Run folders of `kernelagent optimize` (or folders holding them).")],
     out: Annotated[Path, typer.Option("--out", metavar="FILE", help="JSONL file of chat rows; statistics go to <stem>.stats.json beside it.")] = Path("sft.jsonl"),
     min_speedup: Annotated[float, typer.Option("--min-speedup", metavar="X", callback=finite(0), help="Keep kernels at least this fast vs TorchInductor (else eager). Runs without meaningful timings (CPU) pass only at 0 or with --include-unmeasured.")] = 1.0,
-    per_problem: Annotated[int, typer.Option("--per-problem", min=1, metavar="N", help="Rows kept per problem (the most concise reasoning first).")] = 1,
+    per_problem: Annotated[Optional[int], typer.Option("--per-problem", min=1, metavar="N", help="Rows kept per problem (the most concise reasoning first). Default 1; no limit with --all-winners.", show_default=False)] = None,
+    all_winners: Annotated[bool, typer.Option("--all-winners", help="From search runs (--strategy best-of-n/beam/evolve): a row for every correct node at least --min-speedup fast, not only the winner's path.")] = False,
     include_unmeasured: Annotated[bool, typer.Option("--include-unmeasured", help="Keep verified kernels whose timings mean nothing (CPU runs).")] = False,
     split: Annotated[float, typer.Option("--split", min=0.0, max=1.0, help="Train fraction of the problem split (the rule `dataset prompts` uses: a hash of seed and the problem's content).")] = 0.8,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the split.")] = 0,
@@ -30,18 +31,20 @@ def sft(
     from kernelagent.cli import run_guarded
 
     run_guarded(_sft, runs, out, min_speedup, per_problem, include_unmeasured, split, seed, include_test,
-                max_turns, max_reasoning_chars, reasoning_percentile)
+                max_turns, max_reasoning_chars, reasoning_percentile, all_winners)
 
 
 def _sft(runs, out, min_speedup, per_problem, include_unmeasured, split, seed, include_test,
-         max_turns, max_reasoning_chars, reasoning_percentile) -> None:
+         max_turns, max_reasoning_chars, reasoning_percentile, all_winners=False) -> None:
     from kernelagent.errors import UserError
     from kernelagent.rl.sft import export_sft, stats_path_for
 
     missing = [str(r) for r in runs if not r.exists()]
     if missing:
         raise UserError(f"not found: {', '.join(missing)}")
-    stats = export_sft(runs, min_speedup, out, per_problem=per_problem,
+    if per_problem is None:
+        per_problem = 1_000_000 if all_winners else 1
+    stats = export_sft(runs, min_speedup, out, per_problem=per_problem, all_winners=all_winners,
                        include_unmeasured=include_unmeasured, split=split, seed=seed,
                        include_test=include_test, max_turns=max_turns,
                        max_reasoning_chars=max_reasoning_chars, reasoning_percentile=reasoning_percentile)

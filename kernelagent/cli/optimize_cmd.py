@@ -15,8 +15,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt, finite,
-                                  inductor_modes, interrupted, stage_timeouts)
+from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, ModelConcurrencyOpt, SamplesOpt,
+                                  StageTimeoutOpt, StrategyOpt, TimeoutScaleOpt, finite, inductor_modes, interrupted,
+                                  stage_timeouts)
 from kernelagent.errors import EXIT_USAGE, UserError
 
 
@@ -53,6 +54,11 @@ def optimize(
     live: Annotated[Optional[bool], typer.Option("--live/--no-live", help="Live progress panel (default: on a terminal).", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the final result line.")] = False,
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
+    strategy: StrategyOpt = "single",
+    samples: SamplesOpt = 1,
+    model_concurrency: ModelConcurrencyOpt = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the search's random draws (evolve's parents).")] = 0,
+    resume: Annotated[Optional[Path], typer.Option("--resume", metavar="DIR", help="Continue a killed or finished search in DIR (its strategy, samples and seed; the budget flags are the new totals, counting what it spent).", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Let --out replace a run already in that folder (its kernel.py, trajectory.json and summary.json are deleted first).")] = False,
     max_autotune: MaxAutotuneOpt = False,
     modes: InductorModesOpt = None,
@@ -80,13 +86,27 @@ def optimize(
         if backend not in ("triton", "cuda"):
             raise UserError(f"--backend must be triton or cuda (got {backend!r})")
         device = check_device(device, quiet=True)
-        out_dir = out if out is not None else default_out_dir(loaded.path)
-        check_out(out_dir, force, explicit=out is not None, create=False)
+        if resume is not None:
+            if out is not None and out.resolve() != resume.resolve():
+                raise UserError("--resume DIR writes into DIR: leave out --out, or give the same folder")
+            from kernelagent.agent import _resumable
+
+            _resumable(resume, loaded)
+        else:
+            from kernelagent.agent import check_strategy
+
+            try:
+                check_strategy(strategy, samples)
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
+        out_dir = resume if resume is not None else (out if out is not None else default_out_dir(loaded.path))
+        if resume is None:
+            check_out(out_dir, force, explicit=out is not None, create=False)
         llm = LitellmModel(model, api_base=api_base, api_key=api_key, timeout=model_timeout,
                            max_retries=max_retries, backoff_base=retry_backoff,
                            temperature=temperature)
         llm.check_reachable()
-        out = check_out(out_dir, force, explicit=out is not None)
+        out = out_dir if resume is not None else check_out(out_dir, force, explicit=out is not None)
         check_device(device, quiet=quiet)  # again: auto says now that it runs on the CPU
     except UserError as exc:
         raise _fail(str(exc)) from None
@@ -100,7 +120,8 @@ def optimize(
                 problem, llm, mode=mode.value, budget=budget, target_speedup=target_speedup,
                 out=out, device=device, trials=trials, quick_trials=min(quick_trials, trials),
                 observer=view, model_info={"api_base": api_base, "temperature": temperature},
-                backend=backend,
+                backend=backend, strategy=strategy, samples=samples, model_concurrency=model_concurrency,
+                seed=seed, resume=resume,
                 eval_overrides={**({"compile_modes": compile_modes} if compile_modes != ("default",) else {}),
                                 **({"timeouts": timeouts} if timeouts else {})} or None)
     except KeyboardInterrupt:

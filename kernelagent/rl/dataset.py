@@ -157,3 +157,43 @@ def write_prompts(root: str | Path, out: str | Path, **kwargs: Any) -> dict[str,
             info[side] = len(part)
     info["files"] = files
     return info
+
+
+def node_rows(run_dirs: list[str | Path]) -> tuple[list[dict[str, Any]], int]:
+    """One row per node of the search runs under `run_dirs` (kernelagent.search.records): the
+    prompt the model was given (TRL's conversational `prompt`), its reply as the `completion`,
+    the node's place in its tree, and the reward the RL reward gives that evaluation
+    (kernelagent.rl.reward: a duplicate shares the first evaluation's, a reply without a
+    candidate gets 0, a harness error None). For reward models, preference pairs between
+    siblings, or offline RL. Returns (rows, search runs read)."""
+    from kernelagent.rl.reward import no_code_breakdown, reward_from_result
+    from kernelagent.rl.sft import find_run_dirs
+    from kernelagent.search.tree import records
+
+    rows, runs = [], 0
+    for run in find_run_dirs(list(run_dirs)):
+        try:
+            nodes = records(run)
+        except ValueError:
+            continue  # a single-conversation run: no tree
+        runs += 1
+        for node in nodes:
+            if node["verdict"] == "model_error" or node["reply"] is None:
+                continue
+            if not node["code"]:
+                breakdown = no_code_breakdown(f"no candidate: {node['verdict']}")
+            else:
+                try:
+                    breakdown = reward_from_result(node["harness"])
+                except Exception:  # noqa: BLE001 - a record without a whole harness result
+                    breakdown = None
+            reward = None if breakdown is None or breakdown.infra_error else breakdown.reward
+            problem = node["problem"] or {}
+            rows.append({"prompt": node["messages"], "completion": [{"role": "assistant", "content": node["reply"]}],
+                         "reward": reward, "verdict": node["verdict"], "passed": node["passed"],
+                         "speedups": node["speedups"], "intervals": node["intervals"],
+                         "problem_id": problem.get("name"), "problem_sha256": problem.get("sha256"),
+                         "run_dir": node["run_dir"], "node": node["node"], "parent": node["parent"],
+                         "round": node["round"], "action": node["action"], "path": node["path"],
+                         "duplicate_of": node["duplicate_of"], "cost": node["cost"]})
+    return rows, runs

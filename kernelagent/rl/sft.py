@@ -161,7 +161,8 @@ def row_from_run(run_dir: Path, min_speedup: float, include_unmeasured: bool = F
         return None, "no_prompts"
     config = trajectory.get("config") or {}
     mode = config.get("mode")
-    chat = conversation(messages, kernel)
+    node = _search_node(trajectory, kernel)
+    chat = tree_conversation(node) if node is not None else conversation(messages, kernel)
     uses_tools = any(m.get("tool_calls") for m in chat)
     tools = ""
     if uses_tools:
@@ -188,7 +189,71 @@ def row_from_run(run_dir: Path, min_speedup: float, include_unmeasured: bool = F
         "model": summary.get("model"),
         "run_dir": str(run_dir),
     }
+    if node is not None:  # a search run (kernelagent/search): the winner's node and its ancestry
+        row.update(search_node=node.id, search_path=[n.id for n in _tree(trajectory).path(node.id)],
+                   verified="final")
     return row, ""
+
+
+def _tree(trajectory: dict) -> Any:
+    from kernelagent.search.tree import Tree
+
+    return Tree.from_dict(trajectory["search"])
+
+
+def tree_conversation(node: Any) -> list[dict]:
+    from kernelagent.search.tree import conversation as node_conversation
+
+    return [{"role": m.get("role"), "content": str(m.get("content") or "")} for m in node_conversation(node)]
+
+
+def _search_node(trajectory: dict, kernel: str) -> Any:
+    """The search node whose reply produced `kernel` (the first that did), or None for a single run."""
+    if not isinstance(trajectory.get("search"), dict):
+        return None
+    key = kernel.strip()
+    nodes = [n for n in _tree(trajectory).nodes if n.code and n.code.strip() == key and n.reply is not None]
+    return min(nodes, key=lambda n: (n.duplicate_of is not None, n.id)) if nodes else None
+
+
+def winner_rows(run_dir: Path, min_speedup: float, include_unmeasured: bool = False, *,
+                split: float = DEFAULT_SPLIT, seed: int = DEFAULT_SEED) -> list[dict]:
+    """`--all-winners`: a row for every correct node of a search run at least `min_speedup`
+    fast (each was evaluated with the full trial count; only the final winner was re-verified,
+    which `verified` says: "final" or "search")."""
+    try:
+        trajectory = json.loads((run_dir / "trajectory.json").read_text(encoding="utf-8"))
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return []
+    if not isinstance(trajectory.get("search"), dict):
+        return []
+    tree = _tree(trajectory)
+    problem = summary.get("problem") or trajectory.get("problem") or {}
+    sha = problem.get("sha256")
+    pid = problem_key(problem["path"]) if problem.get("path") else problem.get("name")
+    final = ((summary.get("best") or {}).get("candidate_sha256"))
+    rows = []
+    for node in tree.correct():
+        if not node.code or node.reply is None:
+            continue
+        speed = node.speedups.get("compile", node.speedups.get("eager")) if node.measurable else None
+        if speed is None and min_speedup > 0 and not include_unmeasured:
+            continue
+        if speed is not None and speed < min_speedup:
+            continue
+        chat = tree_conversation(node)
+        kernel_sha = hashlib.sha256(node.code.encode()).hexdigest()
+        rows.append({"messages": chat, "tools": "", "problem_id": pid,
+                     "split": problem_split(sha, split, seed) if sha else None, "problem_sha256": sha,
+                     "kernel_sha256": kernel_sha, "speedup": speed,
+                     "speedup_baseline": ("compile" if "compile" in node.speedups else "eager") if speed else None,
+                     "timings_meaningful": bool(node.measurable), "reasoning_chars": len(reasoning_of(chat[2:])),
+                     "turns": sum(m["role"] == "assistant" for m in chat), "mode": "text",
+                     "model": summary.get("model"), "run_dir": str(run_dir), "search_node": node.id,
+                     "search_path": [n.id for n in tree.path(node.id)],
+                     "verified": "final" if kernel_sha == final else "search"})
+    return rows
 
 
 def curate(rows: list[dict], *, max_turns: int | None = None, max_reasoning_chars: int | None = None,
@@ -276,18 +341,26 @@ def export_sft(run_dirs: list[str | Path], min_speedup: float = 1.0,
                include_unmeasured: bool = False, split: float = DEFAULT_SPLIT,
                seed: int = DEFAULT_SEED, include_test: bool = False,
                max_turns: int | None = None, max_reasoning_chars: int | None = None,
-               reasoning_percentile: float | None = None) -> dict[str, Any]:
-    """Write the rows to `out` and the statistics beside it; return the statistics."""
+               reasoning_percentile: float | None = None, all_winners: bool = False) -> dict[str, Any]:
+    """Write the rows to `out` and the statistics beside it; return the statistics.
+    `all_winners`: from a search run, every correct node at least `min_speedup` fast, not only
+    the path to the final winner (single runs give their one row either way)."""
     runs = find_run_dirs(run_dirs)
     candidates, skipped = [], {}
     for run in runs:
         row, why = row_from_run(run, min_speedup, include_unmeasured, split=split, seed=seed)
-        if row is None:
+        found = [row] if row is not None else []
+        if all_winners:
+            more = winner_rows(run, min_speedup, include_unmeasured, split=split, seed=seed)
+            known = {r["kernel_sha256"] for r in found}
+            found += [r for r in more if r["kernel_sha256"] not in known]
+        if not found:
             skipped[why] = skipped.get(why, 0) + 1
-        elif row["split"] == "test" and not include_test:
-            skipped["test_split"] = skipped.get("test_split", 0) + 1
-        else:
-            candidates.append(row)
+        for row in found:
+            if row["split"] == "test" and not include_test:
+                skipped["test_split"] = skipped.get("test_split", 0) + 1
+            else:
+                candidates.append(row)
     curated, dropped = curate(candidates, max_turns=max_turns, max_reasoning_chars=max_reasoning_chars,
                               reasoning_percentile=reasoning_percentile)
     for reason, n in dropped.items():
@@ -302,6 +375,7 @@ def export_sft(run_dirs: list[str | Path], min_speedup: float = 1.0,
     stats.update(out=str(out), split=split, seed=seed, include_test=include_test,
                  kept_by_mode={m: sum(r["mode"] == m for r in rows) for m in sorted({r["mode"] for r in rows})},
                  curation={"max_turns": max_turns, "max_reasoning_chars": max_reasoning_chars,
-                           "reasoning_percentile": reasoning_percentile, "per_problem": per_problem})
+                           "reasoning_percentile": reasoning_percentile, "per_problem": per_problem,
+                           "all_winners": all_winners})
     stats_path_for(out).write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
     return stats

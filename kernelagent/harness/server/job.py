@@ -56,6 +56,16 @@ def _static_flags(problem_source: str) -> dict[str, bool]:
     return {"has_smoke": "get_smoke_inputs" in names, "has_extra": "get_extra_inputs" in names}
 
 
+# CUDA's and PyTorch's words for an allocation that failed (cudaErrorMemoryAllocation), read only
+# from the reference's log: our trusted process.
+_OOM_WORDS = ("CUDA error: out of memory", "cudaErrorMemoryAllocation", "CUDA out of memory",
+              "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError")
+
+
+def _says_out_of_memory(log: str) -> bool:
+    return any(word in log for word in _OOM_WORDS)
+
+
 class Job(CheckPhases, TimedPhases, MemoryPhases):
     """Runs one evaluation and produces the fields of an EvalResult (as a dict)."""
 
@@ -322,7 +332,10 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         except CandidateGone:
             self.cand_died()
         except ReferenceGone as exc:
-            self.out_of_memory = self.out_of_memory or "out of device memory" in str(exc)
+            # Our own process died: out of memory if it said so (its message, or CUDA's own words in
+            # its log, e.g. creating its context beside other jobs' memory on an H100 run).
+            self.out_of_memory = self.out_of_memory or "out of device memory" in str(exc) or \
+                _says_out_of_memory(_tail(self.refdir / "reference.log"))
             self.fail(Status.HARNESS_ERROR, f"the reference process {exc} during stage '{self.stage}'", self.stage)
         except protocol.ProtocolError as exc:
             self.candidate_protocol(str(exc))
