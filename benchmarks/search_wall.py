@@ -99,10 +99,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("search_wall.json"))
     parser.add_argument("--latency", type=float, default=2.0, help="seconds the scripted model takes per reply")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--runs", default="all", help="comma-separated subset: best-of-n-4, best-of-n-1, single")
     args = parser.parse_args()
     runs = [("best-of-n --samples 4", {"strategy": "best-of-n", "samples": 4}),
             ("best-of-n --samples 1", {"strategy": "best-of-n", "samples": 1}),
             ("single", {"strategy": "single", "mode": "text"})]
+    if args.runs != "all":
+        wanted = {w.strip() for w in args.runs.split(",")}
+        runs = [r for r in runs if r[0].replace(" --samples ", "-") in wanted]
     from kernelagent.harness import EvalConfig, Evaluator
 
     rows = []

@@ -106,7 +106,7 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
              budget: Budget | None = None, backend: str = BACKEND,
              initial: str | None = None, strategy: str = "single", samples: int = 1,
              model_concurrency: int | None = None, seed: int = 0,
-             resume: str | Path | None = None) -> OptimizeRun:
+             resume: str | Path | None = None, reset_clock: bool = True) -> OptimizeRun:
     """Run the agent on one problem. Raises ProblemError / UserError for bad input.
 
     `budget`, when given, replaces max_turns/max_tokens/max_cost/timeout (a live view can
@@ -203,8 +203,9 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
             agent.seed(first)
             context["initial"] = {"code": initial.strip(), "verdict": first.verdict, "passed": first.passed,
                                   "feedback": truncate(first.text, 4000, 60)}
-        if previous is None:
-            budget.started = time.monotonic()  # the wall-clock budget covers the loop
+        if previous is None and reset_clock:
+            budget.started = time.monotonic()  # the wall-clock budget covers the loop (a whole model's
+            # regions share one clock: reset_clock=False)
         try:
             if search is not None:
                 search.system, search.task = prompts.render("system", **context), prompts.render("task", **context)

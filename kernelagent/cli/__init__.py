@@ -61,6 +61,7 @@ COMMANDS = [
     ("kernelagent.cli.bench_cmd", "bench", "bench"),
     ("kernelagent.cli.report_cmd", "report", "report"),
     ("kernelagent.cli.profile_cmd", "profile", "profile"),
+    ("kernelagent.cli.plan_cmd", "plan", "plan"),
     ("kernelagent.cli.dataset_cmd", "dataset_app", "dataset"),
     ("kernelagent.cli.export_cmd", "export_app", "export"),
     ("kernelagent.cli.serve_cmd", "serve", "serve"),

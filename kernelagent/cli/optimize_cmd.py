@@ -59,6 +59,8 @@ def optimize(
     model_concurrency: ModelConcurrencyOpt = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the search's random draws (evolve's parents).")] = 0,
     resume: Annotated[Optional[Path], typer.Option("--resume", metavar="DIR", help="Continue a killed or finished search in DIR (its strategy, samples and seed; the budget flags are the new totals, counting what it spent).", show_default=False)] = None,
+    whole_model: Annotated[bool, typer.Option("--whole-model", help="Plan the model (kernelagent plan), run the agent on its hottest regions in one budget, splice the verified kernels into OUT/model_optimized.py and verify it end to end against the original.")] = False,
+    regions: Annotated[int, typer.Option("--regions", min=1, metavar="N", help="--whole-model: the hottest N extractable regions are optimised.")] = 3,
     force: Annotated[bool, typer.Option("--force", help="Let --out replace a run already in that folder (its kernel.py, trajectory.json and summary.json are deleted first).")] = False,
     max_autotune: MaxAutotuneOpt = False,
     modes: InductorModesOpt = None,
@@ -113,6 +115,9 @@ def optimize(
 
     budget = Budget(max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost,
                     timeout=timeout)
+    if whole_model:
+        raise typer.Exit(_whole_model(problem, llm, budget, out, device, trials, strategy, samples, mode.value,
+                                      target_speedup, regions, quiet))
     view = LiveView(budget, live=live, quiet=quiet)
     try:
         with view:
@@ -175,3 +180,29 @@ def check_out(out: Path, force: bool, explicit: bool, create: bool = True) -> Pa
     except OSError as exc:
         raise UserError(f"--out {out}: cannot create the folder: {exc.strerror or exc}") from None
     return out
+
+
+def _whole_model(problem, llm, budget, out, device, trials, strategy, samples, mode, target_speedup, regions,
+                 quiet) -> int:
+    """`optimize --whole-model`: exit 0 when the spliced model passes end to end with at least one
+    region replaced, 1 when no region could be replaced (the model is unchanged), 2 bad input."""
+    from kernelagent.devices import gpu_indices
+    from kernelagent.harness import Evaluator
+    from kernelagent.wholemodel.whole import optimize_whole_model
+
+    plan_device = device if device != "auto" else ("cuda" if gpu_indices() else "cpu")
+    try:
+        with Evaluator(device=device) as evaluator:
+            summary = optimize_whole_model(problem, llm, out=out, evaluator=evaluator, budget=budget,
+                                           device="cpu" if plan_device == "cpu" else plan_device, top=regions,
+                                           trials=trials, strategy=strategy, samples=samples, mode=mode,
+                                           target_speedup=target_speedup)
+    except UserError as exc:
+        raise _fail(str(exc)) from None
+    speed = summary.get("e2e_speedup")
+    interval = summary.get("e2e_interval")
+    measured = (f"{speed:.3f}x [{interval[0]:.3f}, {interval[1]:.3f}] vs {summary.get('e2e_baseline')}"
+                if speed is not None and interval else "timings not meaningful on the CPU")
+    typer.echo(f"whole model: {summary['verdict']}; regions spliced: {', '.join(summary['spliced']) or 'none'}; "
+               f"end to end {measured}; model: {summary['model_optimized']}; summary: {out / 'summary.json'}")
+    return 0 if summary["passed"] and summary["spliced"] else 1

@@ -144,6 +144,11 @@ class EvalConfig:
     # The static pass (static_check.py): "reject" (findings of reject severity end the
     # evaluation before any process starts), "warn" (reported as info flags) or "off".
     static_check: str = "reject"
+    # Who did the work: "reject" (a candidate whose heavy work ran in PyTorch is rejected,
+    # no-custom-kernel) or "allow" (the same findings reported at info). "allow" is for a whole
+    # model's end-to-end check (kernelagent/wholemodel): PyTorch runs every region not replaced,
+    # and each replaced region's kernel was judged with "reject" on its own region problem.
+    torch_work: str = "reject"
     # Heavy PyTorch ops (GEMM, conv, softmax, norms, reductions, activations... and the
     # reference's own non-glue ops) on at least this many elements mean torch did the work.
     heavy_op_min_elements: int = 4096
@@ -186,6 +191,8 @@ class EvalConfig:
             raise ValueError(f"unknown Inductor mode {unknown[0]!r} (use {', '.join(INDUCTOR_MODES)})")
         if self.static_check not in ("reject", "warn", "off"):
             raise ValueError(f"static_check must be reject, warn or off (got {self.static_check!r})")
+        if self.torch_work not in ("reject", "allow"):
+            raise ValueError(f"torch_work must be reject or allow (got {self.torch_work!r})")
         if isinstance(self.timeouts, dict):  # from JSON
             self.timeouts = StageTimeouts(**self.timeouts)
         if not isinstance(self.timeouts, StageTimeouts):

@@ -35,6 +35,9 @@ SEVERITY: dict[str, str] = {
     "clock-mismatch": "review",  # its in-process timings disagree with the server's clock
     # its median sat under what the server's segments allow, not grossly: the server's times are reported
     "clock-median": "info",
+    # PyTorch did work that a candidate's own kernels should do, where that is allowed
+    # (EvalConfig.torch_work="allow": a whole model's end-to-end check)
+    "torch-work": "info",
     "isolation": "info",
     # Why the out-of-process kernel evidence could not be collected for a would-be win: without
     # it nothing outside the candidate's process saw who did the work, so it is not a win.

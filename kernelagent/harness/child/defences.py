@@ -488,7 +488,9 @@ class Monitor:
                      "is judged in full fp32: compute in the problem's precision inside the kernel instead")
             elif changed:
                 flag("numeric-modes-info", "the candidate changed global modes: " + text, "info")
-        # Who did the work.
+        # Who did the work. torch_work="allow" (a whole model's end-to-end check) reports it only.
+        # The server takes severities from its own table by kind, so "allow" is a kind of its own.
+        allow = getattr(self.config, "torch_work", "reject") == "allow"
         calls = [c for c in self.calls]
         # Every op that is not glue is work (issue 24: allow glue, never deny a list of heavy
         # names: a softmax from index_select, index_add_, exp and div is work too).
@@ -517,7 +519,7 @@ class Monitor:
                                 "(a fallback or a condition routing to PyTorch)")
                 else:
                     message += "; the heavy work must be done by the candidate's own kernels, torch only for glue"
-                flag(kind, message)
+                flag("torch-work" if allow else kind, message)
             elif no_own:
                 some_own = [c for c in calls if c.own_launches]
                 idle = [c for c in no_own if set(c.ops) <= {"clone"} and not c.other_launches]
@@ -533,7 +535,7 @@ class Monitor:
                            + (f" (they did in '{some_own[0].name}')" if some_own else
                               " (nor in any other call)")
                            + f"; {len(no_own)} of {len(calls)} calls computed their output without them")
-                flag(kind, message)
+                flag("torch-work" if allow else kind, message)
         # Device time in PyTorch kernels counts against the candidate unless those kernels are
         # glue by their own names (copies, fills: an honest kernel may spend most of its time in
         # a .contiguous() copy). What the recorder saw does not decide it: a call below the
@@ -548,8 +550,9 @@ class Monitor:
                      "info")
             elif share < float(getattr(self.config, "min_own_device_share", 0.5)):
                 top = ", ".join(f"{k['name'][:60]} {k['share']:.0%}" for k in device_share.get("top", [])[:3])
-                flag("no-custom-kernel", f"the candidate's own kernels held only {share:.0%} of device time in a "
-                                         f"profiled call (top kernels: {top})")
+                flag("torch-work" if allow else "no-custom-kernel",
+                     f"the candidate's own kernels held only {share:.0%} of device time in a "
+                     f"profiled call (top kernels: {top})")
         return out
 
 

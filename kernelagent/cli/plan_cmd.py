@@ -1,0 +1,43 @@
+"""`kernelagent plan MODEL.py`: profile a whole model and rank its regions (kernelagent/wholemodel).
+
+Exit codes: 0 the plan is written, 2 bad input (a missing file, not a problem, a model
+torch.export cannot capture, a GPU that does not exist): one line on stderr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def plan(
+    problem: Annotated[Path, typer.Argument(metavar="MODEL", help="A model in the KernelBench format (class Model, get_inputs, get_init_inputs).", show_default=False)],
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Where plan.json and the extracted region problems (regions/region_N.py) go (default: plans/<model>).", show_default=False)] = None,
+    device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N. On the CPU the model runs at smoke sizes and times are CPU times.")] = "auto",
+    top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="Regions shown in the table (plan.json has all).")] = 12,
+    json_out: Annotated[bool, typer.Option("--json", help="Print plan.json's regions as one JSON object instead of the table.")] = False,
+) -> None:
+    """Profile a model's forward on its get_inputs(), group its ops into regions, rank them by device time (with Amdahl's bound) and write each extractable region as a standalone problem."""
+    from kernelagent.cli import run_guarded
+
+    run_guarded(_plan, problem, out, device, top, json_out)
+
+
+def _plan(problem: Path, out: Path | None, device: str, top: int, json_out: bool) -> None:
+    import json
+
+    from kernelagent.devices import check_device, gpu_indices
+    from kernelagent.wholemodel.plan import make_plan, render
+
+    device = check_device(device)
+    if device == "auto":
+        device = "cuda" if gpu_indices() else "cpu"
+    out = out or Path("plans") / problem.stem
+    data = make_plan(problem, out, device=device)
+    if json_out:
+        typer.echo(json.dumps({"plan": str(out / "plan.json"), "totals": data["totals"],
+                               "regions": data["regions"]}, default=str))
+        return
+    typer.echo(render(data, top))
+    typer.echo(f"plan: {out / 'plan.json'}; region problems: {out / 'regions'}")

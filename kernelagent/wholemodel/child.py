@@ -1,0 +1,478 @@
+"""The whole-model work that runs the user's model: in a child process, never in the caller.
+
+    python -m kernelagent.wholemodel.child plan PROBLEM --device cpu|cuda[:N] --out DIR
+    python -m kernelagent.wholemodel.child splice PROBLEM --out FILE --kernel region_0=PATH ...
+
+`plan` captures the model's forward with torch.export (dynamic sizes where torch allows), runs
+the captured graph once per profiled repetition through an FX Interpreter that wraps each node
+in a torch.profiler range, and attributes device time (CPU time on the CPU) to nodes; it also
+profiles the model's own forward, whose total the plan's shares are checked against. Then it
+groups the nodes into regions (regions.py), writes each extractable region as a KernelBench
+problem (DIR/regions/region_k.py: `Model`, `get_inputs()` with the region's real shapes and
+dtypes and values at the captured values' scale, `get_init_inputs()`; weights and buffers are
+inputs, so a region's kernel takes them as arguments and the spliced model passes the model's
+own), checks that each runs, and writes DIR/plan.json.
+
+`splice` captures the graph again the same way, replaces each named region by a call to its
+kernel's `ModelNew`, and writes a model file whose `ModelNew` subclasses the original `Model`
+(the same parameters) and runs the new graph. It imports nothing from kernelagent.
+On the CPU a problem without get_smoke_inputs() runs at derived smoke sizes (harness/derive.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+REPS = 5
+
+
+def load(path: Path, device: str) -> tuple[Any, list[Any], str, dict]:
+    """(model, inputs, source, smoke overrides) on `device`, seeded as the harness seeds."""
+    import torch
+
+    source = path.read_text(encoding="utf-8")
+    overrides: dict = {}
+    module = _exec_module(source, path)
+    smoke = device == "cpu"
+    if smoke and not hasattr(module, "get_smoke_inputs"):
+        from kernelagent.harness import derive
+
+        overrides, _err = derive.pick_smoke(source)
+        if overrides:
+            source = derive.apply(source, overrides)
+            module = _exec_module(source, path)
+    if not hasattr(module, "Model") or not hasattr(module, "get_inputs"):
+        raise SystemExit(f"error: {path}: not a problem file (needs class Model and get_inputs())")
+    init = (module.get_smoke_init_inputs() if smoke and hasattr(module, "get_smoke_init_inputs")
+            else module.get_init_inputs() if hasattr(module, "get_init_inputs") else [])
+    torch.manual_seed(0)
+    model = module.Model(*init).to(device)
+    inputs = module.get_smoke_inputs() if smoke and hasattr(module, "get_smoke_inputs") else module.get_inputs()
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    return model, inputs, source, overrides
+
+
+def _exec_module(source: str, path: Path) -> types.ModuleType:
+    module = types.ModuleType("kernelagent_whole_model")
+    module.__file__ = str(path)
+    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the user's own model file
+    return module
+
+
+def export(model: Any, inputs: list[Any]) -> tuple[Any, bool]:
+    """(ExportedProgram, dynamic): sizes left dynamic where torch can, else specialised."""
+    import torch
+    from torch.export import Dim
+
+    dynamic = tuple({i: Dim.AUTO for i in range(x.dim())} if isinstance(x, torch.Tensor) else None for x in inputs)
+    try:
+        return torch.export.export(model, tuple(inputs), dynamic_shapes=dynamic, strict=False), True
+    except Exception:  # noqa: BLE001 - some models only export at fixed sizes
+        return torch.export.export(model, tuple(inputs), strict=False), False
+
+
+def flat_args(ep: Any, inputs: list[Any]) -> list[Any]:
+    """The lifted graph's arguments: parameters, buffers and constants by name, then the inputs."""
+    from torch.export.graph_signature import InputKind
+
+    state = {**ep.state_dict, **ep.constants}
+    args, user = [], iter(inputs)
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            args.append(next(user))
+        else:
+            value = state[spec.target]
+            args.append(value.clone() if spec.kind == InputKind.BUFFER else value)
+    return args
+
+
+def op_name(target: Any) -> str:
+    packet = getattr(target, "_overloadpacket", None)
+    return getattr(packet, "__name__", None) or getattr(target, "__name__", str(target))
+
+
+def _mutates(node: Any) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        return True
+    if op_name(node.target) in ("batch_norm", "_native_batch_norm_legit_functional", "instance_norm"):
+        training = node.args[5] if len(node.args) > 5 else node.kwargs.get("training", False)
+        return bool(training)
+    return False
+
+
+def _tensor_args(node: Any) -> list[str]:
+    import torch
+
+    out: list[str] = []
+
+    def visit(a: Any) -> None:
+        if hasattr(a, "op") and hasattr(a, "name"):
+            if isinstance(a.meta.get("val"), torch.Tensor) and a.name not in out:
+                out.append(a.name)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+        elif isinstance(a, dict):
+            for x in a.values():
+                visit(x)
+
+    visit(node.args)
+    visit(node.kwargs)
+    return out
+
+
+def capture(model: Any, inputs: list[Any], device: str) -> tuple[Any, list[dict], dict]:
+    """(exported program, compute nodes with their times, totals)."""
+    import torch
+    from torch.fx import Interpreter
+
+    from kernelagent.wholemodel.ops import kind
+
+    ep, dynamic = export(model, inputs)
+    gm = ep.graph_module
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    values: dict[str, Any] = {}
+
+    class Timed(Interpreter):
+        def __init__(self, module: Any, record: bool) -> None:
+            super().__init__(module, garbage_collect_values=not record)
+            self.record = record
+
+        def run_node(self, n: Any) -> Any:
+            if n.op != "call_function":
+                value = super().run_node(n)
+            else:
+                with torch.profiler.record_function("ka::" + n.name):
+                    value = super().run_node(n)
+            if self.record:
+                values[n.name] = _summary(value)
+            return value
+
+    with torch.no_grad():
+        Timed(gm, record=True).run(*flat_args(ep, inputs))
+        for _ in range(2):
+            Timed(gm, record=False).run(*flat_args(ep, inputs))
+            model(*inputs)
+        sync()
+        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+        with torch.profiler.profile(activities=activities) as graph_prof:
+            for _ in range(REPS):
+                with torch.profiler.record_function("ka::forward"):
+                    Timed(gm, record=False).run(*flat_args(ep, inputs))
+                sync()
+        with torch.profiler.profile(activities=activities) as model_prof:
+            for _ in range(REPS):
+                with torch.profiler.record_function("ka::forward"):
+                    model(*inputs)
+                sync()
+    per_node = _times(graph_prof, cuda)
+    nodes = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        val = n.meta.get("val")
+        tensor = isinstance(val, torch.Tensor)
+        info = {"name": n.name, "op": op_name(n.target), "target": str(n.target),
+                "kind": kind(op_name(n.target)) if tensor else "shape", "tensor": tensor,
+                "args": _tensor_args(n), "users": [u.name for u in n.users],
+                "time_us": round(per_node.get(n.name, 0.0), 3), "mutates": _mutates(n),
+                "shape": list(values.get(n.name, {}).get("shape") or []) if tensor else None,
+                "dtype": values.get(n.name, {}).get("dtype")}
+        if any(isinstance(v, torch.device) for v in [*n.args, *n.kwargs.values()]):
+            info["unextractable"] = "it names a device"
+        nodes.append(info)
+    totals = {"nodes_us": round(sum(per_node.values()), 3), "graph_forward_us": round(_forward(graph_prof, cuda), 3),
+              "model_forward_us": round(_forward(model_prof, cuda), 3), "reps": REPS, "dynamic_sizes": dynamic,
+              "clock": "device (CUDA kernels)" if cuda else "CPU time (no GPU: not a device time)"}
+    totals["nodes_vs_model"] = round(totals["nodes_us"] / totals["model_forward_us"], 4) \
+        if totals["model_forward_us"] else None
+    return ep, nodes, {"totals": totals, "values": values}
+
+
+def _summary(value: Any) -> dict[str, Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        out: dict[str, Any] = {"shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
+        if value.is_floating_point() and value.numel():
+            v = value.detach().float()
+            out.update(mean=float(v.mean()), std=float(v.std()) if v.numel() > 1 else 0.0)
+        elif value.dtype != torch.bool and value.numel():
+            out.update(min=int(value.min()), max=int(value.max()))
+        return out
+    if isinstance(value, (int, float, bool)):
+        return {"value": value}
+    return {}
+
+
+def _times(prof: Any, cuda: bool) -> dict[str, float]:
+    """Per node, microseconds per forward: device time of the kernels launched in its range (CPU
+    time without a GPU)."""
+    out: dict[str, float] = {}
+    for event in prof.events():
+        if event.name.startswith("ka::") and event.name != "ka::forward":
+            t = _device_us(event) if cuda else event.cpu_time_total
+            out[event.name[4:]] = out.get(event.name[4:], 0.0) + t / REPS
+    return out
+
+
+def _device_us(event: Any) -> float:
+    return float(getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0.0) or 0.0)
+
+
+def _forward(prof: Any, cuda: bool) -> float:
+    """The forward's time per repetition: every CUDA kernel's own device time (the profiler's
+    total), or the forward range's CPU time."""
+    if cuda:
+        total = sum(float(getattr(e, "self_device_time_total", 0.0) or 0.0) for e in prof.events()
+                    if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type))
+        return total / REPS
+    return sum(e.cpu_time_total for e in prof.events() if e.name == "ka::forward") / REPS
+
+
+# -- extraction ---------------------------------------------------------------------------------
+def region_source(ep: Any, region: dict, values: dict, problem: str) -> str:
+    """The region as a KernelBench problem: its tensor inputs (weights included) are inputs."""
+    import torch
+    from torch import fx
+
+    nodes = {n.name: n for n in ep.graph_module.graph.nodes}
+    graph = fx.Graph()
+    env: dict[str, Any] = {}
+    names = []
+    for i, name in enumerate(region["inputs"]):
+        arg = _safe(name, i)
+        names.append(arg)
+        env[name] = graph.placeholder(arg)
+    members = set(region["nodes"])
+
+    def arg_of(a: Any) -> Any:
+        if a.name in env:
+            return env[a.name]
+        if a.name in values and "value" in values[a.name]:
+            return values[a.name]["value"]  # a size the capture computed: a literal here
+        raise ValueError(f"{a.name} is neither an input nor a known size")
+
+    for name in region["nodes"]:
+        env[name] = graph.node_copy(nodes[name], arg_of)
+    graph.output(env[region["nodes"][-1]])
+    code = fx.GraphModule(torch.nn.Module(), graph).code
+    if "device(" in code:
+        raise ValueError("its code names a device")
+    body = "\n".join("    " + line if line.strip() else "" for line in code.strip().splitlines())
+    factories = [_factory(values.get(name, {})) for name in region["inputs"]]
+    ops = ", ".join(dict.fromkeys(region["ops"]))
+    return (f'"""{region["id"]} of {problem}: {region["kind"]} ({ops}).\n\n'
+            f"Extracted by `kernelagent plan`: the region's inputs (activations, weights and buffers) come from\n"
+            f"get_inputs() at the shapes and dtypes the model gives them, and at their captured scale.\n"
+            f'"""\nimport torch\nimport torch.nn as nn\n\n\n'
+            f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n{body}\n\n\n"
+            f"def get_inputs():\n    return [{', '.join(factories)}]\n\n\n"
+            f"def get_init_inputs():\n    return []\n")
+
+
+def _safe(name: str, i: int) -> str:
+    clean = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return clean if clean and not clean[0].isdigit() else f"arg{i}_{clean}"
+
+
+def _factory(info: dict) -> str:
+    shape = tuple(info.get("shape") or ())
+    dtype = info.get("dtype") or "float32"
+    if dtype == "bool":
+        return f"torch.rand({shape}) > 0.5"
+    if "int" in dtype:
+        lo, hi = int(info.get("min", 0)), int(info.get("max", 1))
+        return f"torch.randint({lo}, {hi + 1}, {shape}, dtype=torch.{dtype})"
+    std = float(info.get("std") or 0.0)
+    mean = float(info.get("mean") or 0.0)
+    std = std if math.isfinite(std) and std > 0 else 1.0
+    mean = mean if math.isfinite(mean) else 0.0
+    scale = f" * {std:.6g}" if abs(std - 1.0) > 1e-6 else ""
+    shift = f" + {mean:.6g}" if abs(mean) > 1e-6 else ""
+    return f"(torch.randn({shape}){scale}{shift}).to(torch.{dtype})"
+
+
+def check_region(source: str, path: Path, device: str) -> str | None:
+    """None when the extracted problem runs as a reference; else why not."""
+    import torch
+
+    try:
+        module = _exec_module(source, path)
+        torch.manual_seed(0)
+        model = module.Model(*module.get_init_inputs()).to(device)
+        inputs = [x.to(device) for x in module.get_inputs()]
+        with torch.no_grad():
+            model(*inputs)
+    except Exception as exc:  # noqa: BLE001 - the region is then left in the model
+        return f"the extracted problem does not run: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return None
+
+
+def plan(problem: Path, device: str, out: Path) -> dict:
+    from kernelagent.wholemodel.regions import group
+
+    model, inputs, source, overrides = load(problem, device)
+    ep, nodes, extra = capture(model, inputs, device)
+    regions = group(nodes)
+    folder = out / "regions"
+    folder.mkdir(parents=True, exist_ok=True)
+    for region in regions:
+        if not region["extractable"]:
+            continue
+        try:
+            text = region_source(ep, region, extra["values"], problem.name)
+        except ValueError as exc:
+            region.update(extractable=False, why_not=str(exc))
+            continue
+        path = folder / f"{region['id']}.py"
+        why = check_region(text, path, device)
+        if why:
+            region.update(extractable=False, why_not=why)
+            continue
+        path.write_text(text, encoding="utf-8")
+        region["problem"] = str(path)
+    data = {"format": 1, "problem": str(problem), "device": device, "smoke_overrides": overrides,
+            "totals": extra["totals"], "regions": regions, "nodes": nodes}
+    (out / "plan.json").write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+    return data
+
+
+# -- splicing -----------------------------------------------------------------------------------
+def splice(problem: Path, plan_data: dict, kernels: dict[str, str], out: Path, device: str) -> None:
+    import torch
+    from torch import fx
+    from torch.export.graph_signature import InputKind
+
+    model, inputs, source, _ = load(problem, device)
+    ep, _dynamic = export(model, inputs)
+    regions = {r["id"]: r for r in plan_data["regions"] if r["id"] in kernels}
+    owner = {name: r for r in regions.values() for name in r["nodes"]}
+    graph = fx.Graph()
+    env: dict[str, Any] = {}
+    for node in ep.graph_module.graph.nodes:
+        region = owner.get(node.name)
+        if region is None:
+            env[node.name] = graph.node_copy(node, lambda a: env[a.name])
+        elif node.name == region["output"]:
+            env[node.name] = graph.call_module(region["id"], tuple(env[i] for i in region["inputs"]))
+    root = torch.nn.Module()
+    for rid in regions:
+        root.add_module(rid, torch.nn.Identity())
+    code = fx.GraphModule(root, graph).code.strip().replace("def forward(self,", "def _graph(self,", 1)
+    body = "\n".join("    " + line if line.strip() else "" for line in code.splitlines())
+    order = [(spec.kind.name, spec.target) for spec in ep.graph_signature.input_specs
+             if spec.kind != InputKind.USER_INPUT]
+    n_out = len(ep.graph_signature.user_outputs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(_spliced_file(problem, source, kernels, order, body, n_out), encoding="utf-8")
+
+
+def _spliced_file(problem: Path, source: str, kernels: dict[str, str], order: list, body: str, n_out: int) -> str:
+    kernel_lines = ",\n".join(f"    {rid!r}: {src!r}" for rid, src in kernels.items())
+    return f'''"""{problem.name} with its hot regions replaced by verified kernels (written by kernelagent).
+
+Regions replaced: {", ".join(kernels) or "none"}. `ModelNew` subclasses the original `Model`, so it
+has the same parameters, and runs the model's captured graph with each region replaced by its
+kernel's `ModelNew` (weights passed in). Runs without kernelagent installed.
+"""
+import linecache
+import math
+import types
+
+import torch
+import torch.nn as nn
+from torch import device  # noqa: F401 - the captured graph may name devices
+
+inf, nan = math.inf, math.nan
+
+_ORIGINAL = {source!r}
+_KERNELS = {{
+{kernel_lines}
+}}
+_STATE = {order!r}
+_OUTPUTS = {n_out}
+
+
+def _load(name, text):
+    filename = f"<kernelagent-spliced-{{name}}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)  # Triton reads sources
+    module = types.ModuleType(f"kernelagent_spliced_{{name}}")
+    module.__file__ = filename
+    exec(compile(text, filename, "exec"), module.__dict__)
+    return module
+
+
+_original = _load("original", _ORIGINAL)
+Model = _original.Model
+get_inputs = _original.get_inputs
+get_init_inputs = getattr(_original, "get_init_inputs", lambda: [])
+
+
+class ModelNew(Model):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name, text in _KERNELS.items():
+            self.add_module(name, _load(name, text).ModelNew())
+
+    def _state(self, kind, target):
+        if kind == "PARAMETER":
+            return self.get_parameter(target)
+        if kind == "BUFFER":
+            return self.get_buffer(target)
+        obj = self
+        for part in target.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def forward(self, *inputs):
+        out = self._graph(*[self._state(k, t) for k, t in _STATE], *inputs)
+        return out[0] if _OUTPUTS == 1 and isinstance(out, (tuple, list)) else out
+
+{body}
+'''
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="kernelagent.wholemodel.child")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("plan")
+    p.add_argument("problem", type=Path)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("splice")
+    s.add_argument("problem", type=Path)
+    s.add_argument("--plan", type=Path, required=True)
+    s.add_argument("--device", default="cpu")
+    s.add_argument("--kernel", action="append", default=[], metavar="REGION=PATH")
+    s.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "plan":
+            args.out.mkdir(parents=True, exist_ok=True)
+            data = plan(args.problem, args.device, args.out)
+            print("KERNELAGENT_PLAN " + json.dumps({"regions": len(data["regions"])}))
+        else:
+            kernels = {}
+            for item in args.kernel:
+                rid, _, path = item.partition("=")
+                kernels[rid] = Path(path).read_text(encoding="utf-8")
+            splice(args.problem, json.loads(args.plan.read_text()), kernels, args.out, args.device)
+            print("KERNELAGENT_SPLICED " + str(args.out))
+    except SystemExit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line for the caller, which says what failed
+        print(f"KERNELAGENT_ERROR {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:600])
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

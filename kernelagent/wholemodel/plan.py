@@ -1,0 +1,87 @@
+"""`kernelagent plan model.py`: where a whole model's time goes, region by region.
+
+The model runs in a child process (child.py), never in the caller: it is the user's code, and
+it imports torch. This side starts it, reads plan.json, and renders the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernelagent.errors import UserError
+
+PLAN_TIMEOUT_S = 900.0
+
+
+class PlanError(UserError):
+    """The model could not be planned (export failed, the file is not a problem): one line, exit 2."""
+
+
+def _child(args: list[str], timeout: float) -> str:
+    env = {**os.environ}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kernelagent.wholemodel.child", *args], capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise PlanError(f"the model did not finish capturing within {timeout:.0f} s") from None
+    for line in proc.stdout.splitlines():
+        if line.startswith("KERNELAGENT_ERROR "):
+            raise PlanError(line.split(" ", 1)[1])
+        if line.startswith("error: "):
+            raise PlanError(line[len("error: "):])
+    if proc.returncode != 0:
+        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
+        raise PlanError(f"capturing the model failed: {tail[0][:300]}")
+    return proc.stdout
+
+
+def make_plan(problem: str | Path, out: str | Path, device: str = "cpu", timeout: float = PLAN_TIMEOUT_S) -> dict:
+    """Profile the model, group its regions, extract them; returns plan.json's content."""
+    from kernelagent.problem import load_problem
+
+    loaded = load_problem(problem)  # missing file, no Model/get_inputs, syntax error: ProblemError
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _child(["plan", str(loaded.path), "--device", device, "--out", str(out)], timeout)
+    return json.loads((out / "plan.json").read_text(encoding="utf-8"))
+
+
+def splice(problem: str | Path, plan_path: str | Path, kernels: dict[str, str | Path], out: str | Path,
+           device: str = "cpu", timeout: float = PLAN_TIMEOUT_S) -> Path:
+    """Write the model with `kernels` ({region id: kernel file}) in place of their regions."""
+    args = ["splice", str(problem), "--plan", str(plan_path), "--device", device, "--out", str(out)]
+    for rid, path in kernels.items():
+        args += ["--kernel", f"{rid}={path}"]
+    _child(args, timeout)
+    return Path(out)
+
+
+def table_rows(plan: dict, top: int | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for region in plan["regions"][: top or None]:
+        rows.append({"region": region["id"], "kind": region["kind"], "ops": ", ".join(dict.fromkeys(region["ops"])), "share": region["share"],
+            "time_us": region["time_us"], "amdahl": region["amdahl_bound"], "shape": region.get("shape"),
+            "dtype": region.get("dtype"), "fusable": region["fusable"],
+            "extract": "yes" if region["extractable"] else f"no: {region['why_not']}"})
+    return rows
+
+
+def render(plan: dict, top: int | None = 12) -> str:
+    """The plan as a plain-text table (rich renders the same rows in the CLI)."""
+    totals = plan["totals"]
+    lines = [f"{'region':10} {'kind':16} {'share':>7} {'us':>10} {'amdahl':>7}  {'shape':22} {'dtype':9} "
+             f"{'fusable':7} extract  ops"]
+    for r in table_rows(plan, top):
+        lines.append(f"{r['region']:10} {r['kind'][:16]:16} {r['share']:7.1%} {r['time_us']:10.1f} "
+                     f"{(r['amdahl'] or 0):6.2f}x  {str(tuple(r['shape'] or ()))[:22]:22} {str(r['dtype'])[:9]:9} "
+                     f"{'yes' if r['fusable'] else 'no':7} {r['extract'][:60]}  {r['ops'][:60]}")
+    ratio = totals.get("nodes_vs_model")
+    lines.append(f"clock: {totals['clock']}; the regions sum to {totals['nodes_us']:.1f} us per forward, "
+                 f"the model's own forward {totals['model_forward_us']:.1f} us under torch.profiler"
+                 + (f" ({ratio:.1%})" if ratio else ""))
+    return "\n".join(lines)
