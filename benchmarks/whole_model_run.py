@@ -49,6 +49,7 @@ def main() -> None:
                         help="a region's ops as the plan lists them, comma-separated, and its kernel file")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--turns-per-region", type=int, default=2, help="the shared turn budget, per region with a kernel")
     parser.add_argument("--out", type=Path, default=Path("whole_model.json"))
     args = parser.parse_args()
 
@@ -81,7 +82,7 @@ def main() -> None:
             evaluator.fingerprint()
             started = time.monotonic()
             summary = optimize_whole_model(args.model, ScriptedRegions(kernels), out=work / "run",
-                                           evaluator=evaluator, budget=Budget(max_turns=max(1, len(chosen))),
+                                           evaluator=evaluator, budget=Budget(max_turns=max(1, args.turns_per_region * len(chosen))),
                                            device=device, top=len(chosen), min_share=0.0, trials=args.trials,
                                            mode="text", plan_data=ordered)
             report["whole_s"] = round(time.monotonic() - started, 2)
@@ -91,8 +92,9 @@ def main() -> None:
         print(f"{row['region']:10} {row['kind'][:16]:16} share {row['share']:.2%}  {row['status']:13} "
               f"kernel {row.get('kernel_speedup')}  alone e2e {row.get('e2e_alone_speedup')}  {row.get('why', '')[:90]}")
     print(f"end to end: {summary['verdict']}, {summary.get('e2e_speedup')} {summary.get('e2e_interval')} vs "
-          f"{summary.get('e2e_baseline')}; spliced {summary['spliced']}; whole run {report['whole_s']} s "
-          f"(plan {report['plan_s']} s)")
+          f"{summary.get('e2e_baseline')}; vs eager {summary.get('e2e_vs_eager')} "
+          f"{(summary.get('e2e_intervals') or {}).get('eager')}; spliced {summary['spliced']}; whole run "
+          f"{report['whole_s']} s (plan {report['plan_s']} s)")
     print(f"written: {args.out}")
 
 

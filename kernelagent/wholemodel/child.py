@@ -273,7 +273,8 @@ def region_source(ep: Any, region: dict, values: dict, problem: str) -> str:
     return (f'"""{region["id"]} of {problem}: {region["kind"]} ({ops}).\n\n'
             f"Extracted by `kernelagent plan`: the region's inputs (activations, weights and buffers) come from\n"
             f"get_inputs() at the shapes and dtypes the model gives them, and at their captured scale.\n"
-            f'"""\nimport torch\nimport torch.nn as nn\n\n\n'
+            f'"""\nfrom math import inf, nan  # noqa: F401 - the captured graph may write them\n\n'
+            f'import torch\nimport torch.nn as nn\n\n\n'
             f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n{body}\n\n\n"
             f"def get_inputs():\n    return [{', '.join(factories)}]\n\n\n"
             f"def get_init_inputs():\n    return []\n")
