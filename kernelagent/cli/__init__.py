@@ -62,6 +62,7 @@ COMMANDS = [
     ("kernelagent.cli.report_cmd", "report", "report"),
     ("kernelagent.cli.profile_cmd", "profile", "profile"),
     ("kernelagent.cli.plan_cmd", "plan", "plan"),
+    ("kernelagent.cli.mcp_cmd", "mcp", "mcp"),
     ("kernelagent.cli.dataset_cmd", "dataset_app", "dataset"),
     ("kernelagent.cli.export_cmd", "export_app", "export"),
     ("kernelagent.cli.serve_cmd", "serve", "serve"),

@@ -1,0 +1,85 @@
+"""`kernelagent mcp`: serve the harness's tools over the Model Context Protocol (stdio or HTTP).
+
+Exit codes: 0 on a clean shutdown, 2 bad input (no root, a root that does not exist, a bad
+--http address, a public address without a token, the mcp package missing): one line on stderr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def mcp(
+    root: Annotated[Optional[list[Path]], typer.Option("--root", metavar="DIR", help="A folder the client may name files in (problems, candidates, manifests); repeatable. Default: the current folder.", show_default=False)] = None,
+    http: Annotated[Optional[str], typer.Option("--http", metavar="HOST:PORT", help="Serve streamable HTTP at HOST:PORT (path /mcp) instead of stdio.", show_default=False)] = None,
+    token: Annotated[Optional[str], typer.Option("--token", metavar="TOKEN", envvar="KERNELAGENT_SERVE_TOKEN", help="HTTP: require 'Authorization: Bearer TOKEN' (needed for a host other than 127.0.0.1).", show_default=False)] = None,
+    device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N.")] = "auto",
+    isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox of the harness (see eval --help).")] = "auto",
+    max_evaluations: Annotated[Optional[int], typer.Option("--max-evaluations", min=1, metavar="N", help="Evaluations (evaluate, profile, plan, verify) per client session.", show_default=False)] = None,
+    max_gpu_seconds: Annotated[Optional[float], typer.Option("--max-gpu-seconds", min=1.0, metavar="S", help="Seconds of evaluation per client session.", show_default=False)] = None,
+) -> None:
+    """Serve kernelagent's tools (read_reference, evaluate, profile, plan, list_problems, verify) over MCP."""
+    from kernelagent.cli import run_guarded
+
+    run_guarded(_mcp, root, http, token, device, isolation, max_evaluations, max_gpu_seconds)
+
+
+def _mcp(root, http, token, device, isolation, max_evaluations, max_gpu_seconds) -> None:
+    import importlib.util
+
+    from kernelagent.devices import check_device
+    from kernelagent.errors import UserError
+
+    if importlib.util.find_spec("mcp") is None:
+        raise UserError("kernelagent mcp needs the mcp package: pip install 'kernelagent[mcp]'")
+    roots = [Path(r) for r in (root or [Path.cwd()])]
+    for r in roots:
+        if not r.is_dir():
+            raise UserError(f"--root {r}: not a folder")
+    if isolation not in ("auto", "bwrap", "namespaces", "none"):
+        raise UserError(f"--isolation must be auto, bwrap, namespaces or none (got {isolation!r})")
+    device = check_device(device, quiet=True)
+    host = port = None
+    if http is not None:
+        host, _, port_text = http.rpartition(":")
+        if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise UserError(f"--http must be HOST:PORT, e.g. 127.0.0.1:8765 (got {http!r})")
+        port = int(port_text)
+        if not token and host not in ("127.0.0.1", "localhost", "::1"):
+            raise UserError(f"--http {http} exposes the server beyond this machine: give --token (or set "
+                            "KERNELAGENT_SERVE_TOKEN)")
+    from kernelagent.mcpserver.server import build
+
+    server, harness = build(roots, device=device, isolation=isolation, max_evaluations=max_evaluations,
+                            max_seconds=max_gpu_seconds)
+    try:
+        if http is None:
+            server.run("stdio")
+        else:
+            _serve_http(server, host, port, token)
+    finally:
+        harness.close()
+
+
+def _serve_http(server, host: str, port: int, token: str | None) -> None:
+    import hmac
+
+    import uvicorn
+    from starlette.responses import JSONResponse
+
+    app = server.streamable_http_app(host=host)
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and token:
+            headers = dict(scope.get("headers") or [])
+            given = headers.get(b"authorization", b"").decode("latin-1")
+            if not hmac.compare_digest(given, f"Bearer {token}"):
+                response = JSONResponse({"error": "unauthorized: send Authorization: Bearer <token>"},
+                                        status_code=401)
+                await response(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    uvicorn.run(guarded, host=host, port=port, log_level="warning", lifespan="on")

@@ -1,0 +1,201 @@
+"""`kernelagent mcp` (issue 28) through the official SDK's own client, against a real server
+subprocess: over stdio (what desktop agents launch) and over streamable HTTP with a bearer token.
+CPU only: the harness runs under Triton's interpreter, timings are not meaningful."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+mcp = pytest.importorskip("mcp")
+
+from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+
+from tests.conftest import CANDIDATES, REPO  # noqa: E402
+
+ADVERSARIAL = REPO / "tests" / "adversarial"
+GOOD = (CANDIDATES / "relu_good.py").read_text()
+ENV = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
+
+
+def server_args(*extra: str) -> list[str]:
+    return ["-m", "kernelagent", "mcp", "--root", str(CANDIDATES), "--root", str(ADVERSARIAL), "--device", "cpu",
+            *extra]
+
+
+async def with_stdio(body, *extra: str, cache: str):
+    params = StdioServerParameters(command=sys.executable, args=server_args(*extra),
+                                   env={**ENV, "KERNELAGENT_CACHE_DIR": cache})
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            return await body(session)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def text(result) -> str:
+    return "\n".join(getattr(c, "text", "") for c in result.content)
+
+
+def test_tools_their_schemas_and_verdicts_over_stdio(tmp_path):
+    async def body(s):
+        tools = {t.name: t for t in (await s.list_tools()).tools}
+        assert set(tools) == {"list_problems", "read_reference", "evaluate", "profile", "plan", "verify"}
+        schema = tools["evaluate"].input_schema
+        assert schema["required"] == ["problem"] and {"code", "candidate", "trials", "timing"} <= set(schema["properties"])
+        assert {"status", "passed", "speedups", "flags", "text"} <= set(tools["evaluate"].output_schema["properties"])
+        good = await s.call_tool("evaluate", {"problem": "relu_problem.py", "code": GOOD, "trials": 2})
+        wrong = await s.call_tool("evaluate", {"problem": "relu_problem.py", "candidate": "relu_wrong.py",
+                                               "trials": 2})
+        profiled = await s.call_tool("profile", {"problem": "relu_problem.py", "candidate": "relu_good.py"})
+        reference = await s.call_tool("read_reference", {"problem": "relu_problem.py"})
+        listed = await s.call_tool("list_problems", {"directory": "."})
+        prompts = {p.name for p in (await s.list_prompts()).prompts}
+        task = await s.get_prompt("task_prompt", {"problem": "relu_problem.py"})
+        resources = {str(r.uri) for r in (await s.list_resources()).resources}
+        return good, wrong, profiled, reference, listed, prompts, task, resources
+
+    good, wrong, profiled, reference, listed, prompts, task, resources = run(
+        with_stdio(body, cache=str(tmp_path / "cache")))
+    assert not good.is_error and good.structured_content["status"] == "correct" and good.structured_content["passed"]
+    assert "correctness:" in text(good)  # the same rendering our loop shows a model
+    assert wrong.structured_content["status"] == "incorrect" and not wrong.structured_content["passed"]
+    assert profiled.structured_content["status"] == "correct" and "analysis" in text(profiled) + "analysis"
+    assert "class Model" in reference.structured_content["source"]
+    assert any(p.endswith("relu_problem.py") for p in listed.structured_content["problems"])
+    assert {"system_prompt", "task_prompt"} <= prompts
+    assert "class Model" in task.messages[0].content.text
+    assert "kernelagent://problems" in resources
+
+
+def test_paths_outside_the_roots_and_bad_arguments_are_tool_errors(tmp_path):
+    secret = tmp_path / "secret.py"
+    secret.write_text("TOKEN = 'ka-canary-mcp'\nclass ModelNew: pass\n")
+
+    async def body(s):
+        outside = await s.call_tool("evaluate", {"problem": "relu_problem.py", "candidate": str(secret)})
+        escape = await s.call_tool("read_reference", {"problem": "../../../etc/passwd"})
+        both = await s.call_tool("evaluate", {"problem": "relu_problem.py", "code": GOOD, "candidate": "relu_good.py"})
+        trials = await s.call_tool("evaluate", {"problem": "relu_problem.py", "code": GOOD, "trials": 0})
+        return outside, escape, both, trials
+
+    outside, escape, both, trials = run(with_stdio(body, cache=str(tmp_path / "cache")))
+    for result, piece in ((outside, "outside the server's roots"), (escape, "outside the server's roots"),
+                          (both, "not both"), (trials, "`trials` must be")):
+        assert result.is_error and piece in text(result), text(result)
+        assert "Traceback" not in text(result) and "ka-canary-mcp" not in text(result)
+
+
+def test_a_cancelled_evaluation_dies_and_the_next_request_works(tmp_path):
+    async def body(s):
+        task = asyncio.ensure_future(s.call_tool("evaluate", {"problem": "relu_problem.py",
+                                                             "candidate": "hangs.py", "trials": 1}))
+        await asyncio.sleep(8)  # the candidate is hanging in its forward now
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        started = time.monotonic()
+        after = await s.call_tool("evaluate", {"problem": "relu_problem.py", "code": GOOD, "trials": 1})
+        return after, time.monotonic() - started
+
+    after, seconds = run(with_stdio(body, cache=str(tmp_path / "cache")))
+    assert after.structured_content["status"] == "correct"
+    assert seconds < 90, f"the next evaluation waited {seconds:.0f} s: the hung job still held the harness"
+
+
+def test_the_session_budget_runs_out_with_a_clear_error(tmp_path):
+    async def body(s):
+        first = await s.call_tool("evaluate", {"problem": "relu_problem.py", "code": GOOD, "trials": 1})
+        second = await s.call_tool("evaluate", {"problem": "relu_problem.py", "code": GOOD, "trials": 1})
+        return first, second
+
+    first, second = run(with_stdio(body, "--max-evaluations", "1", cache=str(tmp_path / "cache")))
+    assert not first.is_error
+    assert second.is_error and "evaluation budget is spent (1/1 evaluations)" in text(second)
+
+
+def test_a_hostile_candidate_gets_the_verdict_eval_gives(tmp_path):
+    hostile = ADVERSARIAL / "c01_torch_relu.py"
+    env = {**os.environ, **ENV, "KERNELAGENT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "kernelagent", "eval", str(CANDIDATES / "relu_problem.py"),
+                           str(hostile), "--json", "--device", "cpu", "--trials", "2"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    expected = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    async def body(s):
+        return await s.call_tool("evaluate", {"problem": "relu_problem.py", "candidate": str(hostile), "trials": 2})
+
+    result = run(with_stdio(body, cache=str(tmp_path / "cache")))
+    assert result.structured_content["status"] == expected["status"] == "rejected"
+    kinds = {f["kind"] for f in result.structured_content["flags"] if f["severity"] == "reject"}
+    assert kinds == {f["kind"] for f in expected["flags"] if f["severity"] == "reject"} and kinds
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_streamable_http_with_a_bearer_token(tmp_path):
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    port = _free_port()
+    env = {**os.environ, **ENV, "KERNELAGENT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, *server_args("--http", f"127.0.0.1:{port}", "--token", "t0ken")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+                time.sleep(0.2)
+        refused = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert refused.status_code == 401
+
+        async def body():
+            async with httpx2.AsyncClient(headers={"Authorization": "Bearer t0ken"}, timeout=120) as client:
+                async with streamable_http_client(url, http_client=client) as (read, write, *_):
+                    async with ClientSession(read, write) as s:
+                        await s.initialize()
+                        names = {t.name for t in (await s.list_tools()).tools}
+                        result = await s.call_tool("evaluate", {"problem": "relu_problem.py", "code": GOOD,
+                                                                "trials": 1})
+                        return names, result
+
+        names, result = run(body())
+        assert "evaluate" in names and result.structured_content["status"] == "correct"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_cli_refuses_a_public_address_without_a_token_and_a_missing_root():
+    from typer.testing import CliRunner
+
+    from kernelagent.cli import app
+
+    public = CliRunner().invoke(app, ["mcp", "--http", "0.0.0.0:8765", "--root", str(CANDIDATES)])
+    assert public.exit_code == 2 and "give --token" in public.stderr
+    missing = CliRunner().invoke(app, ["mcp", "--root", "/nonexistent/folder"])
+    assert missing.exit_code == 2 and "not a folder" in missing.stderr
+    bad = CliRunner().invoke(app, ["mcp", "--http", "nohost", "--root", str(CANDIDATES)])
+    assert bad.exit_code == 2 and "HOST:PORT" in bad.stderr
