@@ -350,3 +350,17 @@ def test_selection_uses_the_lower_bound_not_the_point():
 
     plan = Beam(1).plan(tree, 1, 2, random.Random(0))
     assert {e.parent for e in plan} == {sure.id}
+
+
+def test_resuming_a_search_that_met_its_target_buys_no_more_replies(tmp_path):
+    path = tmp_path / "trajectory.json"
+    seed = next(s for s in range(40) if run_search("beam", s, 12)[0].stop_reason == "target_met")
+    first, _, _, _ = run_search("beam", seed, 12, path=path)
+    assert first.stop_reason == "target_met"
+    saved, tree = load(tmp_path)
+    from kernelagent.agent import _restore_spend
+
+    budget = Budget(max_turns=12)
+    _restore_spend(budget, tree, saved["search"]["spend"])
+    again, model, _, _ = run_search("beam", seed, 12, path=path, tree=tree, budget=budget, model=WorldModel(1))
+    assert again.stop_reason == "target_met" and model.calls == []

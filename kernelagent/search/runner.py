@@ -25,7 +25,6 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +83,11 @@ class Search:
             self.trajectory.add_message({"role": "system", "content": self.system})
             self.trajectory.add_message({"role": "user", "content": self.task})
         self.save()
+        best = self.tree.best()
+        if best is not None:  # a resumed search that already met its target goes straight to the check
+            met, label = check_target(_observation(best), self.config.target_speedup)
+            if met and best.measurable:
+                self.stop = ("target_met", f"candidate {best.id} meets the target ({label})")
         try:
             self.resume_pending()
             round_ = max((n.round for n in self.tree.nodes), default=-1) + 1
@@ -102,8 +106,7 @@ class Search:
         pending = [n for n in self.tree.nodes if n.state in ("planned", "replied")]
         if not pending:
             return
-        with ThreadPoolExecutor(len(pending)) as pool:
-            list(pool.map(self.finish_node, pending))
+        self.each(self.finish_node, pending)
         self.close_round(pending[0].round)
 
     def round(self, round_: int) -> None:
@@ -114,9 +117,38 @@ class Search:
             return
         plan = self.strategy.plan(self.tree, round_, min(self.search.samples, room), self.rng(round_))
         self.notify("round", round=round_, planned=len(plan), size=self.tree.size(), best=self.best_obs())
-        with ThreadPoolExecutor(max(1, len(plan))) as pool:
-            list(pool.map(lambda e: self.expand(e, round_), plan))
+        self.each(lambda e: self.expand(e, round_), plan)
         self.close_round(round_)
+
+    def each(self, fn: Callable[[Any], None], items: list[Any]) -> None:
+        """`fn` on every item at once, in daemon threads: Ctrl-C (or an error in one) stops the
+        search at once instead of waiting for the model calls in flight (they are abandoned: no
+        call starts after it, and the caller kills the harness); the first error is re-raised."""
+        errors: list[BaseException] = []
+
+        def work(item: Any) -> None:
+            try:
+                fn(item)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the loop's thread
+                with self.lock:
+                    errors.append(exc)
+                    if self.stop is None:
+                        self.stop = ("error", f"{type(exc).__name__}: {exc}")
+
+        threads = [threading.Thread(target=work, args=(item,), daemon=True, name=f"kernelagent-search-{i}")
+                   for i, item in enumerate(items)]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.2)
+        except BaseException:
+            with self.lock:
+                self.stop = self.stop or ("interrupted", "interrupted")
+            raise
+        if errors:
+            raise errors[0]
 
     def rng(self, round_: int) -> random.Random:
         return random.Random(self.search.seed * 1_000_003 + round_)
