@@ -53,8 +53,8 @@ def optimize_whole_model(problem: str | Path, model: Any, *, out: str | Path, ev
                          plan_data: dict | None = None) -> dict[str, Any]:
     """Returns the summary (also written to OUT/summary.json); the model is OUT/model_optimized.py."""
     from kernelagent.agent import optimize
-    from kernelagent.problem import load_problem
-    from kernelagent.wholemodel.plan import make_plan, splice
+    from kernelagent.problem import ProblemError, load_problem
+    from kernelagent.wholemodel.plan import PlanError, make_plan, splice
 
     notify = observer or (lambda event, **data: None)
     started = time.monotonic()
@@ -79,9 +79,13 @@ def optimize_whole_model(problem: str | Path, model: Any, *, out: str | Path, ev
     for region in chosen:
         row = by_id[region["id"]]
         notify("region", region=region["id"], share=region["share"], kind=region["kind"])
-        run = optimize(region["problem"], model, mode=mode, budget=budget, out=out / "regions" / region["id"],
-                       evaluator=evaluator, trials=trials, target_speedup=target_speedup, strategy=strategy,
-                       samples=samples, observer=observer, reset_clock=False)
+        try:
+            run = optimize(region["problem"], model, mode=mode, budget=budget, out=out / "regions" / region["id"],
+                           evaluator=evaluator, trials=trials, target_speedup=target_speedup, strategy=strategy,
+                           samples=samples, observer=observer, reset_clock=False)
+        except ProblemError as exc:  # the region's problem is broken or too large here: the others go on
+            row.update(status="left out", why=f"its problem could not be judged: {exc}")
+            continue
         best = run.result.best
         row.update(status="no kernel", why=run.summary.get("stop_detail") or run.result.outcome,
                    kernel_outcome=run.result.outcome)
@@ -97,7 +101,11 @@ def optimize_whole_model(problem: str | Path, model: Any, *, out: str | Path, ev
     kept: dict[str, Path] = {}
     for rid, path in kernels.items():
         row = by_id[rid]
-        alone = splice(original.path, plan_path, {rid: path}, out / "splices" / f"{rid}.py", device=device)
+        try:
+            alone = splice(original.path, plan_path, {rid: path}, out / "splices" / f"{rid}.py", device=device)
+        except PlanError as exc:
+            row.update(status="left out", why=f"it could not be spliced: {exc}")
+            continue
         result = evaluator.evaluate(original.path, alone.read_text(encoding="utf-8"), config)
         # "Slower" means slower than the model as written (eager): torch.compile of the whole model
         # is reported beside it, but a model that was already slower than Inductor stays so.
