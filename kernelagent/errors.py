@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# Exit codes shared by every command (documented in the README).
+# Exit codes shared by every command (documented in docs/reference/commands.md).
 EXIT_OK = 0
 EXIT_FAILED = 1  # the candidate is incorrect, or no correct kernel was found
 EXIT_USAGE = 2  # bad input or configuration: missing file, broken problem, bad flag

@@ -5,7 +5,7 @@ and `get_init_inputs()`. These checks only parse the file (no import, no torch),
 broken problem is reported in one line before any process is started. Whatever the
 file does when it runs is checked again, in the harness's own processes.
 
-Optional module-level extras a problem may declare (all documented in the README):
+Optional module-level extras a problem may declare (all documented in docs/concepts/problems.md):
 
     ATOL, RTOL                 tolerance override (default: by output dtype, see
                                kernelagent.harness.config.DEFAULT_TOLERANCES)

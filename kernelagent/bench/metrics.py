@@ -1,4 +1,4 @@
-"""Metrics over a run's per-problem records (definitions in README_SECTION.md).
+"""Metrics over a run's per-problem records (definitions in docs/guides/bench.md, "Metrics").
 
 A record (built by runner.py, stored in the `problems` table) has, among others:
     key, level, status, compiled, correct (EvalResult.passed of the best sample: correct AND

@@ -81,8 +81,8 @@ def init_from_folders(root: Path, problems: Path, kernels: Path, *, force: bool 
             pairs.append((problem.stem, _rel(problem, root), _rel(kernel, root)))
     if not pairs:
         raise UserError(f"no problem in {problems} has a kernel of the same name in {kernels}")
-    manifest.write_text(render_manifest(pairs, "Kernels checked by `kernelagent verify` (see the README, "
-                                                "\"Kernels in CI\")."), encoding="utf-8")
+    manifest.write_text(render_manifest(pairs, "Kernels checked by `kernelagent verify` (see kernelagent's "
+                                                "docs, guides/ci.md)."), encoding="utf-8")
     return InitResult(manifest=manifest, pairs=pairs, skipped=skipped)
 
 

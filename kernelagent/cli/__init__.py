@@ -1,6 +1,6 @@
 """The `kernelagent` command. Commands are thin: they resolve options and call the library.
 
-Exit codes (documented in the README):
+Exit codes (documented in docs/reference/commands.md):
     0  success (eval: correct; optimize: correct and meets the target)
     1  the candidate is incorrect or failed; no correct kernel was found
     2  bad input or configuration (one clear line, never a traceback)

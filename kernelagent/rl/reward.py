@@ -7,7 +7,7 @@ with the defaults α = 0.5 (compile_weight), β = 1.0 (correct_weight), γ = 1.0
 eager PyTorch with baseline="eager"). So a kernel that does not compile scores 0, one that
 compiles but is wrong 0.5, a correct one 1.5 + its capped speedup (at most 4.5).
 
-Decisions (documented in the README section):
+Decisions (documented in docs/guides/training.md, "The reward"):
 - The speed term uses the POINT estimate of the speedup (`EvalResult.speedups`), not the low
   end of its 95% interval (`speedup_intervals`) that optimize's target, bench's fast_p and
   verify's gate decide on. A reward is averaged over many samples, where timing noise averages

@@ -54,7 +54,7 @@ def session_uid(job: Any) -> tuple[int, int] | None:
     which runs the candidate's code again, reads no more than the job itself could (a root-only
     file the minimal view shows, say). None where the job has no uid of its own (the server is
     not root, or the probe found that uid cannot run the job: jail.job_uid says why), or where
-    KERNELAGENT_NCU_AS_JOB_UID=0 (then uid 0 outside when the server is root; README, "files").
+    KERNELAGENT_NCU_AS_JOB_UID=0 (then uid 0 outside when the server is root; docs/concepts/isolation.md, "files").
     On an H200 (driver 580) Nsight Compute read the counters as uid 65534; where a driver
     refuses that uid (ERR_NVGPUCTRPERM), the evidence is unavailable, at review, never faked."""
     run_as = (job.jail or {}).get("run_as")
