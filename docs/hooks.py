@@ -50,21 +50,41 @@ def cli_markdown() -> str:
     return "\n".join(out)
 
 
+# What a status means for the user and what to do about it (the meanings are Status's comments).
+STATUS_TODO = {
+    "correct": "nothing: look at the speedups and their intervals",
+    "compiled": "a compile-only run (or CUDA without a GPU): run on a GPU for correctness and timing",
+    "incorrect": "read the trial that failed (max abs/rel error, which input set) and fix the kernel",
+    "compile_error": "read the first error in the log: syntax, import, a missing ModelNew, or the first call",
+    "runtime_error": "read the exception in the log (shapes, out-of-bounds, dtypes)",
+    "timeout": "the stage limit was passed: look for a hang or a far too slow kernel (--timeout-scale)",
+    "crashed": "the process died (a CUDA fault, os._exit): run the kernel alone under compute-sanitizer",
+    "rejected": "a reject flag says which defence caught what: do the work in the candidate's own kernels",
+    "bad_problem": "the problem file is broken: fix the problem, not the kernel",
+    "harness_error": "not the candidate's fault: retry; report it if it stays",
+    "too_large": "the problem does not fit this device: a bigger device, or smaller sizes",
+}
+ACTION = {"reject": "change the kernel: the result does not count",
+          "review": "the result does not count as a win until the cause is gone",
+          "info": "for information: the verdict stands"}
+
+
 def status_markdown() -> str:
     from kernelagent import errors
     from kernelagent.harness.result import SEVERITY, Status
 
-    out = ["## Statuses\n", "| status | what it means |", "| --- | --- |"]
+    out = ["## Statuses\n", "| status | what it means | what to do |", "| --- | --- | --- |"]
     source = inspect.getsource(Status).splitlines()
     for name, value in vars(Status).items():
         if name.isupper() and isinstance(value, str):
             line = next((s for s in source if s.strip().startswith(f"{name} =")), "")
             note = line.split("#", 1)[1].strip() if "#" in line else ""
-            out.append(f"| `{value}` | {note} |")
-    out += ["", "## Flag kinds\n", "A `reject` flag rejects the candidate, `review` holds it back from counting as a win, "
-            "`info` only reports.\n", "| kind | severity |", "| --- | --- |"]
-    out += [f"| `{kind}` | {severity} |" for kind, severity in sorted(SEVERITY.items())]
-    out += ["", "## Exit codes\n", "| code | name |", "| --- | --- |"]
+            out.append(f"| `{value}` | {note} | {STATUS_TODO.get(value, '')} |")
+    out += ["", "## Flag kinds\n", "Each flag's message says what was seen; the kind's defence is described in "
+            "[the defences](../concepts/defences.md).\n", "| kind | severity | what to do |", "| --- | --- | --- |"]
+    out += [f"| `{kind}` | {severity} | {ACTION[severity]} |" for kind, severity in sorted(SEVERITY.items())]
+    out += ["", "## Exit codes\n", "The same for every command; what each means per command is in "
+            "[commands and exit codes](commands.md).\n", "| code | name |", "| --- | --- |"]
     out += [f"| {value} | `{name}` |" for name, value in vars(errors).items() if name.startswith("EXIT_")]
     return "\n".join(out) + "\n"
 

@@ -134,3 +134,23 @@ def test_the_site_in_a_real_browser(site, tmp_path):
         assert not browser.errors()
     finally:
         browser.close()
+
+
+def test_the_statuses_page_covers_every_status_flag_kind_and_exit_code():
+    sys.path.insert(0, str(DOCS))
+    try:
+        import hooks
+    finally:
+        sys.path.remove(str(DOCS))
+    from kernelagent import errors
+    from kernelagent.harness.result import SEVERITY, Status
+
+    page = hooks.status_markdown()
+    for name, value in vars(Status).items():
+        if name.isupper() and isinstance(value, str):
+            assert f"| `{value}` |" in page and value in hooks.STATUS_TODO, value
+    for kind in SEVERITY:
+        assert f"| `{kind}` |" in page, kind
+    for name, value in vars(errors).items():
+        if name.startswith("EXIT_"):
+            assert f"| {value} | `{name}` |" in page
