@@ -97,10 +97,17 @@ def test_paths_outside_the_roots_and_bad_arguments_are_tool_errors(tmp_path):
 
 
 def test_a_cancelled_evaluation_dies_and_the_next_request_works(tmp_path):
+    progress = []
+
+    async def on_progress(value, total, message):
+        progress.append((value, message))
+
     async def body(s):
         task = asyncio.ensure_future(s.call_tool("evaluate", {"problem": "relu_problem.py",
-                                                             "candidate": "hangs.py", "trials": 1}))
+                                                             "candidate": "hangs.py", "trials": 1},
+                                                 progress_callback=on_progress))
         await asyncio.sleep(8)  # the candidate is hanging in its forward now
+        assert progress and progress[-1][1].startswith("evaluating: "), progress  # progress while it runs
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
