@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelagent.bench.runner import WorkerLost
+from kernelagent.bench.dispatch import WorkerLost
 from kernelagent.errors import UserError
 
 START_TIMEOUT_S = 300.0  # a worker whose actor is not up by then (no room on its node) is an error

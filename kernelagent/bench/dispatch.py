@@ -1,0 +1,318 @@
+"""Every evaluation of a bench run goes through the `Dispatcher`: the store first (a content
+hash of problem, candidate, settings and environment), and only a miss reaches a harness server,
+its jobs overlapped per GPU. `ProblemEvaluator` is the Evaluator-shaped face of it that the agent
+uses; `summarise` is the compact record of one evaluation the store keeps."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from kernelagent.bench.store import Store, evaluation_key
+from kernelagent.errors import UserError
+
+
+def summarise(result: dict) -> dict[str, Any]:
+    """What an attempt keeps of an EvalResult dict (the full result stays in `evaluations`)."""
+    from kernelagent.bench.store import _passed
+
+    timings = result.get("timings") or {}
+    meaningful = bool(timings) and all(t.get("meaningful", True) for t in timings.values())
+    speedups = result.get("speedups") or {}
+    intervals = result.get("speedup_intervals") or {}
+    passed = _passed(result)
+    return {
+        "status": result.get("status"),
+        "passed": passed,
+        "compiled": bool(result.get("compiled")),
+        "timings_meaningful": meaningful,
+        "speedup_eager": speedups.get("eager") if meaningful and passed else None,
+        "speedup_inductor": speedups.get("compile") if meaningful and passed else None,
+        # The 95% intervals (fast_p decides on their low end: metrics.py).
+        "interval_eager": intervals.get("eager") if meaningful and passed else None,
+        "interval_inductor": intervals.get("compile") if meaningful and passed else None,
+        "raw_speedups": speedups,
+        "raw_intervals": intervals,
+        "flags": [f"{f.get('severity')}:{f.get('kind')}" for f in result.get("flags") or []
+                  if f.get("severity") in ("review", "reject")],
+        "reason": (result.get("reason") or "").strip().splitlines()[0][:300] if result.get("reason") else "",
+        "seconds": (result.get("stage_seconds") or {}).get("total"),
+        "device": result.get("device"),
+    }
+
+
+
+class WorkerLost(Exception):
+    """Raised by a remote worker's `evaluate` when the worker went away mid-evaluation (a Ray
+    node or actor lost): the evaluation did not finish there and is sent to another worker."""
+
+
+class Dispatcher:
+    """Store first, then a harness server per device. Each device has as many long-lived job
+    threads as its server runs jobs at once (its `concurrency`, chosen by the server from the
+    host's CPUs and the device's memory, or `--jobs-per-gpu`); every thread takes the next job
+    from one shared queue whenever it is free. The server overlaps those jobs' host work and
+    gives each timed phase the device alone (harness/server/gate.py), so timings never overlap.
+
+    The servers are started, and restarted after a crash, only from these device threads: a
+    server sandboxed by bubblewrap's --die-with-parent dies with the *thread* that started it
+    (PR_SET_PDEATHSIG), so it must not be started from a short-lived worker thread.
+
+    With `bench --ray` the evaluators are Ray workers (ray_pool.RayWorker): they answer plain
+    dicts, and one that is lost raises WorkerLost; its job goes back to the queue (for a worker
+    that is alive) and is recorded only when some worker finishes it, so nothing is counted
+    twice. A worker that cannot be replaced ends its thread; when none is left, what is still
+    queued fails with one UserError.
+    """
+
+    def __init__(self, pool: Any, store: Store, run_id: str, progress: Any):
+        from concurrent.futures import Future
+
+        self.pool, self.store, self.run_id, self.progress = pool, store, run_id, progress
+        self.labels = _labels(pool.devices)
+        self._jobs: queue.Queue = queue.Queue()
+        self._inflight: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.performed = 0
+        self.reused = 0
+        self.resubmitted = 0  # evaluations sent again after their worker was lost
+        self.store_seconds = 0.0  # spent in store lookups and records (summed over threads)
+        self._alive = len(pool.evaluators)  # job threads alive (a device's first, then its others)
+        self._closing = False
+        self.slots = [1] * len(pool.evaluators)  # jobs at once per device, as its server admits them
+        self.concurrency = [{} for _ in pool.evaluators]  # each server's {"jobs", "default", "why"}
+        started: list[Future] = [Future() for _ in pool.evaluators]
+        self._threads = [threading.Thread(target=self._device_loop, args=(i, ev, started[i]), daemon=True,
+                                          name=f"bench-device-{i}") for i, ev in enumerate(pool.evaluators)]
+        for thread in self._threads:
+            thread.start()
+        try:  # every server starts at once, each in its own device thread
+            self.fingerprints = [f.result() for f in started]
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def parallel(self) -> int:
+        """Evaluations in flight at once over every device."""
+        return sum(self.slots)
+
+    def describe(self) -> str:
+        """'4 jobs at once per device (min(16 CPUs / 2, 70 GiB free / 4 GiB, 8))', for the
+        progress line: the default is printed, not hidden."""
+        shown = sorted({(c.get("jobs") or 1, c.get("why") or "") for c in self.concurrency})
+        return "; ".join(f"{jobs} job{'s' if jobs != 1 else ''} at once per device" + (f" ({why})" if why else "")
+                         for jobs, why in shown)
+
+    def _device_loop(self, index: int, evaluator: Any, started: Any) -> None:
+        try:
+            fingerprint = evaluator.fingerprint()
+        except BaseException as exc:  # noqa: BLE001 - reported to the constructor
+            started.set_exception(exc)
+            return
+        concurrency = dict(fingerprint.get("concurrency") or {})
+        slots = max(1, int(concurrency.get("jobs") or 1))
+        self.concurrency[index], self.slots[index] = concurrency, slots
+        # The device's other job threads start here and end before this one closes the server:
+        # a server sandboxed with --die-with-parent dies with the thread that started it, and
+        # every one of these threads lives until close().
+        helpers = [threading.Thread(target=self._job_loop, args=(index, evaluator, slot), daemon=True,
+                                    name=f"bench-device-{index}-job-{slot}") for slot in range(1, slots)]
+        with self._lock:
+            self._alive += len(helpers)
+        for thread in helpers:
+            thread.start()
+        started.set_result(fingerprint)
+        try:
+            self._job_loop(index, evaluator, 0)
+        finally:
+            for thread in helpers:
+                thread.join()
+            evaluator.close()  # from the thread that started it
+
+    def _job_loop(self, index: int, evaluator: Any, slot: int) -> None:
+        label = self.labels[index] if slot == 0 else f"{self.labels[index]}/{slot + 1}"
+        try:
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    return
+                future, problem, source, config, problem_key, losses = job
+                if not losses and not future.set_running_or_notify_cancel():
+                    continue
+                self.progress.eval_started(label, problem_key)
+                lost = False
+                try:
+                    future.set_result((index, evaluator.evaluate(problem, source, config)))
+                except WorkerLost:
+                    lost = True
+                except BaseException as exc:  # noqa: BLE001 - the caller gets it
+                    future.set_exception(exc)
+                finally:
+                    self.progress.eval_finished(label)
+                if lost:
+                    if not self._lost(job, evaluator):
+                        return  # this worker is gone for good; the others go on
+        finally:
+            self._worker_ended()
+
+    def _lost(self, job: tuple, evaluator: Any) -> bool:
+        """A worker went away (a Ray node or actor lost) in the middle of `job`: nothing of it
+        was recorded, so it goes back to the queue for whichever worker is free. True when this
+        worker could be replaced on its node and goes on taking jobs."""
+        future, problem, source, config, problem_key, losses = job
+        with self._lock:
+            self.resubmitted += 1
+        if losses + 1 >= self.MAX_LOSSES:  # recorded as a harness error: not kept in the store for reuse
+            future.set_result((None, {"status": "harness_error", "reason": f"the worker running this evaluation "
+                                      f"was lost {losses + 1} times"}))
+        else:
+            self._put((future, problem, source, config, problem_key, losses + 1))
+        revive = getattr(evaluator, "revive", None)
+        return bool(revive and revive())
+
+    MAX_LOSSES = 3
+
+    def _put(self, job: tuple) -> None:
+        with self._lock:
+            if self._alive == 0:
+                job[0].set_exception(UserError(self.ALL_LOST))
+                return
+            self._jobs.put(job)
+
+    ALL_LOST = ("every harness worker was lost; finished evaluations are in the store: run the same command "
+                "again to go on")
+
+    def _worker_ended(self) -> None:
+        with self._lock:
+            self._alive -= 1
+            if self._alive > 0 or self._closing:
+                return
+            while True:  # nobody is left to take these: fail them rather than wait forever
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    return
+                if job is not None and (job[5] or job[0].set_running_or_notify_cancel()):
+                    job[0].set_exception(UserError(self.ALL_LOST))
+
+    def close(self) -> None:
+        self._closing = True
+        for _ in range(len(self._threads) + sum(self.slots)):  # one end mark per job thread (and spare)
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return dict(self.fingerprints[0])
+
+    def keys(self, problem_sha: str, candidate_sha: str, config: dict) -> list[str]:
+        keys: list[str] = []
+        for fp in self.fingerprints:
+            key = evaluation_key(problem_sha, candidate_sha, config, fp)
+            if key not in keys:
+                keys.append(key)
+        return keys
+
+    @contextlib.contextmanager
+    def _timing_store(self) -> Iterator[None]:
+        """Adds the time of a store call to `store_seconds` (host-time profile: a store shared by
+        several GPUs' threads waits on SQLite's lock)."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.store_seconds += time.monotonic() - started
+
+    def evaluate(self, problem: Any, source: str, config: Any, *, problem_key: str,
+                 sample: str) -> tuple[dict, str | None, bool]:
+        """(EvalResult dict, evaluation key, reused). Records the attempt in the store."""
+        from concurrent.futures import Future
+
+        from kernelagent.problem import sha256_text
+
+        cand_sha = sha256_text(source)
+        cfg = config.to_dict()
+        keys = self.keys(problem.sha256, cand_sha, cfg)
+        attempt = {"run_id": self.run_id, "problem_key": problem_key, "sample": sample, "candidate_sha256": cand_sha}
+        while True:
+            with self._timing_store():
+                hit = self.store.lookup(keys)
+            if hit is not None:
+                key, result = hit
+                with self._timing_store():
+                    self.store.record_attempt({**attempt, "eval_key": key, "reused": True,
+                                               "summary": summarise(result)})
+                with self._lock:
+                    self.reused += 1
+                self.progress.eval_finished("", reused=True)
+                return result, key, True
+            with self._lock:  # the same evaluation already running in another thread: wait for it
+                waiting = self._inflight.get(keys[0])
+                if waiting is None:
+                    done = self._inflight[keys[0]] = threading.Event()
+                    break
+            waiting.wait()  # then look again (a harness error is not stored: evaluate it here)
+        try:
+            future: Future = Future()
+            self._put((future, problem, source, config, problem_key, 0))
+            index, evaluation = future.result()
+            # A local Evaluator answers an EvalResult; a Ray worker its plain dict.
+            result = evaluation if isinstance(evaluation, dict) else evaluation.to_dict()
+            fingerprint = result.get("fingerprint") or (self.fingerprints[index] if index is not None else {})
+            key = evaluation_key(problem.sha256, cand_sha, cfg, fingerprint)
+            # Every verdict is reusable except the harness's own failures (the machine's fault,
+            # not the candidate's). A static compile error has no fingerprint: it needs none.
+            # too_large is about this machine's free memory at the time: asked again next run.
+            cacheable = result.get("status") not in ("harness_error", "too_large")
+            with self._timing_store():
+                self.store.record_evaluation(key, result, settings=cfg, fingerprint=fingerprint,
+                                             run_id=self.run_id, cacheable=cacheable,
+                                             attempt={**attempt, "eval_key": key, "reused": False,
+                                                      "summary": summarise(result)})
+            with self._lock:
+                self.performed += 1
+            return result, key, False
+        finally:
+            with self._lock:
+                self._inflight.pop(keys[0], None)
+            done.set()
+
+
+def _labels(devices: list[str]) -> list[str]:
+    if len(set(devices)) == len(devices):
+        return list(devices)
+    return [f"{d}#{i}" for i, d in enumerate(devices)]
+
+
+class ProblemEvaluator:
+    """What the agent sees as its evaluator: `evaluate` and `fingerprint`, through the store."""
+
+    def __init__(self, dispatcher: Dispatcher, problem_key: str):
+        self.dispatcher, self.problem_key = dispatcher, problem_key
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def fingerprint(self) -> dict[str, Any]:
+        return self.dispatcher.fingerprint()
+
+    def evaluate(self, problem: Any, candidate_source: str, config: Any = None):
+        from kernelagent.harness import EvalConfig, EvalResult
+        from kernelagent.problem import load_problem
+
+        if not hasattr(problem, "sha256"):
+            problem = load_problem(problem)
+        with self._lock:
+            self._n += 1
+            sample = f"eval-{self._n}"
+        result, _key, _reused = self.dispatcher.evaluate(problem, candidate_source, config or EvalConfig(),
+                                                         problem_key=self.problem_key, sample=sample)
+        return EvalResult.from_dict(result)
+
+
+# -- the run ------------------------------------------------------------------------------
