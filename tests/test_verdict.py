@@ -195,6 +195,11 @@ def test_a_claim_of_055x_the_true_time_is_flagged_on_the_cpu_too():
     decision = verdict.trusted_time([5.5] * (calls * n), calls * n, sum(segment_s), calibration_s, False,
                                     segment_s=segment_s, calls_per_segment=calls)
     assert decision.source == "server" and "clock-mismatch" in {f["kind"] for f in decision.flags}
+    # flagged, and the server's time reported; on the CPU (timings never decide a win) as a note
+    assert {f["severity"] for f in decision.flags if f["kind"] == "clock-mismatch"} == {"info"}
+    on_gpu = verdict.trusted_time([5.5] * (calls * n), calls * n, sum(segment_s), calibration_s, True,
+                                  segment_s=segment_s, calls_per_segment=calls)
+    assert {f["severity"] for f in on_gpu.flags if f["kind"] == "clock-mismatch"} == {"review"}
     # CPU noise within its slack (20% here; the floor is 40%) is not flagged
     decision = verdict.trusted_time([8.0] * (calls * n), calls * n, sum(segment_s), calibration_s, False,
                                     segment_s=segment_s, calls_per_segment=calls)

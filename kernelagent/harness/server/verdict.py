@@ -357,7 +357,11 @@ def _trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibratio
     message = (f"the candidate's process measured {mean:.4f} ms per call, but the server's clock saw "
                f"{server_ms:.4f} ms per call over the same {calls} calls (the loop's own cost, "
                f"{calibration_ms / calls:.4f} ms per call, removed); the server's time is reported")
-    flags.append(flag("clock-mismatch", message))
+    # On the CPU the claim is still not believed (the server's time is reported), but an
+    # interpreter timing never decides a win or a reward, and a loaded 2-core machine stretches
+    # the loop's own cost between the calibration and the candidate's loop (CI, 2026-11-26: honest
+    # 2-call loops of 14-60 ms beside a calibration of 58-190 ms a call): a note, not a review.
+    flags.append(flag("clock-mismatch", message, None if meaningful else "info"))
     if gross:
         flags.append(flag("tampering", "in-process clocks disagree with the server's clock: " + message, "reject"))
     return TimeDecision(_point(server_ms, calls, meaningful, "server clock"), "server", server_ms, mean, flags)
