@@ -21,6 +21,16 @@ SETUP = ["pip install torch==2.13.0 && pip install -e '.[agent]' && kernelagent 
          "pip install torch==2.13.0 && pip install -e '.[test,rl]' && python -m pytest -q"]
 
 
+def docs_hooks():
+    """docs/hooks.py, the module MkDocs runs to generate the reference pages."""
+    sys.path.insert(0, str(DOCS))
+    try:
+        import hooks
+    finally:
+        sys.path.remove(str(DOCS))
+    return hooks
+
+
 def test_the_readme_is_short_and_keeps_the_two_setup_commands():
     text = (REPO / "README.md").read_text()
     assert len(text.splitlines()) <= 150
@@ -74,11 +84,7 @@ def _help_tree():
 
 
 def test_the_cli_reference_lists_every_command_and_option_help_shows():
-    sys.path.insert(0, str(DOCS))
-    try:
-        import hooks
-    finally:
-        sys.path.remove(str(DOCS))
+    hooks = docs_hooks()
     reference = hooks.cli_markdown()
     sections = dict(re.findall(r"^## `([^`]+)`\n(.*?)(?=^## `|\Z)", reference, re.MULTILINE | re.DOTALL))
     tree = _help_tree()
@@ -137,11 +143,7 @@ def test_the_site_in_a_real_browser(site, tmp_path):
 
 
 def test_the_statuses_page_covers_every_status_flag_kind_and_exit_code():
-    sys.path.insert(0, str(DOCS))
-    try:
-        import hooks
-    finally:
-        sys.path.remove(str(DOCS))
+    hooks = docs_hooks()
     from kernelagent import errors
     from kernelagent.harness.result import SEVERITY, Status
 

@@ -175,9 +175,7 @@ def build(roots: list[str | Path], *, device: str = "auto", isolation: str = "au
         def go() -> dict[str, Any]:
             base = Path(directory).expanduser()
             base = base if base.is_absolute() else (root_set.roots[0] / base if root_set.roots else base)
-            resolved = base.resolve()
-            if not any(resolved == r or resolved.is_relative_to(r) for r in root_set.roots):
-                raise ToolInputError(f"`directory` {directory} is outside the server's roots")
+            resolved = root_set.require(base, "directory")
             from kernelagent.rl.dataset import find_problems
 
             found = [str(p) for p in find_problems(resolved)]
@@ -233,7 +231,7 @@ def build(roots: list[str | Path], *, device: str = "auto", isolation: str = "au
 
         loaded = guard(lambda: problem_of(problem))
         target = Path(out) if out else Path(loaded.path).with_name(f"{Path(loaded.path).stem}_plan")
-        guard(lambda: _inside(root_set, target, "out"))
+        guard(lambda: root_set.require(target, "out"))
         dev = "cuda" if harness.device.startswith("cuda") or (harness.device == "auto" and _has_gpu()) else "cpu"
         data = await run_evaluation(ctx, "planning", lambda: make_plan(loaded.path, target, device=dev))
         text = render(data)
@@ -309,12 +307,6 @@ def _session_key(ctx: Any) -> str:
     except Exception:  # noqa: BLE001 - no transport headers (stdio)
         headers = {}
     return str(headers.get("mcp-session-id") or headers.get("Mcp-Session-Id") or "stdio")
-
-
-def _inside(roots: Roots, path: Path, what: str) -> None:
-    resolved = path.resolve()
-    if not any(resolved == r or resolved.is_relative_to(r) for r in roots.roots):
-        raise ToolInputError(f"`{what}` {path} is outside the server's roots")
 
 
 def _has_gpu() -> bool:

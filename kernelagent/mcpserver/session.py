@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,13 +68,24 @@ class Roots:
         candidates = [raw] if raw.is_absolute() else [root / raw for root in self.roots]
         for path in candidates:
             resolved = path.resolve()
-            if any(resolved == root or resolved.is_relative_to(root) for root in self.roots):
+            if self.contains(resolved):
                 if not resolved.is_file():
                     raise ToolInputError(f"`{what}` {value}: no such file under the roots")
                 return resolved
         roots = ", ".join(str(r) for r in self.roots) or "none"
         raise ToolInputError(f"`{what}` {value} is outside the server's roots ({roots}); only files under "
                              "a --root can be read")
+
+    def contains(self, path: Path) -> bool:
+        """`path` (resolved: links followed) is a root or lies under one."""
+        resolved = path.resolve()
+        return any(resolved == root or resolved.is_relative_to(root) for root in self.roots)
+
+    def require(self, path: Path, what: str) -> Path:
+        """`path` resolved, or ToolInputError when it lies outside every root."""
+        if not self.contains(path):
+            raise ToolInputError(f"`{what}` {path} is outside the server's roots")
+        return path.resolve()
 
     def problems(self) -> list[Path]:
         """Problem files under the roots (as bench finds them), for list_problems and resources."""
@@ -103,16 +116,11 @@ class Sessions:
             return self.budgets[key]
 
 
-def timed(budget: Budget):
-    """A context manager charging the wall time of an evaluation to `budget`."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def _cm():
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            budget.charge(time.monotonic() - started)
-
-    return _cm()
+@contextmanager
+def timed(budget: Budget) -> Iterator[None]:
+    """Charge the wall time of the block (an evaluation) to `budget`."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        budget.charge(time.monotonic() - started)

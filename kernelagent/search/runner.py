@@ -408,15 +408,11 @@ def _observation(node: Node) -> Observation:
 
 
 def _speed(node: Node | None) -> float | None:
-    if node is None or not node.measurable:
-        return None
-    return node.speedups.get("compile", node.speedups.get("eager"))
+    return node.speed()[1] if node is not None else None
 
 
 def _interval(node: Node | None) -> list[float] | None:
-    if node is None or not node.measurable:
-        return None
-    return node.intervals.get("compile", node.intervals.get("eager"))
+    return node.speed()[2] if node is not None else None
 
 
 def _speed_label(node: Node) -> str:

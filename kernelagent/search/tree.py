@@ -73,16 +73,25 @@ class Node:
     cost: dict = field(default_factory=dict)  # prompt/completion tokens, usd, eval seconds
     times: dict[str, float] = field(default_factory=dict)  # model_start/end, eval_start/end (epoch s)
 
+    def speed(self) -> tuple[str | None, float | None, list[float] | None]:
+        """(baseline, point, interval) the node is judged on: TorchInductor, else eager, as the
+        loop judges a candidate (agent/loop.py decision_speed); all None when nothing was measured."""
+        if not self.measurable:
+            return None, None, None
+        base = "compile" if "compile" in self.speedups else ("eager" if "eager" in self.speedups else None)
+        if base is None:
+            return None, None, None
+        interval = self.intervals.get(base)
+        return base, float(self.speedups[base]), (list(interval) if interval and len(interval) == 2 else None)
+
     def score(self) -> tuple:
         """Selection order: correct before wrong; among correct, the speedup interval's LOWER
         bound (the point estimate only where no interval was measured), then the point; a
         candidate that ran but was wrong before one that did not build."""
         if self.passed:
-            base = "compile" if "compile" in self.speedups else ("eager" if "eager" in self.speedups else None)
-            point = float(self.speedups.get(base, 0.0)) if base else 0.0
-            interval = self.intervals.get(base) if base else None
-            low = float(interval[0]) if interval and len(interval) == 2 else point
-            return (2, low if self.measurable else 0.0, point if self.measurable else 0.0, -self.id)
+            _base, point, interval = self.speed()
+            low = interval[0] if interval else (point or 0.0)
+            return (2, low, point or 0.0, -self.id)
         ran = self.verdict in ("incorrect", "runtime_error")
         return (1 if ran else 0, 0.0, 0.0, -self.id)
 

@@ -7,7 +7,6 @@ it imports torch. This side starts it, reads plan.json, and renders the table.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,10 +22,9 @@ class PlanError(UserError):
 
 
 def _child(args: list[str], timeout: float) -> str:
-    env = {**os.environ}
     try:
         proc = subprocess.run([sys.executable, "-m", "kernelagent.wholemodel.child", *args], capture_output=True,
-                              text=True, timeout=timeout, env=env)
+                              text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise PlanError(f"the model did not finish capturing within {timeout:.0f} s") from None
     for line in proc.stdout.splitlines():

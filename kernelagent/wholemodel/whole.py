@@ -31,7 +31,7 @@ from kernelagent.agent.trajectory import write_json_atomic
 E2E_OVERRIDES = {"static_check": "warn", "torch_work": "allow", "kernel_evidence": False}
 
 
-def e2e_config(trials: int, cpu: bool) -> Any:
+def e2e_config(trials: int) -> Any:
     from kernelagent.harness import EvalConfig
 
     return EvalConfig(trials=trials, **E2E_OVERRIDES)
@@ -97,7 +97,7 @@ def optimize_whole_model(problem: str | Path, model: Any, *, out: str | Path, ev
                    kernel_interval=(speed.get("speedup_intervals") or {}).get("compile"))
         kernels[region["id"]] = out / "regions" / region["id"] / "kernel.py"
     # Each kernel alone in the model, judged end to end against the original.
-    config = e2e_config(trials, device == "cpu")
+    config = e2e_config(trials)
     kept: dict[str, Path] = {}
     for rid, path in kernels.items():
         row = by_id[rid]
