@@ -92,14 +92,22 @@ def test_check_variants_leave_pinned_alone_and_shrink():
     for v in variants:
         assert v and not set(v) & d.pinned_constants(SRC)
         assert set(v) <= d.shape_names(SRC)
+    def pairs(v):
         for k, x in v.items():
-            for new, old in zip(x if isinstance(x, tuple) else (x,), base[k] if isinstance(base[k], tuple) else (base[k],)):
+            yield from zip(x if isinstance(x, tuple) else (x,), base[k] if isinstance(base[k], tuple) else (base[k],))
+
+    for i, v in enumerate(variants):
+        for new, old in pairs(v):
+            if i == 1:  # the grown set: larger in every varied dim, by a little, odd
+                assert old < new <= old * 1.1 + 2 and new % 2 == 1, (v, base)
+            else:
                 assert 1 <= new <= old  # never larger than the main set, never 0
-    half, skew = variants[0], variants[1]
+    half, grown, skew = variants[0], variants[1], variants[2]
     assert half == {"batch_size": 65, "depth": 9, "rows": 15, "input_shape": (2049,)}
     assert all(x % 2 == 1 for x in (skew["batch_size"], skew["depth"], skew["rows"]))
     # "each dim changed differently": not one common ratio
-    assert len({round(skew[k] / base[k], 2) for k in ("batch_size", "depth", "rows")}) > 1
+    for changed in (grown, skew):
+        assert len({round(changed[k] / base[k], 3) for k in ("batch_size", "depth", "rows")}) > 1
     assert d.derive_check_variants(SRC, n=4) == variants  # deterministic
 
 

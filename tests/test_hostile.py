@@ -46,6 +46,7 @@ EVAL_OPTIONS = ["--json", "--trials", "2", "--device", "cpu"]
 EVAL_TIMEOUT = 300
 
 CORRECT, INCORRECT, REJECTED = "correct", "incorrect", "rejected"
+TIMEOUT, CRASHED = "timeout", "crashed"
 
 # --------------------------------------------------------------------------------------
 # What each isolation mode guarantees (the rebuilt harness: kernelagent/harness/{caller,server,
@@ -170,6 +171,7 @@ class Row:
     # An extra check on (hostile result, honest result): returns a problem, or None.
     check: Callable[[dict, dict], str | None] | None = None
     problem: Path = RELU
+    options: tuple[str, ...] = ()  # more `eval` options for this row
 
 
 def honest_time(hostile: dict, honest: dict) -> str | None:
@@ -213,6 +215,11 @@ TABLE = [
     # harness error and restarts the server (checked by the survival asserts in every mode).
     Row("h1_socket_pickle.py", (INCORRECT, REJECTED), need("channel", "pid")),
     Row("h1_socket_garbage.py", (INCORRECT, REJECTED), need("channel", "pid")),
+    # issue 24, class 3: half a frame on its own channel, then silence (the stage's timeout, at
+    # its limit: short here) or death (its crash, never a harness error). The server reads
+    # every frame of the candidate's against the stage's deadline (protocol.read_frame).
+    Row("r3_partial_frame.py", (TIMEOUT,), need("channel"), options=("--stage-timeout", "correctness=12")),
+    Row("r3_partial_frame_exit.py", (CRASHED,), need("channel")),
     # 2 forged events on the candidate's own channel: claims, never conclusions.
     Row("h2_forged_done.py", (INCORRECT, REJECTED), need("verdict")),
     Row("h2_forged_timing.py", (CORRECT, REJECTED), need("clock"), check=honest_time),
@@ -295,10 +302,14 @@ def _base_env(home: Path, canaries: dict[str, str]) -> dict[str, str]:
 
 
 def _tree_hash(root: Path) -> dict[str, str]:
-    """Every path under `root` with the hash of its bytes ("dir" for directories)."""
+    """Every path under `root` with the hash of its bytes ("dir" for directories). An empty
+    `*.lock` is left out: the caller's own flock file, made the first time a problem's baseline
+    is looked up (rows on another problem than the template's), carrying nothing."""
     out = {}
     for path in sorted(root.rglob("*")):
         rel = str(path.relative_to(root))
+        if path.suffix == ".lock" and path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
+            continue
         out[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and not path.is_symlink() else "dir"
     return out
 
@@ -353,8 +364,9 @@ def _file_canaries(workdir: Path, token: str) -> dict[str, Path]:
     return out
 
 
-def _run_eval(candidate: Path, mode: str, env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
-    cmd = _cli() + ["eval", str(RELU), str(candidate)] + EVAL_OPTIONS
+def _run_eval(candidate: Path, mode: str, env: dict[str, str], cwd: Path,
+              options: tuple[str, ...] = (), problem: Path = RELU) -> tuple[int, str, str]:
+    cmd = _cli() + ["eval", str(problem), str(candidate)] + EVAL_OPTIONS + list(options)
     if mode != "default":
         cmd += ["--isolation", mode]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=EVAL_TIMEOUT, cwd=str(cwd))
@@ -395,7 +407,7 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, reque
     evil_before = _evil_files(home)
 
     problems: list[str] = []
-    rc, out, err = _run_eval(candidate, mode, env, workdir)
+    rc, out, err = _run_eval(candidate, mode, env, workdir, row.options, row.problem)
     time.sleep(1.0)
 
     # (c) the caller survived this one.

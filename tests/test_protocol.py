@@ -77,13 +77,100 @@ def test_tensors_the_candidate_describes_are_bounded_by_the_problems_own():
     with pytest.raises(transfer.TransferError):
         _beyond([dict(record, shape=[0, 1 << 62], nbytes=0)], want)
 
+    import time
+
     server_end, candidate_end = Pipe()
-    job = types.SimpleNamespace(to_cand=server_end)
+    job = types.SimpleNamespace(to_cand=server_end, clock=time.monotonic)
+    deadline = time.monotonic() + 5
     with pytest.raises(protocol.ProtocolError, match="too many"):
-        Job.relay_payloads(job, [record] * 513)
+        Job.relay_payloads(job, [record] * 513, deadline)
     candidate_end.send_bytes(b"x" * 4096)
     with pytest.raises(protocol.ProtocolError, match="longer than"):
-        Job.relay_payloads(job, [record])  # longer than its record says
+        Job.relay_payloads(job, [record], deadline)  # longer than its record says
     job.to_cand, candidate_end = Pipe()  # a frame over its limit closes the connection
     candidate_end.send_bytes(b"y" * 128)
-    assert Job.relay_payloads(job, [record]) == [b"y" * 128]
+    assert Job.relay_payloads(job, [record], deadline) == [b"y" * 128]
+    # A payload begun and never finished: the stage's timeout, never a wait past it.
+    from kernelagent.harness.server.stages import CandidateGone, StageTimeout
+
+    job.to_cand, candidate_end = Pipe()
+    candidate_end.send_bytes(b"z" * 128)
+    import os
+
+    os.write(candidate_end.fileno(), (128).to_bytes(4, "big") + b"z" * 3)
+    with pytest.raises(StageTimeout):
+        Job.relay_payloads(job, [record, record], time.monotonic() + 0.3)
+    candidate_end.close()
+    job.to_cand, candidate_end = Pipe()
+    os.write(candidate_end.fileno(), (128).to_bytes(4, "big") + b"z" * 3)
+    candidate_end.close()
+    with pytest.raises(CandidateGone):  # it died mid-frame: its crash, not our OSError
+        Job.relay_payloads(job, [record], time.monotonic() + 5)
+
+
+# --------------------------------------------------------------------------------------
+# read_frame: every read of the candidate's channel is bounded in time as well as size
+# --------------------------------------------------------------------------------------
+
+def _pipe():
+    reader, writer = mp.Pipe(duplex=False)
+    return reader, writer
+
+
+def _clock(seconds: float):
+    import time
+
+    end = time.monotonic() + seconds
+    return lambda: end - time.monotonic()
+
+
+def test_read_frame_reads_what_send_bytes_wrote():
+    reader, writer = _pipe()
+    writer.send_bytes(protocol.encode("compiled", "j"))
+    assert protocol.recv(reader, {"compiled"}, "j", remaining=_clock(5))["type"] == "compiled"
+    big = bytes(range(256)) * 4096  # over one pipe buffer: read in pieces while the writer blocks
+    import threading
+
+    thread = threading.Thread(target=writer.send_bytes, args=(big,))
+    thread.start()
+    assert bytes(protocol.recv_payload(reader, max_bytes=len(big), remaining=_clock(5))) == big
+    thread.join()
+
+
+def test_a_frame_begun_and_never_finished_times_out_at_the_deadline():
+    import os
+    import struct
+    import time
+
+    reader, writer = _pipe()
+    os.write(writer.fileno(), struct.pack("!i", 1000) + b'{"v":')  # then silence, the writer alive
+    started = time.monotonic()
+    with pytest.raises(protocol.FrameTimeout, match="5 bytes into a 1000-byte read"):
+        protocol.recv(reader, {"outputs"}, remaining=_clock(0.3))
+    assert time.monotonic() - started < 2.0  # Connection.recv_bytes would still be waiting
+
+
+def test_a_channel_closed_mid_frame_is_the_sender_gone_not_an_oserror():
+    import os
+    import struct
+
+    reader, writer = _pipe()
+    os.write(writer.fileno(), struct.pack("!i", 1000) + b'{"v":')
+    writer.close()
+    with pytest.raises(protocol.TruncatedFrame):
+        protocol.recv(reader, {"outputs"}, remaining=_clock(5))
+    reader, writer = _pipe()
+    writer.close()
+    with pytest.raises(EOFError):  # nothing at all: the plain end of the channel
+        protocol.recv(reader, {"outputs"}, remaining=_clock(5))
+
+
+@pytest.mark.parametrize("header", [b"\x7f\xff\xff\xff", b"\xff\xff\xff\xff" + (1 << 40).to_bytes(8, "big"),
+                                    b"\xff\xff\xff\xfe"])
+def test_an_oversized_or_negative_length_is_refused_before_anything_is_allocated(header):
+    import os
+
+    reader, writer = _pipe()
+    os.write(writer.fileno(), header)
+    with pytest.raises(ProtocolError, match="frame longer|bad frame length"):
+        protocol.recv_payload(reader, max_bytes=1 << 20, remaining=_clock(5))

@@ -25,6 +25,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import select
+import struct
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -100,6 +104,14 @@ class ProtocolError(Exception):
     """A frame that is not a well-formed message of the expected kind on this channel."""
 
 
+class FrameTimeout(Exception):
+    """The sender began a frame and did not finish it before the reader's deadline."""
+
+
+class TruncatedFrame(EOFError):
+    """The channel closed in the middle of a frame (the sender died, or closed it, mid-message)."""
+
+
 def encode(msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) -> bytes:
     if msg_type not in SCHEMAS:
         raise ValueError(f"unknown message type {msg_type!r}")
@@ -173,9 +185,13 @@ def send(conn: Connection, msg_type: str, job: str, nonce: str | None = None, /,
 
 
 def recv(conn: Connection, accept: set[str] | frozenset[str], job: str | None = None, nonce: str | None = None,
-         max_bytes: int = MAX_CONTROL_FRAME) -> dict[str, Any]:
+         max_bytes: int = MAX_CONTROL_FRAME, remaining: Callable[[], float] | None = None) -> dict[str, Any]:
     """One checked message. EOFError when the other end is gone; ProtocolError for anything
-    that is not a message of ours (including a frame over `max_bytes`)."""
+    that is not a message of ours (including a frame over `max_bytes`). With `remaining` (the
+    seconds left to the reader's deadline), the frame is read by `read_frame`: bounded in time
+    as well as in size, as every read of a hostile sender must be."""
+    if remaining is not None:
+        return decode(read_frame(conn, max_bytes, remaining), accept, job, nonce)
     try:
         raw = conn.recv_bytes(max_bytes)
     except OSError as exc:
@@ -185,12 +201,62 @@ def recv(conn: Connection, accept: set[str] | frozenset[str], job: str | None = 
     return decode(raw, accept, job, nonce)
 
 
+def read_frame(conn: Connection, max_bytes: int, remaining: Callable[[], float]) -> bytearray:
+    """One frame of `Connection.send_bytes`'s format (a 4-byte big-endian length, or -1 and an
+    8-byte one), read from the raw descriptor with a deadline.
+
+    `Connection.recv_bytes` blocks until the whole frame has come: a sender that writes a
+    length and then stops (alive) held the server's job thread past every stage limit, and one
+    that then exits raised a bare OSError the server took for its own failure. Here the length
+    is checked against `max_bytes` before anything is allocated, each read waits at most
+    `remaining()` seconds (FrameTimeout after that), and a channel that closes mid-frame raises
+    TruncatedFrame (an EOFError: the sender is gone). A closed channel before the first byte
+    is a plain EOFError, as with `recv_bytes`."""
+    fd = conn.fileno()
+    header = _read_exact(fd, 4, remaining, start=True)
+    (size,) = struct.unpack("!i", header)
+    if size == -1:
+        (size,) = struct.unpack("!Q", _read_exact(fd, 8, remaining))
+    if size < 0:
+        raise ProtocolError("bad frame length")
+    if size > max_bytes:
+        raise ProtocolError(f"frame longer than {max_bytes} bytes")
+    return _read_exact(fd, size, remaining)
+
+
+def _read_exact(fd: int, size: int, remaining: Callable[[], float], start: bool = False) -> bytearray:
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    got = 0
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    while got < size:
+        left = remaining()
+        if left <= 0 or not poller.poll(max(1, min(int(left * 1000), 500))):
+            if remaining() <= 0:
+                raise FrameTimeout(f"the sender stopped {got} bytes into a {size}-byte read")
+            continue
+        try:
+            n = os.readv(fd, [view[got:]])
+        except BlockingIOError:
+            continue
+        if n == 0:
+            if start and got == 0:
+                raise EOFError
+            raise TruncatedFrame(f"the channel closed {got} bytes into a {size}-byte read")
+        got += n
+    return buffer  # no copy: payload frames may be large
+
+
 def send_payload(conn: Connection, data: bytes | memoryview) -> None:
     """Raw bytes that follow a message announcing them (CPU outputs)."""
     conn.send_bytes(data)
 
 
-def recv_payload(conn: Connection, max_bytes: int = MAX_PAYLOAD_FRAME) -> bytes:
+def recv_payload(conn: Connection, max_bytes: int = MAX_PAYLOAD_FRAME,
+                 remaining: Callable[[], float] | None = None) -> bytes | bytearray:
+    if remaining is not None:
+        return read_frame(conn, max_bytes, remaining)
     try:
         return conn.recv_bytes(max_bytes)
     except OSError as exc:

@@ -473,10 +473,13 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
                 raise StageTimeout()
             if self.to_cand not in ready:
                 raise CandidateGone()
-            try:
-                message = protocol.recv(self.to_cand, accept | {"stage", "failure"}, self.job_id, max_bytes=max_bytes)
-            except EOFError:
+            try:  # bounded in time too: a frame begun and never finished is the candidate's timeout
+                message = protocol.recv(self.to_cand, accept | {"stage", "failure"}, self.job_id, max_bytes=max_bytes,
+                                        remaining=lambda: deadline - self.clock())
+            except EOFError:  # gone, mid-frame included (protocol.TruncatedFrame): it crashed or quit
                 raise CandidateGone() from None
+            except protocol.FrameTimeout:
+                raise StageTimeout() from None
             if message["type"] == "failure":
                 if not self.ready:
                     # The candidate runs the problem's code too (its inputs): before blaming it,
@@ -504,7 +507,7 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         if name not in ("correctness", "timing", "post-check", "profile", self.stage):
             raise protocol.ProtocolError(f"unknown stage {name[:30]!r}")
 
-    def relay_payloads(self, records: list[Any]) -> list[bytes]:
+    def relay_payloads(self, records: list[Any], deadline: float) -> list[bytes]:
         """The bytes of the tensors the candidate's process described, each frame no longer than
         its record says (the reference then reads no more, and no larger, tensors than its own
         outputs: reference_side._beyond). Beyond that it is the candidate's protocol breach."""
@@ -513,7 +516,13 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
             raise protocol.ProtocolError("too many tensors")
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
             raise protocol.ProtocolError("a tensor description without a byte count")
-        return [protocol.recv_payload(self.to_cand, max_bytes=max(n, 1)) for n in sizes]
+        try:
+            return [protocol.recv_payload(self.to_cand, max_bytes=max(n, 1), remaining=lambda: deadline - self.clock())
+                    for n in sizes]
+        except EOFError:
+            raise CandidateGone() from None
+        except protocol.FrameTimeout:
+            raise StageTimeout() from None
 
     # -- supervision -----------------------------------------------------------------------
     def finish_candidate(self, device_share: bool) -> None:
