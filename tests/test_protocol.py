@@ -90,13 +90,26 @@ def test_tensors_the_candidate_describes_are_bounded_by_the_problems_own():
     job.to_cand, candidate_end = Pipe()  # a frame over its limit closes the connection
     candidate_end.send_bytes(b"y" * 128)
     assert Job.relay_payloads(job, [record], deadline) == [b"y" * 128]
-    # A payload begun and never finished: the stage's timeout, never a wait past it.
+    # More bytes than the problem's own tensors allow: refused before one is read (the server
+    # would hold them all), and a header alone never makes the reader allocate what it claims.
+    job.to_cand, candidate_end = Pipe()
+    with pytest.raises(protocol.ProtocolError, match="more than the problem's own"):
+        Job.relay_payloads(job, [dict(record, nbytes=1 << 30)] * 4, deadline, limit=1 << 31)
+    import os
+    import tracemalloc
+
     from kernelagent.harness.server.stages import CandidateGone, StageTimeout
 
+    os.write(candidate_end.fileno(), (1 << 30).to_bytes(4, "big") + b"w" * 10)
+    tracemalloc.start()
+    with pytest.raises(StageTimeout):
+        Job.relay_payloads(job, [dict(record, nbytes=1 << 30)], time.monotonic() + 0.3, limit=1 << 31)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 << 20, peak  # 1 MiB to start with, not the 1 GiB the header claims
+    # A payload begun and never finished: the stage's timeout, never a wait past it.
     job.to_cand, candidate_end = Pipe()
     candidate_end.send_bytes(b"z" * 128)
-    import os
-
     os.write(candidate_end.fileno(), (128).to_bytes(4, "big") + b"z" * 3)
     with pytest.raises(StageTimeout):
         Job.relay_payloads(job, [record, record], time.monotonic() + 0.3)

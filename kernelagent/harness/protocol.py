@@ -225,7 +225,9 @@ def read_frame(conn: Connection, max_bytes: int, remaining: Callable[[], float])
 
 
 def _read_exact(fd: int, size: int, remaining: Callable[[], float], start: bool = False) -> bytearray:
-    buffer = bytearray(size)
+    # The buffer grows with what has arrived (doubling), never with what the header claims: a
+    # 4-byte header alone must not make the reader allocate its bound.
+    buffer = bytearray(min(size, 1 << 20))
     view = memoryview(buffer)
     got = 0
     poller = select.poll()
@@ -236,6 +238,10 @@ def _read_exact(fd: int, size: int, remaining: Callable[[], float], start: bool 
             if remaining() <= 0:
                 raise FrameTimeout(f"the sender stopped {got} bytes into a {size}-byte read")
             continue
+        if got == len(buffer):
+            del view
+            buffer.extend(bytes(min(len(buffer), size - len(buffer))))
+            view = memoryview(buffer)
         try:
             n = os.readv(fd, [view[got:]])
         except BlockingIOError:
@@ -245,6 +251,7 @@ def _read_exact(fd: int, size: int, remaining: Callable[[], float], start: bool 
                 raise EOFError
             raise TruncatedFrame(f"the channel closed {got} bytes into a {size}-byte read")
         got += n
+    del view
     return buffer  # no copy: payload frames may be large
 
 

@@ -134,7 +134,8 @@ class CheckPhases:
             # Only an extra input set may be answered with the exception it raised (then it is
             # compared as a failure, unless the reference cannot run that set either).
             raise protocol.ProtocolError(f"an error instead of outputs for {check['name']!r}")
-        payloads = self.relay_payloads(message["outputs"] + message["inputs"], deadline)
+        payloads = self.relay_payloads(message["outputs"] + message["inputs"], deadline,
+                                       self.payload_limit(check["kind"].startswith("extra:")))
         record = self.compare(check, message["n_outputs"], message["outputs"], message["inputs"], payloads, deadline,
                               candidate_error=error[:4000] if error is not None else None)
         stop = not record.passed and check["stop"]

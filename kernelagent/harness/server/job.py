@@ -507,7 +507,16 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         if name not in ("correctness", "timing", "post-check", "profile", self.stage):
             raise protocol.ProtocolError(f"unknown stage {name[:30]!r}")
 
-    def relay_payloads(self, records: list[Any], deadline: float) -> list[bytes]:
+    def payload_limit(self, extra: bool = False) -> int:
+        """The most bytes one check's (or one kept call's) described tensors may come to: four
+        times the problem's own inputs and outputs (a wider dtype, a derived set larger than the
+        main one), plus 16 MiB. An extra set of the problem's own get_extra_inputs() may be
+        larger than the main one: up to one payload frame's bound then."""
+        ready = self.ready or {}
+        limit = 4 * (int(ready.get("input_bytes", 0)) + int(ready.get("output_bytes", 0))) + (16 << 20)
+        return max(limit, protocol.MAX_PAYLOAD_FRAME) if extra else limit
+
+    def relay_payloads(self, records: list[Any], deadline: float, limit: int = protocol.MAX_PAYLOAD_FRAME) -> list[bytes]:
         """The bytes of the tensors the candidate's process described, each frame no longer than
         its record says (the reference then reads no more, and no larger, tensors than its own
         outputs: reference_side._beyond). Beyond that it is the candidate's protocol breach."""
@@ -516,6 +525,9 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
             raise protocol.ProtocolError("too many tensors")
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
             raise protocol.ProtocolError("a tensor description without a byte count")
+        if sum(sizes) > limit:  # the server holds them all until the reference has them
+            raise protocol.ProtocolError(f"the tensors described come to {sum(sizes):,} bytes, more than the "
+                                         f"problem's own outputs and inputs allow ({limit:,}); not read")
         try:
             return [protocol.recv_payload(self.to_cand, max_bytes=max(n, 1), remaining=lambda: deadline - self.clock())
                     for n in sizes]

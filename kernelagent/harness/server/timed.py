@@ -180,7 +180,8 @@ class TimedPhases:
                     if not isinstance(entry, dict) or not isinstance(entry.get("outputs"), list) \
                             or not isinstance(entry.get("index"), int):
                         raise protocol.ProtocolError("malformed kept output")
-                    kept_payloads.append([] if ipc_kept else self.relay_payloads(entry["outputs"], deadline))
+                    kept_payloads.append([] if ipc_kept else self.relay_payloads(entry["outputs"], deadline,
+                                                                                    self.payload_limit()))
                 # The clock stops once the segment's outputs have arrived as bytes (above, without
                 # CUDA IPC), and the candidate is stopped at once: no host work of its own runs
                 # after its report, nor while its kept outputs are read (it stays stopped until the
