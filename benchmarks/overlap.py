@@ -10,7 +10,8 @@ which keeps the device busy from import on).
 Reported: evaluations per GPU-minute in each mode and their ratio; every candidate's verdict in
 both modes (they must be identical); its speedup over Inductor with the 95% interval in both
 modes and whether the intervals overlap; the device's timing-slot time (the sum of every job's
-held_s) against wall time; and the spinner check (the candidate's median and interval beside the
+held_s) against wall time, and that time by part (freezing the others, idle probes, calibration,
+warm-up, the clocked loop, comparisons, baselines, thawing; gate.SLOT_PARTS); and the spinner check (the candidate's median and interval beside the
 spinners against its serial interval).
 """
 
@@ -19,6 +20,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+
+from kernelagent.harness.server.gate import SLOT_PARTS
 
 HERE = Path(__file__).resolve().parent
 SPINNER = HERE.parent / "tests" / "adversarial" / "n1_spinner_neighbour.py"
@@ -47,6 +50,7 @@ def _row(key: str, result: Any) -> dict[str, Any]:
             "held_s": float((result.concurrency or {}).get("held_s", 0.0)),
             "wait_s": float((result.concurrency or {}).get("wait_s", 0.0)),
             "idle_wait_s": float((result.concurrency or {}).get("idle_wait_s", 0.0)),
+            "slot_parts_s": {k: float((result.concurrency or {}).get(k, 0.0)) for k in SLOT_PARTS},
             "total_s": float(result.stage_seconds.get("total", 0.0))}
 
 
@@ -76,7 +80,10 @@ def run_mode(device: str, cache: Path, jobs: list[tuple[str, Path, str]], config
         wall = time.monotonic() - started
         rows = [_row(key, r) for (key, _, _), r in zip(jobs, results)]
         held = sum(r["held_s"] for r in rows)
-        return {"concurrency": ev.concurrency, "wall_s": round(wall, 2), "evaluations": len(rows),
+        parts = {k.removeprefix("slot_").removesuffix("_s"): round(sum(r["slot_parts_s"][k] for r in rows), 2)
+                 for k in SLOT_PARTS}
+        parts["other"] = round(held - sum(parts.values()), 2)
+        return {"slot_parts_s": parts,"concurrency": ev.concurrency, "wall_s": round(wall, 2), "evaluations": len(rows),
                 "evaluations_per_gpu_minute": round(len(rows) / wall * 60, 2),
                 "slot_held_s": round(held, 2), "slot_busy_share": round(held / wall, 3) if wall else None,
                 "rows": rows}
@@ -160,6 +167,8 @@ def print_table(out: dict[str, Any]) -> None:
     for mode in ("serial", "overlapped"):
         m = out[mode]
         print(f"{mode}: wall {m['wall_s']} s, timing slot held {m['slot_held_s']} s ({m['slot_busy_share']} of wall)")
+        if m.get("slot_parts_s"):
+            print("  the slot's time by part (s): " + ", ".join(f"{k} {v}" for k, v in m["slot_parts_s"].items()))
     if "spinner" in out:
         sp = out["spinner"]
         print(f"spinner: {sp['candidate']} median {sp['serial_median_ms']} ms serially, "

@@ -50,6 +50,16 @@ def test_host_stages_overlap_and_timed_phases_do_not(concurrent_evaluator):
     held.sort()
     for first, second in zip(held, held[1:]):
         assert first[1] <= second[0] + 1e-3, f"two timed phases overlapped: {first} {second}"
+    # Where the slot's time went (gate.SLOT_PARTS): every part measured inside the holds, so
+    # together they never exceed held_s; the clocked loop and the warm-up are always there.
+    from kernelagent.harness.server.gate import SLOT_PARTS
+
+    for r in results:
+        parts = {k: r.concurrency.get(k, 0.0) for k in SLOT_PARTS}
+        assert parts["slot_loop_s"] > 0 and parts["slot_warmup_s"] > 0, r.concurrency
+        assert r.concurrency["slot_freeze_s"] >= 0 and "slot_thaw_s" in r.concurrency
+        assert sum(parts.values()) <= r.concurrency["held_s"] + 1e-3, (parts, r.concurrency["held_s"])
+    assert sum(r.concurrency.get("slot_calibration_s", 0.0) for r in results) > 0  # the first job calibrated
 
 
 def test_asked_for_profiling_holds_the_slot_like_a_timed_loop(concurrent_evaluator):

@@ -139,6 +139,7 @@ class Gate:
                         hold.frozen.append(other)
                     except Exception:  # noqa: BLE001 - a job that just ended has nothing to stop
                         continue
+            add_seconds(stats, "slot_freeze_s", time.monotonic() - started)
             # A neighbour whose candidate has not run a line yet (stage 'start') cannot be what
             # keeps the device busy: the drain is credited to it (a job stopped at its start by
             # one neighbour's drain after another's ran into its 60 s start limit on an H200).
@@ -160,6 +161,7 @@ class Gate:
             with self._lock:
                 self._hold = None
                 frozen, credited = list(hold.frozen), hold.crediting
+            thawing = time.monotonic()
             for other in frozen:
                 if credited:
                     other.pause_clock(False)
@@ -168,6 +170,7 @@ class Gate:
                 except Exception:  # noqa: BLE001
                     pass
             ended = time.monotonic()
+            add_seconds(stats, "slot_thaw_s", ended - thawing)
             stats["held_s"] = stats.get("held_s", 0.0) + ended - started
             stats.setdefault("held", []).append([round(started_epoch, 4), round(time.time(), 4)])
             self.history.append((job.job_id, started, ended))
@@ -417,6 +420,18 @@ class Stops:
             if stat is not None and stat[1] == "T" and stat[2] == started:
                 found.append(f"{pid} {stat[0]}")
         return found
+
+
+# Where a job's time holding the slot went (result.concurrency, each summed over its holds):
+# freezing and thawing the other jobs, the idle probes, the calibration, the candidate's warm-up,
+# its clocked segments, the comparisons of its kept outputs, the baselines' timing. What is left
+# of held_s is the server's own bookkeeping between them.
+SLOT_PARTS = ("slot_freeze_s", "idle_wait_s", "slot_calibration_s", "slot_warmup_s", "slot_loop_s",
+              "slot_compare_s", "slot_baselines_s", "slot_thaw_s")
+
+
+def add_seconds(stats: dict[str, Any], key: str, seconds: float) -> None:
+    stats[key] = float(stats.get(key, 0.0)) + float(seconds)
 
 
 def describe(stats: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 from kernelagent.harness import protocol
 from kernelagent.harness.child.inputs import SEED_TIMING
 from kernelagent.harness.server import verdict
+from kernelagent.harness.server.gate import add_seconds
 from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
 
 # Outputs of timed calls kept for verification: at most this many calls, within this share of
@@ -134,7 +135,9 @@ class TimedPhases:
         if self.fingerprint.get("cuda") or config.defences:
             calibration_s = self.gate.calibrations.get(calibration_key)
             if calibration_s is None:
+                calibrating = time.monotonic()
                 calibration_s = self.calibrate(order, segments, deadline)
+                add_seconds(self.concurrency, "slot_calibration_s", time.monotonic() - calibrating)
                 if calibration_s is None:
                     raise ReferenceGone("ran out of device memory running the empty timed loop (calibration)")
                 self.gate.calibrations[calibration_key] = calibration_s
@@ -142,8 +145,10 @@ class TimedPhases:
                 reused = True
         if self.hold is not None:
             self.hold.wait_idle()  # the calibration's own work, and anything a neighbour left, drained
+        warming = time.monotonic()
         protocol.send(self.to_cand, "time", self.job_id, seed=self.rng.getrandbits(40), **order)
         warmed = self.cand_recv({"warmed"}, deadline)
+        add_seconds(self.concurrency, "slot_warmup_s", time.monotonic() - warming)
         ipc_kept = warmed["kept"]  # on a GPU: the kept slots' IPC handles, sent before the clock ran
         if len(ipc_kept) not in (0, keep):
             raise protocol.ProtocolError("the timed loop did not run as ordered")
@@ -193,6 +198,7 @@ class TimedPhases:
                 stopped = self.stop_candidate(True)
                 segment_s.append(t1 - t0)
                 loop_s += t1 - t0
+                comparing = time.monotonic()
                 here = sorted(i for i in chosen if first <= i < first + calls)
                 for index in here:
                     slot = index - first
@@ -208,6 +214,7 @@ class TimedPhases:
                         break
                 if stopped:
                     self.stop_candidate(False)
+                add_seconds(self.concurrency, "slot_compare_s", time.monotonic() - comparing)
                 last = segment == segments - 1
                 protocol.send(self.to_cand, "check_reply", self.job_id, passed=ok, stop=not ok or last)
                 if not ok:
@@ -215,6 +222,7 @@ class TimedPhases:
         finally:
             clocks = sampler.stop() if sampler is not None else None
         self.result["timed_loop"]["server_loop_s"] = loop_s
+        add_seconds(self.concurrency, "slot_loop_s", loop_s)
         if not ok:
             return False
         if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in samples):
@@ -224,7 +232,9 @@ class TimedPhases:
             # widens the slack, enough to let a forged clock through once on a busy CPU. So when
             # the claim falls short of the server's time, the calibration runs again and the
             # smaller one counts (an honest candidate's claim matches, and pays nothing).
+            calibrating = time.monotonic()
             again = self.calibrate(order, segments, deadline)
+            add_seconds(self.concurrency, "slot_calibration_s", time.monotonic() - calibrating)
             self.result["timed_loop"]["calibrations_s"] = [calibration_s, again]
             if again is not None:
                 calibration_s = min(calibration_s, again)
@@ -375,8 +385,10 @@ class TimedPhases:
             if self.ref_recv({"warmed", "baseline_timings"}, deadline)["type"] == "warmed":
                 with self.gate.hold(self, self.idle_probe if self.fingerprint.get("cuda") else None,
                                     self.concurrency) as hold:
+                    timing = time.monotonic()
                     protocol.send(self.to_ref, "go", self.job_id, self.ref_nonce, seed=0)
                     message = self.ref_recv({"baseline_timings"}, deadline)
+                    add_seconds(self.concurrency, "slot_baselines_s", time.monotonic() - timing)
                 if hold.busy:
                     self.flag(verdict.flag("device-busy", "another process kept the device busy while the baselines "
                                                           "were timed: their times are not clean", "review"))
