@@ -218,8 +218,12 @@ TABLE = [
     # issue 24, class 3: half a frame on its own channel, then silence (the stage's timeout, at
     # its limit: short here) or death (its crash, never a harness error). The server reads
     # every frame of the candidate's against the stage's deadline (protocol.read_frame).
-    Row("r3_partial_frame.py", (TIMEOUT,), need("channel"), options=("--stage-timeout", "correctness=12")),
+    Row("r3_partial_frame.py", (TIMEOUT,), need("channel"), options=("--stage-timeout", "correctness=8")),
     Row("r3_partial_frame_exit.py", (CRASHED,), need("channel")),
+    # ...and dying the moment its (wrong) outputs are handed over, before the server's reply:
+    # the compared outputs' verdict, or its crash; the server's send to a closed channel was a
+    # harness error.
+    Row("r3_exit_after_outputs.py", (INCORRECT, CRASHED), need("channel")),
     # 2 forged events on the candidate's own channel: claims, never conclusions.
     Row("h2_forged_done.py", (INCORRECT, REJECTED), need("verdict")),
     Row("h2_forged_timing.py", (CORRECT, REJECTED), need("clock"), check=honest_time),

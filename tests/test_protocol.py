@@ -187,3 +187,13 @@ def test_an_oversized_or_negative_length_is_refused_before_anything_is_allocated
     os.write(writer.fileno(), header)
     with pytest.raises(ProtocolError, match="frame longer|bad frame length"):
         protocol.recv_payload(reader, max_bytes=1 << 20, remaining=_clock(5))
+
+
+def test_a_channel_reset_with_our_message_unread_is_the_sender_gone():
+    """A socketpair whose other end was closed with our message still unread resets: the
+    reader hears EOFError (the candidate gone), where recv_bytes raised ConnectionResetError."""
+    ours, theirs = mp.Pipe()
+    ours.send_bytes(protocol.encode("check_reply", "j", passed=True, stop=False))  # never read
+    theirs.close()
+    with pytest.raises(EOFError):
+        protocol.recv(ours, {"outputs"}, remaining=_clock(5))

@@ -246,6 +246,8 @@ def _read_exact(fd: int, size: int, remaining: Callable[[], float], start: bool 
             n = os.readv(fd, [view[got:]])
         except BlockingIOError:
             continue
+        except ConnectionResetError:  # the sender closed its end with our messages unread: gone
+            n = 0
         if n == 0:
             if start and got == 0:
                 raise EOFError

@@ -11,7 +11,7 @@ from kernelagent.harness.child.inputs import SEED_ALT, SEED_EXTRA, SEED_POST_TIM
 from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.verdict import CheckRecord
 
-from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
+from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
 
 
 class CheckPhases:
@@ -75,8 +75,8 @@ class CheckPhases:
             self.concurrency["memory_reserved_bytes"] = int(need)
         self.enter("correctness")
         deadline = self.clock() + self.limit("correctness")
-        protocol.send(self.to_cand, "plan", self.job_id,
-                      reference_ops=self.ready.get("reference_ops", []) if config.defences else [])
+        self.cand_send("plan",
+                       reference_ops=self.ready.get("reference_ops", []) if config.defences else [])
         base = self.base_seed
         checks = [{"name": f"trial {i}", "kind": "main", "seed": base + i, "stop": True}
                   for i in range(config.trials)]
@@ -119,8 +119,7 @@ class CheckPhases:
 
     def run_check(self, check: dict[str, Any], deadline: float) -> bool:
         """One check: the candidate runs it, the reference compares. True to go on."""
-        protocol.send(self.to_cand, "run_check", self.job_id, name=check["name"], kind=check["kind"],
-                      seed=check["seed"])
+        self.cand_send("run_check", name=check["name"], kind=check["kind"], seed=check["seed"])
         sent = time.perf_counter()
         message = self.cand_recv({"outputs"}, deadline)
         if check["kind"] == "main":
@@ -139,7 +138,12 @@ class CheckPhases:
         record = self.compare(check, message["n_outputs"], message["outputs"], message["inputs"], payloads, deadline,
                               candidate_error=error[:4000] if error is not None else None)
         stop = not record.passed and check["stop"]
-        protocol.send(self.to_cand, "check_reply", self.job_id, passed=record.passed, stop=stop)
+        try:
+            self.cand_send("check_reply", passed=record.passed, stop=stop)
+        except CandidateGone:
+            if not stop:
+                raise
+        # A candidate gone once its failing outputs were compared keeps the comparison's verdict.
         return not stop
 
     def compare(self, check: dict[str, Any], n_outputs: int, outputs: list[Any], inputs: list[Any],

@@ -461,6 +461,15 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
             self.fail(Status.HARNESS_ERROR, message["message"], self.stage)
         raise _Stop()
 
+    def cand_send(self, msg_type: str, **fields: Any) -> None:
+        """A message to the candidate's process. A channel it closed (it exited the moment its
+        outputs were handed over, before our reply) is the candidate gone, never our failure:
+        the BrokenPipeError was a harness_error, a verdict about nobody."""
+        try:
+            protocol.send(self.to_cand, msg_type, self.job_id, **fields)
+        except (BrokenPipeError, ConnectionResetError):
+            raise CandidateGone() from None
+
     def cand_recv(self, accept: set[str], deadline: float, max_bytes: int = protocol.MAX_CANDIDATE_FRAME,
                   stage_deadlines: bool = False) -> dict[str, Any]:
         """The next message from the candidate's process that is one of `accept`. `stage`
@@ -546,7 +555,7 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         profiled = bool(self.config.profile)
         with self.gate.hold(self, self.idle_probe, self.concurrency.setdefault("profile_slot", {})) \
                 if profiled else contextlib.nullcontext():
-            protocol.send(self.to_cand, "finish", self.job_id, profile=profiled, device_share=device_share)
+            self.cand_send("finish", profile=profiled, device_share=device_share)
             deadline = self.clock() + self.limit("profile")
             message = self.cand_recv({"kernels", "done"}, deadline)
             if message["type"] == "kernels":
@@ -619,6 +628,9 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         code = self.cand.exitcode
         if code == 70 and self.stage == "start":
             self.fail(Status.HARNESS_ERROR, "the candidate's sandbox could not be set up (see the log)", "start")
+        elif code is None:  # alive, its channel closed: nothing more can be heard from it
+            self.fail(Status.CRASHED, f"the candidate's process closed its channel to the server during stage "
+                                      f"'{self.stage}' (it was then killed)", self.stage)
         else:
             self.fail(Status.CRASHED, f"the candidate's process {_describe_exit(code)} during stage '{self.stage}'",
                       self.stage)

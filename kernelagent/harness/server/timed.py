@@ -22,7 +22,7 @@ from kernelagent.harness import protocol
 from kernelagent.harness.child.inputs import SEED_TIMING
 from kernelagent.harness.server import verdict
 from kernelagent.harness.server.gate import add_seconds
-from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
+from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
 
 # Outputs of timed calls kept for verification: at most this many calls, within this share of
 # free device memory (or this many bytes on the CPU).
@@ -146,7 +146,7 @@ class TimedPhases:
         if self.hold is not None:
             self.hold.wait_idle()  # the calibration's own work, and anything a neighbour left, drained
         warming = time.monotonic()
-        protocol.send(self.to_cand, "time", self.job_id, seed=self.rng.getrandbits(40), **order)
+        self.cand_send("time", seed=self.rng.getrandbits(40), **order)
         warmed = self.cand_recv({"warmed"}, deadline)
         add_seconds(self.concurrency, "slot_warmup_s", time.monotonic() - warming)
         ipc_kept = warmed["kept"]  # on a GPU: the kept slots' IPC handles, sent before the clock ran
@@ -171,7 +171,7 @@ class TimedPhases:
         try:
             for segment in range(segments):
                 first = segment * calls
-                protocol.send(self.to_cand, "go", self.job_id, seed=timed_seed + first)
+                self.cand_send("go", seed=timed_seed + first)
                 t0 = time.perf_counter()
                 message = self.cand_recv({"timing"}, deadline)
                 kept = ipc_kept or message["kept"]
@@ -216,7 +216,11 @@ class TimedPhases:
                     self.stop_candidate(False)
                 add_seconds(self.concurrency, "slot_compare_s", time.monotonic() - comparing)
                 last = segment == segments - 1
-                protocol.send(self.to_cand, "check_reply", self.job_id, passed=ok, stop=not ok or last)
+                try:
+                    self.cand_send("check_reply", passed=ok, stop=not ok or last)
+                except CandidateGone:
+                    if ok:
+                        raise  # gone with a wrong kept output compared: that comparison's verdict
                 if not ok:
                     break
         finally:
