@@ -234,6 +234,8 @@ TABLE = [
     # the report that stopped the clock. The server's per-segment clock defines the time.
     Row("r2_bimodal_samples.py", (CORRECT, REJECTED), need("clock"), check=honest_time),
     Row("r2_outputs_after_report.py", (CORRECT, REJECTED), need("clock"), check=server_clocked_the_work),
+    # ...and a report with no samples at all: the loop did not run as ordered.
+    Row("r2_empty_samples.py", (REJECTED,), need("clock"), flag="protocol"),
     # 3 in-process defences switched off. Where the payload is hidden work (torch or a helper
     # process doing the ReLU), only in-process evidence can tell on the CPU.
     Row("h3_exec_string.py", (REJECTED, INCORRECT), need("inproc")),

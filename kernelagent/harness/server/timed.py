@@ -229,8 +229,10 @@ class TimedPhases:
         add_seconds(self.concurrency, "slot_loop_s", loop_s)
         if not ok:
             return False
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in samples):
-            raise protocol.ProtocolError("malformed timing samples")
+        if not samples or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in samples):
+            # none at all: trusted_time could not decide without a calibration (--no-defences on
+            # the CPU), and its ValueError was a harness error
+            raise protocol.ProtocolError("malformed timing samples (none, or not numbers)")
         if calibration_s is not None and verdict.needs_recalibration(samples, measured, loop_s, calibration_s):
             # Noise only ever adds time, and a slow calibration both shrinks the server's time and
             # widens the slack, enough to let a forged clock through once on a busy CPU. So when
