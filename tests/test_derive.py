@@ -99,7 +99,7 @@ def test_check_variants_leave_pinned_alone_and_shrink():
     for i, v in enumerate(variants):
         for new, old in pairs(v):
             if i == 1:  # the grown set: larger in every varied dim, by a little, odd
-                assert old < new <= old * 1.1 + 2 and new % 2 == 1, (v, base)
+                assert old < new <= old + 7 and new % 2 == 1, (v, base)
             else:
                 assert 1 <= new <= old  # never larger than the main set, never 0
     half, grown, skew = variants[0], variants[1], variants[2]

@@ -34,18 +34,18 @@ Vocabulary and rules (all deterministic; the same source always gives the same a
   through other module-level names. Changing one changes the model, so check variants never do.
 * **Check variants** (:func:`derive_check_variants`): only non-pinned shape names with a value >= 3
   change (1 and 2 are usually broadcast dims or axes). Variant 1 halves each one and makes it odd
-  (``max(3, (v // 2) | 1)``): smaller, ragged tails. Variant 2 grows each a little, by a share
-  that cycles over 1/16, 3/32, 1/32 in source order (at least 2), and makes it odd: larger than
-  the main set, so a grid or mask sized for the main shape leaves elements unwritten (on the
-  smaller sets such a kernel writes past its outputs' end, which often fails nothing), and the
-  dims change by different factors (a kernel that assumes M == N or a fixed ratio fails).
+  (``max(3, (v // 2) | 1)``): smaller, ragged tails. Variant 2 grows each a little, by a step
+  that cycles over 2, 4, 6 in source order, and makes it odd: larger than the main set, so a
+  grid or mask sized for the main shape leaves elements unwritten (on the smaller sets such a
+  kernel writes past its outputs' end, which often fails nothing), and dims that were equal or
+  in a fixed ratio no longer are (a kernel that assumes M == N fails).
   Variant 3 (asked for with n >= 3) scales each by a ratio that cycles over 3/4, 5/8, 7/8 and
   makes it odd. Variant 4 keeps divisibility: ``v - 2**k`` with 2**k the largest power of two
   dividing v that is <= v/4 (a fallback when odd sizes break a divisibility the problem needs).
   Variant 5 halves (odd) only the constants used solely as the leading (batch) dim, for models
   that tie their other dims together. Further variants cycle the ratios differently. Every
-  variant differs from the main set; only variant 2 is larger than it (by ~1.2x the bytes at
-  most). If a problem has nothing to vary the list is empty. **The caller must
+  variant differs from the main set; only variant 2 is larger than it (by a few elements per
+  dim: about the main set's bytes). If a problem has nothing to vary the list is empty. **The caller must
   validate** each variant by running the reference on it (with the main set's init inputs) and
   drop those that fail: these rules do not know every constraint a model has
   (:func:`validate_variant` does it in-process).
@@ -102,9 +102,6 @@ SMALL_MAIN_BYTES = 16 << 20
 # kernel under the Triton interpreter (one Python-level program at a time) runs in seconds.
 SMOKE_TARGET_ELEMENTS = 1 << 12
 SMOKE_FLOOR = 4  # smallest cap: keeps BatchNorm batches > 1 and 3x3 kernels inside their inputs
-# Set 2's growth per dim, cycled in source order: small (at most ~1.2x the bytes of a tensor with
-# three varied dims), and different per dim so that no fixed ratio between dims survives.
-_GROWTH = (1 / 16, 3 / 32, 1 / 32)
 _RATIO_CYCLES = ((3 / 4, 5 / 8, 7 / 8), (5 / 8, 7 / 8, 3 / 4), (7 / 8, 3 / 4, 5 / 8), (9 / 16, 13 / 16, 11 / 16))
 
 Value = int | tuple | list
@@ -387,9 +384,10 @@ def _skew(v: int, ratio: float, avoid: set[int]) -> int:
     return v
 
 
-def _grow(v: int, share: float) -> int:
-    """v grown by `share` (at least 2), made odd: always larger than v."""
-    return (v + max(2, round(v * share))) | 1
+def _grow(v: int, i: int) -> int:
+    """v grown by a small step that differs by slot (2, 4, 6, cycled), made odd: always larger
+    than v, and two dims that were equal (M == N) no longer are."""
+    return (v + 2 + 2 * (i % 3)) | 1
 
 
 def _pow2_step(v: int) -> int:
@@ -438,11 +436,11 @@ def derive_check_variants(source: str, n: int = 2) -> list[dict[str, Value]]:
         for i, e in enumerate(exprs):
             (first if i == 0 and not isinstance(e, (ast.Tuple, ast.List, ast.Starred)) else rest).update(_names_in(e))
     leading = first - rest
-    # Set 2 grows every dim a little, each by its own share (odd): a grid or a mask sized for
+    # Set 2 grows every dim a little, each by its own step (odd): a grid or a mask sized for
     # the main shape leaves the extra rows unwritten. The smaller sets alone could not say so:
     # such a kernel writes past the end of their outputs, which on a GPU (and often on the CPU)
     # fails nothing, and its first rows are right.
-    grown = [_grow(v, _GROWTH[i % len(_GROWTH)]) for i, (_, _, v) in enumerate(slots)]
+    grown = [_grow(v, i) for i, (_, _, v) in enumerate(slots)]
     gens = [half, grown]
     for cycle in _RATIO_CYCLES:
         gens.append([_skew(v, cycle[i % len(cycle)], {h}) for i, ((_, _, v), h) in enumerate(zip(slots, half))])
