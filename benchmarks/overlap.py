@@ -11,8 +11,8 @@ Reported: evaluations per GPU-minute in each mode and their ratio; every candida
 both modes (they must be identical); its speedup over Inductor with the 95% interval in both
 modes and whether the intervals overlap; the device's timing-slot time (the sum of every job's
 held_s) against wall time, and that time by part (freezing the others, idle probes, calibration,
-warm-up, the clocked loop, comparisons, baselines, thawing; gate.SLOT_PARTS); and the spinner check (the candidate's median and interval beside the
-spinners against its serial interval).
+warm-up, the clocked loop, comparisons, baselines, thawing; gate.SLOT_PARTS); and the spinner
+check (the candidate's median and interval beside the spinners against its serial interval).
 """
 
 from __future__ import annotations
@@ -83,10 +83,10 @@ def run_mode(device: str, cache: Path, jobs: list[tuple[str, Path, str]], config
         parts = {k.removeprefix("slot_").removesuffix("_s"): round(sum(r["slot_parts_s"][k] for r in rows), 2)
                  for k in SLOT_PARTS}
         parts["other"] = round(held - sum(parts.values()), 2)
-        return {"slot_parts_s": parts,"concurrency": ev.concurrency, "wall_s": round(wall, 2), "evaluations": len(rows),
+        return {"concurrency": ev.concurrency, "wall_s": round(wall, 2), "evaluations": len(rows),
                 "evaluations_per_gpu_minute": round(len(rows) / wall * 60, 2),
                 "slot_held_s": round(held, 2), "slot_busy_share": round(held / wall, 3) if wall else None,
-                "rows": rows}
+                "slot_parts_s": parts, "rows": rows}
 
 
 def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, spinners: int,

@@ -81,6 +81,7 @@ def test_tensors_the_candidate_describes_are_bounded_by_the_problems_own():
 
     server_end, candidate_end = Pipe()
     job = types.SimpleNamespace(to_cand=server_end, clock=time.monotonic)
+    job.reading_candidate = lambda: Job.reading_candidate(job)
     deadline = time.monotonic() + 5
     with pytest.raises(protocol.ProtocolError, match="too many"):
         Job.relay_payloads(job, [record] * 513, deadline)

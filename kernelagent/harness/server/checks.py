@@ -11,7 +11,7 @@ from kernelagent.harness.child.inputs import SEED_ALT, SEED_EXTRA, SEED_POST_TIM
 from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.verdict import CheckRecord
 
-from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
+from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
 
 
 class CheckPhases:
@@ -138,12 +138,7 @@ class CheckPhases:
         record = self.compare(check, message["n_outputs"], message["outputs"], message["inputs"], payloads, deadline,
                               candidate_error=error[:4000] if error is not None else None)
         stop = not record.passed and check["stop"]
-        try:
-            self.cand_send("check_reply", passed=record.passed, stop=stop)
-        except CandidateGone:
-            if not stop:
-                raise
-        # A candidate gone once its failing outputs were compared keeps the comparison's verdict.
+        self.cand_send("check_reply", decided=stop, passed=record.passed, stop=stop)
         return not stop
 
     def compare(self, check: dict[str, Any], n_outputs: int, outputs: list[Any], inputs: list[Any],

@@ -29,6 +29,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
@@ -461,14 +462,29 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
             self.fail(Status.HARNESS_ERROR, message["message"], self.stage)
         raise _Stop()
 
-    def cand_send(self, msg_type: str, **fields: Any) -> None:
+    def cand_send(self, msg_type: str, /, *, decided: bool = False, **fields: Any) -> None:
         """A message to the candidate's process. A channel it closed (it exited the moment its
         outputs were handed over, before our reply) is the candidate gone, never our failure:
-        the BrokenPipeError was a harness_error, a verdict about nobody."""
+        the BrokenPipeError was a harness_error, a verdict about nobody. `decided`: a reply
+        after a comparison that failed and ends the checks; a candidate gone by then keeps that
+        comparison's verdict, so its going is ignored."""
         try:
             protocol.send(self.to_cand, msg_type, self.job_id, **fields)
         except (BrokenPipeError, ConnectionResetError):
+            if not decided:
+                raise CandidateGone() from None
+
+    @contextlib.contextmanager
+    def reading_candidate(self) -> Iterator[None]:
+        """Around a bounded read of the candidate's channel (protocol.read_frame): gone, mid-frame
+        included (protocol.TruncatedFrame), is its crash; a frame begun and never finished by
+        the deadline is its stage's timeout."""
+        try:
+            yield
+        except EOFError:
             raise CandidateGone() from None
+        except protocol.FrameTimeout:
+            raise StageTimeout() from None
 
     def cand_recv(self, accept: set[str], deadline: float, max_bytes: int = protocol.MAX_CANDIDATE_FRAME,
                   stage_deadlines: bool = False) -> dict[str, Any]:
@@ -482,13 +498,9 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
                 raise StageTimeout()
             if self.to_cand not in ready:
                 raise CandidateGone()
-            try:  # bounded in time too: a frame begun and never finished is the candidate's timeout
+            with self.reading_candidate():
                 message = protocol.recv(self.to_cand, accept | {"stage", "failure"}, self.job_id, max_bytes=max_bytes,
-                                        remaining=lambda: deadline - self.clock())
-            except EOFError:  # gone, mid-frame included (protocol.TruncatedFrame): it crashed or quit
-                raise CandidateGone() from None
-            except protocol.FrameTimeout:
-                raise StageTimeout() from None
+                                        remaining=lambda end=deadline: end - self.clock())
             if message["type"] == "failure":
                 if not self.ready:
                     # The candidate runs the problem's code too (its inputs): before blaming it,
@@ -537,13 +549,9 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         if sum(sizes) > limit:  # the server holds them all until the reference has them
             raise protocol.ProtocolError(f"the tensors described come to {sum(sizes):,} bytes, more than the "
                                          f"problem's own outputs and inputs allow ({limit:,}); not read")
-        try:
+        with self.reading_candidate():
             return [protocol.recv_payload(self.to_cand, max_bytes=max(n, 1), remaining=lambda: deadline - self.clock())
                     for n in sizes]
-        except EOFError:
-            raise CandidateGone() from None
-        except protocol.FrameTimeout:
-            raise StageTimeout() from None
 
     # -- supervision -----------------------------------------------------------------------
     def finish_candidate(self, device_share: bool) -> None:

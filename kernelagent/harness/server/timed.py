@@ -22,7 +22,7 @@ from kernelagent.harness import protocol
 from kernelagent.harness.child.inputs import SEED_TIMING
 from kernelagent.harness.server import verdict
 from kernelagent.harness.server.gate import add_seconds
-from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
+from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
 
 # Outputs of timed calls kept for verification: at most this many calls, within this share of
 # free device memory (or this many bytes on the CPU).
@@ -216,11 +216,7 @@ class TimedPhases:
                     self.stop_candidate(False)
                 add_seconds(self.concurrency, "slot_compare_s", time.monotonic() - comparing)
                 last = segment == segments - 1
-                try:
-                    self.cand_send("check_reply", passed=ok, stop=not ok or last)
-                except CandidateGone:
-                    if ok:
-                        raise  # gone with a wrong kept output compared: that comparison's verdict
+                self.cand_send("check_reply", decided=not ok, passed=ok, stop=not ok or last)
                 if not ok:
                     break
         finally:
