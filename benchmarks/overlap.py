@@ -51,6 +51,13 @@ def _row(key: str, result: Any) -> dict[str, Any]:
             "wait_s": float((result.concurrency or {}).get("wait_s", 0.0)),
             "idle_wait_s": float((result.concurrency or {}).get("idle_wait_s", 0.0)),
             "slot_parts_s": {k: float((result.concurrency or {}).get(k, 0.0)) for k in SLOT_PARTS},
+            # the evidence's profiled part holds the slot too (server/evidence.py), in a record of its own
+            "evidence_held_s": sum(float(((result.concurrency or {}).get(part) or {}).get("held_s", 0.0))
+                                   for part in ("evidence_slot", "profile_slot")),
+            "evidence_phases": dict((result.kernel_evidence or {}).get("phases") or {}),
+            "server_cpu_s": float((result.stage_seconds or {}).get("server_cpu", 0.0)),
+            "calibration": {k: (result.timed_loop or {}).get(k) for k in ("calibration_reused", "plan_reused",
+                                                                          "calibrations_s")},
             "total_s": float(result.stage_seconds.get("total", 0.0))}
 
 
@@ -73,20 +80,28 @@ def _overlaps(a: list[float] | None, b: list[float] | None) -> bool | None:
 def run_mode(device: str, cache: Path, jobs: list[tuple[str, Path, str]], config: Any, concurrency: int) -> dict:
     from kernelagent.harness import Evaluator
 
+    from host_cpu import machine_cpu_seconds
+
     with Evaluator(device=device, cache_dir=cache, concurrency=concurrency) as ev:
         ev.fingerprint()  # the server's start is not the evaluations' time
-        started = time.monotonic()
+        started, cpu0 = time.monotonic(), machine_cpu_seconds()
         results = ev.map([(problem, source, config) for _, problem, source in jobs])
         wall = time.monotonic() - started
+        # every process on the host meanwhile: the caller, the server, its jobs, ncu, compilers
+        host_cpu = machine_cpu_seconds() - cpu0
         rows = [_row(key, r) for (key, _, _), r in zip(jobs, results)]
         held = sum(r["held_s"] for r in rows)
         parts = {k.removeprefix("slot_").removesuffix("_s"): round(sum(r["slot_parts_s"][k] for r in rows), 2)
                  for k in SLOT_PARTS}
         parts["other"] = round(held - sum(parts.values()), 2)
+        evidence_held = sum(r["evidence_held_s"] for r in rows)
+        parts["evidence"] = round(evidence_held, 2)
+        held += evidence_held
         return {"concurrency": ev.concurrency, "wall_s": round(wall, 2), "evaluations": len(rows),
                 "evaluations_per_gpu_minute": round(len(rows) / wall * 60, 2),
                 "slot_held_s": round(held, 2), "slot_busy_share": round(held / wall, 3) if wall else None,
-                "slot_parts_s": parts, "rows": rows}
+                "slot_parts_s": parts, "host_cpu_s": round(host_cpu, 1),
+                "host_cpu_s_per_evaluation": round(host_cpu / max(len(rows), 1), 2), "rows": rows}
 
 
 def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, spinners: int,
@@ -166,7 +181,8 @@ def print_table(out: dict[str, Any]) -> None:
           f"{out['verdicts_identical']}; speedup intervals overlap: {out['intervals_overlap']}")
     for mode in ("serial", "overlapped"):
         m = out[mode]
-        print(f"{mode}: wall {m['wall_s']} s, timing slot held {m['slot_held_s']} s ({m['slot_busy_share']} of wall)")
+        print(f"{mode}: wall {m['wall_s']} s, timing slot held {m['slot_held_s']} s ({m['slot_busy_share']} of wall), "
+              f"host CPU {m.get('host_cpu_s')} s ({m.get('host_cpu_s_per_evaluation')} per evaluation)")
         if m.get("slot_parts_s"):
             print("  the slot's time by part (s): " + ", ".join(f"{k} {v}" for k, v in m["slot_parts_s"].items()))
     if "spinner" in out:

@@ -79,10 +79,10 @@ def test_copies_and_fills_beside_the_own_kernel_are_glue_by_either_name():
 
 
 def test_kernels_longer_than_the_reported_time_disagree_with_the_clock():
-    # 3 calls of 2 ms each on the device, but the reported median is 0.5 ms
-    flags = ke.judge({"kernels": [_k("relu_kernel", 6e6)]}, {"relu_kernel"}, median_ms=0.5)
+    # CALLS profiled calls of 2 ms each on the device, but the reported median is 0.5 ms
+    flags = ke.judge({"kernels": [_k("relu_kernel", ke.CALLS * 2e6)]}, {"relu_kernel"}, median_ms=0.5)
     assert [f["kind"] for f in flags] == ["clock-mismatch"]
-    assert ke.judge({"kernels": [_k("relu_kernel", 6e6)]}, {"relu_kernel"}, median_ms=1.9) == []
+    assert ke.judge({"kernels": [_k("relu_kernel", ke.CALLS * 2e6)]}, {"relu_kernel"}, median_ms=1.9) == []
 
 
 def test_nothing_seen_gives_no_flag():
@@ -213,6 +213,7 @@ def _job(tmp_path, **over):
     from types import SimpleNamespace
 
     from kernelagent.harness import EvalConfig
+    from kernelagent.harness.server.profilers import Profilers
     root = tmp_path / "scratch-root" / "job-1"
     root.mkdir(parents=True)
     stages = []
@@ -223,7 +224,8 @@ def _job(tmp_path, **over):
         config=EvalConfig(), fingerprint={"cuda": True}, jail={"mode": "namespaces", "hide": [str(tmp_path / "h")]},
         result={"status": "correct", "flags": []}, root=root, enter=stages.append, limit=lambda stage: 120.0,
         stages=stages, concurrency={}, idle_probe=lambda: True,
-        gate=SimpleNamespace(hold=lambda job, probe, stats: ("slot", job, probe, stats), active=lambda: 3))
+        gate=SimpleNamespace(hold=lambda job, probe, stats: ("slot", job, probe, stats), active=lambda: 3,
+                             profilers=Profilers()))
     for key, value in over.items():
         setattr(job, key, value)
     return job

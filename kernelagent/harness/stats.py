@@ -60,18 +60,39 @@ def speedup_interval(baseline_ms: Sequence[float], candidate_ms: Sequence[float]
     if len(base) < 3 or len(cand) < 3:
         return None
     base, cand = _thin(base, max_samples), _thin(cand, max_samples)
-    rng = random.Random(_seed(base, cand))
-    ratios = []
-    nb, nc = len(base), len(cand)
-    for _ in range(resamples):
-        b = _median([base[rng.randrange(nb)] for _ in range(nb)])
-        c = _median([cand[rng.randrange(nc)] for _ in range(nc)])
-        ratios.append(b / c)
-    ratios.sort()
+    ratios = _bootstrap_ratios(base, cand, resamples)
     tail = (1.0 - level) / 2
     low = ratios[max(0, int(math.floor(tail * resamples)))]
     high = ratios[min(resamples - 1, int(math.ceil((1.0 - tail) * resamples)) - 1)]
     return [low, high]
+
+
+def _bootstrap_ratios(base: list[float], cand: list[float], resamples: int) -> list[float]:
+    """`resamples` ratios of the medians of resampled `base` and `cand`, sorted; the generator is
+    seeded from the samples. Vectorised with numpy where it is installed (a result's four
+    intervals took 1.6 s of the caller's CPU per evaluation in pure Python on an H100 host,
+    2026-11-26), else in pure Python; each way always gives the same interval for the same samples."""
+    seed = _seed(base, cand)
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
+    if np is not None:
+        gen = np.random.Generator(np.random.PCG64(seed))
+        b = np.asarray(base, dtype=np.float64)
+        c = np.asarray(cand, dtype=np.float64)
+        mb = np.median(b[gen.integers(0, len(b), size=(resamples, len(b)))], axis=1)
+        mc = np.median(c[gen.integers(0, len(c), size=(resamples, len(c)))], axis=1)
+        return sorted((mb / mc).tolist())
+    rng = random.Random(seed)
+    ratios = []
+    nb, nc = len(base), len(cand)
+    for _ in range(resamples):
+        b_ = _median([base[rng.randrange(nb)] for _ in range(nb)])
+        c_ = _median([cand[rng.randrange(nc)] for _ in range(nc)])
+        ratios.append(b_ / c_)
+    ratios.sort()
+    return ratios
 
 
 def trusted_speedup_interval(baseline_ms: Sequence[float], candidate_ms: Sequence[float],

@@ -39,7 +39,7 @@ from kernelagent.harness.cuda_source import global_kernel_names, is_glue_kernel,
 from kernelagent.harness.result import SEVERITY
 
 METRICS = ["gpu__time_duration.sum"]
-CALLS = 3
+CALLS = 2  # profiled forward calls (each kernel under ncu costs ~0.3 s of the frozen device, H100)
 SLOWER_FACTOR = 1.5
 SLOWER_SLACK_MS = 0.005
 
@@ -156,3 +156,74 @@ def collect(problem_path: str | Path, candidate_source: str, *, backend: str, de
                        # the device's clocks stay as they are: other jobs time beside this run
                        # (and the evidence compares with times taken at those clocks)
                        clock_control="none", on_ready=on_ready, lock_wait_s=lock_wait_s, run_as=run_as)
+
+
+class Early:
+    """An evidence session started while the job's checks run (server/evidence.py): ncu, the
+    jail, the interpreter, torch, the CUDA context and the problem start at once, beside the
+    job's own work (our code only: the target waits at READY, child/ncu_entry.py), so that a
+    correct result waits only for the profiled part. `collect` lets it go holding the device
+    (as `collect` above does); `discard` ends it when no evidence is wanted (the candidate
+    failed). Started by the server, never by anything a candidate controls."""
+
+    def __init__(self, setup: Any = None, session: Any = None, unavailable: str | None = None):
+        self.setup, self.session, self.unavailable = setup, session, unavailable
+
+    def collect(self, *, timeout: float, on_ready: Any, lock_wait_s: float, triton_cache: Path | None,
+                cache_dir: str | Path | None, candidate_sha: str, backend: str,
+                run_as: tuple[int, int] | None) -> dict[str, Any]:
+        import time
+
+        from kernelagent.harness.caller import ncu
+
+        if self.setup is None:
+            return {"unavailable": self.unavailable or "the session could not be started"}
+        started = time.monotonic()
+        try:
+            self.setup.stage_triton_cache(triton_cache, run_as)
+            if backend == "cuda":
+                self.setup.stage_build_cache(cache_dir, candidate_sha, run_as)
+            try:
+                proc = self.session.run(timeout, ncu._with_the_lock(on_ready, lock_wait_s))
+            except ncu.NcuBusy:
+                return ncu._busy(lock_wait_s)
+            result = ncu.read_session(self.setup, proc, timeout, None, 1000, started)
+            result.pop("retry", None)
+            result.pop("last", None)
+            if "phases" in result:
+                result["phases"]["early"] = True
+            return result
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Kill the session (if it still runs) and remove its scratch. Idempotent."""
+        session, setup = self.session, self.setup
+        self.session = self.setup = None
+        if session is not None and session.proc.poll() is None:
+            session.kill()
+        if setup is not None:
+            setup.remove()
+
+
+def start(problem_path: str | Path, candidate_source: str, *, backend: str, device: str, candidate_sha: str,
+          hide: list[Path] | None, scratch_parent: Path | None, namespaces: bool | None,
+          run_as: tuple[int, int] | None, wait_s: float) -> Early:
+    """An Early session for the kernel evidence (the same session as `collect` runs, started now
+    and held at READY); `wait_s`: the longest it waits there before it gives up by itself (the
+    server that would let it go may be gone)."""
+    from kernelagent.harness.caller import ncu
+
+    setup = ncu.prepare(problem_path, candidate_source, backend=backend, device=device, kernel_names=None,
+                        calls=CALLS, cache_dir=None, candidate_sha=candidate_sha, allow_unsandboxed=False,
+                        launch_count=100_000, hide=hide, scratch_parent=scratch_parent, namespaces=namespaces,
+                        triton_cache=None, clock_control="none", run_as=run_as)
+    if isinstance(setup, dict):
+        return Early(unavailable=str(setup.get("unavailable")))
+    setup.env["KERNELAGENT_NCU_WAIT_S"] = str(int(max(1.0, wait_s)))
+    try:
+        session = ncu.NcuSession(setup.argv(METRICS), setup.scratch, setup.env, handshake=True, two_phase=True)
+    except OSError as exc:
+        setup.remove()
+        return Early(unavailable=f"ncu could not be started: {exc}")
+    return Early(setup, session)

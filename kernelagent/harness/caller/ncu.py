@@ -207,70 +207,133 @@ def _kill_session(proc: subprocess.Popen) -> None:
     proc.kill()
 
 
+class NcuSession:
+    """An ncu process in a session of its own (so one signal reaches ncu, the jail and the
+    candidate's processes), its output read by a thread. Spawned at once; `run` waits for it.
+    With `handshake`, the target (child/ncu_entry.py) says READY after our own set-up and waits
+    for GO_FILE before any of the candidate's code runs: the server can start a session early
+    (while the job's checks run: server/evidence.py) and let it go only holding the device."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str],
+                 on_spawn: Callable[[int | None], None] | None = None, handshake: bool = False,
+                 two_phase: bool = False):
+        if handshake:
+            env = dict(env, KERNELAGENT_NCU_HANDSHAKE="1")
+        # two_phase: the target warms up after GO (the slot taken, the other jobs running on),
+        # says WARMED and waits for GO2, which comes once the slot's holder has stopped the others
+        # (gate.Hold.freeze): only the profiled calls and the end run with the device frozen.
+        self.two_phase = bool(handshake and two_phase)
+        if self.two_phase:
+            env = dict(env, KERNELAGENT_NCU_TWO_PHASE="1")
+        self.argv, self.cwd, self.on_spawn = argv, cwd, on_spawn
+        self.spawned = time.monotonic()
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        if on_spawn is not None:
+            on_spawn(self.proc.pid)
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self.warmed = threading.Event()
+        self.ready_at: float | None = None
+        self.stamps: dict[str, float] = {}
+        self._reader = threading.Thread(target=self._read, daemon=True, name="ncu-session-reader")
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if len(self.lines) < 20_000:
+                self.lines.append(line)
+            if line.startswith("KERNELAGENT_NCU_READY") and not self.ready.is_set():
+                self.ready_at = time.monotonic()
+                self.ready.set()
+            elif line.startswith("KERNELAGENT_NCU_WARMED"):
+                self.warmed.set()  # the candidate's own word: forging it only moves its own freeze
+            elif line.startswith("KERNELAGENT_NCU_T ") and len(self.stamps) < 8:
+                _, name, value = (line.strip() + " - -").split(" ", 3)[:3]
+                try:  # the target's own progress: informational only (the phases of the evidence)
+                    self.stamps.setdefault(name[:20], float(value.split()[0]))
+                except ValueError:
+                    pass
+        self.ready.set()
+        self.warmed.set()
+
+    def kill(self) -> None:
+        _kill_session(self.proc)
+        self.proc.wait()
+        if self.on_spawn is not None:
+            self.on_spawn(None)
+        self._reader.join(5)
+
+    def run(self, timeout: float, on_ready: Callable[[], Any] | None = None) -> subprocess.CompletedProcess | None:
+        """Wait for the session; None when it ran past `timeout` from now (then the whole session
+        is killed). on_ready: a context manager factory (the server's timing slot) entered when
+        the target says READY, before it is let go, and left when the whole session has ended
+        (or after PROFILED_HOLD_S, when it is killed)."""
+        proc = self.proc
+        overheld = False
+        called = time.monotonic()
+        deadline = called + timeout
+        phases: dict[str, float] = {}
+        try:
+            if on_ready is not None and self.ready.wait(max(0.0, deadline - time.monotonic())) \
+                    and proc.poll() is None:
+                remaining = max(0.0, deadline - time.monotonic())
+                phases["to_ready_s"] = (self.ready_at or time.monotonic()) - self.spawned
+                phases["ready_wait_s"] = max(0.0, (self.ready_at or called) - called)  # run() waited for READY
+                waiting = time.monotonic()
+                with on_ready() as hold:
+                    # Waiting for the slot (and the host's ncu lock) is not the session's own time.
+                    deadline = time.monotonic() + remaining
+                    phases["slot_wait_s"] = time.monotonic() - waiting
+                    going = time.monotonic()
+                    (self.cwd / GO_FILE).touch()
+                    if self.two_phase:
+                        # Its warm-up with the others running on (no other job times meanwhile);
+                        # then the others stopped and the device idle for the profiled calls.
+                        self.warmed.wait(max(0.0, min(PROFILED_HOLD_S, deadline - time.monotonic())))
+                        phases["warm_s"] = time.monotonic() - going
+                        if hasattr(hold, "freeze"):
+                            hold.freeze()
+                        (self.cwd / (GO_FILE + "2")).touch()
+                    # Held until the whole session has ended, never on a line the candidate could
+                    # print itself: after it nothing of the session is left to put a kernel beside
+                    # a neighbour's timed loop (the jail's pid namespace ends with it).
+                    try:
+                        proc.wait(timeout=min(PROFILED_HOLD_S, max(0.0, deadline - time.monotonic())))
+                    except subprocess.TimeoutExpired:
+                        _kill_session(proc)  # it holds the device too long: no evidence, no win
+                        proc.wait()
+                        overheld = True
+                    phases["profiled_s"] = time.monotonic() - going
+                    for name, at in self.stamps.items():
+                        phases[f"target_{name}_s"] = at - going
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            phases["session_s"] = time.monotonic() - self.spawned
+        except subprocess.TimeoutExpired:
+            _kill_session(proc)
+            proc.wait()
+            return None
+        except BaseException:  # the slot could not be had (the server's bug, an interrupt): nothing outlives it
+            _kill_session(proc)
+            proc.wait()
+            raise
+        finally:
+            if self.on_spawn is not None:
+                self.on_spawn(None)
+            self._reader.join(5)
+        if overheld:
+            return None
+        done = subprocess.CompletedProcess(self.argv, proc.returncode, "".join(self.lines), "")
+        done.phases = {k: round(v, 3) for k, v in phases.items() if -1e4 < v < 1e4}  # type: ignore[attr-defined]
+        return done
+
+
 def _run_session(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
                  on_spawn: Callable[[int | None], None] | None,
                  on_ready: Callable[[], Any] | None = None) -> subprocess.CompletedProcess | None:
-    """subprocess.run in a session of its own (so one signal reaches ncu, the jail and the
-    candidate's processes), with `on_spawn` told its pid; None when it ran past `timeout` (then
-    the whole session is killed). on_ready: a context manager factory (the server's timing slot)
-    entered when the target says READY (child/ncu_entry.py: before the candidate's code runs),
-    before it is let go, and left when the whole session has ended (or after PROFILED_HOLD_S,
-    when it is killed)."""
-    if on_ready is not None:
-        env = dict(env, KERNELAGENT_NCU_HANDSHAKE="1")
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    if on_spawn is not None:
-        on_spawn(proc.pid)
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if len(lines) < 20_000:
-                lines.append(line)
-            if line.startswith("KERNELAGENT_NCU_READY"):
-                ready.set()
-        ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    overheld = False
-    deadline = time.monotonic() + timeout
-    try:
-        if on_ready is not None and ready.wait(max(0.0, deadline - time.monotonic())) and proc.poll() is None:
-            remaining = max(0.0, deadline - time.monotonic())
-            with on_ready():
-                # Waiting for the slot (and the host's ncu lock) is not the session's own time.
-                deadline = time.monotonic() + remaining
-                (cwd / GO_FILE).touch()
-                # Held until the whole session has ended, never on a line the candidate could
-                # print itself: after it nothing of the session is left to put a kernel beside
-                # a neighbour's timed loop (the jail's pid namespace ends with it).
-                try:
-                    proc.wait(timeout=min(PROFILED_HOLD_S, max(0.0, deadline - time.monotonic())))
-                except subprocess.TimeoutExpired:
-                    _kill_session(proc)  # it holds the device too long: no evidence, no win
-                    proc.wait()
-                    overheld = True
-        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        _kill_session(proc)
-        proc.wait()
-        return None
-    except BaseException:  # the slot could not be had (the server's bug, an interrupt): nothing outlives it
-        _kill_session(proc)
-        proc.wait()
-        raise
-    finally:
-        if on_spawn is not None:
-            on_spawn(None)
-        reader.join(5)
-    out = "".join(lines)
-    if overheld:
-        return None
-    return subprocess.CompletedProcess(argv, proc.returncode, out, "")
+    """subprocess.run of an NcuSession: see NcuSession.run."""
+    return NcuSession(argv, cwd, env, on_spawn, handshake=on_ready is not None).run(timeout, on_ready)
 
 
 def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "triton", device: str = "cuda:0",
@@ -302,50 +365,15 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
     (ncu does not support two sessions profiling one device at once). With `on_ready` (the
     server's handshake) the lock covers the profiled part only, from the target's READY to the
     session's end; without it, the whole session."""
-    ncu = find_ncu()
-    if ncu is None:
-        return {"unavailable": "ncu (Nsight Compute) was not found (PATH, /usr/local/cuda/bin, $KERNELAGENT_NCU)"}
-    from kernelagent.harness.caller import sandbox
-
-    # The scratch sits alone in a directory of its own, which the jail hides (anything beside it
-    # in the temp directory stays out of sight).
-    outer = Path(tempfile.mkdtemp(prefix="kernelagent-ncu-", dir=scratch_parent))
-    scratch = outer / "job"
-    scratch.mkdir()
     started = time.monotonic()
+    setup = prepare(problem_path, candidate_source, backend=backend, device=device, kernel_names=kernel_names,
+                    calls=calls, cache_dir=cache_dir, candidate_sha=candidate_sha,
+                    allow_unsandboxed=allow_unsandboxed, launch_count=launch_count, hide=hide,
+                    scratch_parent=scratch_parent, namespaces=namespaces, triton_cache=triton_cache,
+                    clock_control=clock_control, run_as=run_as)
+    if isinstance(setup, dict):
+        return setup
     try:
-        jail, why = ncu_sandbox(scratch, allow_unsandboxed, hide, namespaces, run_as)
-        if jail is None:
-            return {"unavailable": why}
-        (scratch / "candidate.py").write_text(candidate_source)
-        if triton_cache is not None and Path(triton_cache).is_dir():
-            shutil.copytree(triton_cache, scratch / ".triton", symlinks=False, dirs_exist_ok=True)
-        report = scratch / "report"
-        env = sandbox.scrubbed_environ()
-        env.update(HOME=str(scratch), TMPDIR=str(scratch), TRITON_CACHE_DIR=str(scratch / ".triton"),
-                   TORCH_EXTENSIONS_DIR=str(scratch / ".torch_extensions"), KERNELAGENT_CANDIDATE_SHA=candidate_sha,
-                   PYTHONUNBUFFERED="1")
-        if backend == "cuda" and cache_dir:
-            # A verified copy of this candidate's cached builds, never the cache itself.
-            from kernelagent.harness.server import build_cache
-
-            build_cache.stage(cache_dir, candidate_sha, scratch / ".ka-build-cache")
-        if device.startswith("cuda:"):
-            env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
-        env.pop("TRITON_INTERPRET", None)
-        package_root = str(Path(__file__).resolve().parents[3])
-        env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        app = [sys.executable, "-m", "kernelagent.harness.child.ncu_entry", str(Path(problem_path).resolve()),
-               str(scratch / "candidate.py"), backend, str(calls)]
-        names = [re.escape(n) for n in (kernel_names or []) if n][:4]
-        # Inside the sandbox the problem file must be readable: a copy sits in the scratch.
-        shutil.copyfile(problem_path, scratch / "problem.py")
-        app[3] = str(scratch / "problem.py")
-        base = jail + [ncu, "--profile-from-start", "off", "--target-processes", "all", "--clock-control",
-                       clock_control, "-f", "-o", str(report)]
-        if names:
-            base += ["--kernel-name", "regex:" + "|".join(names)]
-        base += ["--launch-count", str(launch_count or max(1, calls) * 8)]
         attempts = metric_sets or [NCU_METRICS + [NCU_STALLS], NCU_METRICS]
         wait_s = timeout - (time.monotonic() - started) if lock_wait_s is None else lock_wait_s
         if on_ready is not None:
@@ -354,22 +382,108 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
             # import, most of a session's seconds, overlap with other jobs' sessions, which sit
             # at READY before any of their candidate's code runs.
             try:
-                return _ncu_attempts(ncu, base, app, attempts, scratch, env, report, timeout, started, on_spawn,
-                                     kernel_names, top, _with_the_lock(on_ready, wait_s))
+                return _ncu_attempts(setup, attempts, timeout, started, on_spawn, kernel_names, top,
+                                     _with_the_lock(on_ready, wait_s))
             except NcuBusy:
                 return _busy(wait_s)
         with ncu_lock(wait_s) as held:
             if not held:
                 return _busy(wait_s)
             started = time.monotonic()  # the wait for another session is not this run's time
-            return _ncu_attempts(ncu, base, app, attempts, scratch, env, report, timeout, started, on_spawn,
-                                 kernel_names, top, on_ready)
+            return _ncu_attempts(setup, attempts, timeout, started, on_spawn, kernel_names, top, on_ready)
     finally:
+        setup.remove()
+
+
+class Setup:
+    """A session's scratch, jail, environment and command line (prepare), before any ncu runs."""
+
+    def __init__(self, ncu: str, outer: Path, scratch: Path, env: dict[str, str], base: list[str], app: list[str]):
+        self.ncu, self.outer, self.scratch, self.env, self.base, self.app = ncu, outer, scratch, env, base, app
+        self.report = scratch / "report"
+
+    def argv(self, metrics: list[str]) -> list[str]:
+        return self.base + ["--metrics", ",".join(metrics)] + self.app
+
+    def stage_triton_cache(self, triton_cache: Path | None, run_as: tuple[int, int] | None = None) -> None:
+        """The candidate's own Triton cache from its evaluation, copied into the scratch so that its
+        kernels are not compiled again under ncu (its own files: it can only mislead itself with
+        them); owned by `run_as` where the session runs as that uid (copied after its jail began)."""
+        if triton_cache is not None and Path(triton_cache).is_dir():
+            shutil.copytree(triton_cache, self.scratch / ".triton", symlinks=False, dirs_exist_ok=True)
+            if run_as is not None and os.geteuid() == 0:
+                for path in [self.scratch / ".triton", *(self.scratch / ".triton").rglob("*")]:
+                    with contextlib.suppress(OSError):
+                        os.lchown(path, int(run_as[0]), int(run_as[1]))
+
+    def stage_build_cache(self, cache_dir: str | Path | None, candidate_sha: str,
+                          run_as: tuple[int, int] | None = None) -> None:
+        """A verified copy of this candidate's cached CUDA builds, never the cache itself."""
+        if cache_dir:
+            from kernelagent.harness.server import build_cache
+
+            target = self.scratch / ".ka-build-cache"
+            build_cache.stage(cache_dir, candidate_sha, target)
+            if run_as is not None and os.geteuid() == 0 and target.exists():
+                for path in [target, *target.rglob("*")]:
+                    with contextlib.suppress(OSError):
+                        os.lchown(path, int(run_as[0]), int(run_as[1]))
+
+    def remove(self) -> None:
+        shutil.rmtree(self.outer, ignore_errors=True)
+
+
+def prepare(problem_path: str | Path, candidate_source: str, *, backend: str, device: str,
+            kernel_names: list[str] | None, calls: int, cache_dir: str | Path | None, candidate_sha: str,
+            allow_unsandboxed: bool, launch_count: int | None, hide: list[Path] | None,
+            scratch_parent: Path | None, namespaces: bool | None, triton_cache: Path | None,
+            clock_control: str, run_as: tuple[int, int] | None) -> "Setup | dict[str, Any]":
+    """The scratch (alone in a directory of its own, which the jail hides), the jail, the
+    environment and ncu's command line for one session (see run_ncu), or {"unavailable": why}."""
+    ncu = find_ncu()
+    if ncu is None:
+        return {"unavailable": "ncu (Nsight Compute) was not found (PATH, /usr/local/cuda/bin, $KERNELAGENT_NCU)"}
+    from kernelagent.harness.caller import sandbox
+
+    outer = Path(tempfile.mkdtemp(prefix="kernelagent-ncu-", dir=scratch_parent))
+    scratch = outer / "job"
+    scratch.mkdir()
+    try:
+        jail, why = ncu_sandbox(scratch, allow_unsandboxed, hide, namespaces, run_as)
+        if jail is None:
+            shutil.rmtree(outer, ignore_errors=True)
+            return {"unavailable": why}
+        (scratch / "candidate.py").write_text(candidate_source)
+        env = sandbox.scrubbed_environ()
+        env.update(HOME=str(scratch), TMPDIR=str(scratch), TRITON_CACHE_DIR=str(scratch / ".triton"),
+                   TORCH_EXTENSIONS_DIR=str(scratch / ".torch_extensions"), KERNELAGENT_CANDIDATE_SHA=candidate_sha,
+                   PYTHONUNBUFFERED="1")
+        if device.startswith("cuda:"):
+            env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+        env.pop("TRITON_INTERPRET", None)
+        package_root = str(Path(__file__).resolve().parents[3])
+        env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        # Inside the sandbox the problem file must be readable: a copy sits in the scratch.
+        shutil.copyfile(problem_path, scratch / "problem.py")
+        app = [sys.executable, "-m", "kernelagent.harness.child.ncu_entry", str(scratch / "problem.py"),
+               str(scratch / "candidate.py"), backend, str(calls)]
+        names = [re.escape(n) for n in (kernel_names or []) if n][:4]
+        base = jail + [ncu, "--profile-from-start", "off", "--target-processes", "all", "--clock-control",
+                       clock_control, "-f", "-o", str(scratch / "report")]
+        if names:
+            base += ["--kernel-name", "regex:" + "|".join(names)]
+        base += ["--launch-count", str(launch_count or max(1, calls) * 8)]
+        setup = Setup(ncu, outer, scratch, env, base, app)
+        setup.stage_triton_cache(triton_cache)
+        if backend == "cuda":
+            setup.stage_build_cache(cache_dir, candidate_sha)
+        return setup
+    except BaseException:
         shutil.rmtree(outer, ignore_errors=True)
+        raise
 
 
-def _ncu_attempts(ncu: str, base: list[str], app: list[str], attempts: list[list[str]], scratch: Path,
-                  env: dict[str, str], report: Path, timeout: float, started: float,
+def _ncu_attempts(setup: Setup, attempts: list[list[str]], timeout: float, started: float,
                   on_spawn: Callable[[int | None], None] | None, kernel_names: list[str] | None,
                   top: int, on_ready: Callable[[], Any] | None = None) -> dict[str, Any]:
     """run_ncu's runs: each metric list in turn until one is accepted."""
@@ -378,49 +492,67 @@ def _ncu_attempts(ncu: str, base: list[str], app: list[str], attempts: list[list
         remaining = timeout - (time.monotonic() - started)
         if remaining < 5:
             return {"unavailable": f"ncu ran past its {timeout:.0f} s budget"}
-        (scratch / GO_FILE).unlink(missing_ok=True)
-        proc = _run_session(base + ["--metrics", ",".join(metrics)] + app, scratch, env, remaining, on_spawn,
-                            on_ready)
-        if proc is None:
-            return {"unavailable": f"ncu ran past its {timeout:.0f} s limit (or its part under ncu held the device "
-                                   f"past {PROFILED_HOLD_S:.0f} s) and was stopped"}
-        last = (proc.stdout + proc.stderr)[-3000:]
-        if "ERR_NVGPUCTRPERM" in last:
-            return {"unavailable": "ncu has no permission to read the GPU's performance counters "
-                                   "(ERR_NVGPUCTRPERM: needs NVreg_RestrictProfilingToAdminUsers=0 or root)"}
-        if "KERNELAGENT_NCU_DONE" not in proc.stdout + proc.stderr:
-            tail = [x for x in last.splitlines() if x.strip()][-4:]
-            if any("metric" in x.lower() for x in tail) and metrics is not attempts[-1]:
-                continue  # an unknown metric name on this ncu: retry without the stall metrics
-            return {"unavailable": "the ncu run failed: " + " | ".join(tail)[-600:]}
-        done = [x for x in (proc.stdout + proc.stderr).splitlines() if x.startswith("KERNELAGENT_NCU_DONE")]
-        violations = json.loads(done[-1].split(" ", 1)[1]) if done else {}
-        if violations:
-            # Also as data: the caller rejects on them as the main run would have (a candidate
-            # that switched the monitor off there can still be seen here).
-            return {"unavailable": f"the candidate did something not allowed under ncu: {violations}",
-                    "violations": violations}
-        rep = report.with_suffix(".ncu-rep")
-        if not rep.exists():
-            return {"unavailable": "ncu profiled no kernel (kernel-name filter: "
-                                   f"{', '.join(kernel_names or []) or 'none'})"}
-        imported = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw"], capture_output=True,
-                                  text=True, timeout=60)
-        records = parse_ncu_csv(imported.stdout)
-        # The same launches by their mangled names as well: ncu's demangled form can drop the
-        # lambdas that name a library kernel's purpose (a copy's `direct_copy_kernel_cuda`), and
-        # glue is recognised by name (cuda_source.is_glue_kernel).
-        mangled = subprocess.run([ncu, "--import", str(rep), "--csv", "--page", "raw", "--print-kernel-base",
-                                  "mangled"], capture_output=True, text=True, timeout=60)
-        by_id = {r.get("ID"): r.get("Kernel Name") for r in parse_ncu_csv(mangled.stdout)}
-        for rec in records:
-            rec["Mangled Name"] = by_id.get(rec.get("ID")) or ""
-        kernels = summarise_ncu(records, top=top)
-        if not kernels:
-            return {"unavailable": "ncu returned no metrics: " + imported.stderr[-300:]}
-        return {"kernels": kernels, "seconds": time.monotonic() - started,
-                "stalls_collected": metrics is attempts[0]}
+        (setup.scratch / GO_FILE).unlink(missing_ok=True)
+        proc = _run_session(setup.argv(metrics), setup.scratch, setup.env, remaining, on_spawn, on_ready)
+        result = read_session(setup, proc, timeout, kernel_names, top, started)
+        if result.get("retry") and metrics is not attempts[-1]:
+            last = result.get("last", "")
+            continue  # an unknown metric name on this ncu: retry without the stall metrics
+        result.pop("retry", None)
+        result.pop("last", None)
+        if "kernels" in result:
+            result["stalls_collected"] = metrics is attempts[0]
+        return result
     return {"unavailable": "the ncu run failed: " + last[-600:]}
+
+
+def read_session(setup: Setup, proc: subprocess.CompletedProcess | None, timeout: float,
+                 kernel_names: list[str] | None, top: int, started: float) -> dict[str, Any]:
+    """What one finished session says: {"kernels", "seconds", "phases"} from ncu's report (its host
+    process wrote it), or {"unavailable": why} (with "retry" where a metric name was refused)."""
+    if proc is None:
+        return {"unavailable": f"ncu ran past its {timeout:.0f} s limit (or its part under ncu held the device "
+                               f"past {PROFILED_HOLD_S:.0f} s) and was stopped"}
+    last = (proc.stdout + proc.stderr)[-3000:]
+    if "ERR_NVGPUCTRPERM" in last:
+        return {"unavailable": "ncu has no permission to read the GPU's performance counters "
+                               "(ERR_NVGPUCTRPERM: needs NVreg_RestrictProfilingToAdminUsers=0 or root)"}
+    if "KERNELAGENT_NCU_DONE" not in proc.stdout + proc.stderr:
+        tail = [x for x in last.splitlines() if x.strip()][-4:]
+        if any("metric" in x.lower() for x in tail):
+            return {"unavailable": "the ncu run failed: " + " | ".join(tail)[-600:], "retry": True, "last": last}
+        return {"unavailable": "the ncu run failed: " + " | ".join(tail)[-600:]}
+    done = [x for x in (proc.stdout + proc.stderr).splitlines() if x.startswith("KERNELAGENT_NCU_DONE")]
+    violations = json.loads(done[-1].split(" ", 1)[1]) if done else {}
+    if violations:
+        # Also as data: the caller rejects on them as the main run would have (a candidate
+        # that switched the monitor off there can still be seen here).
+        return {"unavailable": f"the candidate did something not allowed under ncu: {violations}",
+                "violations": violations}
+    rep = setup.report.with_suffix(".ncu-rep")
+    if not rep.exists():
+        return {"unavailable": "ncu profiled no kernel (kernel-name filter: "
+                               f"{', '.join(kernel_names or []) or 'none'})"}
+    importing = time.monotonic()
+    # The launches by their demangled and by their mangled names, read side by side: ncu's
+    # demangled form can drop the lambdas that name a library kernel's purpose (a copy's
+    # `direct_copy_kernel_cuda`), and glue is recognised by name (cuda_source.is_glue_kernel).
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        reads = [pool.submit(subprocess.run, [setup.ncu, "--import", str(rep), "--csv", "--page", "raw"] + extra,
+                             capture_output=True, text=True, timeout=60)
+                 for extra in ([], ["--print-kernel-base", "mangled"])]
+        imported, mangled = (f.result() for f in reads)
+    records = parse_ncu_csv(imported.stdout)
+    by_id = {r.get("ID"): r.get("Kernel Name") for r in parse_ncu_csv(mangled.stdout)}
+    for rec in records:
+        rec["Mangled Name"] = by_id.get(rec.get("ID")) or ""
+    kernels = summarise_ncu(records, top=top)
+    if not kernels:
+        return {"unavailable": "ncu returned no metrics: " + imported.stderr[-300:]}
+    phases = dict(getattr(proc, "phases", {}), import_s=round(time.monotonic() - importing, 3))
+    return {"kernels": kernels, "seconds": time.monotonic() - started, "phases": phases}
 
 
 def _busy(wait_s: float) -> dict[str, str]:
@@ -440,8 +572,8 @@ def _with_the_lock(on_ready: Callable[[], Any], wait_s: float) -> Callable[[], A
         with ncu_lock(wait_s) as held:
             if not held:
                 raise NcuBusy(wait_s)
-            with on_ready():
-                yield
+            with on_ready() as hold:
+                yield hold
 
     return slot
 

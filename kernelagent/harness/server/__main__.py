@@ -3,6 +3,10 @@
 import os
 import sys
 
+from kernelagent.harness import procname
+
+procname.set_name("ka-server")  # a label for ps and benchmarks/host_cpu.py
+
 # The CPU affinity (--cpus) comes first, before main.py imports torch: threads torch starts at
 # import would keep the whole machine's CPUs otherwise (an affinity is per thread, inherited).
 # Several servers on one host then stop competing for the same cores while each compiles; the

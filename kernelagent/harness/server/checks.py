@@ -104,6 +104,11 @@ class CheckPhases:
         # 3. the timed loop, clocked here.
         if config.timing:
             self.enter("timing")
+            # The checks passed: if no early evidence session could start beside them (the
+            # server's cap on live ones), one may start now, beside the timed loop's wait.
+            from kernelagent.harness.server import evidence
+
+            evidence.start_early(self)
             if not self.timed_loop(self.clock() + self.limit("timing")):
                 return self.end_early()
             if config.post_timing_check:

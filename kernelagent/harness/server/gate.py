@@ -72,6 +72,21 @@ class Gate:
         # the trusted reference process with the device to itself, so a later job of the same
         # problem and order reuses it (a claim that falls short still recalibrates).
         self.calibrations: dict[str, float] = {}
+        self.recalibrated: set[str] = set()  # calibrations measured twice (the smaller kept): not again
+        # The timed loop's shape by problem and settings (timed.loop_plan), made by the first job
+        # of a problem: later jobs run the same loop, so its calibration is reused (the loop's
+        # length came from the reference's eager time per job, which differs by a few percent,
+        # and so did the calibration's key: on an H100 every job calibrated again, 2026-11-26).
+        self.plans: dict[str, dict[str, int]] = {}
+        from kernelagent.harness.server.profilers import Profilers
+
+        # ncu sessions and in-process profiles kept apart (profilers.py); at most this many early
+        # evidence sessions at once (KERNELAGENT_EARLY_EVIDENCE; 0: none, every session late)
+        try:
+            early = max(0, int(os.environ.get("KERNELAGENT_EARLY_EVIDENCE", "3")))
+        except ValueError:
+            early = 3
+        self.profilers = Profilers(max_early=early)
         self.memory: "MemoryLedger | None" = None  # set by the server on a GPU with several jobs at once
         # The memory plan's meta-device estimate, by problem (sha256 of its source): made once in a
         # throwaway fork, reused by every later job of the same problem.
@@ -117,9 +132,12 @@ class Gate:
     # -- the slot -----------------------------------------------------------------------
     @contextmanager
     def hold(self, job: Freezable, probe: Callable[[], bool] | None = None,
-             stats: dict[str, float] | None = None) -> Iterator["Hold"]:
+             stats: dict[str, float] | None = None, freeze: bool = True) -> Iterator["Hold"]:
         """The slot for `job`: others stopped, the device idle (as far as `probe` can tell).
-        `stats` gets wait_s (for the slot), idle_wait_s and held_s added to it."""
+        `stats` gets wait_s (for the slot), idle_wait_s and held_s added to it. With
+        `freeze=False` the slot is only taken (no other job times meanwhile, while their host
+        work and checks go on) until `Hold.freeze()` stops them: the evidence's session warms up
+        that way and is profiled frozen (server/evidence.py)."""
         stats = stats if stats is not None else {}
         waited = time.monotonic()
         job.pause_clock(True)
@@ -131,31 +149,8 @@ class Gate:
         started, started_epoch = time.monotonic(), time.time()
         hold = Hold(self, job, probe, stats)
         try:
-            with self._lock:
-                self._hold = hold
-                for other in [j for j in self._jobs.values() if j is not job]:
-                    try:
-                        other.freeze(True)
-                        hold.frozen.append(other)
-                    except Exception:  # noqa: BLE001 - a job that just ended has nothing to stop
-                        continue
-            add_seconds(stats, "slot_freeze_s", time.monotonic() - started)
-            # A neighbour whose candidate has not run a line yet (stage 'start') cannot be what
-            # keeps the device busy: the drain is credited to it (a job stopped at its start by
-            # one neighbour's drain after another's ran into its 60 s start limit on an H200).
-            early = [o for o in hold.frozen if getattr(o, "stage", None) == "start"]
-            for other in early:
-                other.pause_clock(True)
-            try:
-                hold.wait_idle()
-            finally:
-                for other in early:
-                    other.pause_clock(False)
-            # From here on the neighbours wait for us: their stage clocks stop.
-            with self._lock:
-                for other in hold.frozen:
-                    other.pause_clock(True)
-                hold.crediting = True
+            if freeze:
+                hold.freeze()
             yield hold
         finally:
             with self._lock:
@@ -172,10 +167,43 @@ class Gate:
             ended = time.monotonic()
             add_seconds(stats, "slot_thaw_s", ended - thawing)
             stats["held_s"] = stats.get("held_s", 0.0) + ended - started
+            if hold.frozen_at is not None:
+                stats["frozen_s"] = stats.get("frozen_s", 0.0) + ended - hold.frozen_at
             stats.setdefault("held", []).append([round(started_epoch, 4), round(time.time(), 4)])
             self.history.append((job.job_id, started, ended))
             del self.history[:-2000]
             self._slot.release()
+
+    def _freeze_others(self, hold: "Hold") -> None:
+        """Stop every other job, wait for the device to read idle, pause their clocks."""
+        job, stats = hold.job, hold.stats
+        started = time.monotonic()
+        hold.frozen_at = started
+        with self._lock:
+            self._hold = hold
+            for other in [j for j in self._jobs.values() if j is not job]:
+                try:
+                    other.freeze(True)
+                    hold.frozen.append(other)
+                except Exception:  # noqa: BLE001 - a job that just ended has nothing to stop
+                    continue
+        add_seconds(stats, "slot_freeze_s", time.monotonic() - started)
+        # A neighbour whose candidate has not run a line yet (stage 'start') cannot be what
+        # keeps the device busy: the drain is credited to it (a job stopped at its start by
+        # one neighbour's drain after another's ran into its 60 s start limit on an H200).
+        early = [o for o in hold.frozen if getattr(o, "stage", None) == "start"]
+        for other in early:
+            other.pause_clock(True)
+        try:
+            hold.wait_idle()
+        finally:
+            for other in early:
+                other.pause_clock(False)
+        # From here on the neighbours wait for us: their stage clocks stop.
+        with self._lock:
+            for other in hold.frozen:
+                other.pause_clock(True)
+            hold.crediting = True
 
 
 class Hold:
@@ -186,6 +214,13 @@ class Hold:
         self.frozen: list[Freezable] = []
         self.crediting = False
         self.busy = False  # the device never read idle within the gate's wait
+        self.frozen_at: float | None = None
+
+    def freeze(self) -> None:
+        """Stop every other job and wait for the device to read idle (once; `hold` does it
+        unless asked not to)."""
+        if self.frozen_at is None:
+            self.gate._freeze_others(self)
 
     def wait_idle(self) -> bool:
         """Probe until the device reads idle, with the holder's own candidate stopped too (its

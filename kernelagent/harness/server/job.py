@@ -105,6 +105,8 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         self.call_latency_ms: list[float] = []
         self.derived_dims: dict[str, tuple[str, str]] = {}  # extra:<j> -> (its dims, the main's)
         self.hold: gate_mod.Hold | None = None
+        self.early_evidence: Any = None  # the evidence's session, started beside the checks (evidence.py)
+        self.early_counted = False  # that session counts as live in gate.profilers
         self.alone = bool((request.get("options") or {}).get("alone"))
         self.out_of_memory = False  # an out-of-memory error was seen (retried alone when it ran beside others)
 
@@ -253,6 +255,7 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
 
     def abandon(self) -> None:
         """The job will not run (its nonce never came): its processes go, nothing is reported."""
+        evidence.discard(self)
         self.gate.unregister(self)
         for proc in (self.cand, self.ref):
             _kill_group(proc)
@@ -313,6 +316,7 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
                                 "weights": self.config.weight_seed, "compile": self.compile_seed}
         try:
             protocol.send(self.to_ref, "ref_nonce", self.job_id, nonce=self.ref_nonce)
+            evidence.start_early(self)  # its set-up runs beside the checks (server/evidence.py)
             self.supervise()
         except StageTimeout:
             if self.stage == "timing" and getattr(self, "slot_limited", None):
@@ -358,6 +362,8 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         self.publish_build()
         if evidence.wanted(self):  # before the reference ends: the slot's idle probe runs there
             evidence.collect(self)
+        else:
+            evidence.discard(self)
         self.ref_stats()
         self.shared_device = self.gate.unregister(self)
         _kill_group(self.ref)
@@ -555,12 +561,26 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
 
     # -- supervision -----------------------------------------------------------------------
     def finish_candidate(self, device_share: bool) -> None:
+        # The device share is judged from outside when the kernel evidence runs (its ncu session
+        # sees every kernel): the candidate's process then does not profile itself for it.
+        device_share = device_share and not evidence.covers_device_share(self)
         self.enter("profile" if (self.config.profile or device_share) else "finishing")
         # Asked-for profiling is a second clock on the candidate's kernels (profiling.clocks sets
         # it against the timed loop's median): it holds the device's slot as the loop does. Beside
         # a neighbour's checks, KernelBench's 3 ms elementwise kernels read 6-11% slower in the
         # profiler than in the timed loop on an H200 (2026-11-26), and alone they agreed to 0.1%.
         profiled = bool(self.config.profile)
+        with contextlib.ExitStack() as stack:
+            if (profiled or device_share) and self.fingerprint.get("cuda"):
+                # torch.profiler in the candidate's process never beside an ncu session (profilers.py)
+                if not stack.enter_context(self.gate.profilers.in_process(self, self.limit("profile"))):
+                    self.flag(verdict.flag("profile", "the candidate's in-process profile was skipped: Nsight "
+                                                      "Compute sessions of other evaluations held the device's "
+                                                      "profiler past the stage's limit", "info"))
+                    profiled = device_share = False
+            self._finish_candidate(profiled, device_share)
+
+    def _finish_candidate(self, profiled: bool, device_share: bool) -> None:
         with self.gate.hold(self, self.idle_probe, self.concurrency.setdefault("profile_slot", {})) \
                 if profiled else contextlib.nullcontext():
             self.cand_send("finish", profile=profiled, device_share=device_share)

@@ -132,6 +132,9 @@ def _start_probe(requested: str) -> tuple[Any, Any]:
 
     def target() -> None:
         try:
+            from kernelagent.harness import procname
+
+            procname.set_name("ka-probe")
             info = probe_device(requested)
         except BaseException as exc:  # noqa: BLE001
             info = {"error": "".join(traceback.format_exception_only(type(exc), exc)).strip()}
@@ -250,10 +253,12 @@ class Dispatcher:
         with self._lock:
             jobs = list(self._jobs.values())
         for job in jobs:
+            from kernelagent.harness.server import evidence
             from kernelagent.harness.server.processes import _kill_group
 
             _kill_group(job.cand)
             _kill_group(job.ref)
+            evidence.discard(job)
 
     def handle(self, request: dict[str, Any]) -> None:
         job_id = str(request["job"])

@@ -29,7 +29,11 @@ class MemoryPhases:
             self.gate.estimates[key] = sizes
         if "error" in sizes or self.gate_memory is None:
             return
-        need = memory_plan.needed_bytes(sizes) + 2 * gate_mod.CONTEXT_BYTES
+        from kernelagent.harness.server import evidence
+
+        # Two processes' contexts, and a third for an evidence session started beside the checks.
+        contexts = 3 if evidence.may_want(self) else 2
+        need = memory_plan.needed_bytes(sizes) + contexts * gate_mod.CONTEXT_BYTES
         self._memory = self.gate_memory.reserve(self, need)
         waited = time.monotonic()
         self._memory.__enter__()

@@ -48,7 +48,10 @@ def _in_fork(work: Any, workdir: Path, timeout: float, what: str) -> dict[str, A
 
     def target() -> None:
         try:
+            from kernelagent.harness import procname
             from kernelagent.harness.child.namespaces import close_inherited_fds
+
+            procname.set_name("ka-fork")
 
             close_inherited_fds([child_end.fileno(), 0, 1, 2])
             os.chdir(workdir)
@@ -144,8 +147,11 @@ def _tail_fd(fd: int) -> str:
 def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jail: dict[str, Any]) -> None:
     """The candidate's process, first thing after the fork: the jail (namespaces, every other
     descriptor closed), then the log, then the candidate."""
+    from kernelagent.harness import procname
     from kernelagent.harness.child import candidate_side, jail as jail_mod
     from kernelagent.harness.child.common import child_setup
+
+    procname.set_name("ka-candidate")
 
     log_path = workdir / "candidate.log"
     try:
@@ -161,6 +167,9 @@ def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jai
 
 
 def _reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> None:
+    from kernelagent.harness import procname
     from kernelagent.harness.child import reference_side
+
+    procname.set_name("ka-reference")
 
     reference_side.reference_main(job, conn, workdir)

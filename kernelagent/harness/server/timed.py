@@ -50,6 +50,28 @@ MIN_SEGMENTS = 8
 
 
 
+def loop_plan(config: Any, estimate_ms: float, budget: int, output_bytes: int) -> dict[str, int]:
+    """The timed loop's shape from the reference's time per call: `total` measured calls (at
+    least target_ms of work), `warmup` calls, and with the defences on `keep` outputs kept per
+    segment of `calls` calls, `segments` of them, within the harness's memory `budget`;
+    `budget_bytes` is what is left of it for fresh input sets."""
+    total = int(min(max(-(-config.target_ms // estimate_ms), config.min_reps), config.max_reps))
+    warmup = int(min(max(-(-config.warmup_ms // estimate_ms), 2), 50))
+    keep, segments, calls = 0, 1, total
+    if config.defences:
+        # Every measured call keeps its output until the server has had the secret subset
+        # verified. Memory holds `keep` outputs (two thirds of the harness's budget), so the
+        # loop runs in segments of `keep` calls: after each segment the outputs the server
+        # chose in secret (maybe none) are compared with the candidate stopped, and the slots
+        # are reused. Any call can be checked, and the loop stays as long as timing needs.
+        keep = int(max(1, min(total, MAX_KEPT_CALLS, (2 * budget // 3) // output_bytes)))
+        keep = min(keep, -(-total // min(MIN_SEGMENTS, total)))
+        segments = min(-(-total // keep), MAX_SEGMENTS)
+        calls = keep
+    return {"total": total, "warmup": warmup, "keep": keep, "segments": segments, "calls": calls,
+            "budget_bytes": int(max(budget - keep * output_bytes, 0))}
+
+
 class TimedPhases:
     """Job's timed phases (needs Job's channels, clock and gate)."""
 
@@ -68,6 +90,40 @@ class TimedPhases:
                         "device-busy", "another process kept the device busy through the timed loop (the harness "
                         f"waited {self.gate.idle_wait_s:.0f} s for it to go idle): the times are not the "
                         "candidate's alone and do not count", "review"))
+
+    def loop_plan(self, estimate_ms: float, settings: dict[str, Any]) -> tuple[dict[str, int], bool]:
+        """The timed loop's shape (module loop_plan) and whether it was reused. On a GPU a later job
+        of the same problem and settings in this server runs the loop the first one ran (its
+        length comes from the reference's eager time, which varies by a few percent between
+        jobs): the same order, so the calibration measured for it is reused, not run again (on
+        an H100 every job calibrated again before, 2026-11-26). Not where less memory is free
+        than the plan needs, and never on the CPU, where the loop is sized by this candidate's
+        own calls (the interpreter)."""
+        budget = self.harness_budget()
+        output_bytes = max(int(self.ready.get("output_bytes", 0)), 1)
+        cuda = bool(self.fingerprint.get("cuda"))
+        key = hashlib.sha256(json.dumps([self.problem_source, settings, output_bytes], sort_keys=True,
+                                        default=str).encode()).hexdigest()
+        plan = self.gate.plans.get(key) if cuda else None
+        if plan is not None and plan["keep"] * output_bytes + plan["budget_bytes"] > budget:
+            plan = None  # less memory free than when it was made: a plan of its own
+        if plan is not None:
+            return plan, True
+        plan = loop_plan(self.config, estimate_ms, budget, output_bytes)
+        if cuda:
+            self.gate.plans.setdefault(key, plan)
+        return plan, False
+
+    def recalibration_wanted(self, key: str, samples: list[Any], measured: int, loop_s: float,
+                             calibration_s: float) -> bool:
+        """verdict.needs_recalibration, at most once per loop on a GPU: a many-segment loop's
+        honest claim always falls short of the server's time by its per-segment cost, so every
+        job recalibrated (0.5 s of the slot for a level-1 softmax on an H100, 2026-11-26) and the
+        reuse saved nothing. The smaller of the two measures is kept and reused after that. On
+        the CPU (a busy runner's noise) every job may still recalibrate."""
+        if self.fingerprint.get("cuda") and key in self.gate.recalibrated:
+            return False
+        return verdict.needs_recalibration(samples, measured, loop_s, calibration_s)
 
     def idle_probe(self) -> bool:
         """The trusted reference process's reading: is the device idle (no other context's
@@ -88,21 +144,9 @@ class TimedPhases:
             estimate = max(float(self.ready.get("estimate_ms", 1.0)), 0.005)
         else:  # the interpreter is far slower than eager: the server's clock on the checks
             estimate = max(min(self.call_latency_ms or [1.0]), 1e-3)
-        total = int(min(max(-(-config.target_ms // estimate), config.min_reps), config.max_reps))
-        warmup = int(min(max(-(-config.warmup_ms // estimate), 2), 50))
-        budget = self.harness_budget()
-        output_bytes = max(int(self.ready.get("output_bytes", 0)), 1)
-        keep, segments, calls = 0, 1, total
-        if config.defences:
-            # Every measured call keeps its output until the server has had the secret subset
-            # verified. Memory holds `keep` outputs (two thirds of the harness's budget), so the
-            # loop runs in segments of `keep` calls: after each segment the outputs the server
-            # chose in secret (maybe none) are compared with the candidate stopped, and the slots
-            # are reused. Any call can be checked, and the loop stays as long as timing needs.
-            keep = int(max(1, min(total, MAX_KEPT_CALLS, (2 * budget // 3) // output_bytes)))
-            keep = min(keep, -(-total // min(MIN_SEGMENTS, total)))
-            segments = min(-(-total // keep), MAX_SEGMENTS)
-            calls = keep
+        settings = {k: v for k, v in self.config.to_dict().items() if k not in ("seed", "trials", "timeouts")}
+        plan, plan_reused = self.loop_plan(estimate, settings)
+        total, warmup, keep, segments, calls = (plan[k] for k in ("total", "warmup", "keep", "segments", "calls"))
         if self.fingerprint.get("cuda") and self.gate.active() > 1:
             # Beside other jobs, the slot is held no longer than this loop plausibly needs: its two
             # loops (calibration, candidate) at 50x the reference's time per call, SLOT_SEGMENT_S
@@ -120,7 +164,7 @@ class TimedPhases:
         payloads = bool(keep) and not (self.fingerprint.get("cuda") and (self.request.get("options") or {})
                                        .get("ipc", True))
         order = {"calls": calls, "warmup_calls": warmup, "keep": keep, "segments": segments,
-                 "budget_bytes": int(max(budget - keep * output_bytes, 0)), "l2_bytes": int(l2) if l2 else None,
+                 "budget_bytes": plan["budget_bytes"], "l2_bytes": int(l2) if l2 else None,
                  "payloads": payloads}
         measured = calls * segments
         # The loop's own cost, measured in the trusted process on this clock, segment by segment
@@ -128,7 +172,6 @@ class TimedPhases:
         # unclocked; the clock runs from each segment's `go` (which reveals its calls' seed) to its
         # report, so nothing of the measured calls can happen outside it.
         calibration_s = None
-        settings = {k: v for k, v in self.config.to_dict().items() if k not in ("seed", "trials", "timeouts")}
         calibration_key = hashlib.sha256(json.dumps([self.problem_source, settings, sorted(order.items())],
                                                     sort_keys=True, default=str).encode()).hexdigest()
         reused = False
@@ -158,7 +201,7 @@ class TimedPhases:
             if keep else set()
         self.result["timed_loop"] = {"calls": measured, "segments": segments, "warmup_calls": warmup, "kept": keep,
                                      "verified": len(chosen), "server_loop_s": 0.0, "calibration_s": calibration_s,
-                                     "calibration_reused": reused}
+                                     "calibration_reused": reused, "plan_reused": plan_reused}
         samples: list[Any] = []
         segment_s: list[float] = []  # the server's clock around each segment
         loop_s = 0.0
@@ -229,7 +272,8 @@ class TimedPhases:
             # none at all: trusted_time could not decide without a calibration (--no-defences on
             # the CPU), and its ValueError was a harness error
             raise protocol.ProtocolError("malformed timing samples (none, or not numbers)")
-        if calibration_s is not None and verdict.needs_recalibration(samples, measured, loop_s, calibration_s):
+        if calibration_s is not None and self.recalibration_wanted(calibration_key, samples, measured, loop_s,
+                                                                   calibration_s):
             # Noise only ever adds time, and a slow calibration both shrinks the server's time and
             # widens the slack, enough to let a forged clock through once on a busy CPU. So when
             # the claim falls short of the server's time, the calibration runs again and the
@@ -242,6 +286,7 @@ class TimedPhases:
                 calibration_s = min(calibration_s, again)
                 self.result["timed_loop"]["calibration_s"] = calibration_s
                 self.gate.calibrations[calibration_key] = calibration_s
+                self.gate.recalibrated.add(calibration_key)  # measured twice: see recalibration_wanted
         decision = verdict.trusted_time(samples, measured, loop_s, calibration_s,
                                         meaningful and bool(self.fingerprint.get("cuda")),
                                         segment_s=segment_s, calls_per_segment=calls)
