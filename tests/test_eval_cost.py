@@ -345,3 +345,22 @@ def test_the_harness_names_its_processes(tmp_path):
     assert result.status == "correct", result.reason
     kinds = cpu.report()["by_kind"]
     assert {"server", "reference", "candidate"} <= set(kinds), kinds
+
+
+# -- the benchmarks' reports --------------------------------------------------------------------------
+def test_the_overlap_benchmark_reports_the_slot_and_the_hosts_cpu(tmp_path):
+    """benchmarks/overlap.py's rows and totals (on the CPU its times are not meaningful): the
+    slot's parts with the evidence's own hold, host CPU-seconds per evaluation, the calibration's
+    reuse per row."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import overlap
+
+    from tests.conftest import CANDIDATES, read
+
+    jobs = [("relu#0", CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"))]
+    out = overlap.run_mode("cpu", tmp_path / "cache", jobs, EvalConfig(trials=1, baselines=False), 1)
+    assert out["evaluations"] == 1 and out["rows"][0]["status"] == "correct"
+    assert out["host_cpu_s"] > 0 and out["host_cpu_s_per_evaluation"] == pytest.approx(out["host_cpu_s"], rel=0.01)
+    assert "evidence" in out["slot_parts_s"] and "calibration" in out["slot_parts_s"]
+    row = out["rows"][0]
+    assert {"evidence_held_s", "evidence_phases", "server_cpu_s", "calibration"} <= set(row)
