@@ -37,6 +37,7 @@ from typing import Callable
 import pytest
 
 from tests.conftest import CANDIDATES, REPO
+from tests.xdist_locks import held
 
 ADV = Path(__file__).resolve().parent / "adversarial"
 RELU = CANDIDATES / "relu_problem.py"
@@ -152,10 +153,39 @@ def _cli() -> list[str]:
 OFFERED = _offered_modes()
 
 
+def _namespaces_work() -> bool:
+    """Whether per-job namespaces work on this machine (auto and default resolve to them there)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    try:
+        out = subprocess.run([sys.executable, "-m", "kernelagent.harness.child.jail_probe"], capture_output=True,
+                             text=True, timeout=120, env=env).stdout
+        return json.loads(out).get("namespaces_work") is True
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return False
+
+
+# Run in several processes (pytest-xdist), rows must not see each other's leftovers. A row whose
+# mode contains nothing here (none; auto and default where namespaces do not work) leaves files in
+# /tmp and /dev/shm and processes on the host until the test removes them, which another row's
+# before/after comparison would count as its own: such a row holds the "hostile" lock alone (the
+# others share it), and they form one xdist group (one worker, one after another) so that they
+# seldom wait. A row whose leftovers act on other evaluations as well (h5's daemon rewrites every
+# job's candidate.py under /tmp) runs alone in the whole session (`alone`, tests/xdist_locks.py).
+UNCONTAINED = {"none"} if _namespaces_work() else {"none", "auto", "default"}
+ACTS_ON_OTHERS = {"h5_setsid_daemon.py"}
+
+
 def _mode_marks(mode: str) -> list:
     if mode == "default" or mode in OFFERED:
         return []
     return [pytest.mark.xfail(strict=False, reason="needs --isolation " + mode)]
+
+
+def _apart_marks(row: "Row", mode: str) -> list:
+    if mode not in UNCONTAINED:
+        return []
+    return [pytest.mark.xdist_group("hostile-uncontained")] + ([pytest.mark.alone] if row.candidate in ACTS_ON_OTHERS
+                                                               else [])
 
 
 # --------------------------------------------------------------------------------------
@@ -236,6 +266,12 @@ TABLE = [
     Row("r2_outputs_after_report.py", (CORRECT, REJECTED), need("clock"), check=server_clocked_the_work),
     # ...and a report with no samples at all: the loop did not run as ordered.
     Row("r2_empty_samples.py", (REJECTED,), need("clock"), flag="protocol"),
+    # issue 41, class 3: every number validated, every message type bounded in count: samples
+    # below zero (a harness error, or `correct` with a review flag), samples of 1e308 (believed),
+    # a flood of 300,000 progress messages before each check's outputs (50 CPU-seconds, correct).
+    Row("r4_negative_samples.py", (REJECTED,), need("clock"), flag="protocol"),
+    Row("r4_huge_samples.py", (REJECTED,), need("clock"), flag="protocol"),
+    Row("r4_stage_flood.py", (REJECTED,), need("channel"), flag="protocol"),
     # 3 in-process defences switched off. Where the payload is hidden work (torch or a helper
     # process doing the ReLU), only in-process evidence can tell on the CPU.
     Row("h3_exec_string.py", (REJECTED, INCORRECT), need("inproc")),
@@ -386,8 +422,15 @@ def _params() -> list:
             if mode == "default" and row.candidate not in DEFAULT_ROWS:
                 continue
             params.append(pytest.param(row, mode, id=f"{row.candidate.removesuffix('.py')}-{mode}",
-                                       marks=_mode_marks(mode)))
+                                       marks=_mode_marks(mode) + _apart_marks(row, mode)))
     return params
+
+
+@pytest.fixture(autouse=True)
+def rows_apart(request):
+    """Under pytest-xdist: an uncontained row runs while no other row does (UNCONTAINED)."""
+    with held(request.config, "hostile", exclusive=request.node.callspec.params["mode"] in UNCONTAINED):
+        yield
 
 
 @pytest.mark.parametrize("row, mode", _params())

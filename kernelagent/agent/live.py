@@ -1,5 +1,8 @@
 """Progress display for a run: a rich Live panel on a terminal, one plain line per event
-otherwise (CI logs, pipes, tests). Receives the loop's `notify(event, **data)` calls."""
+otherwise (CI logs, pipes, tests). Receives the loop's `notify(event, **data)` calls.
+
+Verdicts, tool names and stop details may be the model's or a candidate's text: every line and
+cell goes through kernelagent.text.terminal_text, as rich Text (never parsed as markup)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelagent.agent.budget import Budget
+from kernelagent.text import terminal_text
 
 
 def describe_obs(obs: Any) -> str:
@@ -76,6 +80,7 @@ class LiveView:
         line = getattr(self, f"on_{event}", lambda **_: None)(**data)
         if not line:
             return
+        line = terminal_text(line)
         self.events.append(line)
         if self._live is not None:
             self._live.refresh()
@@ -123,18 +128,21 @@ class LiveView:
 
     # -- the live panel ----------------------------------------------------------------
     def render(self) -> Panel:
+        def text(value: Any, **style: Any) -> Text:
+            return Text(terminal_text(value), **style)
+
         b = self.budget
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold")
         table.add_column()
         table.add_row("turn", _limit(b.turns, b.max_turns))
         if self.search:
-            table.add_row("search", self.search)
-        table.add_row("last tool", self.last_tool)
-        table.add_row("best", self.best)
+            table.add_row("search", text(self.search))
+        table.add_row("last tool", text(self.last_tool))
+        table.add_row("best", text(self.best))
         table.add_row("tokens", _limit(b.tokens, b.max_tokens))
         table.add_row("cost", _limit(b.cost, b.max_cost, "${:.4f}"))
         table.add_row("elapsed", _limit(round(b.elapsed), b.timeout and round(b.timeout), "{} s"))
-        log = Text("\n".join(self.events), style="dim")
-        return Panel(Group(table, Text(""), log), title=f"kernelagent: {self.header}",
+        log = text("\n".join(self.events), style="dim")
+        return Panel(Group(table, Text(""), log), title=text(f"kernelagent: {self.header}"),
                      title_align="left")

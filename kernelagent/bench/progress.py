@@ -3,6 +3,9 @@
 The runner calls the methods below from many threads; every method takes the lock.
 Off a terminal (CI logs, pipes) nothing redraws: one line when the run starts, one per
 finished problem, one at the end.
+
+Problem keys and a record's status may be a candidate's or a file's text: every line and every
+cell goes through kernelagent.text.terminal_text, as rich Text (never parsed as markup).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from kernelagent.text import terminal_text
 
 
 def _duration(seconds: float | None) -> str:
@@ -87,7 +92,7 @@ class BenchProgress:
 
     def _line(self, text: str) -> None:
         if self._live is None and not self.quiet:
-            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+            self.console.print(terminal_text(text), markup=False, highlight=False, soft_wrap=True)
         elif self._live is not None:
             self._live.refresh()
 
@@ -167,8 +172,11 @@ class BenchProgress:
         return (time.monotonic() - self.started) / self.done_now * remaining
 
     def render(self) -> Panel:
+        def text(value: str, **style: Any) -> Text:
+            return Text(terminal_text(value), **style)
+
         with self.lock:
-            header = Text(f"run {self.run_id} ({self.mode})  problems {self.done}/{self.total}  "
+            header = text(f"run {self.run_id} ({self.mode})  problems {self.done}/{self.total}  "
                           f"pass {self.correct}/{self.done or 0}  evaluations {self.evaluations} "
                           f"(+{self.reused} from the store)  tokens {self.tokens}  ${self.cost:.4f}  "
                           f"elapsed {_duration(time.monotonic() - self.started)}  ETA {_duration(self.eta())}")
@@ -176,11 +184,11 @@ class BenchProgress:
             table.add_column("device", style="bold")
             table.add_column("in flight")
             for device, key in self.devices.items():
-                table.add_row(device, key or "idle")
+                table.add_row(text(device), text(key or "idle"))
             parts: list[Any] = [header, table]
             if self.agents:
-                parts.append(Text(f"agents running ({len(self.agents)}): {', '.join(sorted(self.agents))}"))
+                parts.append(text(f"agents running ({len(self.agents)}): {', '.join(sorted(self.agents))}"))
             if self.best:
-                parts.append(Text("best: " + "; ".join(f"{k} {s:.2f}x vs {b}" for s, b, k in self.best)))
-            parts.extend(Text(line, style="dim") for line in self.recent)
+                parts.append(text("best: " + "; ".join(f"{k} {s:.2f}x vs {b}" for s, b, k in self.best)))
+            parts.extend(text(line, style="dim") for line in self.recent)
             return Panel(Group(*parts), title="kernelagent bench", border_style="cyan")

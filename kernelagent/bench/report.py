@@ -3,6 +3,11 @@
 report.html is one self-contained file: inline CSS, charts as inline SVG (svg.py), a few
 lines of inline JavaScript to sort the table; no external resource of any kind, so it
 opens offline. `write_compare` puts two runs side by side (compare.json, compare.html).
+
+Reasons, problem keys and statuses may be a candidate's or a file's text: every string goes
+into the HTML through kernelagent.text.html_text (control characters, escape sequences,
+noncharacters and lone surrogates dropped, then html.escape), and into the CSV through
+clean_text.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ import datetime as dt
 import json
 import os
 import tempfile
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,8 @@ from kernelagent.bench import metrics as M
 from kernelagent.bench import svg
 from kernelagent.bench.store import Store, default_store_path
 from kernelagent.errors import UserError
+from kernelagent.text import clean_text
+from kernelagent.text import html_text as escape
 
 CSV_FIELDS = ["key", "level", "name", "status", "compiled", "correct", "samples", "correct_samples",
               "speedup_eager", "speedup_eager_low", "speedup_eager_high", "speedup_inductor",
@@ -91,10 +97,11 @@ def problems_csv(records: list[dict]) -> str:
         tokens = r.get("tokens") or {}
         bounds = {f"speedup_{b}_{end}": (M.interval(r, b) or [None, None])[i]
                   for b in M.BASELINES for i, end in enumerate(("low", "high"))}
-        writer.writerow({**{k: r.get(k) for k in CSV_FIELDS}, **bounds, "other_baselines": _other_baselines(r),
-                         "tokens_prompt": tokens.get("prompt", 0),
-                         "tokens_completion": tokens.get("completion", 0), "tokens_total": tokens.get("total", 0),
-                         "reason": (r.get("reason") or "").replace("\n", " ")})
+        row = {**{k: r.get(k) for k in CSV_FIELDS}, **bounds, "other_baselines": _other_baselines(r),
+               "tokens_prompt": tokens.get("prompt", 0),
+               "tokens_completion": tokens.get("completion", 0), "tokens_total": tokens.get("total", 0),
+               "reason": (r.get("reason") or "").replace("\n", " ")}
+        writer.writerow({k: clean_text(v) if isinstance(v, str) else v for k, v in row.items()})
     return buffer.getvalue()
 
 

@@ -3,13 +3,14 @@ report that embeds them opens offline in any browser.
 
 Every chart is an <svg class="plot"> with `data-points` = the number of data marks drawn;
 data marks carry class "point" (circles), "bar" (rects) or "series" (polylines), each with a
-<title> tooltip.
+<title> tooltip. Every string (tooltips name problems) is escaped by kernelagent.text.html_text.
 """
 
 from __future__ import annotations
 
 import math
-from html import escape
+
+from kernelagent.text import html_text as escape
 
 W, H = 560, 320
 LEFT, RIGHT, TOP, BOTTOM = 62, 18, 46, 52

@@ -1,5 +1,10 @@
 """What CI reads: JUnit XML (one test case per kernel), JSON, and a Markdown table for the
-GitHub step summary ($GITHUB_STEP_SUMMARY). All rendered from the same KernelCheck facts."""
+GitHub step summary ($GITHUB_STEP_SUMMARY). All rendered from the same KernelCheck facts.
+
+Their text carries what candidates wrote (reasons, logs, flag messages) and what the
+repository names: each format gets it through its sanitiser in kernelagent/text.py, so no
+candidate can make the JUnit file unparseable, inject HTML or break the Markdown table, or
+send escape sequences to the terminal."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.ci.verify import BASELINE_NAMES, KernelCheck, VerifyReport
+from kernelagent.text import markdown_text, terminal_text, xml_text
 
 
 def _detail(check: KernelCheck) -> str:
@@ -43,12 +49,12 @@ def junit_xml(report: VerifyReport, suite: str = "kernelagent verify") -> str:
             failure.text = _detail(check)
         out = ET.SubElement(case, "system-out")
         out.text = _detail(check)
+    for element in root.iter():  # ElementTree escapes &<>" but writes any character it is given
+        element.attrib = {key: xml_text(value) for key, value in element.attrib.items()}
+        if element.text:
+            element.text = xml_text(element.text)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _speed(check: KernelCheck) -> str:
@@ -64,7 +70,8 @@ def markdown(report: VerifyReport) -> str:
     rows = ["| kernel | result | verdict | speedup | details |", "| --- | --- | --- | --- | --- |"]
     for check in report.checks:
         mark = "✅ pass" if check.passed else "❌ fail"
-        rows.append(f"| `{_cell(check.name)}` | {mark} | {check.verdict} | {_speed(check)} | {_cell(check.message())} |")
+        rows.append(f"| `{markdown_text(check.name, code=True)}` | {mark} | {markdown_text(check.verdict)} | "
+                    f"{_speed(check)} | {markdown_text(check.message())} |")
     footer = (f"\n{report.evaluated} evaluated, {report.reused} from the store. "
               + ("" if report.speed_checked else "No GPU: correctness checked under the Triton interpreter, "
                  "speed not checked.") + "\n")
@@ -82,16 +89,20 @@ def append_step_summary(text: str, env: dict[str, str] | None = None) -> Path | 
     return path
 
 
+def progress_line(check: KernelCheck) -> str:
+    """One kernel's line, as verify prints it when the kernel is done."""
+    source = " (from the store)" if check.reused else ""
+    return terminal_text(f"{check.status.upper():4}  {check.name}: {check.message()}{source}")
+
+
 def console_lines(report: VerifyReport) -> list[str]:
-    lines = []
-    for check in report.checks:
-        source = " (from the store)" if check.reused else ""
-        lines.append(f"{check.status.upper():4}  {check.name}: {check.message()}{source}")
+    """Every kernel's line and the summary, for a terminal (no control character of a candidate's)."""
+    lines = [progress_line(check) for check in report.checks]
     state = "all pass" if not report.failed else f"{len(report.failed)} failed: {', '.join(c.name for c in report.failed)}"
     speed = "" if report.speed_checked else "; speed not checked (no GPU)"
     lock = f"; lock {'updated' if report.lock_written else 'unchanged'}: {report.lock_path}"
-    lines.append(f"verify: {len(report.checks)} kernels, {state} ({report.evaluated} evaluated, "
-                 f"{report.reused} from the store){speed}{lock}")
+    lines.append(terminal_text(f"verify: {len(report.checks)} kernels, {state} ({report.evaluated} evaluated, "
+                               f"{report.reused} from the store){speed}{lock}"))
     return lines
 
 

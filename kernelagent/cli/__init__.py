@@ -25,15 +25,28 @@ app = typer_app(name="kernelagent", help="Turn a PyTorch reference module into a
                 no_args_is_help=True)
 
 
-def setup_logging(verbose: bool) -> None:
-    """Once per process, through rich, on stderr."""
+def log_handler(console=None) -> logging.Handler:
+    """The rich handler of the commands' logging (stderr). A record may quote a candidate (its
+    reason, its log, an exception's message): its whole text, traceback included, reaches the
+    terminal through kernelagent.text.terminal_text (rich markup is off in log messages)."""
     from rich.console import Console
     from rich.logging import RichHandler
 
+    from kernelagent.text import terminal_text
+
+    class Handler(RichHandler):
+        def format(self, record: logging.LogRecord) -> str:
+            return terminal_text(super().format(record))
+
+    return Handler(console=console or Console(stderr=True), show_path=False, rich_tracebacks=False, markup=False)
+
+
+def setup_logging(verbose: bool) -> None:
+    """Once per process, through rich, on stderr."""
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(message)s",
-        handlers=[RichHandler(console=Console(stderr=True), show_path=False, rich_tracebacks=False)],
+        handlers=[log_handler()],
         force=True,
     )
 
@@ -115,5 +128,7 @@ def run_guarded(func, *args, **kwargs):
     try:
         return func(*args, **kwargs)
     except UserError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        from kernelagent.text import terminal_text
+
+        typer.echo(terminal_text(f"error: {exc}"), err=True)
         raise typer.Exit(exc.exit_code) from None

@@ -19,6 +19,7 @@ from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOp
                                   stage_timeouts)
 from kernelagent.cli.optimize_cmd import Mode
 from kernelagent.errors import EXIT_USAGE, UserError
+from kernelagent.text import terminal_text
 
 
 def bench(
@@ -73,7 +74,7 @@ def bench(
     from kernelagent.harness import HarnessStartError
 
     def fail(message: str) -> typer.Exit:
-        typer.echo(f"error: {message}", err=True)
+        typer.echo(terminal_text(f"error: {message}"), err=True)
         return typer.Exit(EXIT_USAGE)
 
     if directory is None and resume is None:
@@ -165,7 +166,7 @@ def bench(
         if outcome.resubmitted:
             typer.echo(f"{outcome.resubmitted} evaluations were sent to another worker after theirs was lost")
         for item in m.get("skipped") or []:
-            typer.echo(f"skipped {item['key']}: {item['reason']}")
+            typer.echo(terminal_text(f"skipped {item['key']}: {item['reason']}"))
         typer.echo(f"report: {outcome.out_dir / 'report.html'}")
     raise typer.Exit(0)
 

@@ -15,6 +15,7 @@ import typer
 from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt, StageTimeoutOpt, TimeoutScaleOpt,
                                   inductor_modes, stage_timeouts)
 from kernelagent.errors import UserError
+from kernelagent.text import terminal_text
 
 PathArg = Annotated[Optional[Path], typer.Argument(
     metavar="[PATH]", help="kernelagent.toml, or the folder holding it (default: the current folder).",
@@ -34,7 +35,7 @@ IsolationOpt = Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|na
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(terminal_text(f"error: {message}"), err=True)
     return typer.Exit(code)
 
 
@@ -66,8 +67,7 @@ def verify(
     err = sys.stderr if json_out else sys.stdout
 
     def progress(check) -> None:
-        print(f"{check.status.upper():4}  {check.name}: {check.message()}"
-              + (" (from the store)" if check.reused else ""), file=err, flush=True)
+        print(outputs.progress_line(check), file=err, flush=True)
 
     try:
         compile_modes = inductor_modes(modes, max_autotune)
@@ -76,8 +76,8 @@ def verify(
                                    isolation=isolation, run_id=f"verify:{manifest.path}",
                                    jobs_per_gpu=jobs_per_gpu) as cached:
             why = (getattr(cached.evaluator, "concurrency", None) or {}).get("why")
-            print(f"verify: {cached.jobs} evaluation{'s' if cached.jobs != 1 else ''} at once"
-                  + (f" ({why})" if why else ""), file=err, flush=True)
+            print(terminal_text(f"verify: {cached.jobs} evaluation{'s' if cached.jobs != 1 else ''} at once"
+                                + (f" ({why})" if why else "")), file=err, flush=True)
             report = run_verify(manifest, cached, update_lock=update_lock, only=only, trials=trials,
                                 on_check=progress, compile_modes=compile_modes,
                                 timeouts=stage_timeouts(timeout_scale, stage_timeout))
@@ -126,8 +126,8 @@ def regenerate(
 
     err = sys.stderr if json_out else sys.stdout
 
-    def say(line: str) -> None:
-        print(line, file=err, flush=True)
+    def say(line: str) -> None:  # kernel names, reasons and the agent's details: a candidate's text
+        print(terminal_text(line), file=err, flush=True)
 
     if out is not None and out.exists() and not out.is_dir():
         raise _fail(f"--out {out} exists and is not a folder")
@@ -201,5 +201,5 @@ def init(
     except UserError as exc:
         raise _fail(str(exc), exc.exit_code) from None
     for note in result.skipped:
-        typer.echo(f"skipped {note}")
+        typer.echo(terminal_text(f"skipped {note}"))
     typer.echo(f"wrote {result.manifest}: {len(result.pairs)} kernels; check them with `kernelagent verify {root}`")

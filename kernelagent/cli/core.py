@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - older typer runs on the installed clic
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from kernelagent.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, UserError
+from kernelagent.text import terminal_text
 
 
 def finite(min: float | None = None, max: float | None = None, min_open: bool = False):
@@ -169,11 +170,11 @@ class Group(_Help, TyperGroup):
             ctx = getattr(exc, "ctx", None)
             if isinstance(exc, click.exceptions.UsageError) and ctx is not None:
                 hint = f" (see '{ctx.command_path} --help')"
-            message = " ".join(exc.format_message().split())
+            message = " ".join(terminal_text(exc.format_message()).split())
             click.echo(f"error: {message}{hint}", err=True)
             code = exc.exit_code
-        except UserError as exc:
-            click.echo(f"error: {' '.join(str(exc).split())}", err=True)
+        except UserError as exc:  # it may quote a candidate's reason or a file's name
+            click.echo(f"error: {' '.join(terminal_text(exc).split())}", err=True)
             code = exc.exit_code
         except (KeyboardInterrupt, *_ABORT):
             code = EXIT_INTERRUPTED
@@ -202,8 +203,6 @@ def _internal_error(exc: BaseException) -> int:
     import tempfile
     import traceback
 
-    from kernelagent.text import clean_text
-
     where = "(not written)"
     try:
         with tempfile.NamedTemporaryFile("w", prefix="kernelagent-crash-", suffix=".txt", delete=False,
@@ -212,7 +211,7 @@ def _internal_error(exc: BaseException) -> int:
             where = handle.name
     except OSError:
         pass
-    message = " ".join(clean_text(str(exc)).split())[:300]
+    message = " ".join(terminal_text(exc).split())[:300]
     click.echo(f"error: internal error, {type(exc).__name__}: {message} (full traceback: {where}; "
                "please report it)", err=True)
     return EXIT_INTERNAL

@@ -11,6 +11,7 @@ import typer
 from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt, finite,
                                   inductor_modes, interrupted, stage_timeouts)
 from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_TOO_LARGE, UserError
+from kernelagent.text import terminal_text
 
 
 def eval_command(
@@ -33,18 +34,19 @@ def eval_command(
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with torch.utils.cpp_extension.load_inline.")] = "triton",
     timeout_scale: Annotated[Optional[float], TimeoutScaleOpt] = None,
     stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
+    daemon: Annotated[Optional[bool], typer.Option("--daemon/--no-daemon", help="Use this user's warm harness (started now if none answers; it ends after 10 idle minutes) instead of starting a server for this command alone: a second command skips the server's start. Default: $KERNELAGENT_DAEMON (off unless 1).", show_default=False)] = None,
 ) -> None:
     """Evaluate CANDIDATE against PROBLEM: compile, correctness, timing vs eager and torch.compile."""
     from kernelagent.cli import run_guarded
 
     code = run_guarded(_run, problem, candidate, trials, device, as_json, timing, baselines, max_autotune,
                        profile, seed, atol, rtol, isolation, cache_dir, backend, modes, kernel_evidence,
-                       stage_timeouts(timeout_scale, stage_timeout))
+                       stage_timeouts(timeout_scale, stage_timeout), daemon)
     raise typer.Exit(code)
 
 
 def _run(problem, candidate, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
-         isolation, cache_dir, backend="triton", modes=None, kernel_evidence=True, timeouts=None) -> int:
+         isolation, cache_dir, backend="triton", modes=None, kernel_evidence=True, timeouts=None, daemon=None) -> int:
     from kernelagent.devices import check_device
     from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator, Status
@@ -65,7 +67,7 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
         raise UserError(str(exc)) from None
     device = check_device(device)  # a GPU that is not there: exit 2 before anything starts
     try:
-        evaluator = Evaluator(device=device, cache_dir=cache_dir, isolation=isolation)
+        evaluator = Evaluator(device=device, cache_dir=cache_dir, isolation=isolation, daemon=daemon)
     except ValueError as exc:  # a bad --device
         raise UserError(str(exc)) from None
     try:
@@ -76,7 +78,7 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
     finally:
         evaluator.close()
     if result.isolation.get("warning"):
-        typer.echo(f"warning: {result.isolation['warning']}", err=True)
+        typer.echo(terminal_text(f"warning: {result.isolation['warning']}"), err=True)
     if result.status == Status.BAD_PROBLEM:
         # The problem's fault, not the candidate's: what went wrong goes to stderr (in full
         # under --json), nothing to stdout that looks like a verdict.

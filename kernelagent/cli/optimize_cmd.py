@@ -19,6 +19,7 @@ from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, ModelConcurr
                                   StageTimeoutOpt, StrategyOpt, TimeoutScaleOpt, finite, inductor_modes, interrupted,
                                   stage_timeouts)
 from kernelagent.errors import EXIT_USAGE, UserError
+from kernelagent.text import terminal_text
 
 
 class Mode(str, Enum):
@@ -28,7 +29,7 @@ class Mode(str, Enum):
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(terminal_text(f"error: {message}"), err=True)
     return typer.Exit(EXIT_USAGE)
 
 
@@ -151,7 +152,7 @@ def optimize(
              "no_correct_kernel": "no correct kernel found"}[run.result.outcome]
     detail = f" ({summary['target_check']})" if best else ""
     kernel = f"; kernel: {best['kernel']}" if best else ""
-    typer.echo(f"{words}{detail}{kernel}; summary: {run.out_dir / 'summary.json'}")
+    typer.echo(terminal_text(f"{words}{detail}{kernel}; summary: {run.out_dir / 'summary.json'}"))
     raise typer.Exit(run.exit_code)
 
 
@@ -203,6 +204,7 @@ def _whole_model(problem, llm, budget, out, device, trials, strategy, samples, m
     interval = summary.get("e2e_interval")
     measured = (f"{speed:.3f}x [{interval[0]:.3f}, {interval[1]:.3f}] vs {summary.get('e2e_baseline')}"
                 if speed is not None and interval else "timings not meaningful on the CPU")
-    typer.echo(f"whole model: {summary['verdict']}; regions spliced: {', '.join(summary['spliced']) or 'none'}; "
-               f"end to end {measured}; model: {summary['model_optimized']}; summary: {out / 'summary.json'}")
+    typer.echo(terminal_text(f"whole model: {summary['verdict']}; regions spliced: "
+                             f"{', '.join(summary['spliced']) or 'none'}; end to end {measured}; "
+                             f"model: {summary['model_optimized']}; summary: {out / 'summary.json'}"))
     return 0 if summary["passed"] and summary["spliced"] else 1

@@ -16,6 +16,7 @@ import typer
 
 from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, finite, inductor_modes
 from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UserError
+from kernelagent.text import terminal_text
 
 
 def profile(
@@ -32,17 +33,18 @@ def profile(
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", help="Cache directory (default ~/.cache/kernelagent).")] = None,
     max_autotune: MaxAutotuneOpt = False,
     modes: InductorModesOpt = None,
+    daemon: Annotated[Optional[bool], typer.Option("--daemon/--no-daemon", help="Use this user's warm harness (started now if none answers; it ends after 10 idle minutes) instead of starting a server for this command alone: a second command skips the server's start. Default: $KERNELAGENT_DAEMON (off unless 1).", show_default=False)] = None,
 ) -> None:
     """Profile CANDIDATE on PROBLEM: top kernels, roofline fraction, Nsight Compute metrics."""
     from kernelagent.cli import run_guarded
 
     code = run_guarded(_run, problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines,
-                       isolation, cache_dir, modes, max_autotune)
+                       isolation, cache_dir, modes, max_autotune, daemon)
     raise typer.Exit(code)
 
 
 def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines, isolation,
-         cache_dir, modes=None, max_autotune=False) -> int:
+         cache_dir, modes=None, max_autotune=False, daemon=None) -> int:
     from kernelagent.devices import check_device
     from kernelagent.harness import Evaluator, Status
     from kernelagent.harness.caller import profiling
@@ -58,7 +60,7 @@ def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials,
     source = read_candidate(candidate)
     device = check_device(device)  # a GPU that is not there: exit 2 before anything starts
     try:
-        with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation) as evaluator:
+        with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation, daemon=daemon) as evaluator:
             report = profiling.profile(loaded, source, evaluator=evaluator, backend=backend, trials=trials,
                                        use_ncu=ncu, ncu_timeout=ncu_timeout, baselines=baselines,
                                        config_overrides={"compile_modes": tuple(compile_modes)})
@@ -79,15 +81,17 @@ def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials,
                                "workload": result.workload,
                                "flags": [f.__dict__ for f in result.flags]}, default=str))
     else:
-        typer.echo(f"{problem.name} / {candidate.name} [{backend}] on {result.device or '?'}: {result.status}"
-                   + (" (flagged)" if result.status == Status.CORRECT and not result.passed else ""))
+        # The reason, the kernels' names and the flags' messages are the candidate's text.
+        typer.echo(terminal_text(f"{problem.name} / {candidate.name} [{backend}] on {result.device or '?'}: "
+                                 f"{result.status}"
+                                 + (" (flagged)" if result.status == Status.CORRECT and not result.passed else "")))
         if result.reason:
-            typer.echo(result.reason)
+            typer.echo(terminal_text(result.reason))
         for line in report["lines"]:
-            typer.echo(line)
+            typer.echo(terminal_text(line))
         for flag in result.flags:
             if flag.severity in ("reject", "review"):
-                typer.echo(f"{flag.severity}: [{flag.kind}] {flag.message}")
+                typer.echo(terminal_text(f"{flag.severity}: [{flag.kind}] {flag.message}"))
     if result.status == Status.BAD_PROBLEM:
         return EXIT_USAGE
     if result.status == Status.TOO_LARGE:

@@ -1,29 +1,38 @@
-"""Rich rendering of harness results for people."""
+"""Rich rendering of harness results for people.
+
+Every string of the result may be a candidate's (its reason, trial and flag messages, and
+whatever it forged into the other fields): each goes through kernelagent.text.terminal_text,
+with rich markup escaped wherever rich parses markup (console.print with markup, table cells)."""
 
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from kernelagent.harness.result import EvalResult, Status
+from kernelagent.text import terminal_text
 
 STATUS_STYLE = {Status.CORRECT: "bold green", Status.COMPILED: "green", Status.INCORRECT: "bold red",
                 Status.REJECTED: "bold magenta", Status.TIMEOUT: "bold yellow", Status.CRASHED: "bold red",
                 Status.BAD_PROBLEM: "bold red"}
 
 
+def _m(text: object) -> str:
+    """Text for a place where rich parses markup."""
+    return terminal_text(text, markup=True)
+
+
 def render_result(result: EvalResult, console: Console | None = None) -> None:
     console = console or Console()
     style = STATUS_STYLE.get(result.status, "bold")
     verdict = "PASS" if result.passed else "FAIL"
-    console.print(f"[{style}]{verdict}: {result.status}[/]" + (f" (stage: {result.stage})" if result.stage else ""))
+    console.print(f"[{style}]{verdict}: {_m(result.status)}[/]" + (f" (stage: {_m(result.stage)})" if result.stage else ""))
     if result.reason:
-        console.print(result.reason, markup=False, highlight=False)
+        console.print(terminal_text(result.reason), markup=False, highlight=False)
     table = Table(show_header=False, box=None, pad_edge=False)
     smoke = (result.derived or {}).get("smoke")
     sizes = f" ({', '.join(f'{k}={v}' for k, v in smoke.items())})" if smoke else ""
-    table.add_row("device", f"{result.device or '?'}  inputs: {result.input_set}{sizes}")
+    table.add_row("device", _m(f"{result.device or '?'}  inputs: {result.input_set}{sizes}"))
     table.add_row("compiled", "yes" if result.compiled else "no")
     passed = sum(t.passed for t in result.trials)
     table.add_row("correct", f"{'yes' if result.correct else 'no'} ({passed}/{len(result.trials)} checks)")
@@ -32,25 +41,26 @@ def render_result(result: EvalResult, console: Console | None = None) -> None:
         empty = f", empty call {timing.empty_call_ms:.4f} ms" if timing.empty_call_ms is not None else ""
         clocks = (f", SM clock {timing.clocks_mhz[0]:.0f}->{timing.clocks_mhz[1]:.0f} MHz"
                   if len(timing.clocks_mhz) == 2 else "")
-        table.add_row(f"time {name}", f"{timing.median_ms:.4f} ms median, IQR {timing.iqr_ms:.4f}, "
-                                      f"{timing.reps} reps{empty}{clocks}{note}")
+        table.add_row(_m(f"time {name}"), f"{timing.median_ms:.4f} ms median, IQR {timing.iqr_ms:.4f}, "
+                                          f"{timing.reps} reps{empty}{clocks}{note}")
     meaningful = all(t.meaningful for t in result.timings.values())
     for name, value in result.speedups.items():
         bounds = result.speedup_intervals.get(name)
         interval = f" [{bounds[0]:.3f}, {bounds[1]:.3f}] (95%)" if bounds and len(bounds) == 2 else ""
-        table.add_row(f"speedup vs {name}", f"{value:.3f}x{interval}" + ("" if meaningful else "  (not meaningful)"))
+        table.add_row(_m(f"speedup vs {name}"),
+                      _m(f"{value:.3f}x{interval}") + ("" if meaningful else "  (not meaningful)"))
     if result.baselines_cached:
         table.add_row("baselines", "from cache")
     if any(name != "candidate" for name in result.timings) and result.numerics:
         table.add_row("numerics", "TF32 off in every baseline" if result.numerics.get("tf32") is False
-                      else str(result.numerics.get("note", "")))
+                      else _m(result.numerics.get("note", "")))
     console.print(table)
     for trial in result.trials:
         if not trial.passed:
-            console.print(f"[red]{escape(trial.name)}[/] (seed {trial.seed}): {escape(trial.message)}", highlight=False)
+            console.print(f"[red]{_m(trial.name)}[/] (seed {_m(trial.seed)}): {_m(trial.message)}", highlight=False)
     for flag in result.flags:
         label = {"reject": "[magenta]rejected[/]", "review": "[yellow]review[/]"}.get(flag.severity, "[dim]note[/]")
-        console.print(f"{label} {escape('[' + flag.kind + ']')} {escape(flag.message)}", highlight=False)
+        console.print(f"{label} {_m('[' + str(flag.kind) + ']')} {_m(flag.message)}", highlight=False)
     secs = result.stage_seconds
     if secs:
-        console.print("[dim]" + "  ".join(f"{k} {v:.2f}s" for k, v in secs.items()) + "[/]", highlight=False)
+        console.print("[dim]" + "  ".join(f"{_m(k)} {v:.2f}s" for k, v in secs.items()) + "[/]", highlight=False)

@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from kernelagent.errors import EXIT_USAGE, UserError
+from kernelagent.text import terminal_text
 
 
 def report(
@@ -28,7 +29,7 @@ def report(
     from kernelagent.bench.store import Store, default_store_path
 
     def fail(message: str) -> typer.Exit:
-        typer.echo(f"error: {message}", err=True)
+        typer.echo(terminal_text(f"error: {message}"), err=True)
         return typer.Exit(EXIT_USAGE)
 
     try:

@@ -118,6 +118,10 @@ class EvalConfig:
     post_timing_check: bool = True
     # Also check on signed normal inputs (defeats kernels that exploit rand()'s [0, 1)).
     alt_distribution: bool = True
+    # Also check on inputs near one where the reference runs products or scans (cumprod, prod,
+    # cumsum...): there every output element stays significant, so a kernel that ignores part of
+    # its output fails (a cumprod of rand() decays below the tolerance within a few dozen steps).
+    near_one_inputs: bool = True
     # Use the problem's get_extra_inputs() as generalisation checks.
     extra_inputs: bool = True
     # A problem without get_extra_inputs() (KernelBench): this many extra input sets derived from

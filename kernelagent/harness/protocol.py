@@ -44,12 +44,13 @@ _NUM = (int, float)
 # type -> {field: allowed python types after json.loads}; every field listed is required.
 SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     # caller <-> server
-    "hello": {"fingerprint": (dict,), "pid": (int,)},
+    "hello": {"fingerprint": (dict,), "pid": (int,), "daemon": (dict,)},  # daemon: a warm harness's (listen.py)
     "evaluate": {"config": (dict,), "problem_source": (str,), "candidate_source": (str,),
                  "candidate_sha256": (str,), "want_baselines": (bool,), "options": (dict,)},
     "started": {},
     "nonce": {"nonce": (str,)},
     "result": {"result": (dict,)},
+    "cancel": {},  # the caller gave up on this job: its processes are killed (Dispatcher.cancel)
     "shutdown": {},
     # server -> reference
     "ref_nonce": {"nonce": (str,)},
@@ -66,9 +67,11 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "exit": {},
     # reference -> server
     "idle": {"us": _NUM, "idle": (bool,)},
-    "ref_ready": {"n_extra": (int,), "extra_plan": (list,), "extra_skipped": (dict,), "alt": (bool,), "input_bytes": (int,), "output_bytes": (int,),
+    "ref_ready": {"n_extra": (int,), "extra_plan": (list,), "extra_skipped": (dict,), "alt": (bool,),
+                  "near_one": (bool,), "input_bytes": (int,), "output_bytes": (int,),
                   "output_dtype": (str,), "flops": _NUM + (type(None),), "param_bytes": (int,),
-                  "reference_ops": (list,), "estimate_ms": _NUM, "memory": (dict,)},
+                  "reference_ops": (list,), "estimate_ms": _NUM, "memory": (dict,),
+                  "extra_bytes": (dict,)},  # a derived set's own input + output bytes, by kind
     "ref_error": {"kind": (str,), "message": (str,)},
     "verdict": {"name": (str,), "kind": (str,), "seed": (int,), "passed": (bool,), "message": (str,),
                 "max_abs_err": _NUM + (type(None),), "max_rel_err": _NUM + (type(None),),

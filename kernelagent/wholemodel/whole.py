@@ -20,13 +20,13 @@ when it was verified as a candidate of its own region problem.
 
 from __future__ import annotations
 
-import html
 import json
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from kernelagent.agent.trajectory import write_json_atomic
+from kernelagent.text import html_text
 
 E2E_OVERRIDES = {"static_check": "warn", "torch_work": "allow", "kernel_evidence": False}
 
@@ -151,10 +151,12 @@ def optimize_whole_model(problem: str | Path, model: Any, *, out: str | Path, ev
 
 
 def render_html(summary: dict[str, Any]) -> str:
+    """report.html. A region's `why` and the verdict quote what the harness said of the spliced
+    model (a candidate's reason): every string goes through kernelagent.text.html_text."""
     def cell(v: Any) -> str:
         if isinstance(v, float):
             return f"<td>{v:.4g}</td>"
-        return f"<td>{html.escape(str(v if v is not None else '–'))}</td>"
+        return f"<td>{html_text(str(v if v is not None else '–'))}</td>"
 
     head = ("region", "kind", "share", "Amdahl bound", "status", "kernel speedup", "alone end to end",
             "contribution", "why")
@@ -166,7 +168,7 @@ def render_html(summary: dict[str, Any]) -> str:
     line = (f"{e2e:.3f}x [{interval[0]:.3f}, {interval[1]:.3f}] vs {summary.get('e2e_baseline')}"
             if e2e is not None and interval else "not measurable here (no GPU)" if e2e is None else f"{e2e:.3f}x")
     return (f"<!doctype html><meta charset='utf-8'><title>kernelagent whole model</title>"
-            f"<h1>{html.escape(Path(summary['problem']).name)}: whole model</h1>"
-            f"<p id='e2e'>end to end: {html.escape(summary['verdict'])}, {html.escape(line)}; spliced: "
-            f"{html.escape(', '.join(summary['spliced']) or 'none')}</p>"
+            f"<h1>{html_text(Path(summary['problem']).name)}: whole model</h1>"
+            f"<p id='e2e'>end to end: {html_text(summary['verdict'])}, {html_text(line)}; spliced: "
+            f"{html_text(', '.join(summary['spliced']) or 'none')}</p>"
             f"<table id='regions'><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{body}</table>")

@@ -32,6 +32,13 @@ from kernelagent.problem import Problem, candidate_static_problem, load_problem,
 log = logging.getLogger(__name__)
 
 
+# Evaluator.evaluate(..., cancel=): how often a waiting call looks at its event, how long it then
+# waits for the server to say the job ended, and the reason its result gives.
+CANCEL_POLL_S = 0.2
+CANCEL_WAIT_S = 30.0
+CANCELLED_REASON = "cancelled by the caller: this evaluation's processes were killed (nothing else was)"
+
+
 class HarnessStartError(RuntimeError):
     """The harness server could not be started (no torch, broken install...)."""
 
@@ -58,11 +65,18 @@ class Evaluator:
     def __init__(self, device: str = "auto", cache_dir: str | Path | None = None,
                  isolation: str = "auto", start_timeout: float = 180.0, hide: list[str | Path] | None = None,
                  cpus: list[int] | None = None, share_compile_cache: bool = True,
-                 coordinate_baselines: bool = True, concurrency: int = 0):
+                 coordinate_baselines: bool = True, concurrency: int = 0, daemon: bool | None = None):
         self.requested_device, self.visible_devices = _resolve_device(device)
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 0:
             raise ValueError(f"concurrency must be a whole number >= 0 (0: the server's default), got {concurrency!r}")
         self.concurrency_requested = concurrency
+        # A warm harness that outlives this command (caller/daemon.py): None reads KERNELAGENT_DAEMON.
+        from kernelagent.harness.caller import daemon as daemon_mod
+
+        self.daemon_requested = daemon_mod.wanted(daemon)
+        self._daemon: Any = None
+        self.daemon_note: str | None = None
+        self.daemon_info: dict[str, Any] = {}
         self.cache = BaselineCache(cache_dir)
         # Host contention (several evaluators on one machine; pool.py chooses these):
         # - cpus: the CPUs this server and its jobs run on, and so its thread pools' sizes
@@ -107,12 +121,13 @@ class Evaluator:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _server_env(self) -> dict[str, str]:
+    def _server_env(self, scratch_root: Path | None = None) -> dict[str, str]:
         env = sandbox.scrubbed_environ()
-        if self._scratch_root is not None:
+        scratch_root = scratch_root or self._scratch_root
+        if scratch_root is not None:
             # The only writable place under bubblewrap; torch's and Triton's caches go there.
-            env["TMPDIR"] = str(self._scratch_root)
-            env["TORCHINDUCTOR_CACHE_DIR"] = str(self._scratch_root / "inductor")
+            env["TMPDIR"] = str(scratch_root)
+            env["TORCHINDUCTOR_CACHE_DIR"] = str(scratch_root / "inductor")
         if self.visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_devices
         if self.cpus:
@@ -144,10 +159,62 @@ class Evaluator:
             self._unbilled_start_s += time.monotonic() - started
 
     def _start(self) -> None:
+        self._daemon = None
+        self.daemon_note = None
+        if self.daemon_requested:
+            from kernelagent.harness.caller import daemon
+
+            try:
+                self._start_daemon()
+                return
+            except daemon.DaemonUnavailable as exc:  # said in every result's isolation
+                self.daemon_note = f"not used: {exc}"
         self._scratch_root = sandbox.make_scratch_root()
         parent_sock, child_sock = socket.socketpair()
-        cmd = [sys.executable, "-m", "kernelagent.harness.server", "--fd", str(child_sock.fileno()),
-               "--device", self.requested_device, "--scratch-root", str(self._scratch_root),
+        cmd, prefix = self._server_command(self._scratch_root)
+        cmd[3:3] = ["--fd", str(child_sock.fileno())]
+        log_path = self._scratch_root / "server.log"
+        with open(log_path, "ab") as server_log:
+            self._proc = subprocess.Popen((prefix or []) + cmd, env=self._server_env(), pass_fds=[child_sock.fileno()],
+                                          stdin=subprocess.DEVNULL, stdout=server_log, stderr=server_log,
+                                          start_new_session=True)
+        child_sock.close()
+        self._conn = Connection(parent_sock.detach())
+        if not self._conn.poll(self.start_timeout):
+            self._kill_server()
+            raise HarnessStartError(f"the harness server did not start within {self.start_timeout:.0f} s "
+                                    f"(log: {log_path})")
+        self._hello(prefix, lambda: log_path.read_text(errors="replace")[-2000:])
+
+    def _start_daemon(self) -> None:
+        """Connect to this user's warm harness for these settings, starting it where none
+        answers (caller/daemon.py)."""
+        from kernelagent.harness.caller import daemon
+
+        where = daemon.runtime_dir()
+        scratch = sandbox.make_scratch_root()
+        try:
+            cmd, prefix = self._server_command(scratch, extra_rw=[where])
+            settings = [self.requested_device, str(self.visible_devices), self.isolation_requested,
+                        ",".join(self.hide), ",".join(map(str, self.cpus or [])), str(self.concurrency_requested),
+                        str(self.cache.root.resolve()), str(self.share_compile_cache), str(bool(prefix))]
+            attached = daemon.attach((prefix or []) + cmd, self._server_env(scratch), settings, scratch,
+                                     self.start_timeout)
+        except BaseException:
+            sandbox.remove_tree(scratch)
+            raise
+        if not attached.spawned:
+            sandbox.remove_tree(scratch)  # the harness found has its own
+        self._conn = attached.conn
+        self._daemon = attached
+        self._proc = _DaemonProcess(attached.pid)
+        self._hello(prefix, lambda: "", attached.hello)
+
+    def _server_command(self, scratch_root: Path, extra_rw: list[Path] | None = None) -> tuple[list[str], list[str] | None]:
+        """The server's command line (without --fd or --listen) and bubblewrap's prefix, if any;
+        sets where the build and reference-compile caches are."""
+        cmd = [sys.executable, "-m", "kernelagent.harness.server",
+               "--device", self.requested_device, "--scratch-root", str(scratch_root),
                "--isolation", "none" if self.isolation_requested == "none" else
                "namespaces" if self.isolation_requested == "namespaces" else "auto"]
         for path in [str(self.cache.root.resolve())] + self.hide:
@@ -165,40 +232,42 @@ class Evaluator:
             cmd += ["--probe-cache", str(probes)]
         self.reference_compile_dir = shared
         # Only the server reads and writes the build cache; jobs get verified copies of their entries.
-        self.cuda_cache_dir = persistent or self._scratch_root / "cuda-ext"
+        self.cuda_cache_dir = persistent or scratch_root / "cuda-ext"
         # As root, bubblewrap's layer maps the server to uid 0 outside, and jobs inside it cannot
         # switch to an unprivileged uid: `auto` then runs the server unwrapped and every job in
         # its own namespaces as an unprivileged uid (child/jail.py job_uid); `bwrap` asks for
         # the layer anyway (jobs keep uid 0 outside, said in the result's isolation).
         if self.isolation_requested == "bwrap" or (self.isolation_requested == "auto" and os.geteuid() != 0):
-            writable = [p for p in (persistent, shared, probes) if p is not None]
-            prefix = sandbox.bubblewrap_command(self._scratch_root, extra_rw=writable or None)
+            writable = [p for p in (persistent, shared, probes) if p is not None] + list(extra_rw or [])
+            prefix = sandbox.bubblewrap_command(scratch_root, extra_rw=writable or None)
             if prefix is None and writable:
-                prefix = sandbox.bubblewrap_command(self._scratch_root)
+                prefix = sandbox.bubblewrap_command(scratch_root, extra_rw=list(extra_rw or []) or None)
                 if prefix is not None:
-                    self.cuda_cache_dir = self._scratch_root / "cuda-ext"
+                    self.cuda_cache_dir = scratch_root / "cuda-ext"
                     self.reference_compile_dir = None
             if prefix is None and self.isolation_requested == "bwrap":
                 raise HarnessStartError("bubblewrap isolation was requested but `bwrap` is missing or cannot "
                                         "create namespaces here")
-        log_path = self._scratch_root / "server.log"
-        with open(log_path, "ab") as server_log:
-            self._proc = subprocess.Popen((prefix or []) + cmd, env=self._server_env(), pass_fds=[child_sock.fileno()],
-                                          stdin=subprocess.DEVNULL, stdout=server_log, stderr=server_log,
-                                          start_new_session=True)
-        child_sock.close()
-        self._conn = Connection(parent_sock.detach())
-        if not self._conn.poll(self.start_timeout):
-            self._kill_server()
-            raise HarnessStartError(f"the harness server did not start within {self.start_timeout:.0f} s "
-                                    f"(log: {log_path})")
+        return cmd, prefix
+
+    def _hello(self, prefix: list[str] | None, log_tail: Any, hello: dict[str, Any] | None = None) -> None:
+        assert self._conn is not None
         try:
-            hello = protocol.recv(self._conn, {"hello"}, max_bytes=protocol.MAX_CALLER_FRAME)
+            hello = hello or protocol.recv(self._conn, {"hello"}, max_bytes=protocol.MAX_CALLER_FRAME)
         except (EOFError, OSError, protocol.ProtocolError):
-            tail = log_path.read_text(errors="replace")[-2000:]
+            tail = log_tail()
             self._kill_server()
             raise HarnessStartError(f"the harness server exited at start:\n{tail}") from None
         self._fingerprint = hello["fingerprint"]
+        if self._daemon is not None:
+            from kernelagent.harness.caller import daemon
+
+            info = hello.get("daemon") if isinstance(hello.get("daemon"), dict) else {}
+            if isinstance(info.get("pid"), int):
+                self._proc = _DaemonProcess(info["pid"])
+            if isinstance(info.get("scratch_root"), str):
+                self._scratch_root = Path(info["scratch_root"])
+            self.daemon_info = daemon.describe(hello, self._daemon)
         self._reader = threading.Thread(target=self._read, args=(self._conn,), name="kernelagent-harness-reader",
                                         daemon=True)
         self._reader.start()
@@ -217,6 +286,10 @@ class Evaluator:
             "mode": ("bwrap+" if prefix else "") + str(jail.get("mode", "none")),
             "secrets_scrubbed": True,
         }
+        if self._daemon is not None:
+            self.isolation["daemon"] = dict(self.daemon_info)
+        elif self.daemon_note:
+            self.isolation["daemon"] = self.daemon_note
         if not prefix and jail.get("mode", "none") == "none":
             self.isolation["warning"] = ("no isolation: candidate code runs as this user, without namespaces "
                                          "(install bubblewrap, or allow user namespaces)")
@@ -242,11 +315,20 @@ class Evaluator:
         """The server's jobs at once, its default and why (after start)."""
         return dict((self._fingerprint or {}).get("concurrency") or {})
 
-    def _kill_server(self) -> None:
+    def _kill_server(self, misbehaved: bool = False) -> None:
+        """The server stopped answering or broke the protocol: it goes, and the next evaluation
+        starts another. A warm harness is killed only when it `misbehaved` (hung past a job's
+        deadline, a result without the job's nonce: it is this user's, and broken for everyone);
+        else only this command's connection to it ends."""
+        if getattr(self, "_daemon", None) is not None and not misbehaved:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn, self._proc, self._daemon = None, None, None
+            return
         if self._proc is not None:
             try:
                 os.killpg(self._proc.pid, 9)
-            except (ProcessLookupError, PermissionError):
+            except (ProcessLookupError, PermissionError, OSError):
                 pass
             self._proc.wait(timeout=10)
         self._proc = None
@@ -257,7 +339,14 @@ class Evaluator:
     def abort(self) -> None:
         """Kill the harness server (and so every job process) at once, without waiting for an
         evaluation in progress or taking the lock: for Ctrl-C. The evaluation in progress ends
-        as a harness error; the next one starts a fresh server."""
+        as a harness error; the next one starts a fresh server. With a warm harness only this
+        command's connection goes: the harness ends its jobs, and serves the others on."""
+        if getattr(self, "_daemon", None) is not None:
+            conn = self._conn
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    socket.socket(fileno=os.dup(conn.fileno())).shutdown(socket.SHUT_RDWR)
+            return
         proc = self._proc
         if proc is not None:
             try:
@@ -267,6 +356,15 @@ class Evaluator:
 
     def close(self) -> None:
         with self._lock:
+            if getattr(self, "_daemon", None) is not None:
+                # A warm harness outlives this command: only the connection ends (its jobs with it).
+                if self._conn is not None:
+                    with contextlib.suppress(OSError):
+                        with self._send_lock:
+                            protocol.send(self._conn, "shutdown", "-")
+                    self._conn.close()
+                self._conn, self._proc, self._daemon, self._scratch_root = None, None, None, None
+                return
             if self._conn is not None and self._proc is not None and self._proc.poll() is None:
                 try:
                     with self._send_lock:
@@ -287,9 +385,12 @@ class Evaluator:
 
     # -- evaluation --------------------------------------------------------------------
     def evaluate(self, problem: Problem | str | Path, candidate_source: str,
-                 config: EvalConfig | None = None) -> EvalResult:
+                 config: EvalConfig | None = None, *, cancel: threading.Event | None = None) -> EvalResult:
         """Evaluate `candidate_source` against `problem`. Never raises for a bad candidate;
-        raises ProblemError for a problem file that cannot be read or parsed."""
+        raises ProblemError for a problem file that cannot be read or parsed. `cancel`: set it
+        (from any thread) to give up on this evaluation: the server kills this job's processes
+        and nothing else (other evaluations and the server go on), and the result is a harness
+        error whose reason says it was cancelled."""
         config = config or EvalConfig()
         from kernelagent.harness.cuda_source import BACKENDS
 
@@ -359,13 +460,13 @@ class Evaluator:
             request = {"config": config.to_dict(), "problem_source": problem.source,
                        "candidate_source": candidate_source, "want_baselines": want_baselines,
                        "candidate_sha256": base.candidate_sha256, "options": options}
-            reply = self._round_trip(request, self._deadline(config))
+            reply = self._round_trip(request, self._deadline(config), cancel)
             if reply is not None and "result" in reply and \
                     (reply["result"].get("concurrency") or {}).get("retry_alone"):
                 # Out of memory beside other jobs: never the candidate's verdict until it ran alone.
                 first = reply["result"].get("stage_seconds") or {}
                 request["options"] = dict(options, alone=True)
-                reply = self._round_trip(request, self._deadline(config))
+                reply = self._round_trip(request, self._deadline(config), cancel)
                 if reply is not None and "result" in reply:
                     reply["result"].setdefault("concurrency", {})["retried_alone"] = True
                     reply["result"].setdefault("stage_seconds", {})["first_try"] = \
@@ -378,8 +479,11 @@ class Evaluator:
                 base.stage_seconds["baseline_wait"] = time.monotonic() - waited
                 if cached is None:  # the holder's candidate failed before its baselines: time them here
                     request["want_baselines"] = True
-                    reply = self._round_trip(request, self._deadline(config))
+                    reply = self._round_trip(request, self._deadline(config), cancel)
             base.stage_seconds["start_to_reply"] = time.monotonic() - started
+            if reply is not None and reply.get("cancelled"):
+                base.reason = CANCELLED_REASON
+                return base
             if reply is None:
                 base.status = Status.TIMEOUT
                 base.reason = ("the harness did not answer within its overall deadline; the server was killed and "
@@ -462,11 +566,13 @@ class Evaluator:
         jobs = int(self.concurrency.get("jobs") or 1)
         return one + (jobs - 1) * (2 * t.timing + t.baselines / 4 + evidence)
 
-    def _round_trip(self, request: dict[str, Any], deadline_s: float) -> dict[str, Any] | None:
+    def _round_trip(self, request: dict[str, Any], deadline_s: float,
+                    cancel: threading.Event | None = None) -> dict[str, Any] | None:
         """Send one job, give it its nonce once the server has forked it, and wait for the
         result that carries both. Several jobs share the socket (the reader thread routes the
         replies). A job past its overall deadline means a server that stopped answering: it is
-        killed (the jobs in flight with it end as harness errors) and restarted next time."""
+        killed (the jobs in flight with it end as harness errors) and restarted next time. A
+        `cancel` set meanwhile ends this job alone ({"cancelled": True}: _cancel_job)."""
         job = secrets.token_hex(8)
         nonce = secrets.token_hex(16)
         box: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -478,7 +584,9 @@ class Evaluator:
             try:
                 with self._send_lock:
                     protocol.send(conn, "evaluate", job, **request)
-                started = self._until_started(box, deadline_s)
+                started = self._until_started(box, deadline_s, cancel)
+                if started is not None and started.get("type") == "cancelled":
+                    return self._cancel_job(conn, job, box)
                 if started is None or started.get("type") != "started":
                     return self._lost(proc, started)
                 # The job's own deadline runs from its admission: a job queued behind others
@@ -486,11 +594,13 @@ class Evaluator:
                 until = time.monotonic() + deadline_s
                 with self._send_lock:
                     protocol.send(conn, "nonce", job, nonce=nonce)
-                message = self._next(box, until)
+                message = self._next(box, until, cancel)
+                if message is not None and message.get("type") == "cancelled":
+                    return self._cancel_job(conn, job, box)
                 if message is None or message.get("type") != "result":
                     return self._lost(proc, message)
                 if message.get("nonce") != nonce:
-                    self._kill_server_if(proc)
+                    self._kill_server_if(proc, misbehaved=True)
                     return {"error": "the harness server sent a result without this job's nonce; it was killed and "
                                      "will be restarted"}
                 return {"result": message["result"]}
@@ -500,37 +610,65 @@ class Evaluator:
         finally:
             self._pending.pop(job, None)
 
-    def _until_started(self, box: "queue.Queue[dict[str, Any] | None]", quiet_s: float) -> dict[str, Any] | None:
+    def _until_started(self, box: "queue.Queue[dict[str, Any] | None]", quiet_s: float,
+                       cancel: threading.Event | None = None) -> dict[str, Any] | None:
         """The job's `started`: it may wait in the server's queue as long as the server keeps
         answering other jobs; a server silent for `quiet_s` (one job's deadline) has hung."""
         since = time.monotonic()
         while True:
             heard = max(since, self._heard)
-            message = self._next(box, min(heard + quiet_s, time.monotonic() + 5.0))
+            message = self._next(box, min(heard + quiet_s, time.monotonic() + 5.0), cancel)
             if message is None or message.get("type") != "deadline":
                 return message
             if time.monotonic() >= max(since, self._heard) + quiet_s:
                 return message
 
     @staticmethod
-    def _next(box: "queue.Queue[dict[str, Any] | None]", until: float) -> dict[str, Any] | None:
+    def _next(box: "queue.Queue[dict[str, Any] | None]", until: float,
+              cancel: threading.Event | None = None) -> dict[str, Any] | None:
+        while cancel is not None and not cancel.is_set():  # watched in short waits
+            left = until - time.monotonic()
+            if left <= 0:
+                return {"type": "deadline"}
+            try:
+                return box.get(timeout=min(left, CANCEL_POLL_S))
+            except queue.Empty:
+                continue
+        if cancel is not None:
+            return {"type": "cancelled"}
         try:
             message = box.get(timeout=max(0.0, until - time.monotonic()))
         except queue.Empty:
             return {"type": "deadline"}
         return message
 
+    def _cancel_job(self, conn: Connection, job: str, box: "queue.Queue[dict[str, Any] | None]") -> dict[str, Any]:
+        """The caller gave up on `job`: the server kills its processes and nothing else
+        (Dispatcher.cancel). Wait a little for the server to say it ended, so that none of its
+        processes outlives this call; the server is never killed for it."""
+        try:
+            with self._send_lock:
+                protocol.send(conn, "cancel", job)
+        except OSError:
+            return {"cancelled": True}
+        until = time.monotonic() + CANCEL_WAIT_S
+        while True:
+            message = self._next(box, until)
+            if message is None or message.get("type") in ("result", "deadline"):
+                return {"cancelled": True}
+
     def _lost(self, proc: subprocess.Popen | None, message: dict[str, Any] | None) -> dict[str, Any] | None:
-        self._kill_server_if(proc)
-        if message is not None and message.get("type") == "deadline":
+        hung = message is not None and message.get("type") == "deadline"
+        self._kill_server_if(proc, misbehaved=hung)
+        if hung:
             return None
         return {"error": "the harness server died; it will be restarted for the next evaluation"}
 
-    def _kill_server_if(self, proc: subprocess.Popen | None) -> None:
+    def _kill_server_if(self, proc: Any, misbehaved: bool = False) -> None:
         """Kill the server this job was sent to, unless it was already replaced."""
         with self._lock:
             if proc is not None and self._proc is proc:
-                self._kill_server()
+                self._kill_server(misbehaved)
 
     def map(self, jobs: list[tuple[Problem | str | Path, str, EvalConfig | None]]) -> list[EvalResult]:
         """Evaluate several (problem, candidate source, config) at once; results in order."""
@@ -599,6 +737,31 @@ class Evaluator:
                 if interval is not None:
                     result.speedup_intervals[name] = interval
         return result
+
+
+class _DaemonProcess:
+    """A warm harness this command did not start (or started detached): the little of
+    subprocess.Popen that the evaluator uses, by pid."""
+
+    def __init__(self, pid: int | None):
+        self.pid = pid if pid is not None else -1
+
+    def poll(self) -> int | None:
+        if self.pid <= 0:
+            return None  # unknown yet (the hello says)
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return 0
+        except PermissionError:
+            return None
+        return None
+
+    def wait(self, timeout: float | None = None) -> int:
+        until = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll() is None and time.monotonic() < until:
+            time.sleep(0.05)
+        return 0
 
 
 def _made_dir(path: Path) -> Path | None:

@@ -18,6 +18,7 @@ import torch
 
 # Seed offsets for each kind of check, so that no two checks share inputs.
 SEED_ALT = 1000
+SEED_NEAR_ONE = 1500
 SEED_EXTRA = 2000
 SEED_POST_TIMING = 3000
 SEED_TIMING = 5000
@@ -110,7 +111,8 @@ def count_extra_sets(problem: ModuleType, device: torch.device) -> int:
 
 def make_inputs(problem: ModuleType, kind: str, seed: int, smoke: bool,
                 device: torch.device) -> list[Any]:
-    """Inputs for one check. kind: "main", "alt" (signed normal), or "extra:<j>"."""
+    """Inputs for one check. kind: "main", "alt" (signed normal), "near-one" (values within 5% of
+    one), or "extra:<j>"."""
     seed_generators(seed)
     with torch.device(device):
         if kind.startswith("extra:") and not hasattr(problem, "get_extra_inputs") and hasattr(problem, DERIVED_ATTR):
@@ -128,6 +130,13 @@ def make_inputs(problem: ModuleType, kind: str, seed: int, smoke: bool,
                 seed_generators(seed)
                 inputs = [torch.randn_like(x) if isinstance(x, torch.Tensor) and x.is_floating_point()
                           else x for x in inputs]
+            elif kind == "near-one":
+                # Same shapes and dtypes, values in [0.95, 1.05]: products and scans keep every
+                # output element significant (a cumprod of rand() decays below any tolerance within
+                # a few dozen steps, where a kernel that writes zeros passes).
+                seed_generators(seed)
+                inputs = [1.0 + 0.05 * (2.0 * torch.rand_like(x) - 1.0)
+                          if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     return [_to_device(x, device) for x in inputs]
 
 

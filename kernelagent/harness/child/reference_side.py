@@ -120,16 +120,20 @@ class ReferenceSide:
                   alt=bool(self.config.alt_distribution and getattr(self.problem, "ALT_DISTRIBUTION", True)),
                   input_bytes=input_bytes, output_bytes=output_bytes, output_dtype=output_dtype,
                   flops=flops if flops is None or math.isfinite(flops) else None,
+                  near_one=bool(self.config.near_one_inputs and NEAR_ONE_OPS & set(reference_ops)),
                   param_bytes=int(_param_bytes(self.model)), reference_ops=list(reference_ops),
-                  estimate_ms=float(estimate_ms), memory=memory)
+                  estimate_ms=float(estimate_ms), memory=memory, extra_bytes=dict(getattr(self, "extra_bytes", {})))
         return True
 
     def validate_derived(self, n_extra: int) -> tuple[list[int], dict[str, str]]:
+        # (also records each derived set's input and output bytes in self.extra_bytes: the server
+        # bounds what it reads of the candidate's outputs for that set by them)
         """Which extra sets to check. The problem's own get_extra_inputs(): all of them. Derived
         sets (harness/derive.py): the reference runs each once, in order, before the candidate
         sees any, and the first `derived_checks` that run with non-empty, finite outputs are
         checked; the others are skipped with the reason (a derived size the model cannot take,
         such as a pooling window larger than the input, is not a check on the candidate)."""
+        self.extra_bytes: dict[str, int] = {}
         if not n_extra or not hasattr(self.problem, inputs_mod.DERIVED_ATTR) \
                 or hasattr(self.problem, "get_extra_inputs"):
             return list(range(n_extra)), {}
@@ -145,6 +149,7 @@ class ReferenceSide:
                 with torch.no_grad():
                     outputs = transfer.flatten_outputs(self.model(*values))
                 _sync(self.device)
+                self.extra_bytes[kind] = int(inputs_mod.tensor_bytes(values)) + int(inputs_mod.tensor_bytes(outputs))
                 if not outputs or any(o.numel() == 0 for o in outputs):
                     skipped[kind] = "the reference's output is empty at these sizes"
                 elif not all(bool(torch.isfinite(o).all()) for o in outputs if o.is_floating_point()):
@@ -229,6 +234,10 @@ class ReferenceSide:
             elif kind == "alt" and not all(bool(torch.isfinite(r).all()) for r in reference if r.is_floating_point()):
                 verdict.update(passed=True, skipped=True,
                                message="skipped: the reference is not finite on signed normal inputs")
+            elif kind == "near-one" and not all(bool(torch.isfinite(r).all()) for r in reference
+                                                if r.is_floating_point()):
+                verdict.update(passed=True, skipped=True,
+                               message="skipped: the reference is not finite on inputs near one")
             elif extra and not all(bool(torch.isfinite(r).all()) for r in reference if r.is_floating_point()):
                 verdict.update(passed=True, skipped=True,
                                message="skipped: the reference's outputs are not finite on this input set")
@@ -531,6 +540,11 @@ def _finite(value: Any) -> float | None:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+# The reference's ops whose outputs decay or grow along a dimension (products and scans): such a
+# problem also gets a check on inputs near one, where every output element stays significant.
+NEAR_ONE_OPS = frozenset({"cumprod", "prod", "cumsum", "logcumsumexp", "cummax", "cummin", "pow"})
 
 
 def reference_main(job: dict[str, Any], server: Connection, workdir: Path) -> None:

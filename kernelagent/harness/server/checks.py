@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from kernelagent.harness import protocol
-from kernelagent.harness.child.inputs import SEED_ALT, SEED_EXTRA, SEED_POST_TIMING
+from kernelagent.harness.child.inputs import SEED_ALT, SEED_EXTRA, SEED_NEAR_ONE, SEED_POST_TIMING
 from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.verdict import CheckRecord
 
@@ -82,6 +82,9 @@ class CheckPhases:
                   for i in range(config.trials)]
         if self.ready.get("alt"):
             checks.append({"name": "signed-normal inputs", "kind": "alt", "seed": base + SEED_ALT, "stop": True})
+        if self.ready.get("near_one"):
+            checks.append({"name": "inputs near one", "kind": "near-one", "seed": base + SEED_NEAR_ONE,
+                           "stop": True})
         derived_names = {d["kind"]: d["name"] for d in self.result["derived"].get("sets", [])}
         for kind, why in self.ready.get("extra_skipped", {}).items():
             self.result["derived"].setdefault("skipped", []).append(
@@ -139,7 +142,7 @@ class CheckPhases:
             # compared as a failure, unless the reference cannot run that set either).
             raise protocol.ProtocolError(f"an error instead of outputs for {check['name']!r}")
         payloads = self.relay_payloads(message["outputs"] + message["inputs"], deadline,
-                                       self.payload_limit(check["kind"].startswith("extra:")))
+                                       self.payload_limit(check["kind"].startswith("extra:"), check["kind"]))
         record = self.compare(check, message["n_outputs"], message["outputs"], message["inputs"], payloads, deadline,
                               candidate_error=error[:4000] if error is not None else None)
         stop = not record.passed and check["stop"]

@@ -49,6 +49,9 @@ from kernelagent.harness.server.timed import SLOT_MIN_S, TimedPhases
 from kernelagent.harness.server.verdict import CheckRecord
 
 _START_STAGES = ("start", "load", "compile")
+# The candidate's `stage` progress reports, per job: an honest one sends two per check; this many,
+# and four more per trial and per extra set.
+MAX_STAGE_REPORTS = 256
 
 
 def _static_flags(problem_source: str) -> dict[str, bool]:
@@ -107,6 +110,7 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         self.hold: gate_mod.Hold | None = None
         self.early_evidence: Any = None  # the evidence's session, started beside the checks (evidence.py)
         self.early_counted = False  # that session counts as live in gate.profilers
+        self.stage_reports = 0  # the candidate's progress messages: bounded (MAX_STAGE_REPORTS)
         self.alone = bool((request.get("options") or {}).get("alone"))
         self.out_of_memory = False  # an out-of-memory error was seen (retried alone when it ran beside others)
 
@@ -516,6 +520,11 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
                 self.candidate_failure(message)
                 raise _Stop()
             if message["type"] == "stage":
+                self.stage_reports += 1
+                allowed = MAX_STAGE_REPORTS + 4 * (int((self.ready or {}).get("n_extra", 0)) + self.config.trials)
+                if self.stage_reports > allowed:
+                    # 300,000 of them before each check's outputs cost the server 50 CPU-seconds
+                    raise protocol.ProtocolError(f"more than {allowed} stage reports")
                 self.candidate_stage(message["stage"])
                 if stage_deadlines:
                     deadline = self.stage_clock + self.limit(self.stage)
@@ -534,13 +543,21 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         if name not in ("correctness", "timing", "post-check", "profile", self.stage):
             raise protocol.ProtocolError(f"unknown stage {name[:30]!r}")
 
-    def payload_limit(self, extra: bool = False) -> int:
+    def payload_limit(self, extra: bool = False, kind: str | None = None) -> int:
         """The most bytes one check's (or one kept call's) described tensors may come to: four
-        times the problem's own inputs and outputs (a wider dtype, a derived set larger than the
-        main one), plus 16 MiB. An extra set of the problem's own get_extra_inputs() may be
-        larger than the main one: up to one payload frame's bound then."""
+        times the set's own inputs and outputs (a wider dtype), plus 16 MiB. The main set and the
+        timed calls: the problem's main sizes; a derived set: its own sizes, as the reference
+        measured them running it (ref_ready's extra_bytes). An extra set of the problem's own
+        get_extra_inputs() (not run ahead) may be larger than the main one: up to one payload
+        frame's bound then. (A derived set was bounded by that frame too: 896 MiB of descriptors
+        on a small problem's derived set were read and compared.)"""
         ready = self.ready or {}
         limit = 4 * (int(ready.get("input_bytes", 0)) + int(ready.get("output_bytes", 0))) + (16 << 20)
+        sized = (ready.get("extra_bytes") or {}).get(kind) if kind else None
+        if isinstance(sized, int) and not isinstance(sized, bool) and sized >= 0:
+            return 4 * sized + (16 << 20)
+        if kind in getattr(self, "derived_dims", {}):
+            return limit  # a derived set the reference did not size: the main set's bound
         return max(limit, protocol.MAX_PAYLOAD_FRAME) if extra else limit
 
     def relay_payloads(self, records: list[Any], deadline: float, limit: int = protocol.MAX_PAYLOAD_FRAME) -> list[bytes]:

@@ -161,8 +161,12 @@ def _probe_in_child(requested: str) -> dict[str, Any]:
     return _finish_probe(*_start_probe(requested))
 
 
-def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation: str,
-          hide: list[str] | None = None, probe_cache: Path | None = None, concurrency: int = 0) -> None:
+def serve(conn: Connection | None, requested_device: str, scratch_root: Path, isolation: str,
+          hide: list[str] | None = None, probe_cache: Path | None = None, concurrency: int = 0,
+          listener: Any = None) -> None:
+    """Set up once (the probe, the imports, the jail), then serve `conn` (the caller that started
+    this server), or with `listener` (server/listen.py: a warm harness that outlives one command)
+    every connection of this user, jobs of all of them sharing the device's gate."""
     probe = cached_probe(requested_device, probe_cache)
     # No GPU: Triton kernels run under the interpreter, on CPU tensors; TRITON_INTERPRET must be
     # set before anything imports Triton (torch._dynamo does), which reads it at import. A cached
@@ -199,27 +203,48 @@ def serve(conn: Connection, requested_device: str, scratch_root: Path, isolation
                                                device_free_bytes=fingerprint.get("free_bytes"))
     limit = concurrency if concurrency > 0 else chosen
     fingerprint["concurrency"] = {"jobs": limit, "default": chosen, "why": why if concurrency <= 0 else "asked for"}
+    if listener is not None:
+        gate = Dispatcher.make_gate(fingerprint, limit)
+        admission = gate_mod.Admission(limit)
+
+        def connection(client: Connection) -> "Dispatcher":
+            dispatcher = Dispatcher(client, scratch_root, fingerprint, sandbox, limit, gate=gate, admission=admission)
+            protocol.send(client, "hello", "-", fingerprint=protocol.json_safe(fingerprint), pid=os.getpid(),
+                          daemon=dict(listener.describe(), scratch_root=str(scratch_root)))
+            return dispatcher
+
+        listener.serve(connection, busy=lambda: admission.running() > 0)
+        return
+    assert conn is not None
     dispatcher = Dispatcher(conn, scratch_root, fingerprint, sandbox, limit)
-    protocol.send(conn, "hello", "-", fingerprint=protocol.json_safe(fingerprint), pid=os.getpid())
+    protocol.send(conn, "hello", "-", fingerprint=protocol.json_safe(fingerprint), pid=os.getpid(), daemon={})
     dispatcher.run()
 
 
 class Dispatcher:
     """Reads the caller's socket on the main thread; each `evaluate` gets a thread of its own,
     admitted by `Admission` (at most `limit` at once, or alone), and its nonce is handed to it
-    when it arrives. Replies go out under one lock."""
+    when it arrives. Replies go out under one lock. A `cancel` ends one job (its processes are
+    killed, its result says so) and nothing else: the server and the other jobs go on."""
 
     def __init__(self, conn: Connection, scratch_root: Path, fingerprint: dict[str, Any], sandbox: dict[str, Any],
-                 limit: int):
+                 limit: int, gate: gate_mod.Gate | None = None, admission: gate_mod.Admission | None = None):
         self.conn, self.scratch_root, self.fingerprint, self.sandbox = conn, scratch_root, fingerprint, sandbox
-        self.gate = gate_mod.Gate(idle_wait_s=float(os.environ.get("KERNELAGENT_IDLE_WAIT_S", "30")))
-        if fingerprint.get("cuda") and limit > 1:
-            self.gate.memory = gate_mod.MemoryLedger(fingerprint.get("free_bytes"))
-        self.admission = gate_mod.Admission(limit)
+        # Shared by every connection of a warm harness (server/listen.py): one device, one slot.
+        self.gate = gate if gate is not None else self.make_gate(fingerprint, limit)
+        self.admission = admission if admission is not None else gate_mod.Admission(limit)
         self._send_lock = threading.Lock()
         self._nonces: dict[str, queue.Queue[str]] = {}
         self._jobs: dict[str, Job] = {}
+        self._cancelled: set[str] = set()
         self._lock = threading.Lock()
+
+    @staticmethod
+    def make_gate(fingerprint: dict[str, Any], limit: int) -> gate_mod.Gate:
+        gate = gate_mod.Gate(idle_wait_s=float(os.environ.get("KERNELAGENT_IDLE_WAIT_S", "30")))
+        if fingerprint.get("cuda") and limit > 1:
+            gate.memory = gate_mod.MemoryLedger(fingerprint.get("free_bytes"))
+        return gate
 
     def send(self, msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) -> None:
         with self._send_lock:
@@ -228,7 +253,7 @@ class Dispatcher:
     def run(self) -> None:
         while True:
             try:
-                request = protocol.recv(self.conn, {"evaluate", "nonce", "shutdown"},
+                request = protocol.recv(self.conn, {"evaluate", "nonce", "cancel", "shutdown"},
                                         max_bytes=protocol.MAX_CALLER_FRAME)
             except (EOFError, OSError, protocol.ProtocolError):
                 break
@@ -240,6 +265,9 @@ class Dispatcher:
                     box = self._nonces.get(job_id)
                 if box is not None:
                     box.put(str(request["nonce"]))
+                continue
+            if request["type"] == "cancel":
+                self.cancel(job_id)
                 continue
             with self._lock:
                 if job_id in self._nonces:
@@ -253,12 +281,31 @@ class Dispatcher:
         with self._lock:
             jobs = list(self._jobs.values())
         for job in jobs:
-            from kernelagent.harness.server import evidence
-            from kernelagent.harness.server.processes import _kill_group
+            _kill_job(job)
 
-            _kill_group(job.cand)
-            _kill_group(job.ref)
-            evidence.discard(job)
+    def cancel(self, job_id: str) -> None:
+        """The caller gave up on `job_id`: a job still queued is answered at once and never
+        forked; a running job's processes (and its ncu session) are killed, and its thread
+        answers with the cancellation once it has unwound (releasing the gate and the device as
+        after a crash). Unknown or finished jobs: nothing."""
+        with self._lock:
+            box = self._nonces.get(job_id)
+            if box is None or job_id in self._cancelled:
+                return
+            self._cancelled.add(job_id)
+            job = self._jobs.get(job_id)
+        if job is None:  # still waiting for admission: `_handle` will see it and return
+            self.send("result", job_id, "-", result=dict(CANCELLED))
+            return
+        try:
+            box.put_nowait("")  # a job waiting for its nonce wakes up (and sees the cancellation)
+        except queue.Full:
+            pass
+        _kill_job(job)
+
+    def cancelled(self, job_id: str) -> bool:
+        with self._lock:
+            return job_id in self._cancelled
 
     def handle(self, request: dict[str, Any]) -> None:
         job_id = str(request["job"])
@@ -276,12 +323,15 @@ class Dispatcher:
             with self._lock:
                 self._nonces.pop(job_id, None)
                 self._jobs.pop(job_id, None)
+                self._cancelled.discard(job_id)
 
     def _handle(self, request: dict[str, Any], job_id: str) -> None:
         cpu_before = _cpu_seconds()
         admitted = time.monotonic()
         job = Job(request, self.scratch_root, self.fingerprint, self.sandbox, gate=self.gate)
         with self._lock:
+            if job_id in self._cancelled:
+                return  # cancelled while queued: `cancel` has answered
             self._jobs[job_id] = job
         try:
             self._run_job(job, job_id, cpu_before, admitted)
@@ -302,6 +352,10 @@ class Dispatcher:
                               reason="the caller sent no nonce for this job")
             job.abandon()
             return
+        if self.cancelled(job_id):  # before its nonce came, or while it was being forked
+            job.abandon()
+            self.send("result", job_id, "-", result=dict(CANCELLED))
+            return
         if job.result["status"] is None:
             try:
                 result = job.run()
@@ -309,12 +363,26 @@ class Dispatcher:
                 result = {"status": Status.HARNESS_ERROR, "reason": "harness error:\n" + traceback.format_exc()}
         else:
             result = job.result
+        if self.cancelled(job_id):  # its processes were killed under it: not a verdict
+            result = {**CANCELLED, "stage_seconds": result.get("stage_seconds")}
         if isinstance(result.get("stage_seconds"), dict):
             # Host CPU while the job ran: this server's and its reaped job processes' (with
             # several jobs at once, theirs too: a profile of where a busy host's time goes).
             result["stage_seconds"]["server_cpu"] = round(_cpu_seconds() - cpu_before, 3)
             result["stage_seconds"]["admitted_to_result"] = round(time.monotonic() - admitted, 3)
         self.send("result", job_id, nonce, result=protocol.json_safe(result))
+
+
+CANCELLED = {"status": Status.HARNESS_ERROR, "reason": "cancelled by the caller: the job's processes were killed"}
+
+
+def _kill_job(job: Job) -> None:
+    from kernelagent.harness.server import evidence
+    from kernelagent.harness.server.processes import _kill_group
+
+    _kill_group(job.cand)
+    _kill_group(job.ref)
+    evidence.discard(job)
 
 
 INTERPRET_KNOWN = "KERNELAGENT_SERVER_DEVICE_KNOWN"  # set only by _restart_knowing: "cuda" or "cpu"
@@ -424,7 +492,10 @@ def _cpu_seconds() -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="kernelagent harness server (started by Evaluator)")
-    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--fd", type=int, default=None, help="the socket to the caller that started it")
+    parser.add_argument("--listen", default=None, help="a warm harness: the Unix socket to listen on (listen.py)")
+    parser.add_argument("--idle-timeout", type=float, default=600.0, help="--listen: exit after this long unused")
+    parser.add_argument("--owns-scratch", action="store_true", help="remove the scratch root at exit")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--scratch-root", required=True)
     parser.add_argument("--isolation", default="auto")
@@ -437,7 +508,22 @@ def main(argv: list[str] | None = None) -> None:
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us exits, which
     # kills servers started from short-lived worker threads. We exit when the caller's
     # socket closes (recv raises EOFError), and jobs are bounded by their stage timeouts.
-    conn = Connection(args.fd)
-    serve(conn, args.device, Path(args.scratch_root), args.isolation, args.hide,
-          Path(args.probe_cache) if args.probe_cache else None, args.concurrency)
+    if (args.fd is None) == (args.listen is None):
+        parser.error("give exactly one of --fd and --listen")
+    listener = None
+    if args.listen:
+        from kernelagent.harness.server.listen import Listener
+
+        listener = Listener(Path(args.listen), args.idle_timeout)
+    try:
+        serve(Connection(args.fd) if args.fd is not None else None, args.device, Path(args.scratch_root),
+              args.isolation, args.hide, Path(args.probe_cache) if args.probe_cache else None, args.concurrency,
+              listener=listener)
+    finally:
+        if listener is not None:
+            listener.close()
+        if args.owns_scratch:
+            import shutil
+
+            shutil.rmtree(args.scratch_root, ignore_errors=True)
     sys.exit(0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 import uuid
@@ -48,6 +49,29 @@ SLOT_SEGMENT_S = 5.0
 # samples are checked against (issue 24, class 2), not one total.
 MIN_SEGMENTS = 8
 
+
+
+# A call the candidate reports may take at most the server's whole segment around it, this much
+# more for the clocks' own disagreement.
+SAMPLE_SLACK = 1.05
+SAMPLE_SLACK_MS = 1.0
+
+
+def check_samples(samples_ms: list[Any], segment_s: float) -> None:
+    """Every time the candidate's process reports for one segment's calls is a number, finite,
+    above zero and no longer than the server's own clock around the whole segment (a call runs
+    inside it): else `rejected: protocol`. All-negative samples were a harness error with the
+    defences off and `correct` with a review flag with them on; samples of 1e308 were believed
+    and gave the eager speedup an interval of [0, 1.34]."""
+    most_ms = SAMPLE_SLACK * segment_s * 1e3 + SAMPLE_SLACK_MS
+    for x in samples_ms:
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise protocol.ProtocolError("malformed timing samples (not numbers)")
+        if not math.isfinite(x) or x <= 0:
+            raise protocol.ProtocolError(f"a timing sample of {x!r} ms (every call takes a finite, positive time)")
+        if x > most_ms:
+            raise protocol.ProtocolError(f"a timing sample of {float(x):.6g} ms in a segment the server's clock "
+                                         f"saw last {segment_s * 1e3:.3f} ms")
 
 
 def loop_plan(config: Any, estimate_ms: float, budget: int, output_bytes: int) -> dict[str, int]:
@@ -240,6 +264,7 @@ class TimedPhases:
                 t1 = time.perf_counter()
                 stopped = self.stop_candidate(True)
                 segment_s.append(t1 - t0)
+                check_samples(message["samples_ms"], t1 - t0)
                 loop_s += t1 - t0
                 comparing = time.monotonic()
                 here = sorted(i for i in chosen if first <= i < first + calls)

@@ -1,0 +1,214 @@
+"""A warm harness that outlives one command (`Evaluator(daemon=True)`, `kernelagent eval
+--daemon`, KERNELAGENT_DAEMON=1): the harness server started once, listening on a Unix socket of
+its user's (server/listen.py), and found again by the next command with the same settings.
+
+The prior art is Gradle's daemon, Bazel's server and mypy's dmypy. A second `kernelagent eval`
+then skips the server's start (importing torch and torch._dynamo, the device probe: 8-9 s on an
+H100 host) and finds the reference-side compile caches warm.
+
+- **Where.** `$KERNELAGENT_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/kernelagent`, else
+  `/tmp/kernelagent-<uid>`: a directory made with mode 0700, and used only while it is a real
+  directory (no symlink), owned by this user, that nobody else may enter. Otherwise the command
+  runs its own server, and its result says why (`isolation.daemon`).
+- **Which.** One socket per settings: the device asked for, the visible devices, the isolation,
+  the hidden directories, the CPUs, the jobs at once, the cache root, the interpreter, the
+  machine's boot and a digest of this package's code. Other settings, or changed code, find
+  another socket and start a new harness: a stale one is never used, and ends when idle.
+- **Who.** The socket is 0600 in that directory, and the harness closes every connection whose
+  peer (SO_PEERCRED) is not its own uid; this side checks the harness's uid the same way.
+- **When it goes.** After `idle_timeout` seconds with no connection and no job
+  (KERNELAGENT_DAEMON_IDLE_S, default 600), removing its socket and scratch. A socket whose
+  harness is gone (killed, a crash) is removed and a new harness started.
+- **What it changes.** Nothing in a verdict: each connection is served as a private server
+  serves its caller, every job in its own jail; a command that ends or is interrupted takes only
+  its own jobs with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Iterator
+
+DEFAULT_IDLE_S = 600.0
+
+
+class DaemonUnavailable(Exception):
+    """No warm harness can be used here (the reason is said); the command runs its own server."""
+
+
+def wanted(explicit: bool | None) -> bool:
+    if explicit is not None:
+        return bool(explicit)
+    return os.environ.get("KERNELAGENT_DAEMON", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def idle_seconds() -> float:
+    try:
+        return max(1.0, float(os.environ.get("KERNELAGENT_DAEMON_IDLE_S", DEFAULT_IDLE_S)))
+    except ValueError:
+        return DEFAULT_IDLE_S
+
+
+def runtime_dir() -> Path:
+    """This user's directory for harness sockets, made if missing; DaemonUnavailable unless it
+    is a real directory owned by this user that nobody else may enter."""
+    uid = os.getuid()
+    if os.environ.get("KERNELAGENT_RUNTIME_DIR"):
+        path = Path(os.environ["KERNELAGENT_RUNTIME_DIR"])
+    elif os.environ.get("XDG_RUNTIME_DIR"):
+        path = Path(os.environ["XDG_RUNTIME_DIR"]) / "kernelagent"
+    else:
+        path = Path("/tmp") / f"kernelagent-{uid}"
+    try:
+        path.mkdir(mode=0o700, parents=False, exist_ok=True)
+    except OSError as exc:
+        raise DaemonUnavailable(f"cannot make {path}: {exc.strerror}") from None
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise DaemonUnavailable(f"{path} is not a directory")
+    if info.st_uid != uid:
+        raise DaemonUnavailable(f"{path} belongs to uid {info.st_uid}, not to this user")
+    if info.st_mode & 0o077:
+        raise DaemonUnavailable(f"{path} may be entered by other users (mode {stat.S_IMODE(info.st_mode):o})")
+    return path
+
+
+_DIGEST: dict[str, str] = {}
+
+
+def code_digest() -> str:
+    """A digest of this package's files (names, sizes, modification times): changed code starts
+    a new harness rather than using one that runs the old."""
+    if "d" not in _DIGEST:
+        root = Path(__file__).resolve().parents[2]
+        h = hashlib.sha256()
+        for path in sorted(root.rglob("*.py")):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            h.update(f"{path.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        _DIGEST["d"] = h.hexdigest()[:16]
+    return _DIGEST["d"]
+
+
+def key(settings: list[str]) -> str:
+    parts = list(settings) + [sys.executable, code_digest()]
+    try:
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+    except OSError:
+        parts.append("-")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    from kernelagent.harness.server.listen import peer_uid as uid_of
+
+    return uid_of(sock)
+
+
+def connect(path: Path) -> socket.socket | None:
+    """A connection to the harness at `path` if one answers there as this user; None else."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        return None
+    if peer_uid(sock) != os.getuid():
+        sock.close()
+        return None
+    return sock
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    fd = os.open(str(path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+class Attached:
+    """A connection to a warm harness: `conn` (the protocol's), its `hello`, `pid` (the
+    harness's), whether this command started it, and its log."""
+
+    def __init__(self, conn: Connection, hello: dict[str, Any], pid: int | None, spawned: bool, socket_path: Path,
+                 log: Path | None):
+        self.conn, self.hello, self.pid, self.spawned = conn, hello, pid, spawned
+        self.socket_path, self.log = socket_path, log
+
+
+def _greeted(sock: socket.socket, timeout: float) -> tuple[Connection, dict[str, Any]] | None:
+    """The harness's hello on a fresh connection, or None (it closed: a harness dying, or one
+    that refused us)."""
+    from kernelagent.harness import protocol
+
+    conn = Connection(sock.detach())
+    try:
+        if not conn.poll(timeout):
+            conn.close()
+            return None
+        hello = protocol.recv(conn, {"hello"}, max_bytes=protocol.MAX_CALLER_FRAME)
+    except (EOFError, OSError, protocol.ProtocolError):
+        conn.close()
+        return None
+    return conn, hello
+
+
+def attach(command: list[str], env: dict[str, str], settings: list[str], scratch_root: Path,
+           start_timeout: float, idle_s: float | None = None) -> Attached:
+    """Connect to this user's harness for `settings`, starting it (`command`: the server's
+    command line without --fd, bubblewrap's prefix included; it runs in `scratch_root`, which
+    it removes when it ends) when none answers. DaemonUnavailable where none can be used."""
+    where = runtime_dir()
+    name = key(settings)
+    path = where / f"harness-{name}.sock"
+    with _locked(where / f"harness-{name}.lock"):
+        sock = connect(path)
+        greeted = _greeted(sock, start_timeout) if sock is not None else None
+        if greeted is not None:
+            conn, hello = greeted
+            return Attached(conn, hello, None, False, path, None)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a harness that died (or is dying): its socket goes, a new one starts
+        log = scratch_root / "server.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(command + ["--listen", str(path), "--idle-timeout", str(idle_s or idle_seconds()),
+                                               "--owns-scratch"],
+                                    env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+        until = time.monotonic() + start_timeout
+        while time.monotonic() < until:
+            sock = connect(path)
+            if sock is not None:
+                greeted = _greeted(sock, max(1.0, until - time.monotonic()))
+                if greeted is not None:
+                    return Attached(greeted[0], greeted[1], proc.pid, True, path, log)
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        from kernelagent.harness.caller.evaluator import HarnessStartError
+
+        raise HarnessStartError(f"the warm harness did not start within {start_timeout:.0f} s:\n{tail}")
+
+
+def describe(hello: dict[str, Any], attached: Attached) -> dict[str, Any]:
+    info = dict(hello.get("daemon") or {}) if isinstance(hello.get("daemon"), dict) else {}
+    return {"socket": str(attached.socket_path), "pid": info.get("pid"), "started_now": attached.spawned,
+            "idle_timeout_s": info.get("idle_timeout_s")}

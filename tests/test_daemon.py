@@ -1,0 +1,219 @@
+"""A warm harness that outlives one command (issue 39; caller/daemon.py, server/listen.py): reused
+by a second command, refused to another user, replaced when stale, alive after a candidate
+crashes, stopped when idle, and giving the same results as a private server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelagent.harness import EvalConfig, Evaluator, Status
+from kernelagent.harness.caller import daemon
+from tests.conftest import CANDIDATES, read
+
+CONFIG = EvalConfig(trials=1, baselines=False, seed=7)
+RELU = CANDIDATES / "relu_problem.py"
+
+
+@pytest.fixture()
+def runtime(tmp_path, monkeypatch):
+    where = tmp_path / "run"
+    monkeypatch.setenv("KERNELAGENT_RUNTIME_DIR", str(where))
+    monkeypatch.delenv("KERNELAGENT_DAEMON", raising=False)
+    yield where
+    _stop_all(where)
+
+
+def _stop_all(where: Path) -> None:
+    """No harness of a test outlives it."""
+    for sock in where.glob("*.sock") if where.exists() else []:
+        s = daemon.connect(sock)
+        if s is None:
+            continue
+        import struct
+
+        pid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+        s.close()
+        try:
+            os.killpg(pid, 9)
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _evaluate(cache: Path, candidate: str, **kwargs) -> tuple:
+    with Evaluator(device="cpu", cache_dir=cache, daemon=True, **kwargs) as ev:
+        result = ev.evaluate(RELU, candidate, CONFIG)
+        return result, dict(ev.daemon_info), dict(ev.isolation)
+
+
+def test_a_second_command_reuses_the_warm_harness_and_a_crash_does_not_end_it(runtime, tmp_path):
+    first, info1, iso = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
+    assert first.status == Status.CORRECT, first.reason
+    assert info1["started_now"] and _alive(info1["pid"]) and iso["daemon"]["pid"] == info1["pid"]
+    assert oct(os.stat(runtime).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(info1["socket"]).st_mode & 0o777) == "0o600"
+    crashed, info2, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "segfaults.py"))
+    assert crashed.status == Status.CRASHED and not info2["started_now"] and info2["pid"] == info1["pid"]
+    again, info3, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
+    assert again.status == Status.CORRECT and info3["pid"] == info1["pid"]
+    assert again.stage_seconds.get("server_start", 0.0) < 2.0  # no server start: it was warm
+    # other settings (another cache root): another harness
+    other, info4, _ = _evaluate(tmp_path / "cache2", read(CANDIDATES / "relu_good.py"))
+    assert other.status == Status.CORRECT and info4["pid"] != info1["pid"]
+
+
+def test_the_same_results_as_a_private_server(runtime, tmp_path):
+    warm, _, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_wrong.py"))
+    with Evaluator(device="cpu", cache_dir=tmp_path / "cache-private", daemon=False) as ev:
+        private = ev.evaluate(RELU, read(CANDIDATES / "relu_wrong.py"), CONFIG)
+        assert "daemon" not in ev.isolation
+    assert warm.status == private.status == Status.INCORRECT
+    assert [t.passed for t in warm.trials] == [t.passed for t in private.trials]
+    assert warm.seeds["base"] == private.seeds["base"] == 7
+    assert [t.max_abs_err for t in warm.trials] == [t.max_abs_err for t in private.trials]
+    same = ("mode", "run_as", "job_uid", "guarantees")
+    assert {k: warm.isolation["jail"].get(k) for k in same} == {k: private.isolation["jail"].get(k) for k in same}
+    assert warm.isolation["mode"] == private.isolation["mode"]
+
+
+def test_a_harness_that_died_or_runs_old_code_is_replaced(runtime, tmp_path, monkeypatch):
+    _, info1, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
+    os.killpg(info1["pid"], 9)
+    deadline = time.monotonic() + 10
+    while _alive(info1["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert Path(info1["socket"]).exists()  # left behind by the killed harness
+    result, info2, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
+    assert result.status == Status.CORRECT, result.reason
+    assert info2["started_now"] and info2["pid"] != info1["pid"]
+    assert info2["socket"] == info1["socket"]
+    # changed code: another socket, a new harness; the old one is never asked again
+    monkeypatch.setitem(daemon._DIGEST, "d", "changed-code")
+    result, info3, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
+    assert result.status == Status.CORRECT and info3["started_now"] and info3["socket"] != info2["socket"]
+
+
+def test_an_idle_harness_stops_and_takes_its_socket_and_scratch_with_it(runtime, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELAGENT_DAEMON_IDLE_S", "2")
+    with Evaluator(device="cpu", cache_dir=tmp_path / "cache", daemon=True) as ev:
+        assert ev.evaluate(RELU, read(CANDIDATES / "relu_good.py"), CONFIG).status == Status.CORRECT
+        info, scratch = dict(ev.daemon_info), ev._scratch_root
+        assert scratch is not None and scratch.exists()
+    assert info["idle_timeout_s"] == 2.0
+    deadline = time.monotonic() + 30
+    while _alive(info["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(info["pid"])
+    assert not Path(info["socket"]).exists() and not scratch.exists()
+
+
+def test_another_user_is_refused(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user")
+    import shutil
+    import tempfile
+
+    runtime = Path(tempfile.mkdtemp(prefix="ka-run-", dir="/tmp"))  # under /tmp: others may reach it once opened
+    monkeypatch.setenv("KERNELAGENT_RUNTIME_DIR", str(runtime))
+    try:
+        _refused(runtime, tmp_path)
+    finally:
+        _stop_all(runtime)
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def _refused(runtime: Path, tmp_path: Path) -> None:
+    _, info, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
+    sock_path = Path(info["socket"])
+
+    def as_nobody(open_up: bool) -> str:
+        if open_up:  # past the directory's and the socket's modes: the harness's own check remains
+            os.chmod(runtime, 0o755)
+            os.chmod(sock_path, 0o666)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.connect(str(sock_path))
+                except OSError as exc:
+                    os.write(w, f"connect refused: {exc.errno}".encode())
+                    os._exit(0)
+                s.settimeout(10)
+                data = s.recv(4096)
+                os.write(w, b"hello" if data else b"closed")
+            finally:
+                os._exit(0)
+        os.close(w)
+        os.waitpid(pid, 0)
+        out = os.read(r, 200).decode()
+        os.close(r)
+        return out
+
+    assert as_nobody(False).startswith("connect refused")  # the directory is 0700
+    assert as_nobody(True) == "closed"  # SO_PEERCRED: closed before a word is said
+    os.chmod(runtime, 0o700)
+    result, again, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
+    assert result.status == Status.CORRECT and again["pid"] == info["pid"]  # and it serves its user on
+
+
+def test_an_unsafe_runtime_directory_is_not_used(tmp_path, monkeypatch):
+    where = tmp_path / "shared"
+    where.mkdir(mode=0o777)
+    os.chmod(where, 0o777)
+    monkeypatch.setenv("KERNELAGENT_RUNTIME_DIR", str(where))
+    with pytest.raises(daemon.DaemonUnavailable, match="other users"):
+        daemon.runtime_dir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    monkeypatch.setenv("KERNELAGENT_RUNTIME_DIR", str(link))
+    with pytest.raises(daemon.DaemonUnavailable, match="not a directory"):
+        daemon.runtime_dir()
+    # the command runs its own server then, and says why
+    monkeypatch.setenv("KERNELAGENT_RUNTIME_DIR", str(where))
+    with Evaluator(device="cpu", cache_dir=tmp_path / "cache", daemon=True) as ev:
+        result = ev.evaluate(RELU, read(CANDIDATES / "relu_good.py"), CONFIG)
+        assert result.status == Status.CORRECT
+        assert str(result.isolation["daemon"]).startswith("not used:") and ev._daemon is None
+
+
+def test_an_interrupted_command_ends_only_its_own_job(runtime, tmp_path):
+    import threading
+
+    cache = tmp_path / "cache"
+    slow = Evaluator(device="cpu", cache_dir=cache, daemon=True)
+    hung: dict = {}
+    config = EvalConfig(trials=1, baselines=False, seed=7)
+    thread = threading.Thread(target=lambda: hung.update(r=slow.evaluate(RELU, read(CANDIDATES / "hangs.py"), config)))
+    thread.start()
+    time.sleep(4.0)  # the hanging candidate is in its checks
+    with Evaluator(device="cpu", cache_dir=cache, daemon=True) as other:
+        other.fingerprint()  # connected
+        pid = other.daemon_info["pid"]
+        slow.abort()  # Ctrl-C in the first command: its connection goes
+        thread.join(30)
+        assert not thread.is_alive() and hung["r"].status == Status.HARNESS_ERROR
+        result = other.evaluate(RELU, read(CANDIDATES / "relu_good.py"), config)
+    slow.close()
+    assert result.status == Status.CORRECT, result.reason
+    assert _alive(pid)
