@@ -48,6 +48,7 @@ sys.path.insert(0, str(HERE.parent))
 from kernelagent.bench import BenchSpec, Session, discover, find_candidates, run_bench  # noqa: E402
 from kernelagent.bench.store import Store  # noqa: E402
 from kernelagent.harness.caller.pool import visible_gpus  # noqa: E402
+from kernelagent.bench.cost import cost as cost_of  # noqa: E402
 
 
 def build_candidates(target: Path, pattern: str | None, samples: int) -> int:
@@ -78,11 +79,15 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
     store = work / f"store-{tag}.sqlite"
     cache = work / f"cache-{tag}"
     spec = BenchSpec(root=str(HERE), candidates=str(cdir), filter=pattern, trials=trials)
-    started = time.monotonic()
+    sys.path.insert(0, str(HERE))
+    from host_cpu import machine_cpu_seconds
+
+    started, cpu0 = time.monotonic(), machine_cpu_seconds()
     outcome = run_bench(spec, Session(gpus="cpu" if cpu_workers else gpus, cpu_workers=cpu_workers or 1,
                                       store=str(store), cache_dir=str(cache), out=str(work / f"run-{tag}"),
                                       host_tuning=tuning))
     wall = time.monotonic() - started
+    machine_cpu = machine_cpu_seconds() - cpu0  # every process on the host meanwhile
     with Store(store) as db:
         log = db.evaluation_log(outcome.run_id)
         attempts = db.attempts(outcome.run_id)
@@ -96,6 +101,9 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
             "wall_s": round(wall, 2), "evaluations_per_gpu_minute": round(outcome.evaluations / (wall / 60) / n_gpus, 3),
             "evaluations_per_minute": round(outcome.evaluations / (wall / 60), 3),
             "sum_of_evaluation_seconds": round(eval_seconds, 2),
+            "machine_cpu_s_per_evaluation": round(machine_cpu / max(outcome.evaluations, 1), 2),
+            # each job's own processes, its evidence session and its server thread (bench/cost.py)
+            "cost": cost_of(results, wall),
             "host_profile": {**host_profile(results, wall, n_gpus, eval_seconds),
                              "store_s": round(outcome.store_seconds, 4)},
             "correct_samples": sum(1 for a in attempts if a["summary"].get("passed")),

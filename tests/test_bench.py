@@ -114,6 +114,10 @@ def test_killed_batch_resumes_without_repeating_work(paths, tmp_path):
     summary = json.loads((paths["out"] / "summary.json").read_text())
     check_metrics(summary["metrics"])
     assert summary["run"]["status"] == "finished" and summary["run"]["sessions"] == 2
+    # what the evaluations cost, over both sessions (issue 39; bench/cost.py)
+    cost = summary["cost"]
+    assert cost["evaluations"] == EXPECTED_EVALUATIONS and cost["evaluations_per_device_minute"] > 0
+    assert cost["host_cpu_s_per_evaluation"] > 0 and cost["slot_busy_share"] is not None
     rows = {r["key"]: r for r in csv.DictReader((paths["out"] / "problems.csv").open())}
     assert {k: r["status"] for k, r in rows.items()} == {
         "level1/1_relu": "correct", "level1/2_double": "correct", "level2/1_relu_half": "rejected",

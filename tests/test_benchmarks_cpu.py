@@ -52,6 +52,13 @@ def test_bench_throughput_profiles_host_time_before_and_after(tmp_path):
         assert profile["harness_cpu_s"] > 0 and profile["stage_seconds_sum"]["server_cpu"] > 0
         assert {"server_start", "compile", "correctness", "timing", "total"} <= set(profile["stage_seconds_sum"])
         assert profile["stage_seconds_sum"]["server_start"] > 0 and profile["store_s"] > 0
+        # issue 39: what each evaluation cost (bench/cost.py), and the host's CPU meanwhile
+        cost = row["cost"]
+        assert cost["evaluations"] == 2 and cost["evaluations_per_device_minute"] > 0
+        assert cost["host_cpu_s_per_evaluation"] > 0 and {"candidate", "reference", "server"} <= set(
+            cost["host_cpu_s_by_part"])
+        assert cost["slot_held_s"] > 0 and 0 < cost["slot_busy_share"] and "slot_loop_s" in cost["slot_parts_s"]
+        assert row["machine_cpu_s_per_evaluation"] > 0
     assert rows[False]["host_profile"]["baselines_timed"] == 2
     assert rows[True]["host_profile"]["baselines_timed"] == 1
     # One was deferred to the other's baselines (the key exists only then); how long it waited

@@ -58,8 +58,11 @@ def load_run(store: Store, run_id: str) -> dict[str, Any]:
     rows = store.problems(run_id)
     records = [r["record"] for r in rows if r["record"] is not None]
     attempts = store.attempts(run_id)
+    from kernelagent.bench.cost import run_cost
+
     return {"run": run, "records": records, "pending": [r["key"] for r in rows if r["record"] is None],
             "metrics": M.compute(records), "store": str(store.path),
+            "cost": run_cost(store, run_id, float(run.get("wall_s") or 0.0)),
             "evaluations": {"performed": store.evaluations_performed(run_id),
                             "reused": sum(1 for a in attempts if a["reused"]), "attempts": len(attempts)}}
 
@@ -84,6 +87,7 @@ def summary_json(data: dict) -> dict:
     return {"format_version": 1, "run": {k: run.get(k) for k in ("id", "mode", "status", "spec", "created", "updated",
                                                                   "wall_s", "sessions", "fingerprint", "out_dir")},
             "store": data["store"], "metrics": data["metrics"], "evaluations": data["evaluations"],
+            "cost": data.get("cost"),
             "pending": data["pending"], "problems": data["records"]}
 
 

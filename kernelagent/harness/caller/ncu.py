@@ -207,6 +207,36 @@ def _kill_session(proc: subprocess.Popen) -> None:
     proc.kill()
 
 
+def reap(proc: subprocess.Popen, timeout: float) -> float | None:
+    """proc.wait(timeout) that also says how much CPU the process and everything it reaped used
+    (os.wait4's rusage: ncu, the jail, the interpreter under it); None where someone else reaped
+    it. subprocess.TimeoutExpired as proc.wait."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    pause = 0.002
+    while proc.returncode is None:
+        try:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            proc.poll()
+            return None
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return usage.ru_utime + usage.ru_stime
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    return None
+
+
+def run_counted(argv: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+    """subprocess.run(capture_output, text) with the CPU seconds it used."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        out, err = proc.communicate(timeout=timeout)  # reads to EOF; the process may still be exiting
+        cpu = reap(proc, 30) or 0.0
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err), cpu
+
+
 class NcuSession:
     """An ncu process in a session of its own (so one signal reaches ncu, the jail and the
     candidate's processes), its output read by a thread. Spawned at once; `run` waits for it.
@@ -232,6 +262,7 @@ class NcuSession:
         if on_spawn is not None:
             on_spawn(self.proc.pid)
         self.lines: list[str] = []
+        self.cpu_s = 0.0  # the session's CPU (ncu, the jail, the target), once it has ended
         self.ready = threading.Event()
         self.warmed = threading.Event()
         self.ready_at: float | None = None
@@ -300,7 +331,7 @@ class NcuSession:
                     # print itself: after it nothing of the session is left to put a kernel beside
                     # a neighbour's timed loop (the jail's pid namespace ends with it).
                     try:
-                        proc.wait(timeout=min(PROFILED_HOLD_S, max(0.0, deadline - time.monotonic())))
+                        self.cpu_s = reap(proc, min(PROFILED_HOLD_S, max(0.0, deadline - time.monotonic()))) or 0.0
                     except subprocess.TimeoutExpired:
                         _kill_session(proc)  # it holds the device too long: no evidence, no win
                         proc.wait()
@@ -308,7 +339,7 @@ class NcuSession:
                     phases["profiled_s"] = time.monotonic() - going
                     for name, at in self.stamps.items():
                         phases[f"target_{name}_s"] = at - going
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            self.cpu_s = reap(proc, max(0.0, deadline - time.monotonic())) or self.cpu_s
             phases["session_s"] = time.monotonic() - self.spawned
         except subprocess.TimeoutExpired:
             _kill_session(proc)
@@ -325,6 +356,7 @@ class NcuSession:
         if overheld:
             return None
         done = subprocess.CompletedProcess(self.argv, proc.returncode, "".join(self.lines), "")
+        phases["cpu_s"] = self.cpu_s
         done.phases = {k: round(v, 3) for k, v in phases.items() if -1e4 < v < 1e4}  # type: ignore[attr-defined]
         return done
 
@@ -540,10 +572,9 @@ def read_session(setup: Setup, proc: subprocess.CompletedProcess | None, timeout
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(2) as pool:
-        reads = [pool.submit(subprocess.run, [setup.ncu, "--import", str(rep), "--csv", "--page", "raw"] + extra,
-                             capture_output=True, text=True, timeout=60)
+        reads = [pool.submit(run_counted, [setup.ncu, "--import", str(rep), "--csv", "--page", "raw"] + extra, 60)
                  for extra in ([], ["--print-kernel-base", "mangled"])]
-        imported, mangled = (f.result() for f in reads)
+        (imported, cpu_a), (mangled, cpu_b) = (f.result() for f in reads)
     records = parse_ncu_csv(imported.stdout)
     by_id = {r.get("ID"): r.get("Kernel Name") for r in parse_ncu_csv(mangled.stdout)}
     for rec in records:
@@ -552,6 +583,7 @@ def read_session(setup: Setup, proc: subprocess.CompletedProcess | None, timeout
     if not kernels:
         return {"unavailable": "ncu returned no metrics: " + imported.stderr[-300:]}
     phases = dict(getattr(proc, "phases", {}), import_s=round(time.monotonic() - importing, 3))
+    phases["cpu_s"] = round(float(phases.get("cpu_s", 0.0)) + cpu_a + cpu_b, 3)  # the session's and the reads
     return {"kernels": kernels, "seconds": time.monotonic() - started, "phases": phases}
 
 

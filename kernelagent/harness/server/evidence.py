@@ -189,5 +189,8 @@ def collect(job: Any) -> None:
         evidence = {"unavailable": "harness error while collecting it:\n" + traceback.format_exc(limit=3)}
     evidence["seconds"] = round(time.monotonic() - started, 3)
     evidence["uid"] = run_as[0] if run_as else os.getuid()  # the session's uid outside
+    cpu = (evidence.get("phases") or {}).get("cpu_s") if isinstance(evidence.get("phases"), dict) else None
+    if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):
+        job.cpu["evidence"] = float(cpu)
     job.result["evidence"] = evidence
     job.enter("finished")

@@ -42,7 +42,7 @@ from kernelagent.harness.server.gate import Gate
 from kernelagent.harness.server.checks import CheckPhases
 from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _describe_exit,
                                                    _kill_group, _open_log,
-                                                   _reference_process, _tail, _tail_fd)
+                                                   _reference_process, _tail, _tail_fd, tree_cpu_s)
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
 from kernelagent.harness.server.memory import MemoryPhases
 from kernelagent.harness.server.timed import SLOT_MIN_S, TimedPhases
@@ -111,6 +111,7 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         self.early_evidence: Any = None  # the evidence's session, started beside the checks (evidence.py)
         self.early_counted = False  # that session counts as live in gate.profilers
         self.stage_reports = 0  # the candidate's progress messages: bounded (MAX_STAGE_REPORTS)
+        self.cpu: dict[str, float] = {}  # host CPU seconds by part (finish_result)
         self.alone = bool((request.get("options") or {}).get("alone"))
         self.out_of_memory = False  # an out-of-memory error was seen (retried alone when it ran beside others)
 
@@ -186,6 +187,7 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         before any secret seed is drawn, so neither is in the candidate's memory."""
         self.started = time.monotonic()
         self.started_epoch = time.time()
+        self.thread_cpu0 = time.thread_time()  # this job's thread in the server (finish_result)
         self.scratch = self.root / "candidate"
         self.refdir = self.root / "reference"
         self.scratch.mkdir(parents=True)
@@ -351,6 +353,7 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         except Exception:  # noqa: BLE001 - a bug of ours must not take the server down
             self.fail(Status.HARNESS_ERROR, "harness error:\n" + traceback.format_exc(limit=4), None)
         finally:
+            self.cpu["candidate"] = tree_cpu_s(self.cand.pid if self.cand is not None else None)
             _kill_group(self.cand)
             if self.cand is not None:
                 self.cand.join(5)
@@ -370,6 +373,7 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
             evidence.discard(self)
         self.ref_stats()
         self.shared_device = self.gate.unregister(self)
+        self.cpu["reference"] = tree_cpu_s(self.ref.pid if self.ref is not None else None)
         _kill_group(self.ref)
         if self.ref is not None:
             self.ref.join(5)
@@ -388,6 +392,13 @@ class Job(CheckPhases, TimedPhases, MemoryPhases):
         if self.result["status"] in (Status.BAD_PROBLEM, Status.HARNESS_ERROR) and ref_log.strip():
             self.result["log"] += "\n--- reference process ---\n" + ref_log
         self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
+        # Host CPU this job's own processes used (tree_cpu_s), its evidence session's, and the
+        # server's thread for it: what one evaluation costs the host, neighbours apart.
+        if hasattr(self, "thread_cpu0"):
+            self.cpu["server"] = time.thread_time() - self.thread_cpu0
+        cpu = {k: round(v, 3) for k, v in self.cpu.items()}
+        self.result["stage_seconds"].update({f"cpu_{k}": v for k, v in cpu.items()})
+        self.result["stage_seconds"]["cpu_job"] = round(sum(cpu.values()), 3)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def publish_build(self) -> None:

@@ -82,6 +82,37 @@ def _gib(n: int | None) -> str:
     return "unknown" if n is None else f"{n / (1 << 30):.1f} GiB"
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) of a process and every descendant alive now, each with what
+    it has reaped of its own children (their `cutime`), read from /proc: taken just before a
+    job's processes are killed, what they cost the host (Inductor's compile workers, a jail's
+    init and the candidate under it included). 0.0 where there is nothing to read."""
+    if not pid:
+        return 0.0
+    total, todo, seen = 0.0, [int(pid)], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            raw = open(f"/proc/{current}/stat", "rb").read().decode(errors="replace")
+            fields = raw[raw.rfind(")") + 2:].split()
+            total += sum(int(x) for x in fields[11:15]) / _TICK  # utime stime cutime cstime
+        except (OSError, ValueError, IndexError):
+            continue
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def _kill_group(proc: mp.Process | None) -> None:
     if proc is None or proc.pid is None:
         return
