@@ -262,7 +262,9 @@ def test_profiled_calls_that_hold_the_slot_too_long_are_killed(tmp_path, monkeyp
     import os as _os
     import time
 
-    monkeypatch.setattr(ncu_mod, "PROFILED_HOLD_S", 1.0)
+    from kernelagent.harness.caller import ncu_session
+
+    monkeypatch.setattr(ncu_session, "PROFILED_HOLD_S", 1.0)
     held = []
 
     @contextlib.contextmanager

@@ -1,0 +1,242 @@
+"""An Nsight Compute session as a process (caller/ncu.py starts it): read by a thread, the
+READY/GO handshake that lets the harness server hold the device's timing slot for the candidate's
+part (two phases for an early session: warm-up with the others running, profiled calls with them
+stopped), its CPU through wait4, and the host's one-profiling-session lock."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from kernelagent.harness.child.ncu_entry import GO_FILE  # stdlib-only at import: cheap
+
+
+# The longest the candidate's part of an ncu session (import, warm-up, profiled calls) may hold
+# the device's timing slot: neighbours' timed loops wait meanwhile (their clocks paused).
+PROFILED_HOLD_S = 60.0
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proc.kill()
+
+
+def reap(proc: subprocess.Popen, timeout: float) -> float | None:
+    """proc.wait(timeout) that also says how much CPU the process and everything it reaped used
+    (os.wait4's rusage: ncu, the jail, the interpreter under it); None where someone else reaped
+    it. subprocess.TimeoutExpired as proc.wait."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    pause = 0.002
+    while proc.returncode is None:
+        try:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            proc.poll()
+            return None
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return usage.ru_utime + usage.ru_stime
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    return None
+
+
+def run_counted(argv: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+    """subprocess.run(capture_output, text) with the CPU seconds it used."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        out, err = proc.communicate(timeout=timeout)  # reads to EOF; the process may still be exiting
+        cpu = reap(proc, 30) or 0.0
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err), cpu
+
+
+class NcuSession:
+    """An ncu process in a session of its own (so one signal reaches ncu, the jail and the
+    candidate's processes), its output read by a thread. Spawned at once; `run` waits for it.
+    With `handshake`, the target (child/ncu_entry.py) says READY after our own set-up and waits
+    for GO_FILE before any of the candidate's code runs: the server can start a session early
+    (while the job's checks run: server/evidence.py) and let it go only holding the device."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str],
+                 on_spawn: Callable[[int | None], None] | None = None, handshake: bool = False,
+                 two_phase: bool = False):
+        if handshake:
+            env = dict(env, KERNELAGENT_NCU_HANDSHAKE="1")
+        # two_phase: the target warms up after GO (the slot taken, the other jobs running on),
+        # says WARMED and waits for GO2, which comes once the slot's holder has stopped the others
+        # (gate.Hold.freeze): only the profiled calls and the end run with the device frozen.
+        self.two_phase = bool(handshake and two_phase)
+        if self.two_phase:
+            env = dict(env, KERNELAGENT_NCU_TWO_PHASE="1")
+        self.argv, self.cwd, self.on_spawn = argv, cwd, on_spawn
+        self.spawned = time.monotonic()
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        if on_spawn is not None:
+            on_spawn(self.proc.pid)
+        self.lines: list[str] = []
+        self.cpu_s = 0.0  # the session's CPU (ncu, the jail, the target), once it has ended
+        self.ready = threading.Event()
+        self.warmed = threading.Event()
+        self.ready_at: float | None = None
+        self.stamps: dict[str, float] = {}
+        self._reader = threading.Thread(target=self._read, daemon=True, name="ncu-session-reader")
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if len(self.lines) < 20_000:
+                self.lines.append(line)
+            if line.startswith("KERNELAGENT_NCU_READY") and not self.ready.is_set():
+                self.ready_at = time.monotonic()
+                self.ready.set()
+            elif line.startswith("KERNELAGENT_NCU_WARMED"):
+                self.warmed.set()  # the candidate's own word: forging it only moves its own freeze
+            elif line.startswith("KERNELAGENT_NCU_T ") and len(self.stamps) < 8:
+                _, name, value = (line.strip() + " - -").split(" ", 3)[:3]
+                try:  # the target's own progress: informational only (the phases of the evidence)
+                    self.stamps.setdefault(name[:20], float(value.split()[0]))
+                except ValueError:
+                    pass
+        self.ready.set()
+        self.warmed.set()
+
+    def kill(self) -> None:
+        _kill_session(self.proc)
+        self.proc.wait()
+        if self.on_spawn is not None:
+            self.on_spawn(None)
+        self._reader.join(5)
+
+    def run(self, timeout: float, on_ready: Callable[[], Any] | None = None) -> subprocess.CompletedProcess | None:
+        """Wait for the session; None when it ran past `timeout` from now (then the whole session
+        is killed). on_ready: a context manager factory (the server's timing slot) entered when
+        the target says READY, before it is let go, and left when the whole session has ended
+        (or after PROFILED_HOLD_S, when it is killed)."""
+        proc = self.proc
+        overheld = False
+        called = time.monotonic()
+        deadline = called + timeout
+        phases: dict[str, float] = {}
+        try:
+            if on_ready is not None and self.ready.wait(max(0.0, deadline - time.monotonic())) \
+                    and proc.poll() is None:
+                remaining = max(0.0, deadline - time.monotonic())
+                phases["to_ready_s"] = (self.ready_at or time.monotonic()) - self.spawned
+                phases["ready_wait_s"] = max(0.0, (self.ready_at or called) - called)  # run() waited for READY
+                waiting = time.monotonic()
+                with on_ready() as hold:
+                    # Waiting for the slot (and the host's ncu lock) is not the session's own time.
+                    deadline = time.monotonic() + remaining
+                    phases["slot_wait_s"] = time.monotonic() - waiting
+                    going = time.monotonic()
+                    (self.cwd / GO_FILE).touch()
+                    if self.two_phase:
+                        # Its warm-up with the others running on (no other job times meanwhile);
+                        # then the others stopped and the device idle for the profiled calls.
+                        self.warmed.wait(max(0.0, min(PROFILED_HOLD_S, deadline - time.monotonic())))
+                        phases["warm_s"] = time.monotonic() - going
+                        if hasattr(hold, "freeze"):
+                            hold.freeze()
+                        (self.cwd / (GO_FILE + "2")).touch()
+                    # Held until the whole session has ended, never on a line the candidate could
+                    # print itself: after it nothing of the session is left to put a kernel beside
+                    # a neighbour's timed loop (the jail's pid namespace ends with it).
+                    try:
+                        self.cpu_s = reap(proc, min(PROFILED_HOLD_S, max(0.0, deadline - time.monotonic()))) or 0.0
+                    except subprocess.TimeoutExpired:
+                        _kill_session(proc)  # it holds the device too long: no evidence, no win
+                        proc.wait()
+                        overheld = True
+                    phases["profiled_s"] = time.monotonic() - going
+                    for name, at in self.stamps.items():
+                        phases[f"target_{name}_s"] = at - going
+            self.cpu_s = reap(proc, max(0.0, deadline - time.monotonic())) or self.cpu_s
+            phases["session_s"] = time.monotonic() - self.spawned
+        except subprocess.TimeoutExpired:
+            _kill_session(proc)
+            proc.wait()
+            return None
+        except BaseException:  # the slot could not be had (the server's bug, an interrupt): nothing outlives it
+            _kill_session(proc)
+            proc.wait()
+            raise
+        finally:
+            if self.on_spawn is not None:
+                self.on_spawn(None)
+            self._reader.join(5)
+        if overheld:
+            return None
+        done = subprocess.CompletedProcess(self.argv, proc.returncode, "".join(self.lines), "")
+        phases["cpu_s"] = self.cpu_s
+        done.phases = {k: round(v, 3) for k, v in phases.items() if -1e4 < v < 1e4}  # type: ignore[attr-defined]
+        return done
+
+
+def _run_session(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
+                 on_spawn: Callable[[int | None], None] | None,
+                 on_ready: Callable[[], Any] | None = None) -> subprocess.CompletedProcess | None:
+    """subprocess.run of an NcuSession: see NcuSession.run."""
+    return NcuSession(argv, cwd, env, on_spawn, handshake=on_ready is not None).run(timeout, on_ready)
+
+
+def _busy(wait_s: float) -> dict[str, str]:
+    return {"unavailable": f"other Nsight Compute sessions held this host's profiler for {wait_s:.0f} s"}
+
+
+class NcuBusy(Exception):
+    """The host's ncu lock was not had within its wait."""
+
+
+def _with_the_lock(on_ready: Callable[[], Any], wait_s: float) -> Callable[[], Any]:
+    """on_ready's slot, entered after the host's ncu lock (never the slot first: a session that
+    held the device slot while it waited for the lock would stop every other job meanwhile)."""
+
+    @contextlib.contextmanager
+    def slot() -> Iterator[None]:
+        with ncu_lock(wait_s) as held:
+            if not held:
+                raise NcuBusy(wait_s)
+            with on_ready() as hold:
+                yield hold
+
+    return slot
+
+
+@contextlib.contextmanager
+def ncu_lock(wait_s: float) -> Iterator[bool]:
+    """This host's one Nsight Compute session (an flock on a file in the temp directory, outside
+    every jail); yields False when it could not be had within `wait_s`."""
+    import fcntl
+
+    path = Path(tempfile.gettempdir()) / f"kernelagent-ncu-{os.getuid()}.lock"
+    fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        until = time.monotonic() + max(0.0, wait_s)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= until:
+                    yield False
+                    return
+                time.sleep(0.1)
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
