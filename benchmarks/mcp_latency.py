@@ -24,10 +24,15 @@ from pathlib import Path
 async def session(problem: Path, solution: Path, device: str, rows: list[dict]) -> None:
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
-    roots = sorted({str(problem.parent), str(solution.parent)})
-    args = ["-m", "kernelagent", "mcp", "--device", device]
-    for root in roots:
-        args += ["--root", root]
+    # The problem's folder is trusted (--problems), the solution's is the client's (--root); where one
+    # holds the other, the outer one is the problem folder (a --root may not overlap it, and
+    # candidates are read under it too).
+    outer, inner = sorted({problem.parent, solution.parent}, key=lambda p: len(p.parts))[0], solution.parent
+    if problem.parent.is_relative_to(outer) and inner.is_relative_to(outer):
+        args = ["-m", "kernelagent", "mcp", "--device", device, "--problems", str(outer)]
+    else:
+        args = ["-m", "kernelagent", "mcp", "--device", device, "--problems", str(problem.parent),
+                "--root", str(solution.parent)]
     params = StdioServerParameters(command=sys.executable, args=args, env={k: v for k, v in os.environ.items()})
     started = time.monotonic()
     async with stdio_client(params) as (read, write):

@@ -251,7 +251,7 @@ def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
     replies = iter([{"result": {"status": Status.HARNESS_ERROR, "concurrency": {"retry_alone": True}}},
                     {"result": {"status": Status.RUNTIME_ERROR, "reason": "oom alone", "concurrency": {}}}])
 
-    def fake_round_trip(request, deadline):
+    def fake_round_trip(request, deadline, cancel=None):
         sent.append(dict(request["options"]))
         return next(replies)
 

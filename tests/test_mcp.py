@@ -26,7 +26,7 @@ ENV = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
 
 
 def server_args(*extra: str) -> list[str]:
-    return ["-m", "kernelagent", "mcp", "--root", str(CANDIDATES), "--root", str(ADVERSARIAL), "--device", "cpu",
+    return ["-m", "kernelagent", "mcp", "--problems", str(CANDIDATES), "--root", str(ADVERSARIAL), "--device", "cpu",
             *extra]
 
 
@@ -90,7 +90,7 @@ def test_paths_outside_the_roots_and_bad_arguments_are_tool_errors(tmp_path):
         return outside, escape, both, trials
 
     outside, escape, both, trials = run(with_stdio(body, cache=str(tmp_path / "cache")))
-    for result, piece in ((outside, "outside the server's roots"), (escape, "outside the server's roots"),
+    for result, piece in ((outside, "outside the server's roots"), (escape, "`..` is not allowed"),
                           (both, "not both"), (trials, "`trials` must be")):
         assert result.is_error and piece in text(result), text(result)
         assert "Traceback" not in text(result) and "ka-canary-mcp" not in text(result)
@@ -195,14 +195,20 @@ def test_streamable_http_with_a_bearer_token(tmp_path):
             proc.kill()
 
 
-def test_cli_refuses_a_public_address_without_a_token_and_a_missing_root():
+def test_cli_refuses_a_public_address_without_a_token_and_a_missing_root(tmp_path):
     from typer.testing import CliRunner
 
     from kernelagent.cli import app
 
-    public = CliRunner().invoke(app, ["mcp", "--http", "0.0.0.0:8765", "--root", str(CANDIDATES)])
+    public = CliRunner().invoke(app, ["mcp", "--http", "0.0.0.0:8765", "--problems", str(CANDIDATES)])
     assert public.exit_code == 2 and "give --token" in public.stderr
-    missing = CliRunner().invoke(app, ["mcp", "--root", "/nonexistent/folder"])
+    missing = CliRunner().invoke(app, ["mcp", "--problems", str(CANDIDATES), "--root", "/nonexistent/folder"])
     assert missing.exit_code == 2 and "not a folder" in missing.stderr
-    bad = CliRunner().invoke(app, ["mcp", "--http", "nohost", "--root", str(CANDIDATES)])
+    bad = CliRunner().invoke(app, ["mcp", "--http", "nohost", "--problems", str(CANDIDATES)])
     assert bad.exit_code == 2 and "HOST:PORT" in bad.stderr
+    # The server trusts problems only from --problems, and a folder the client writes may not overlap one.
+    none = CliRunner().invoke(app, ["mcp", "--root", str(tmp_path)])
+    assert none.exit_code == 2 and "give --problems DIR" in none.stderr
+    (tmp_path / "sub").mkdir()
+    overlap = CliRunner().invoke(app, ["mcp", "--problems", str(tmp_path), "--root", str(tmp_path / "sub")])
+    assert overlap.exit_code == 2 and "overlaps --problems" in overlap.stderr

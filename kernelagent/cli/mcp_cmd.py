@@ -1,7 +1,12 @@
 """`kernelagent mcp`: serve the harness's tools over the Model Context Protocol (stdio or HTTP).
 
-Exit codes: 0 on a clean shutdown, 2 bad input (no root, a root that does not exist, a bad
---http address, a public address without a token, the mcp package missing): one line on stderr."""
+What the server trusts (mcpserver/roots.py, docs/concepts/isolation.md): problems only from the
+--problems folders, as they were when it started; every other file a client names (candidates,
+manifests) lies under a --problems or --root folder and is never run as a problem.
+
+Exit codes: 0 on a clean shutdown, 2 bad input (no --problems, a folder that does not exist, a
+--root that overlaps a --problems folder, a bad --http address, a public address without a
+token, the mcp package missing): one line on stderr."""
 
 from __future__ import annotations
 
@@ -12,21 +17,22 @@ import typer
 
 
 def mcp(
-    root: Annotated[Optional[list[Path]], typer.Option("--root", metavar="DIR", help="A folder the client may name files in (problems, candidates, manifests); repeatable. Default: the current folder.", show_default=False)] = None,
+    problems: Annotated[Optional[list[Path]], typer.Option("--problems", metavar="DIR", help="A folder of problems (and manifests) the server trusts, read-only to the client; repeatable, at least one. Its .py files are pinned when the server starts: a problem new or changed since then is refused.", show_default=False)] = None,
+    root: Annotated[Optional[list[Path]], typer.Option("--root", metavar="DIR", help="A folder the client may write and name files in (candidates, manifests, plan outputs); repeatable. Nothing in it runs as a problem; it may not overlap a --problems folder.", show_default=False)] = None,
     http: Annotated[Optional[str], typer.Option("--http", metavar="HOST:PORT", help="Serve streamable HTTP at HOST:PORT (path /mcp) instead of stdio.", show_default=False)] = None,
     token: Annotated[Optional[str], typer.Option("--token", metavar="TOKEN", envvar="KERNELAGENT_SERVE_TOKEN", help="HTTP: require 'Authorization: Bearer TOKEN' (needed for a host other than 127.0.0.1).", show_default=False)] = None,
     device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N.")] = "auto",
     isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox of the harness (see eval --help).")] = "auto",
-    max_evaluations: Annotated[Optional[int], typer.Option("--max-evaluations", min=1, metavar="N", help="Evaluations (evaluate, profile, plan, verify) per client session.", show_default=False)] = None,
-    max_gpu_seconds: Annotated[Optional[float], typer.Option("--max-gpu-seconds", min=1.0, metavar="S", help="Seconds of evaluation per client session.", show_default=False)] = None,
+    max_evaluations: Annotated[Optional[int], typer.Option("--max-evaluations", min=1, metavar="N", help="Evaluations (evaluate, profile, plan, verify) per client session, counted when a call is admitted.", show_default=False)] = None,
+    max_gpu_seconds: Annotated[Optional[float], typer.Option("--max-gpu-seconds", min=1.0, metavar="S", help="Seconds of evaluation per client session, reserved when a call is admitted: concurrent calls share them, and a call that runs out is cancelled.", show_default=False)] = None,
 ) -> None:
     """Serve kernelagent's tools (read_reference, evaluate, profile, plan, list_problems, verify) over MCP."""
     from kernelagent.cli import run_guarded
 
-    run_guarded(_mcp, root, http, token, device, isolation, max_evaluations, max_gpu_seconds)
+    run_guarded(_mcp, problems, root, http, token, device, isolation, max_evaluations, max_gpu_seconds)
 
 
-def _mcp(root, http, token, device, isolation, max_evaluations, max_gpu_seconds) -> None:
+def _mcp(problems, root, http, token, device, isolation, max_evaluations, max_gpu_seconds) -> None:
     import importlib.util
 
     from kernelagent.devices import check_device
@@ -34,10 +40,18 @@ def _mcp(root, http, token, device, isolation, max_evaluations, max_gpu_seconds)
 
     if importlib.util.find_spec("mcp") is None:
         raise UserError("kernelagent mcp needs the mcp package: pip install 'kernelagent[mcp]'")
-    roots = [Path(r) for r in (root or [Path.cwd()])]
-    for r in roots:
-        if not r.is_dir():
-            raise UserError(f"--root {r}: not a folder")
+    if not problems:
+        raise UserError("give --problems DIR: the folder of problems the server trusts (read-only to the client); "
+                        "--root DIR names the client's own folders (candidates), which never hold problems")
+    for flag, folders in (("--problems", problems), ("--root", root or [])):
+        for r in folders:
+            if not r.is_dir():
+                raise UserError(f"{flag} {r}: not a folder")
+    from kernelagent.mcpserver.roots import Roots
+
+    for workspace, trusted in Roots(problems, root or []).overlaps():
+        raise UserError(f"--root {workspace} overlaps --problems {trusted}: a folder the client writes must not "
+                        "hold (or lie inside) the problems the server trusts")
     if isolation not in ("auto", "bwrap", "namespaces", "none"):
         raise UserError(f"--isolation must be auto, bwrap, namespaces or none (got {isolation!r})")
     device = check_device(device, quiet=True)
@@ -52,8 +66,8 @@ def _mcp(root, http, token, device, isolation, max_evaluations, max_gpu_seconds)
                             "KERNELAGENT_SERVE_TOKEN)")
     from kernelagent.mcpserver.server import build
 
-    server, harness = build(roots, device=device, isolation=isolation, max_evaluations=max_evaluations,
-                            max_seconds=max_gpu_seconds)
+    server, harness = build(problems, root or [], device=device, isolation=isolation,
+                            max_evaluations=max_evaluations, max_seconds=max_gpu_seconds)
     try:
         if http is None:
             server.run("stdio")
@@ -64,22 +78,9 @@ def _mcp(root, http, token, device, isolation, max_evaluations, max_gpu_seconds)
 
 
 def _serve_http(server, host: str, port: int, token: str | None) -> None:
-    import hmac
-
     import uvicorn
-    from starlette.responses import JSONResponse
+
+    from kernelagent.mcpserver.auth import bearer_guard
 
     app = server.streamable_http_app(host=host)
-
-    async def guarded(scope, receive, send):
-        if scope["type"] == "http" and token:
-            headers = dict(scope.get("headers") or [])
-            given = headers.get(b"authorization", b"").decode("latin-1")
-            if not hmac.compare_digest(given, f"Bearer {token}"):
-                response = JSONResponse({"error": "unauthorized: send Authorization: Bearer <token>"},
-                                        status_code=401)
-                await response(scope, receive, send)
-                return
-        await app(scope, receive, send)
-
-    uvicorn.run(guarded, host=host, port=port, log_level="warning", lifespan="on")
+    uvicorn.run(bearer_guard(app, token), host=host, port=port, log_level="warning", lifespan="on")

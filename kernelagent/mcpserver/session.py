@@ -1,23 +1,25 @@
-"""What an MCP session may touch and spend: the roots, the budgets, the evaluator.
+"""What an MCP session may spend: its budgets, reserved when a call is admitted.
 
-Everything here is plain Python (no MCP import), so the rules are tested on their own:
-- a path the client names is resolved (links followed) and must lie under one of the roots the
-  server was started with (`--root`); otherwise the tool answers with an error that names the
-  path and the roots, never the file's content;
-- each session has a budget of evaluations and of evaluation seconds; a call that would pass it
-  is refused before it starts, with what was spent and what the limit is;
-- candidate code is text the client sends (or a file under a root); it goes through the same
-  Evaluator, jail and verdict path as `kernelagent eval`.
+Plain Python (no MCP import), so the rules are tested on their own:
+- each session (an HTTP client's `Mcp-Session-Id`; a stdio server has one) has a budget of
+  evaluations and of evaluation seconds (the wall time of evaluate, profile, plan and verify);
+- a call is admitted only with a lease: one evaluation, and a share of the seconds left that no
+  other call holds (at most LEASE_S at a time). A call that reaches the end of its share asks
+  for more (`Lease.extend`); when none is left, its job is cancelled and it ends with a tool
+  error. So calls in flight together can never spend more than the budget: four concurrent
+  calls on 12 s share those 12 s, and a call that finds them all reserved is refused at once;
+- refusals say what was spent, what is reserved by calls in flight, and what the limit is.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+
+LEASE_S = 30.0  # seconds a call reserves at a time (it asks for more when it needs them)
+MIN_LEASE_S = 1.0  # a share smaller than this is not worth starting a call for
 
 
 class ToolInputError(ValueError):
@@ -25,79 +27,89 @@ class ToolInputError(ValueError):
 
 
 class BudgetSpent(ToolInputError):
-    """The session's evaluations or evaluation seconds are spent."""
+    """The session's evaluations or evaluation seconds are spent (or all reserved by calls in flight)."""
 
 
 @dataclass
 class Budget:
     max_evaluations: int | None = None
     max_seconds: float | None = None
-    evaluations: int = 0
-    seconds: float = 0.0
+    evaluations: int = 0  # admitted calls (a call counts when it is admitted, however it ends)
+    seconds: float = 0.0  # spent by calls that ended
+    reserved: float = 0.0  # held by calls in flight
+    in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def reserve(self) -> None:
+    def admit(self) -> "Lease":
+        """A lease for one call, or BudgetSpent (nothing is reserved then)."""
         with self.lock:
             if self.max_evaluations is not None and self.evaluations >= self.max_evaluations:
                 raise BudgetSpent(f"this session's evaluation budget is spent ({self.evaluations}/"
                                   f"{self.max_evaluations} evaluations); start a new session or raise "
                                   "--max-evaluations")
-            if self.max_seconds is not None and self.seconds >= self.max_seconds:
-                raise BudgetSpent(f"this session's evaluation time is spent ({self.seconds:.0f}/"
-                                  f"{self.max_seconds:.0f} s); start a new session or raise --max-gpu-seconds")
+            grant = math.inf
+            if self.max_seconds is not None:
+                left = self.max_seconds - self.seconds
+                if left < MIN_LEASE_S:
+                    raise BudgetSpent(f"this session's evaluation time is spent ({self.seconds:.0f}/"
+                                      f"{self.max_seconds:.0f} s); start a new session or raise --max-gpu-seconds")
+                free = left - self.reserved
+                if free < MIN_LEASE_S:
+                    raise BudgetSpent(f"the rest of this session's evaluation time ({left:.0f} of "
+                                      f"{self.max_seconds:.0f} s) is reserved by {self.in_flight} call(s) in "
+                                      "flight; try again when they end")
+                grant = min(free, LEASE_S)
+                self.reserved += grant
             self.evaluations += 1
-
-    def charge(self, seconds: float) -> None:
-        with self.lock:
-            self.seconds += max(0.0, seconds)
+            self.in_flight += 1
+            return Lease(self, grant)
 
     def snapshot(self) -> dict:
-        return {"evaluations": self.evaluations, "max_evaluations": self.max_evaluations,
-                "seconds": round(self.seconds, 3), "max_seconds": self.max_seconds}
+        with self.lock:
+            return {"evaluations": self.evaluations, "max_evaluations": self.max_evaluations,
+                    "seconds": round(self.seconds, 3), "reserved_seconds": round(self.reserved, 3),
+                    "max_seconds": self.max_seconds, "in_flight": self.in_flight}
 
 
-class Roots:
-    def __init__(self, roots: list[str | Path]) -> None:
-        self.roots = [Path(r).resolve() for r in roots]
+class Lease:
+    """One admitted call's share of its session's seconds: `deadline` is when it runs out."""
 
-    def resolve(self, value: str, what: str = "path") -> Path:
-        """The file at `value` (relative to the first root), if it lies under a root."""
-        if not isinstance(value, str) or not value.strip():
-            raise ToolInputError(f"`{what}` must be a non-empty path")
-        raw = Path(value).expanduser()
-        candidates = [raw] if raw.is_absolute() else [root / raw for root in self.roots]
-        for path in candidates:
-            resolved = path.resolve()
-            if self.contains(resolved):
-                if not resolved.is_file():
-                    raise ToolInputError(f"`{what}` {value}: no such file under the roots")
-                return resolved
-        roots = ", ".join(str(r) for r in self.roots) or "none"
-        raise ToolInputError(f"`{what}` {value} is outside the server's roots ({roots}); only files under "
-                             "a --root can be read")
+    def __init__(self, budget: Budget, granted: float) -> None:
+        self.budget, self.granted = budget, granted
+        self.started = time.monotonic()
+        self.settled = False
 
-    def contains(self, path: Path) -> bool:
-        """`path` (resolved: links followed) is a root or lies under one."""
-        resolved = path.resolve()
-        return any(resolved == root or resolved.is_relative_to(root) for root in self.roots)
+    @property
+    def deadline(self) -> float:
+        return self.started + self.granted
 
-    def require(self, path: Path, what: str) -> Path:
-        """`path` resolved, or ToolInputError when it lies outside every root."""
-        if not self.contains(path):
-            raise ToolInputError(f"`{what}` {path} is outside the server's roots")
-        return path.resolve()
+    def extend(self) -> bool:
+        """More of the session's free seconds for this call (up to LEASE_S); False when none is left."""
+        budget = self.budget
+        with budget.lock:
+            if self.settled or budget.max_seconds is None:
+                return not self.settled
+            free = budget.max_seconds - budget.seconds - budget.reserved
+            if free <= 0:
+                return False
+            more = min(free, LEASE_S)
+            self.granted += more
+            budget.reserved += more
+            return True
 
-    def problems(self) -> list[Path]:
-        """Problem files under the roots (as bench finds them), for list_problems and resources."""
-        from kernelagent.rl.dataset import find_problems
-
-        out: list[Path] = []
-        for root in self.roots:
-            try:
-                out.extend(Path(p).resolve() for p in find_problems(root))
-            except Exception:  # noqa: BLE001 - a root without problems lists none
-                continue
-        return sorted(set(out))
+    def settle(self) -> float:
+        """The call ended: its time (never more than its share) is spent, the rest released."""
+        budget = self.budget
+        with budget.lock:
+            if self.settled:
+                return 0.0
+            self.settled = True
+            used = min(time.monotonic() - self.started, self.granted)
+            if math.isfinite(self.granted):
+                budget.reserved = max(0.0, budget.reserved - self.granted)
+            budget.seconds += used
+            budget.in_flight -= 1
+            return used
 
 
 @dataclass
@@ -114,13 +126,3 @@ class Sessions:
             if key not in self.budgets:
                 self.budgets[key] = Budget(self.max_evaluations, self.max_seconds)
             return self.budgets[key]
-
-
-@contextmanager
-def timed(budget: Budget) -> Iterator[None]:
-    """Charge the wall time of the block (an evaluation) to `budget`."""
-    started = time.monotonic()
-    try:
-        yield
-    finally:
-        budget.charge(time.monotonic() - started)
