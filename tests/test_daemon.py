@@ -206,7 +206,11 @@ def test_an_interrupted_command_ends_only_its_own_job(runtime, tmp_path):
     config = EvalConfig(trials=1, baselines=False, seed=7)
     thread = threading.Thread(target=lambda: hung.update(r=slow.evaluate(RELU, read(CANDIDATES / "hangs.py"), config)))
     thread.start()
-    time.sleep(4.0)  # the hanging candidate is in its checks
+    deadline = time.monotonic() + 120  # until its job is in the harness (a loaded machine starts slowly)
+    while not (slow._daemon is not None and slow._pending) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert slow._pending, "the hanging evaluation never reached the warm harness"
+    time.sleep(2.0)  # the hanging candidate is in its checks
     with Evaluator(device="cpu", cache_dir=cache, daemon=True) as other:
         other.fingerprint()  # connected
         pid = other.daemon_info["pid"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import socket
 import subprocess
 import sys
@@ -25,8 +24,9 @@ from typing import Any
 from kernelagent.harness import protocol
 from kernelagent.harness.caller import sandbox
 from kernelagent.harness.caller.baseline_cache import BaselineCache
+from kernelagent.harness.caller.channel import ServerChannel
 from kernelagent.harness.config import EvalConfig
-from kernelagent.harness.result import SEVERITY, EvalResult, Flag, Status, Timing
+from kernelagent.harness.result import EvalResult, Flag, Status
 from kernelagent.problem import Problem, candidate_static_problem, load_problem, sha256_text
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,6 @@ log = logging.getLogger(__name__)
 
 # Evaluator.evaluate(..., cancel=): how often a waiting call looks at its event, how long it then
 # waits for the server to say the job ended, and the reason its result gives.
-CANCEL_POLL_S = 0.2
-CANCEL_WAIT_S = 30.0
 CANCELLED_REASON = "cancelled by the caller: this evaluation's processes were killed (nothing else was)"
 
 
@@ -53,7 +51,7 @@ def _resolve_device(device: str) -> tuple[str, str | None]:
     raise ValueError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
 
 
-class Evaluator:
+class Evaluator(ServerChannel):
     """Evaluates candidates for problems on one device, several at once.
 
     Use as a context manager, or call close(). Thread-safe: call `evaluate` from as many threads
@@ -294,22 +292,6 @@ class Evaluator:
             self.isolation["warning"] = ("no isolation: candidate code runs as this user, without namespaces "
                                          "(install bubblewrap, or allow user namespaces)")
 
-    def _read(self, conn: Connection) -> None:
-        """The socket's one reader: each `started` and `result` goes to the thread waiting for
-        that job; when the server is gone, every waiting thread hears None."""
-        while True:
-            try:
-                message = protocol.recv(conn, {"started", "result"}, max_bytes=protocol.MAX_CALLER_FRAME)
-            except (EOFError, OSError, protocol.ProtocolError, ValueError, TypeError):
-                break  # TypeError: the connection was closed under us (abort, close)
-            self._heard = time.monotonic()  # the server is alive and answering (queued jobs wait on this)
-            entry = self._pending.get(str(message.get("job")))
-            if entry is not None and entry[1] is conn:
-                entry[0].put(message)
-        for box, sent_on in list(self._pending.values()):
-            if sent_on is conn:
-                box.put(None)
-
     @property
     def concurrency(self) -> dict[str, Any]:
         """The server's jobs at once, its default and why (after start)."""
@@ -512,48 +494,10 @@ class Evaluator:
         return hide
 
     def _kernel_evidence(self, result: EvalResult, evidence: dict[str, Any] | None, candidate_source: str) -> None:
-        """Out-of-process evidence for a correct CUDA result that nothing rejected (flagged for
-        review or not: server/evidence.py says why): the kernels ncu
-        saw (collected by the server as the job's last stage, server/evidence.py), judged here
-        against the candidate's source and its checked timing (caller/kernel_evidence.py). A
-        reject flag turns the verdict into `rejected`; evidence that could not be collected is a
-        review flag (the result is then no win). Nothing on the CPU, where no such evidence
-        exists, and nothing for a result that is not correct (it would only cost time)."""
-        from kernelagent.harness.caller import kernel_evidence
-        from kernelagent.harness.server import verdict  # pure functions: the same rule in this process
+        """The kernel evidence judged into `result` (caller/results.py apply_kernel_evidence)."""
+        from kernelagent.harness.caller.results import apply_kernel_evidence
 
-        if result.status != Status.CORRECT or not (result.fingerprint or {}).get("cuda"):
-            return
-        if any(f.severity == "reject" for f in result.flags):
-            return
-        if not isinstance(evidence, dict):
-            evidence = {"unavailable": "the harness server did not run it"}
-        result.kernel_evidence = {k: v for k, v in evidence.items() if k != "kernels"}
-        if "seconds" in evidence:
-            result.stage_seconds["evidence"] = float(evidence["seconds"])
-        seen = kernel_evidence.violations_under_ncu(evidence)
-        if seen:
-            result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in seen)
-            outcome = verdict.apply_rejects(verdict.Outcome(result.status, result.reason, result.stage), seen)
-            result.status, result.reason, result.stage = outcome.status, outcome.reason, outcome.stage
-            result.correct = outcome.correct
-            return
-        if "unavailable" in evidence or not isinstance(evidence.get("kernels"), list):
-            why = evidence.get("unavailable", "no kernel list came back")
-            result.flags.append(Flag("kernel-evidence", "not collected, so this result does not count as a win: "
-                                     + str(why)[:400], SEVERITY["kernel-evidence"]))
-            return
-        result.kernel_evidence["kernels"] = [{"name": k["name"], "launches": k["launches"],
-                                              "total_ns": k["total_ns"], "glue": kernel_evidence.is_glue(k)}
-                                             for k in evidence["kernels"][:20]]
-        candidate = result.timings.get("candidate")
-        found = kernel_evidence.judge(evidence, kernel_evidence.static_own_names(candidate_source),
-                                      candidate.median_ms if candidate else None)
-        result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in found)
-        # Explicit evidence of an exploit outranks the comparison: the server's own rule.
-        outcome = verdict.apply_rejects(verdict.Outcome(result.status, result.reason, result.stage), found)
-        result.status, result.reason, result.stage = outcome.status, outcome.reason, outcome.stage
-        result.correct = outcome.correct
+        apply_kernel_evidence(result, evidence, candidate_source)
 
     def _deadline(self, config: EvalConfig) -> float:
         t = config.timeouts
@@ -565,110 +509,6 @@ class Evaluator:
         one = t.start + load + compile_ + 2 * t.correctness + 2 * t.timing + t.baselines + evidence + 60
         jobs = int(self.concurrency.get("jobs") or 1)
         return one + (jobs - 1) * (2 * t.timing + t.baselines / 4 + evidence)
-
-    def _round_trip(self, request: dict[str, Any], deadline_s: float,
-                    cancel: threading.Event | None = None) -> dict[str, Any] | None:
-        """Send one job, give it its nonce once the server has forked it, and wait for the
-        result that carries both. Several jobs share the socket (the reader thread routes the
-        replies). A job past its overall deadline means a server that stopped answering: it is
-        killed (the jobs in flight with it end as harness errors) and restarted next time. A
-        `cancel` set meanwhile ends this job alone ({"cancelled": True}: _cancel_job)."""
-        job = secrets.token_hex(8)
-        nonce = secrets.token_hex(16)
-        box: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        conn, proc = self._conn, self._proc
-        try:
-            if conn is None:
-                return {"error": "the harness server is not running"}
-            self._pending[job] = (box, conn)
-            try:
-                with self._send_lock:
-                    protocol.send(conn, "evaluate", job, **request)
-                started = self._until_started(box, deadline_s, cancel)
-                if started is not None and started.get("type") == "cancelled":
-                    return self._cancel_job(conn, job, box)
-                if started is None or started.get("type") != "started":
-                    return self._lost(proc, started)
-                # The job's own deadline runs from its admission: a job queued behind others
-                # (admission, device memory) is not charged for their time.
-                until = time.monotonic() + deadline_s
-                with self._send_lock:
-                    protocol.send(conn, "nonce", job, nonce=nonce)
-                message = self._next(box, until, cancel)
-                if message is not None and message.get("type") == "cancelled":
-                    return self._cancel_job(conn, job, box)
-                if message is None or message.get("type") != "result":
-                    return self._lost(proc, message)
-                if message.get("nonce") != nonce:
-                    self._kill_server_if(proc, misbehaved=True)
-                    return {"error": "the harness server sent a result without this job's nonce; it was killed and "
-                                     "will be restarted"}
-                return {"result": message["result"]}
-            except (EOFError, OSError) as exc:
-                self._kill_server_if(proc)
-                return {"error": f"the harness server died ({exc}); it will be restarted for the next evaluation"}
-        finally:
-            self._pending.pop(job, None)
-
-    def _until_started(self, box: "queue.Queue[dict[str, Any] | None]", quiet_s: float,
-                       cancel: threading.Event | None = None) -> dict[str, Any] | None:
-        """The job's `started`: it may wait in the server's queue as long as the server keeps
-        answering other jobs; a server silent for `quiet_s` (one job's deadline) has hung."""
-        since = time.monotonic()
-        while True:
-            heard = max(since, self._heard)
-            message = self._next(box, min(heard + quiet_s, time.monotonic() + 5.0), cancel)
-            if message is None or message.get("type") != "deadline":
-                return message
-            if time.monotonic() >= max(since, self._heard) + quiet_s:
-                return message
-
-    @staticmethod
-    def _next(box: "queue.Queue[dict[str, Any] | None]", until: float,
-              cancel: threading.Event | None = None) -> dict[str, Any] | None:
-        while cancel is not None and not cancel.is_set():  # watched in short waits
-            left = until - time.monotonic()
-            if left <= 0:
-                return {"type": "deadline"}
-            try:
-                return box.get(timeout=min(left, CANCEL_POLL_S))
-            except queue.Empty:
-                continue
-        if cancel is not None:
-            return {"type": "cancelled"}
-        try:
-            message = box.get(timeout=max(0.0, until - time.monotonic()))
-        except queue.Empty:
-            return {"type": "deadline"}
-        return message
-
-    def _cancel_job(self, conn: Connection, job: str, box: "queue.Queue[dict[str, Any] | None]") -> dict[str, Any]:
-        """The caller gave up on `job`: the server kills its processes and nothing else
-        (Dispatcher.cancel). Wait a little for the server to say it ended, so that none of its
-        processes outlives this call; the server is never killed for it."""
-        try:
-            with self._send_lock:
-                protocol.send(conn, "cancel", job)
-        except OSError:
-            return {"cancelled": True}
-        until = time.monotonic() + CANCEL_WAIT_S
-        while True:
-            message = self._next(box, until)
-            if message is None or message.get("type") in ("result", "deadline"):
-                return {"cancelled": True}
-
-    def _lost(self, proc: subprocess.Popen | None, message: dict[str, Any] | None) -> dict[str, Any] | None:
-        hung = message is not None and message.get("type") == "deadline"
-        self._kill_server_if(proc, misbehaved=hung)
-        if hung:
-            return None
-        return {"error": "the harness server died; it will be restarted for the next evaluation"}
-
-    def _kill_server_if(self, proc: Any, misbehaved: bool = False) -> None:
-        """Kill the server this job was sent to, unless it was already replaced."""
-        with self._lock:
-            if proc is not None and self._proc is proc:
-                self._kill_server(misbehaved)
 
     def map(self, jobs: list[tuple[Problem | str | Path, str, EvalConfig | None]]) -> list[EvalResult]:
         """Evaluate several (problem, candidate source, config) at once; results in order."""
@@ -682,61 +522,10 @@ class Evaluator:
 
     def _merge(self, base: EvalResult, raw: dict[str, Any], cached: dict[str, Any] | None, cache_key: str,
                config: EvalConfig) -> EvalResult:
-        data = base.to_dict()
-        baselines = raw.pop("baselines", None)
-        for key, value in raw.items():
-            if value is not None or key in ("stage",):
-                data[key] = value
-        result = EvalResult.from_dict(data)
-        # The caller's own stages (the wait for another evaluator's baselines, the round trip)
-        # beside the server's.
-        result.stage_seconds = {**base.stage_seconds, **(raw.get("stage_seconds") or {})}
-        if result.status != Status.CORRECT or not config.timing or not config.baselines:
-            return result
-        if cached is not None:
-            result.baselines_cached = True
-            timings = cached["timings"]
-            for name, error in (cached.get("errors") or {}).items():
-                result.flags.append(Flag("baseline-error", f"{name} baseline failed (cached): {error[-400:]}", "info"))
-        elif baselines is not None:
-            timings = baselines.get("timings", {})
-            for name, error in baselines.get("errors", {}).items():
-                result.flags.append(Flag("baseline-error", f"{name} baseline failed: {error[-400:]}", "info"))
-            for name, why in baselines.get("skipped", {}).items():
-                result.flags.append(Flag("baseline-skipped", why, "info"))
-            # What was measured is cached even when one mode failed (a mode that cannot compile
-            # this problem fails the same way next time); otherwise every later evaluation would
-            # re-time all the baselines afresh, and `profile` and `submit` could divide by
-            # different ones. A failed setup (no eager time) is not cached.
-            if timings and "eager" in timings and "setup" not in baselines.get("errors", {}) \
-                    and config.use_baseline_cache:
-                self.cache.put(cache_key, {"timings": timings, "fingerprint": result.fingerprint,
-                                           "problem_sha256": result.problem_sha256,
-                                           "errors": dict(baselines.get("errors", {}))})
-        else:
-            timings = {}
-        from kernelagent.harness import stats
+        """The server's raw result on top of the caller's `base`, with the baselines (caller/results.py)."""
+        from kernelagent.harness.caller.results import merge
 
-        for name, t in timings.items():
-            result.timings[name] = Timing.from_dict(t)
-        if result.baselines_cached:  # fresh ones were flagged by the server; cached ones here
-            from kernelagent.harness.result import launch_bound_flags
-
-            result.flags += launch_bound_flags({k: result.timings[k] for k in timings if k in result.timings})
-        candidate = result.timings.get("candidate")
-        if any(f.kind == "impossible-speed" for f in result.flags):
-            candidate = None  # a time the hardware cannot deliver is never a speedup
-        if candidate and candidate.median_ms > 0:
-            for name, t in result.timings.items():
-                if name == "candidate":
-                    continue
-                result.speedups[name] = t.median_ms / candidate.median_ms
-                interval = stats.trusted_speedup_interval(t.samples_ms, candidate.samples_ms,
-                                                          candidate.server_segments_ms, candidate.source,
-                                                          result.speedups[name])
-                if interval is not None:
-                    result.speedup_intervals[name] = interval
-        return result
+        return merge(base, raw, cached, cache_key, config, self.cache)
 
 
 class _DaemonProcess:

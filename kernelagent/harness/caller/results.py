@@ -1,0 +1,115 @@
+"""The caller's last word on a result: the server's raw result merged with the caller's own
+fields and the baselines (cached or fresh, with their speedups and intervals), and the kernel
+evidence judged against the candidate's source and checked timing. Pure functions of their
+arguments and the baseline cache; no process is started here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernelagent.harness.config import EvalConfig
+from kernelagent.harness.result import SEVERITY, EvalResult, Flag, Status, Timing
+
+
+def apply_kernel_evidence(result: EvalResult, evidence: dict[str, Any] | None, candidate_source: str) -> None:
+    """Out-of-process evidence for a correct CUDA result that nothing rejected (flagged for
+    review or not: server/evidence.py says why): the kernels ncu
+    saw (collected by the server as the job's last stage, server/evidence.py), judged here
+    against the candidate's source and its checked timing (caller/kernel_evidence.py). A
+    reject flag turns the verdict into `rejected`; evidence that could not be collected is a
+    review flag (the result is then no win). Nothing on the CPU, where no such evidence
+    exists, and nothing for a result that is not correct (it would only cost time)."""
+    from kernelagent.harness.caller import kernel_evidence
+    from kernelagent.harness.server import verdict  # pure functions: the same rule in this process
+
+    if result.status != Status.CORRECT or not (result.fingerprint or {}).get("cuda"):
+        return
+    if any(f.severity == "reject" for f in result.flags):
+        return
+    if not isinstance(evidence, dict):
+        evidence = {"unavailable": "the harness server did not run it"}
+    result.kernel_evidence = {k: v for k, v in evidence.items() if k != "kernels"}
+    if "seconds" in evidence:
+        result.stage_seconds["evidence"] = float(evidence["seconds"])
+    seen = kernel_evidence.violations_under_ncu(evidence)
+    if seen:
+        result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in seen)
+        outcome = verdict.apply_rejects(verdict.Outcome(result.status, result.reason, result.stage), seen)
+        result.status, result.reason, result.stage = outcome.status, outcome.reason, outcome.stage
+        result.correct = outcome.correct
+        return
+    if "unavailable" in evidence or not isinstance(evidence.get("kernels"), list):
+        why = evidence.get("unavailable", "no kernel list came back")
+        result.flags.append(Flag("kernel-evidence", "not collected, so this result does not count as a win: "
+                                 + str(why)[:400], SEVERITY["kernel-evidence"]))
+        return
+    result.kernel_evidence["kernels"] = [{"name": k["name"], "launches": k["launches"],
+                                          "total_ns": k["total_ns"], "glue": kernel_evidence.is_glue(k)}
+                                         for k in evidence["kernels"][:20]]
+    candidate = result.timings.get("candidate")
+    found = kernel_evidence.judge(evidence, kernel_evidence.static_own_names(candidate_source),
+                                  candidate.median_ms if candidate else None)
+    result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in found)
+    # Explicit evidence of an exploit outranks the comparison: the server's own rule.
+    outcome = verdict.apply_rejects(verdict.Outcome(result.status, result.reason, result.stage), found)
+    result.status, result.reason, result.stage = outcome.status, outcome.reason, outcome.stage
+    result.correct = outcome.correct
+
+
+def merge(base: EvalResult, raw: dict[str, Any], cached: dict[str, Any] | None, cache_key: str,
+          config: EvalConfig, cache: Any) -> EvalResult:
+    data = base.to_dict()
+    baselines = raw.pop("baselines", None)
+    for key, value in raw.items():
+        if value is not None or key in ("stage",):
+            data[key] = value
+    result = EvalResult.from_dict(data)
+    # The caller's own stages (the wait for another evaluator's baselines, the round trip)
+    # beside the server's.
+    result.stage_seconds = {**base.stage_seconds, **(raw.get("stage_seconds") or {})}
+    if result.status != Status.CORRECT or not config.timing or not config.baselines:
+        return result
+    if cached is not None:
+        result.baselines_cached = True
+        timings = cached["timings"]
+        for name, error in (cached.get("errors") or {}).items():
+            result.flags.append(Flag("baseline-error", f"{name} baseline failed (cached): {error[-400:]}", "info"))
+    elif baselines is not None:
+        timings = baselines.get("timings", {})
+        for name, error in baselines.get("errors", {}).items():
+            result.flags.append(Flag("baseline-error", f"{name} baseline failed: {error[-400:]}", "info"))
+        for name, why in baselines.get("skipped", {}).items():
+            result.flags.append(Flag("baseline-skipped", why, "info"))
+        # What was measured is cached even when one mode failed (a mode that cannot compile
+        # this problem fails the same way next time); otherwise every later evaluation would
+        # re-time all the baselines afresh, and `profile` and `submit` could divide by
+        # different ones. A failed setup (no eager time) is not cached.
+        if timings and "eager" in timings and "setup" not in baselines.get("errors", {}) \
+                and config.use_baseline_cache:
+            cache.put(cache_key, {"timings": timings, "fingerprint": result.fingerprint,
+                                       "problem_sha256": result.problem_sha256,
+                                       "errors": dict(baselines.get("errors", {}))})
+    else:
+        timings = {}
+    from kernelagent.harness import stats
+
+    for name, t in timings.items():
+        result.timings[name] = Timing.from_dict(t)
+    if result.baselines_cached:  # fresh ones were flagged by the server; cached ones here
+        from kernelagent.harness.result import launch_bound_flags
+
+        result.flags += launch_bound_flags({k: result.timings[k] for k in timings if k in result.timings})
+    candidate = result.timings.get("candidate")
+    if any(f.kind == "impossible-speed" for f in result.flags):
+        candidate = None  # a time the hardware cannot deliver is never a speedup
+    if candidate and candidate.median_ms > 0:
+        for name, t in result.timings.items():
+            if name == "candidate":
+                continue
+            result.speedups[name] = t.median_ms / candidate.median_ms
+            interval = stats.trusted_speedup_interval(t.samples_ms, candidate.samples_ms,
+                                                      candidate.server_segments_ms, candidate.source,
+                                                      result.speedups[name])
+            if interval is not None:
+                result.speedup_intervals[name] = interval
+    return result
