@@ -54,7 +54,8 @@ TABLE = [
     ("c05_patch_perf_counter.py", RELU, BASE, Status.REJECTED, "static:tampering"),
     ("c05_patch_perf_counter.py", RELU, NO_STATIC, Status.REJECTED, "tampering"),
     ("c05_patch_harness_timer.py", RELU, BASE, Status.REJECTED, "static:tampering"),
-    ("c05_patch_harness_timer.py", RELU, NO_STATIC, Status.REJECTED, "tampering"),
+    # Its patched timer reports calls of 0 ms: no call takes no time, a protocol breach (issue 41)
+    ("c05_patch_harness_timer.py", RELU, NO_STATIC, Status.REJECTED, "protocol"),
     ("c05_patch_allclose_hidden.py", RELU, BASE, Status.REJECTED, "tampering"),
     ("c05_patch_event_class.py", RELU, BASE, Status.REJECTED, "tampering"),
     # 6 numeric modes
@@ -124,7 +125,7 @@ def test_exploit_gets_its_verdict(adv_evaluator, row):
             assert f"[{kind.removeprefix('static:')}]" in result.reason or kind.startswith("static:"), result.reason
             assert "candidate.py" in result.reason or kind in ("output-type", "output-alias", "input-mutation",
                                                                "tampering", "numeric-modes", "hidden-work",
-                                                               "sandbox-escape", "output-caching")
+                                                               "sandbox-escape", "output-caching", "protocol")
 
 
 def test_honest_kernel_with_glue_ops_passes(adv_evaluator):

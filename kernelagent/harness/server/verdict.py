@@ -197,6 +197,7 @@ CPU_CLOCK_REL_SLACK = 0.4  # the CPU's floor on the slack, as a share of the ser
 # on honest HardTanh, SELU and log_softmax solutions). CPU times are not meaningful as speeds;
 # a claim short by more than this is still flagged.
 CPU_CLOCK_ALLOWANCE_MS = 50.0
+CPU_GROSS_SHARE = 0.2  # on the CPU, a claim under this share of the server's time is tampering
 
 
 def clock_slack_ms(server_total_ms: float, calibration_ms: float) -> float:
@@ -359,6 +360,12 @@ def _trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibratio
     gap = server_total_ms - mean * calls
     gross = mean < 0.5 * server_ms and gap > CLOCK_GROSS_FACTOR * slack
     if not meaningful:
+        # On the CPU a loaded runner stretches a loop well past its calibration: honest known-good
+        # solutions were rejected for tampering at under half the server's clock (4 of 40 beside a
+        # second test worker, 2026-11-26). There only a claim CPU_GROSS_SHARE of the server's
+        # time is tampering (a rebound clock claims ~0; a 10x forged one is still caught); a
+        # lesser gap reports the server's time, as below.
+        gross = gross and mean < CPU_GROSS_SHARE * server_ms
         # On the CPU (the interpreter, a shared machine) the loop's own costs vary more: a
         # relative floor on the slack, but a claim beyond it is flagged as on a GPU.
         slack = max(slack, CPU_CLOCK_REL_SLACK * server_total_ms, CPU_CLOCK_ALLOWANCE_MS)
