@@ -123,6 +123,10 @@ def _op_names(model: Any, values: list[Any]) -> list[str]:
     seen: set[str] = set()
 
     class Names(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:  # no torch._dynamo import for it (defences.Recorder)
+            return False
+
         def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
             seen.add(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))

@@ -183,14 +183,18 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
         import triton  # noqa: F401 - pre-import once, so each fork starts warm
     except ImportError:
         pass
-    try:
-        # Every candidate process enters a TorchDispatchMode (the defences), and entering one
-        # imports torch._dynamo (torch/_compile.py): 4.7 s on an H100 host, paid once here rather
-        # than in every job. (Imported lazily, it would also rebind torch.manual_seed inside the
-        # candidate's process; the tampering check knows that rebinding.)
-        import torch._dynamo  # noqa: F401
-    except Exception:  # noqa: BLE001
-        traceback.print_exc()
+    if expects_cuda:
+        try:
+            # On a GPU every correct candidate's reference compiles the torch.compile baselines (a
+            # cache miss) and candidates may use torch.compile themselves: torch._dynamo (4.7 s on
+            # an H100 host) is imported once here rather than in every job's processes. (Imported
+            # lazily, it would also rebind torch.manual_seed inside the candidate's process; the
+            # tampering check knows that rebinding.) The defences' own dispatch modes do not need
+            # it (defences.Recorder: _should_skip_dynamo), so on the CPU, where no baseline is
+            # compiled unless asked for, it is not imported: 1.8 CPU-s of every server start.
+            import torch._dynamo  # noqa: F401
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
     if fingerprint is None:
         fingerprint = probe()
         if bool(fingerprint.get("cuda")) != expects_cuda and not known:
