@@ -46,6 +46,10 @@ class DaemonUnavailable(Exception):
     """No warm harness can be used here (the reason is said); the command runs its own server."""
 
 
+class DaemonStartFailed(RuntimeError):
+    """A warm harness was started and never answered (the evaluator says so as HarnessStartError)."""
+
+
 def wanted(explicit: bool | None) -> bool:
     if explicit is not None:
         return bool(explicit)
@@ -203,9 +207,7 @@ def attach(command: list[str], env: dict[str, str], settings: list[str], scratch
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, 9)
         tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-        from kernelagent.harness.caller.evaluator import HarnessStartError
-
-        raise HarnessStartError(f"the warm harness did not start within {start_timeout:.0f} s:\n{tail}")
+        raise DaemonStartFailed(f"the warm harness did not start within {start_timeout:.0f} s:\n{tail}")
 
 
 def describe(hello: dict[str, Any], attached: Attached) -> dict[str, Any]:

@@ -198,6 +198,9 @@ class Evaluator(ServerChannel):
                         str(self.cache.root.resolve()), str(self.share_compile_cache), str(bool(prefix))]
             attached = daemon.attach((prefix or []) + cmd, self._server_env(scratch), settings, scratch,
                                      self.start_timeout)
+        except daemon.DaemonStartFailed as exc:
+            sandbox.remove_tree(scratch)
+            raise HarnessStartError(str(exc)) from None
         except BaseException:
             sandbox.remove_tree(scratch)
             raise
