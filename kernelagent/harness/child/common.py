@@ -125,7 +125,9 @@ def _op_names(model: Any, values: list[Any]) -> list[str]:
     class Names(TorchDispatchMode):
         @classmethod
         def _should_skip_dynamo(cls) -> bool:  # no torch._dynamo import for it (defences.Recorder)
-            return False
+            import sys
+
+            return "torch._dynamo" in sys.modules
 
         def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
             seen.add(func.overloadpacket.__name__)
