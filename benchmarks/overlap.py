@@ -100,7 +100,7 @@ def run_mode(device: str, cache: Path, jobs: list[tuple[str, Path, str]], config
         return {"concurrency": ev.concurrency, "wall_s": round(wall, 2), "evaluations": len(rows),
                 "evaluations_per_gpu_minute": round(len(rows) / wall * 60, 2),
                 "slot_held_s": round(held, 2), "slot_busy_share": round(held / wall, 3) if wall else None,
-                "slot_parts_s": parts, "host_cpu_s": round(host_cpu, 1),
+                "slot_parts_s": parts, "host_cpu_s": round(host_cpu, 2),
                 "host_cpu_s_per_evaluation": round(host_cpu / max(len(rows), 1), 2), "rows": rows}
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from kernelagent.agent import Budget, optimize  # noqa: E402
+from kernelagent.agent import Budget  # noqa: E402
+from kernelagent.orchestrate import optimize  # noqa: E402
 from kernelagent.agent.live import LiveView  # noqa: E402
 from kernelagent.models.base import ToolCall  # noqa: E402
 from kernelagent.models.scripted import ScriptedModel  # noqa: E402

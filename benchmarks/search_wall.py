@@ -4,7 +4,7 @@ A scripted OpenAI-compatible server on 127.0.0.1 (tests/fake_openai_server.py) s
 eight replies to each run, in order: four known-good ReLU kernels (benchmarks/solutions/
 level1/1_relu.py at four block sizes) and four known-bad ones (a wrong output, a syntax error,
 a missing ModelNew, a wrong output again), each after `--latency` seconds, as a model would.
-Three runs of the agent (`kernelagent.agent.optimize`, what `kernelagent optimize` runs) on
+Three runs of the agent (`kernelagent.orchestrate.optimize`, what `kernelagent optimize` runs) on
 benchmarks/level1/1_relu.py through one warm evaluator, each spending all eight model calls
 (the target is set out of reach so nothing stops early; the baselines are cached first):
 
@@ -68,7 +68,7 @@ class HttpModel:
 
 
 def one(label: str, options: dict, latency: float, work: Path, evaluator) -> dict:
-    from kernelagent.agent import optimize
+    from kernelagent.orchestrate import optimize
     from tests.fake_openai_server import FakeOpenAIServer, text
 
     out = work / label.replace(" ", "_")

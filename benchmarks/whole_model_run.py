@@ -1,6 +1,6 @@
 """A whole model end to end with scripted known-good region kernels (issue 27's GPU report).
 
-`kernelagent plan` on MODEL, then the whole-model pipeline (kernelagent/wholemodel/whole.py):
+`kernelagent plan` on MODEL, then the whole-model pipeline (kernelagent/orchestrate/whole_model.py):
 the agent runs on every region whose ops have a kernel here (a scripted model answers each such
 region's task with that kernel, in text mode), the verified kernels are spliced alone and then
 together, and the spliced model is evaluated against the original end to end. Reported: the plan's
@@ -57,7 +57,7 @@ def main() -> None:
     from kernelagent.devices import gpu_indices
     from kernelagent.harness import Evaluator
     from kernelagent.wholemodel.plan import make_plan, render
-    from kernelagent.wholemodel.whole import optimize_whole_model
+    from kernelagent.orchestrate.whole_model import optimize_whole_model
 
     kernels = {}
     for item in args.kernel:

@@ -1,9 +1,13 @@
 """MkDocs hooks: reference pages generated from the code, so they cannot drift from it.
 
 - `<!-- cli-reference -->` becomes every command, subcommand and option of the typer app, from the
-  same click objects `kernelagent --help` prints (tests/test_docs.py compares the two);
+  same click objects `kernelagent --help` prints (tests/test_docs.py compares the two); help text
+  is escaped, so a placeholder such as `<problem-stem>` shows as written;
 - `<!-- statuses -->` becomes the harness's statuses (harness/result.py `Status`), every flag kind
-  with its severity (`SEVERITY`), and the exit codes (kernelagent/errors.py).
+  with its severity (`SEVERITY`), and the exit codes (kernelagent/errors.py);
+- `<!-- http-statuses serve -->` and `<!-- http-statuses mcp -->` become the HTTP statuses of the
+  reward service and of the MCP server: the shared stack's (serving/guard.py `STATUSES`) and the
+  server's own (rl/service.py, mcpserver/http_app.py `STATUSES`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,14 @@ import inspect
 
 MARK_CLI = "<!-- cli-reference -->"
 MARK_STATUS = "<!-- statuses -->"
+MARK_HTTP = {"serve": ("<!-- http-statuses serve -->", "kernelagent.rl.service"),
+             "mcp": ("<!-- http-statuses mcp -->", "kernelagent.mcpserver.http_app")}
+
+
+def plain(text: str) -> str:
+    """Help text as Markdown shows it literally: `runs/<timestamp>-<problem>` is text, not two HTML
+    tags that a browser drops (Markdown passes raw HTML through)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def cli_markdown() -> str:
@@ -28,7 +40,7 @@ def cli_markdown() -> str:
         out.append(f"## `{name}`\n")
         help_text = inspect.cleandoc(cmd.help or "").split("\n\n")[0].replace("\n", " ")
         if help_text:
-            out.append(help_text + "\n")
+            out.append(plain(help_text) + "\n")
         rows = []
         for param in cmd.get_params(ctx):
             record = param.get_help_record(ctx)
@@ -37,7 +49,7 @@ def cli_markdown() -> str:
                     rows.append((f"`{param.human_readable_name}`", "argument"))
                 continue
             opts, text = record
-            rows.append((f"`{opts}`", " ".join(text.split()).replace("|", "\\|")))
+            rows.append((f"`{opts}`", plain(" ".join(text.split())).replace("|", "\\|")))
         if rows:
             out.append("| option | meaning |\n| --- | --- |")
             out.extend(f"| {a} | {b} |" for a, b in rows)
@@ -79,7 +91,7 @@ def status_markdown() -> str:
         if name.isupper() and isinstance(value, str):
             line = next((s for s in source if s.strip().startswith(f"{name} =")), "")
             note = line.split("#", 1)[1].strip() if "#" in line else ""
-            out.append(f"| `{value}` | {note} | {STATUS_TODO.get(value, '')} |")
+            out.append(f"| `{value}` | {plain(note)} | {plain(STATUS_TODO.get(value, ''))} |")
     out += ["", "## Flag kinds\n", "Each flag's message says what was seen; the kind's defence is described in "
             "[the defences](../concepts/defences.md).\n", "| kind | severity | what to do |", "| --- | --- | --- |"]
     out += [f"| `{kind}` | {severity} | {ACTION[severity]} |" for kind, severity in sorted(SEVERITY.items())]
@@ -89,9 +101,26 @@ def status_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
+def http_status_markdown(module: str) -> str:
+    import importlib
+
+    from kernelagent.serving.guard import STATUSES as SHARED
+
+    own = importlib.import_module(module).STATUSES
+    out = ["| status | when | from |", "| --- | --- | --- |"]
+    for code in sorted(set(SHARED) | set(own)):
+        for text, source in ((SHARED.get(code), "the shared stack"), (own.get(code), "this server")):
+            if text:
+                out.append(f"| {code} | {text} | {source} |")
+    return "\n".join(out) + "\n"
+
+
 def on_page_markdown(markdown: str, page, config, files):  # noqa: ARG001 - MkDocs' hook signature
     if MARK_CLI in markdown:
         markdown = markdown.replace(MARK_CLI, cli_markdown())
     if MARK_STATUS in markdown:
         markdown = markdown.replace(MARK_STATUS, status_markdown())
+    for mark, module in MARK_HTTP.values():
+        if mark in markdown:
+            markdown = markdown.replace(mark, http_status_markdown(module))
     return markdown

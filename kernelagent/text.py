@@ -75,6 +75,11 @@ def markdown_text(text: Any, code: bool = False) -> str:
     return _MARKDOWN.sub(r"\\\1", html.escape(line, quote=False))
 
 
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """'1 kernel', '2 kernels', '0 kernels' (`words` for an irregular plural)."""
+    return f"{count} {word if count == 1 else (words or word + 's')}"
+
+
 def terminal_text(text: Any, markup: bool = False) -> str:
     """For a terminal; with `markup`, for a string rich parses as console markup."""
     text = clean_text(text)

@@ -1,13 +1,20 @@
-"""Shared fixtures. The harness fixtures start one harness server per test session: each
-evaluation still runs in fresh processes, but the server's imports are paid once."""
+"""Shared fixtures. The harness fixtures start one harness server per test session (per xdist
+worker): each evaluation still runs in fresh processes, but the server's imports are paid once.
+
+The CPU suite runs in one process per core (`python -m pytest -q -n auto --dist loadgroup`, README
+and .ci/run): pytest_xdist_auto_num_workers says how many, tests/xdist_locks.py which tests keep
+apart (under any --dist), and `pytest.mark.xdist_group` keeps a file on one worker where its
+module fixture is dear (each group goes whole to one worker, the other tests one by one)."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
+from tests import xdist_locks
 from tests.file_budget import pytest_runtest_protocol, pytest_runtest_setup  # noqa: F401 - hooks: each GPU file's own time budget
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,9 +35,51 @@ def read(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
+# -- running in several processes (pytest-xdist) ------------------------------------------------
+# At most this many workers for `-n auto`: each holds a harness server (torch imported) and its
+# module fixtures, and the suite is CPU-bound (the harness's processes, the Triton interpreter).
+MAX_WORKERS = 8
+# .ci/run sets it (seconds since the epoch) so that the run's total shows above pytest's last line.
+CI_STARTED = "KERNELAGENT_CI_STARTED"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(xdist_locks, "kernelagent-xdist-locks")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per CPU this process may run on (its affinity, not the host's
+    count), at most MAX_WORKERS. No workers (0) when GPU tests are selected: they share one
+    device and its server (cuda_evaluator), and their file budgets are wall time."""
+    if "not gpu" not in (config.option.markexpr or "") and "gpu" in (config.option.markexpr or ""):
+        return 0
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_WORKERS))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    started = os.environ.get(CI_STARTED, "").strip()
+    if started and not hasattr(config, "workerinput"):
+        try:
+            total = time.time() - float(started)
+        except ValueError:
+            return
+        terminalreporter.write_line(f"ci: {total:.0f} s since .ci/run started ({total / 60:.1f} minutes), "
+                                    "install and docs build included")
+
+
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("kernelagent-cache")
+def cache_dir(tmp_path_factory, request) -> Path:
+    """One cache for the session, shared by its xdist workers (the baseline cache takes turns on
+    a miss, BaselineCache.claim): a problem's baselines are timed once in the run."""
+    if not hasattr(request.config, "workerinput"):
+        return tmp_path_factory.mktemp("kernelagent-cache")
+    shared = tmp_path_factory.getbasetemp().parent / "kernelagent-cache"
+    shared.mkdir(exist_ok=True)
+    return shared
 
 
 @pytest.fixture(scope="session")

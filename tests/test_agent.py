@@ -21,9 +21,9 @@ from kernelagent.agent import (
     Trajectory,
     check_target,
     extract_code,
-    optimize,
     truncate,
 )
+from kernelagent.orchestrate import optimize
 from kernelagent.agent import trajectory as trajectory_module
 from kernelagent.agent.prompts import prompt_dirs
 from kernelagent.agent.tools import TOOL_NAMES, TOOL_SCHEMAS, HarnessTools, describe_inputs

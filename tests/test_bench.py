@@ -163,6 +163,34 @@ def test_progress_is_line_oriented_off_a_terminal(paths):
     assert any(line.startswith("[1/1] level1/2_double: correct") and "pass 1/1" in line and "ETA" in line
                for line in lines), result.output + (paths["out"] / "problems.csv").read_text()
     assert lines[-1].startswith("report: ") and "\x1b[" not in result.output  # no redraws, no colours
+    # `bench DIR --resume RUN` on this candidates run, DIR given without --candidates (issue 43: it said
+    # "no model given"): the run's own settings are used; it is finished, so nothing is evaluated.
+    run_id = json.loads((paths["out"] / "run.json").read_text())["run_id"]
+    again = CliRunner().invoke(app, ["bench", str(PROBLEMS), "--resume", run_id, "--store", str(paths["store"]),
+                                     "--no-live", "--json"], env={"KERNELAGENT_MODEL": None, "COLUMNS": "120"})
+    assert again.exit_code == 0, again.output
+    data = last_json(again.stdout)
+    assert data["run_id"] == run_id and data["evaluations"] == 0 and data["skipped"] == 1
+    elsewhere = CliRunner().invoke(app, ["bench", str(SUITE), "--resume", run_id, "--store", str(paths["store"])],
+                                   env={"KERNELAGENT_MODEL": None})
+    assert elsewhere.exit_code == 2 and f"--resume {run_id} is a run over {PROBLEMS}" in elsewhere.stderr
+
+
+def test_bad_input_of_issue_43_is_one_line_exit_2(tmp_path):
+    """An empty benchmark folder said "no model given"; --store on a file that is not a database
+    was an internal error (exit 70)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(app, ["bench", str(empty), "--store", str(tmp_path / "s.sqlite")],
+                                env={"KERNELAGENT_MODEL": None})
+    assert result.exit_code == 2 and result.stderr.strip() == f"error: no problems found under {empty}", result.output
+    notdb = tmp_path / "notes.txt"
+    notdb.write_text("not a database\n" * 100)
+    result = CliRunner().invoke(app, ["bench", str(PROBLEMS), "--candidates", str(CANDIDATES), "--store", str(notdb)],
+                                env={"KERNELAGENT_MODEL": None})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (f"error: --store {notdb}: cannot open it as a kernelagent store "
+                                     "(file is not a database)")
 
 
 def test_live_panel_renders():

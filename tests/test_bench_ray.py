@@ -24,6 +24,9 @@ from tests.conftest import TESTS
 from tests.test_bench import CANDIDATES, EXPECTED_EVALUATIONS, PROBLEMS, check_metrics, invoke, last_json
 
 SLOW = ("wall_s", "per_problem")  # wall times differ between any two runs
+# Under pytest-xdist the files that start a local Ray run in one worker and alone: beside a second
+# worker on 2 cores a Ray actor died mid-bench (ActorDiedError); never one after another.
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.alone]
 
 
 # -- the dispatcher, with stand-in workers --------------------------------------------------

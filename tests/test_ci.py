@@ -232,6 +232,21 @@ def test_bad_manifest_is_one_line_exit_2(repo, cache, manifest, expected, comman
     assert expected in one_error_line(proc)
 
 
+def test_verify_finds_bad_input_before_it_says_or_writes_anything(repo, cache, tmp_path):
+    """Issue 43: verify printed its plan on stdout before an error, and wrote the lock before failing
+    to write --junit. Bad input is now found first: one line on stderr, exit 2, nothing else."""
+    lock = repo / "kernelagent.lock.json"
+    unknown = run(["verify", "--only", "nope"], repo, cache)
+    assert unknown.returncode == 2 and unknown.stdout == "", unknown.stdout + unknown.stderr
+    assert "no kernel named nope" in one_error_line(unknown)
+    blocker = tmp_path / "reports"
+    blocker.write_text("a file where a folder should be")
+    junit_out = run(["verify", "--junit", str(blocker / "verify.xml")], repo, cache)
+    assert junit_out.returncode == 2 and junit_out.stdout == "", junit_out.stdout + junit_out.stderr
+    assert one_error_line(junit_out) == f"error: --junit {blocker / 'verify.xml'}: {blocker} is a file, not a folder"
+    assert not lock.exists() and not (cache / "bench.sqlite").exists()  # nothing was evaluated or written
+
+
 def test_regenerate_without_a_model_is_exit_2(repo, cache):
     text_ = (repo / "kernelagent.toml").read_text().replace('model = "openai/fake-coder"\n', "")
     (repo / "kernelagent.toml").write_text(text_)
@@ -360,7 +375,7 @@ def test_init_from_bench_takes_the_best_kernels(repo, cache, tmp_path):
 def test_seeded_agent_never_ends_with_less_than_its_initial_kernel(tmp_path):
     """`optimize(initial=...)`: a passing initial kernel is the first candidate, so a model
     that only answers wrong kernels still ends with it (and the model saw it in the task)."""
-    from kernelagent.agent import optimize
+    from kernelagent.orchestrate import optimize
     from kernelagent.models.scripted import ScriptedModel
 
     current = (CI_REPO / "kernels" / "relu.py").read_text()

@@ -109,6 +109,14 @@ TABLE = [
     (["optimize", PROBLEM, *MODEL, "{closed}", "--resume", "{tmp}/nowhere"], 2, "cannot read it"),
     (["bench", str(BENCHMARKS), "--candidates", str(BENCHMARKS / "solutions"), "--strategy", "beam"], 2,
      "--strategy and --samples are for agent mode"),
+    # issue 43: these were an internal error (70), or said something else than what is wrong
+    (["plan", PROBLEM, "--out", "{file}"], 2, "is a file, not a folder"),
+    (["bench", str(BENCHMARKS), "--candidates", str(BENCHMARKS / "solutions"), "--store", "{file}"], 2,
+     "cannot open it as a kernelagent store (file is not a database)"),
+    (["bench", "{earlier}"], 2, "no problems found under"),
+    (["optimize", PROBLEM, "--model", "scripted:{tmp}/nope.py"], 2, "reply file not found"),
+    (["optimize", PROBLEM, "--whole-model", "--model", f"scripted:{GOOD}", "--resume", "{tmp}/nowhere"], 2,
+     "no whole-model run there"),
 ]
 
 
@@ -238,6 +246,7 @@ def test_help_reads_well_at_80_columns(path, cmd):
     assert "…" not in text and "<bool>" not in text and "<str>" not in text and "<int" not in text
     usage = text.splitlines()[0]
     assert "{" not in usage and usage.startswith(f"Usage: kernelagent {' '.join(path)} [OPTIONS]"), usage
+    assert "[[" not in usage, usage  # an optional argument is bracketed once: [PATH], never [[PATH]]
     flat = unwrap(text)
     for param in cmd.params:
         words = " ".join((param.help or "").split())
@@ -289,12 +298,11 @@ def test_a_server_that_answered_and_went_away_is_retried(places):
 
 # -- the harness's verdicts on broken inputs (these start a harness) ----------------------
 def test_bad_problem_details_go_to_stderr(places):
-    from kernelagent.devices import CPU_NOTE
-
     args = ["eval", str(CANDIDATES / "bad_problem_raises.py"), GOOD, "--no-baselines", "--no-timing"]
     result = CliRunner().invoke(app, args, env=ENV)
     assert result.exit_code == 2 and result.stdout == "", result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip() and line != CPU_NOTE]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    # One line: the CPU note goes beside a verdict, never before an error (issue 43).
     assert len(lines) == 1 and lines[0].startswith("error: bad problem file "), result.stderr
     assert "RuntimeError: broken get_inputs" in lines[0] and "Traceback" not in result.output
 

@@ -59,6 +59,36 @@ def test_the_site_builds_strictly(site):
     assert "Evaluator" in api and "EvalConfig" in api  # mkdocstrings rendered the docstrings
 
 
+def page_text(path: Path) -> str:
+    """The text a browser shows for a page (tags dropped, entities decoded)."""
+    from html.parser import HTMLParser
+
+    class Text(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.parts: list[str] = []
+
+        def handle_data(self, data: str) -> None:
+            self.parts.append(data)
+
+    parser = Text()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return " ".join("".join(parser.parts).split())
+
+
+# Placeholders of the CLI's help, as a reader must see them in the built reference (issue 43:
+# written as raw HTML tags, `runs/<timestamp>-<problem>` showed as `runs/-`).
+PLACEHOLDERS = ["runs/<timestamp>-<problem>", "CDIR/<problem-stem>.py", "runs/bench/<run id>",
+                "openai/<name> with --api-base"]
+
+
+def test_the_cli_reference_shows_its_placeholders(site):
+    text = page_text(site / "reference" / "cli.html")
+    for placeholder in PLACEHOLDERS:
+        assert placeholder in text, placeholder
+    assert "runs/-" not in text
+
+
 def _help_tree():
     """{command path: option names} from the same click objects `--help` prints."""
     from typer.testing import CliRunner
@@ -137,6 +167,13 @@ def test_the_site_in_a_real_browser(site, tmp_path):
             browser.wait_for("Page.loadEventFired")
             heading = browser.evaluate("document.querySelector('article h1').textContent").strip()
             assert heading.startswith(expected), heading
+        # The rendered CLI reference, as the browser lays it out: its placeholders are text.
+        browser.events.clear()
+        browser.call("Page.navigate", url=(site / "reference" / "cli.html").as_uri())
+        browser.wait_for("Page.loadEventFired")
+        shown = " ".join(str(browser.evaluate("document.querySelector('article').innerText")).split())
+        for placeholder in PLACEHOLDERS:
+            assert placeholder in shown, placeholder
         assert not browser.errors()
     finally:
         browser.close()

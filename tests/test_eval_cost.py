@@ -360,7 +360,7 @@ def test_the_overlap_benchmark_reports_the_slot_and_the_hosts_cpu(tmp_path):
     jobs = [("relu#0", CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"))]
     out = overlap.run_mode("cpu", tmp_path / "cache", jobs, EvalConfig(trials=1, baselines=False), 1)
     assert out["evaluations"] == 1 and out["rows"][0]["status"] == "correct"
-    assert out["host_cpu_s"] > 0 and out["host_cpu_s_per_evaluation"] == pytest.approx(out["host_cpu_s"], rel=0.01)
+    assert out["host_cpu_s"] > 0 and out["host_cpu_s_per_evaluation"] == pytest.approx(out["host_cpu_s"], abs=0.011)
     assert "evidence" in out["slot_parts_s"] and "calibration" in out["slot_parts_s"]
     row = out["rows"][0]
     assert {"evidence_held_s", "evidence_phases", "server_cpu_s", "calibration"} <= set(row)

@@ -30,6 +30,10 @@ def fidelity(cwd: Path, *args: str, timeout: float = 240) -> subprocess.Complete
                           timeout=timeout)
 
 
+# One worker under pytest-xdist: cpu_run (a real run of the script) is paid once.
+pytestmark = pytest.mark.xdist_group("fidelity_script")
+
+
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
     """One real run: 1 pair, 2 repetitions, cache on and off (5 evaluations with the prime)."""

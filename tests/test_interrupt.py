@@ -75,7 +75,24 @@ def test_optimize_ctrl_c_keeps_the_best_kernel(tmp_path):
     assert json.loads((out / "trajectory.json").read_text())["status"] == "interrupted"
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("interrupted: best kernel so far") and str(out / "summary.json") in last
+    assert last.endswith("a single conversation cannot be resumed (a --strategy search can, with --resume)")
     assert "Traceback" not in stderr + stdout
+
+
+def test_a_search_ctrl_c_says_how_to_go_on(tmp_path):
+    problem = tmp_path / "19_ReLU.py"
+    problem.write_text(RELU_PROBLEM)
+    out = tmp_path / "run"
+    with FakeOpenAIServer([{"delay": 60, "content": "late"}]) as server:
+        proc = start(["optimize", str(problem), "--model", "openai/fake", "--api-base", server.url,
+                      "--out", str(out), "--no-live", "--strategy", "best-of-n", "--samples", "1",
+                      "--model-timeout", "120"], tmp_path)
+        wait_for(lambda: len(server.requests) >= 1, 180, proc)
+        code, stdout, stderr, _seconds = interrupt(proc)
+    assert code == 130, (stdout, stderr)
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("interrupted: no correct kernel yet; summary: ")
+    assert last.endswith(f"; to go on: kernelagent optimize {problem} --resume {out}"), last
 
 
 def test_eval_ctrl_c_says_so(tmp_path):

@@ -25,7 +25,8 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux namespaces")
+# One worker under pytest-xdist: the module fixture runs every attack in each layer once.
+pytestmark = [pytest.mark.skipif(sys.platform != "linux", reason="Linux namespaces"), pytest.mark.xdist_group("jail")]
 SCRIPT = TESTS / "jail_attacks.py"
 LAYERS = ["direct", "bwrap", "nobody"]
 

@@ -193,6 +193,7 @@ def test_streamable_http_with_a_bearer_token(tmp_path):
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+    assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]  # SIGTERM is a clean stop
 
 
 def test_cli_refuses_a_public_address_without_a_token_and_a_missing_root(tmp_path):

@@ -573,7 +573,7 @@ def test_budget_leases_never_overspend_under_threads():
 
 
 def test_the_authorization_check_on_its_own():
-    from kernelagent.mcpserver.auth import authorized
+    from kernelagent.serving.guard import authorized
 
     expected = b"s3cret"
     assert authorized([(b"authorization", b"Bearer s3cret")], expected)

@@ -9,7 +9,7 @@ import pytest
 
 from kernelagent.rl.env import KernelEnv
 from kernelagent.rl.reward import RewardConfig
-from kernelagent.agent import optimize
+from kernelagent.orchestrate import optimize
 from kernelagent.models import ScriptedModel
 from tests.conftest import read
 from tests.rl_fixtures.common import GOOD, RELU_PROBLEM, SYNTAX, WRONG, block, shared_pool

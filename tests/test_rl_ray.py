@@ -10,6 +10,10 @@ from kernelagent.rl import KernelReward  # noqa: E402
 from tests.conftest import read  # noqa: E402
 from tests.rl_fixtures.common import GOOD, RELU_PROBLEM, WRONG, fast_config  # noqa: E402
 
+# Under pytest-xdist the files that start a local Ray run in one worker and alone: beside a second
+# worker on 2 cores a Ray actor died mid-bench (ActorDiedError); never one after another.
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.alone]
+
 
 def test_ray_backend_scores_a_batch_in_order(tmp_path):
     from kernelagent.rl.ray_backend import RayBackend

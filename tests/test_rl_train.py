@@ -143,7 +143,7 @@ def test_sft_step_on_exported_tool_rows(tmp_path):
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from kernelagent.agent import optimize
+    from kernelagent.orchestrate import optimize
     from kernelagent.models import ScriptedModel
     from kernelagent.rl.sft import export_sft
 

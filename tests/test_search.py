@@ -275,7 +275,7 @@ def test_a_killed_search_resumes_without_buying_a_reply_twice(tmp_path):
     saved, tree = load(tmp_path)
     replied = [n for n in tree.nodes if n.reply is not None]
     assert len(replied) == 5 and saved["search"]["strategy"] == "evolve"
-    from kernelagent.agent import _restore_spend
+    from kernelagent.orchestrate.records import restore_spend as _restore_spend
 
     budget = Budget(max_turns=12)
     _restore_spend(budget, tree, saved["search"]["spend"])
@@ -300,7 +300,7 @@ def test_a_reply_saved_before_its_evaluation_is_evaluated_on_resume_not_asked_ag
     saved, tree = load(tmp_path)
     waiting = [n for n in tree.nodes if n.state == "replied"]
     assert waiting, [n.state for n in tree.nodes]
-    from kernelagent.agent import _restore_spend
+    from kernelagent.orchestrate.records import restore_spend as _restore_spend
 
     budget = Budget(max_turns=8)
     _restore_spend(budget, tree, saved["search"]["spend"])
@@ -328,6 +328,15 @@ def test_the_tree_is_saved_after_every_node_and_records_read_it(tmp_path):
         assert row["messages"][0]["role"] == "system" and row["path"][-1] == row["node"]
         if row["parent"] is not None:
             assert row["path"][-2] == row["parent"]
+
+
+def test_a_search_on_a_budget_shared_with_earlier_runs_counts_their_turns():
+    """A whole model's regions share one budget (issue 43): a search started when 5 of 6 turns are
+    spent makes one model call, not six."""
+    budget = Budget(max_turns=6)
+    budget.turns = 5
+    result, model, _tools, runner = run_search("beam", 3, 6, samples=4, budget=budget)
+    assert len(model.calls) == 1 and budget.turns == 6 and result.stop_reason in ("limits", "target_met")
 
 
 # == the winner is re-verified; selection on the lower bound ===============================
@@ -358,7 +367,7 @@ def test_resuming_a_search_that_met_its_target_buys_no_more_replies(tmp_path):
     first, _, _, _ = run_search("beam", seed, 12, path=path)
     assert first.stop_reason == "target_met"
     saved, tree = load(tmp_path)
-    from kernelagent.agent import _restore_spend
+    from kernelagent.orchestrate.records import restore_spend as _restore_spend
 
     budget = Budget(max_turns=12)
     _restore_spend(budget, tree, saved["search"]["spend"])

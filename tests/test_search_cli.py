@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from kernelagent.cli import app
 from tests.conftest import CANDIDATES
-from tests.fake_openai_server import FakeOpenAIServer, text
+from tests.fake_openai_server import FakeOpenAIServer, error, text
 
 PROBLEM = CANDIDATES / "relu_problem.py"
 GOOD = (CANDIDATES / "relu_good.py").read_text()
@@ -124,3 +124,40 @@ def test_a_search_resumes_from_its_folder_and_refuses_what_is_not_one(tmp_path, 
     refused = run(["optimize", PROBLEM, "--model", "openai/fake-coder", "--api-base", "http://127.0.0.1:9/v1",
                    "--resume", tmp_path / "plain", "--device", "cpu"], env)
     assert refused.exit_code == 2 and "not a search run" in refused.stderr
+    # Other settings than the run's are refused, not silently replaced by the run's (issue 43).
+    other = run(["optimize", PROBLEM, "--model", "openai/fake-coder", "--api-base", "http://127.0.0.1:9/v1",
+                 "--resume", out, "--strategy", "beam", "--device", "cpu"], env)
+    assert other.exit_code == 2, other.output
+    assert other.stderr.strip() == (f"error: --resume {out} continues a best-of-n search with --samples 2: "
+                                    "--strategy beam differs; leave it out, or start a new run with --out")
+    same = run(["optimize", PROBLEM, "--model", "openai/fake-coder", "--api-base", "http://127.0.0.1:9/v1",
+                "--resume", out, "--samples", "3", "--device", "cpu"], env)
+    assert same.exit_code == 2 and "--samples 3 differs" in same.stderr, same.output
+
+
+def test_turn_lines_and_the_stop_line_agree_after_a_failed_model_call(tmp_path, env):
+    """A failed model call takes its turn: the turn lines and the stop line count the same calls
+    (the issue saw `turn 14/14`, then `13/14 turns`), and every line numbers nodes from 0, as
+    trajectory.json and summary.json do."""
+    out = tmp_path / "run"
+    with FakeOpenAIServer() as server:
+        # One candidate, evaluated once (the others are duplicates of it), and one failed call.
+        server.add(text(block(WRONG)), text(block(WRONG)), text(block(WRONG)), error(400, message="bad request"))
+        result = run(["optimize", PROBLEM, "--model", "openai/fake-coder", "--api-base", server.url,
+                      "--strategy", "best-of-n", "--samples", "2", "--max-turns", "4", "--max-retries", "0",
+                      "--device", "cpu", "--out", out, "--no-live"], env)
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.splitlines()
+    turns = [line for line in lines if line.startswith("turn ")]
+    assert sorted(int(line.split()[1].split("/")[0]) for line in turns) == [1, 2, 3, 4], turns
+    assert all(line.split()[1].endswith("/4") and "(node " in line for line in turns), turns
+    assert sum(": model error: " in line for line in turns) == 1, turns
+    stop = next(line for line in lines if line.startswith("stopped: "))
+    assert stop == "stopped: limits: turns budget spent (4/4 turns)", stop
+    nodes = {int(n) for line in turns for n in __import__("re").findall(r"\(node (\d+)\)", line)}
+    assert nodes == {0, 1, 2, 3}, turns
+    judged = [line for line in lines
+              if line.startswith("node ") and (": evaluate -> " in line or ": duplicate -> " in line)]
+    assert len(judged) == 3 and all(int(line.split()[1].rstrip(":")) in nodes for line in judged), judged
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["turns"] == 4 and summary["search"]["spend"]["model_calls"] == 4

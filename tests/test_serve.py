@@ -24,6 +24,10 @@ from tests.rl_fixtures.common import GOOD, RELU_PROBLEM, SYNTAX, WRONG
 EVAL = json.dumps({"target_ms": 10, "warmup_ms": 2, "max_reps": 10})
 
 
+# One worker under pytest-xdist: one reward server (its harness servers started) for the file.
+pytestmark = pytest.mark.xdist_group("serve")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     cmd = [sys.executable, "-c", "from kernelagent.cli import main; main()", "serve", "--gpus", "cpu",

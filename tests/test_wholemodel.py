@@ -125,7 +125,7 @@ class RegionModel:
 
 
 def test_two_region_kernels_are_spliced_and_the_model_passes_end_to_end(block_plan, evaluator, tmp_path):
-    from kernelagent.wholemodel.whole import optimize_whole_model
+    from kernelagent.orchestrate.whole_model import optimize_whole_model
 
     plan, _ = block_plan
     first = [region(plan, ["layer_norm"]), region(plan, ["linear", "add"]), region(plan, ["linear", "gelu"])]
@@ -144,7 +144,7 @@ def test_two_region_kernels_are_spliced_and_the_model_passes_end_to_end(block_pl
     spliced = Path(summary["model_optimized"]).read_text()
     assert "kernelagent" not in [line.split()[1] for line in spliced.splitlines()
                                  if line.startswith(("import ", "from "))]
-    assert (tmp_path / "run" / "summary.json").is_file() and 'id=\'regions\'' in (tmp_path / "run" / "report.html").read_text()
+    assert (tmp_path / "run" / "summary.json").is_file() and 'id="regions"' in (tmp_path / "run" / "report.html").read_text()
 
 
 def test_a_region_kernel_that_breaks_the_model_is_left_out_with_its_reason(block_plan, evaluator, tmp_path,
@@ -153,8 +153,8 @@ def test_a_region_kernel_that_breaks_the_model_is_left_out_with_its_reason(block
     the agent would after a region-level pass) is caught by the end-to-end check and left out."""
     from types import SimpleNamespace
 
-    import kernelagent.agent as agent_module
-    from kernelagent.wholemodel.whole import optimize_whole_model
+    import kernelagent.orchestrate.run as run_module
+    from kernelagent.orchestrate.whole_model import optimize_whole_model
 
     plan, _ = block_plan
     ln = region(plan, ["layer_norm"])
@@ -167,7 +167,7 @@ def test_a_region_kernel_that_breaks_the_model_is_left_out_with_its_reason(block
         result = SimpleNamespace(best=best, outcome="success", stop_reason="target_met", stop_detail="")
         return SimpleNamespace(result=result, summary={"best": {}, "stop_detail": ""})
 
-    monkeypatch.setattr(agent_module, "optimize", fake_optimize)
+    monkeypatch.setattr(run_module, "optimize", fake_optimize)
     summary = optimize_whole_model(HERE / "block.py", None, out=tmp_path / "run", evaluator=evaluator,
                                    budget=Budget(max_turns=2), device="cpu", top=1, min_share=0.0, trials=2,
                                    plan_data={**plan, "regions": [ln] + [r for r in plan["regions"] if r is not ln]})
@@ -194,7 +194,8 @@ def test_optimize_whole_model_from_the_cli_through_litellm(tmp_path):
     """`kernelagent optimize model.py --whole-model` end to end through the real litellm client (the
     fake OpenAI server): the plan, the agent on the hottest region within the turn budget, the
     end-to-end check. The scripted replies hold no kernel, so nothing is spliced: exit 1, and the
-    unchanged model still passes end to end."""
+    unchanged model still passes end to end. (tests/test_wholemodel_cli.py runs the block's small
+    sibling, tiny.py, through progress, Ctrl-C and --resume.)"""
     from typer.testing import CliRunner
 
     from kernelagent.cli import app
@@ -205,7 +206,7 @@ def test_optimize_whole_model_from_the_cli_through_litellm(tmp_path):
     out = tmp_path / "run"
     with FakeOpenAIServer() as server:
         server.add(text("I would need to think about this region."), text("Still thinking."))
-        result = CliRunner().invoke(app, ["optimize", str(HERE / "block.py"), "--whole-model", "--regions", "1",
+        result = CliRunner().invoke(app, ["optimize", str(HERE / "tiny.py"), "--whole-model", "--regions", "1",
                                           "--model", "openai/fake", "--api-base", server.url, "--max-turns", "2",
                                           "--device", "cpu", "--mode", "text", "--out", str(out), "--no-live"],
                                     env=env)
@@ -217,3 +218,58 @@ def test_optimize_whole_model_from_the_cli_through_litellm(tmp_path):
     attempted = [r for r in summary["regions"] if r["status"] == "no kernel"]
     assert len(attempted) == 1 and "no verified kernel" in attempted[0]["why"]
     assert (out / "model_optimized.py").is_file() and (out / "plan" / "plan.json").is_file()
+
+
+# == plan on the CPU, bad input (issue 43) ======================================================
+def test_plan_cli_bad_input_is_one_line_naming_the_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from kernelagent.cli import app
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    onfile = CliRunner().invoke(app, ["plan", str(HERE / "tiny.py"), "--out", str(afile)])
+    assert onfile.exit_code == 2, onfile.output  # was 70, an internal error
+    assert onfile.stderr.strip() == f"error: --out {afile}: {afile} is a file, not a folder"
+    raising = tmp_path / "raises.py"
+    raising.write_text("import torch\nraise RuntimeError('boom at import')\nclass Model(torch.nn.Module):\n"
+                       "    pass\n\ndef get_inputs():\n    return []\n\ndef get_init_inputs():\n    return []\n")
+    result = CliRunner().invoke(app, ["plan", str(raising), "--device", "cpu", "--out", str(tmp_path / "p")])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"error: {raising}: importing it raised RuntimeError: boom at import"], lines
+
+
+def test_plan_says_when_the_regions_and_the_forward_disagree(tmp_path, monkeypatch):
+    """A CPU plan whose regions summed to 3534% of the model's forward was printed without a word."""
+    from typer.testing import CliRunner
+
+    import kernelagent.wholemodel.plan as plan_module
+    from kernelagent.cli import app
+
+    def fake(problem, out, device="cpu", **kw):
+        return {"device": "cpu", "regions": [], "totals": {
+            "nodes_us": 3534.1, "model_forward_us": 100.0, "nodes_vs_model": 35.341, "clock": "CPU time"}}
+
+    monkeypatch.setattr(plan_module, "make_plan", fake)
+    result = CliRunner().invoke(app, ["plan", str(HERE / "tiny.py"), "--device", "cpu", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("warning: the regions sum to 3534% of the model's own forward"), result.stderr
+    assert "rough guide" in result.stderr and "(3534.1%)" in result.stdout
+
+
+def test_cpu_node_times_are_the_quickest_repetition_less_the_ranges_own_cost():
+    """One slow repetition (another process took the CPU) must not move a node up the ranking."""
+    from types import SimpleNamespace
+
+    from kernelagent.wholemodel.child import EMPTY, REPS, _times
+
+    def ev(name, us):
+        return SimpleNamespace(name=name, cpu_time_total=us)
+
+    events = [ev("ka::forward", 900.0)]
+    events += [ev("ka::linear", t) for t in (14.0, 15.0, 14.5, 400.0, 14.2)]
+    events += [ev("ka::relu", t) for t in (6.0, 6.5, 6.2, 6.1, 6.3)]
+    events += [ev(EMPTY, t) for t in [4.0, 4.2] * (2 * REPS)]
+    times = _times(SimpleNamespace(events=lambda: events), cuda=False)
+    assert times == {"linear": pytest.approx(10.0), "relu": pytest.approx(2.0)}

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelagent.agent.budget import Budget
-from kernelagent.text import terminal_text
+from kernelagent.text import plural, terminal_text
 
 
 def describe_obs(obs: Any) -> str:
@@ -51,6 +51,7 @@ class LiveView:
         self.last_tool = "-"
         self.best = "-"
         self.search = ""  # a search's round and population (kernelagent/search)
+        self.region = ""  # a whole model's region in progress (orchestrate/whole_model.py)
         self._live: Live | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -91,17 +92,27 @@ class LiveView:
         self.header = f"{problem} | {model} | mode {mode} | {device}"
         return f"kernelagent: optimizing {problem} with {model} (mode {mode}) on {device}; output in {out}"
 
-    def on_model(self, turn: int, reply: Any, budget: dict) -> str:
+    @staticmethod
+    def _turn(turn: int, budget: dict, node: int | None) -> str:
+        """'turn 3/14' (a search's lines add the node: 'turn 3/14 (node 2)'). Turns count model
+        calls from 1; nodes are the search tree's, numbered from 0 as in trajectory.json."""
+        return (f"turn {turn}{'/' + str(budget['max_turns']) if budget.get('max_turns') else ''}"
+                + (f" (node {node})" if node is not None else ""))
+
+    def on_model(self, turn: int, reply: Any, budget: dict, node: int | None = None) -> str:
         calls = ", ".join(c.name for c in reply.tool_calls) or "text reply"
-        return (f"turn {turn}{'/' + str(budget['max_turns']) if budget.get('max_turns') else ''}: "
-                f"model -> {calls} ({reply.usage.total_tokens} tokens, "
+        return (f"{self._turn(turn, budget, node)}: model -> {calls} ({reply.usage.total_tokens} tokens, "
                 f"${reply.cost_usd:.4f}, {reply.latency_s:.1f} s)")
 
-    def on_tool(self, tool: str, obs: Any, best: Any, turn: int) -> str:
+    def on_model_error(self, turn: int, node: int | None, error: str, budget: dict) -> str:
+        return f"{self._turn(turn, budget, node)}: model error: {error}"
+
+    def on_tool(self, tool: str, obs: Any, best: Any, turn: int | None, node: int | None = None) -> str:
         self.last_tool = f"{tool} -> {describe_obs(obs)}"
         if best is not None:
             self.best = describe_obs(best)
-        return f"turn {turn}: {tool} -> {describe_obs(obs)} ({obs.seconds:.1f} s)"
+        where = f"node {node}" if node is not None else f"turn {turn}"
+        return f"{where}: {tool} -> {describe_obs(obs)} ({obs.seconds:.1f} s)"
 
     def on_warning(self, **warning: Any) -> str:
         if warning.get("last_turn"):
@@ -109,7 +120,7 @@ class LiveView:
         return f"budget: {warning.get('percent')}% of the {warning.get('limit')} budget used"
 
     def on_round(self, round: int, planned: int, size: dict, best: Any) -> str:
-        self.search = (f"round {round}: {planned} calls; tree {size.get('nodes', 0)} nodes, "
+        self.search = (f"round {round}: {plural(planned, 'call')}; tree {plural(size.get('nodes', 0), 'node')}, "
                        f"{size.get('evaluated', 0)} evaluated, {size.get('duplicates', 0)} duplicates, "
                        f"{size.get('correct', 0)} correct")
         if best is not None:
@@ -126,6 +137,38 @@ class LiveView:
         best = describe_obs(result.best) if result.best else "none"
         return f"result: {result.outcome} (exit {result.exit_code}); best: {best}; target: {result.target_check}"
 
+    # -- a whole model (orchestrate/whole_model.py): its steps around each region's own events --
+    def on_plan_start(self, problem: str, device: str) -> str:
+        self.header = f"{problem} | whole model | {device}"
+        self.region = "planning"
+        return f"planning {problem}: profiling its forward on {device} in a child process"
+
+    def on_plan(self, regions: int, chosen: list, totals: dict) -> str:
+        listed = ", ".join(f"{rid} ({kind}, {share:.1%})" for rid, share, kind in chosen) or "none"
+        self.region = f"0/{len(chosen)} regions"
+        return f"plan: {plural(regions, 'region')}; optimising {len(chosen)}: {listed}"
+
+    def on_region(self, region: str, index: int, count: int, share: float, kind: str, resumed: bool) -> str:
+        self.region = f"{index}/{count}: {region} ({kind}, {share:.1%} of the model's time)"
+        self.best = "-"
+        self.last_tool = "-"
+        return f"region {index}/{count}: {region} ({kind}, {share:.1%}){', resumed' if resumed else ''}"
+
+    def on_region_done(self, region: str, status: str, why: str, speedup: float | None = None) -> str:
+        speed = f", {speedup:.3f}x" if speedup else ""
+        return f"{region}: {status}{speed}" + (f": {why}" if why else "")
+
+    def on_splice(self, region: str, status: str, why: str, speedup: float | None = None) -> str:
+        self.region = f"end-to-end checks: {region}"
+        speed = f" ({speedup:.3f}x vs eager)" if speedup else ""
+        return f"{region} spliced alone into the model: {status}{speed}" + (f": {why}" if why else "")
+
+    def on_e2e(self, verdict: str, spliced: list, speedup: float | None, interval: Any, baseline: str | None) -> str:
+        self.region = "done"
+        speed = (f", {speedup:.3f}x [{interval[0]:.3f}, {interval[1]:.3f}] vs {baseline}" if speedup and interval
+                 else "")
+        return f"end to end: {verdict}{speed}; spliced: {', '.join(spliced) or 'none'}"
+
     # -- the live panel ----------------------------------------------------------------
     def render(self) -> Panel:
         def text(value: Any, **style: Any) -> Text:
@@ -135,6 +178,8 @@ class LiveView:
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold")
         table.add_column()
+        if self.region:
+            table.add_row("region", text(self.region))
         table.add_row("turn", _limit(b.turns, b.max_turns))
         if self.search:
             table.add_row("search", text(self.search))

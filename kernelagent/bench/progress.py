@@ -20,7 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from kernelagent.text import terminal_text
+from kernelagent.text import plural, terminal_text
 
 
 def _duration(seconds: float | None) -> str:
@@ -109,7 +109,7 @@ class BenchProgress:
             where = f"evaluating on {', '.join(devices)}" if devices else "nothing left to do"
             if devices and jobs:
                 where += f", {jobs}"
-            self._line(f"bench: {what} run {run_id} ({mode}): {total} problems{skip}; {where}")
+            self._line(f"bench: {what} run {run_id} ({mode}): {plural(total, 'problem')}{skip}; {where}")
 
     def eval_started(self, device: str, key: str) -> None:
         with self.lock:
@@ -158,7 +158,7 @@ class BenchProgress:
         with self.lock:
             rate = metrics.get("correctness_rate")
             self._line(f"bench: run {self.run_id} finished: {metrics.get('correct', 0)}/{metrics.get('problems', 0)} "
-                       f"correct ({0 if rate is None else rate:.0%}); {evaluations} evaluations this session, "
+                       f"correct ({0 if rate is None else rate:.0%}); {plural(evaluations, 'evaluation')} this session, "
                        f"{self.reused} reused from the store; {_duration(time.monotonic() - self.started)}; "
                        f"report: {out_dir}/report.html")
 

@@ -3,7 +3,7 @@
     pool = RayPool("auto", cpu_workers=2, cache_dir=None, isolation="auto")
     Dispatcher(pool, store, run_id, progress)   # the same dispatcher as the local pool's
 
-The actors are the reward service's (`kernelagent.rl.ray_backend._EvalActor`): each holds one
+The actors are the ones the reward service uses too (`kernelagent.cluster.actors._EvalActor`): each holds one
 harness `Evaluator`, so the candidate's process lives inside that worker's harness exactly as
 on one machine. Only source text goes out and only plain dicts (EvalResult.to_dict) come
 back; the SQLite store stays with the driver (the Dispatcher writes it).
@@ -58,7 +58,7 @@ class RayWorker:
         self.actor = self._start()
 
     def _start(self) -> Any:
-        from kernelagent.rl.ray_backend import start_actor
+        from kernelagent.cluster.actors import start_actor
 
         return start_actor(self._ray, self.slot, self._cache_dir, self._isolation,
                            jobs_per_device=self._jobs_per_device)
@@ -134,7 +134,7 @@ class RayPool:
 
     def __init__(self, address: str, *, cpu_workers: int = 1, cache_dir: str | None = None,
                  isolation: str = "auto", init_kwargs: dict[str, Any] | None = None, jobs_per_device: int = 0):
-        from kernelagent.rl.ray_backend import connect, plan_workers
+        from kernelagent.cluster.actors import connect, plan_workers
 
         ray = import_ray()
         self._ray = ray

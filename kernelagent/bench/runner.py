@@ -4,7 +4,7 @@
     outcome = run_bench(spec, Session(gpus="0,1"))
 
 Candidates mode evaluates the files found for each problem (`discover.find_candidates`);
-agent mode runs `kernelagent.agent.optimize` on each problem, up to `concurrency` problems
+agent mode runs `kernelagent.orchestrate.optimize` on each problem, up to `concurrency` problems
 (and so model calls) at once. Either way every evaluation goes through `Dispatcher`: the
 store is asked first (content hash of problem + candidate + settings + environment), and
 only a miss reaches a harness server, one job at a time per GPU.
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.bench.discover import ProblemRef, discover, find_candidates
-from kernelagent.bench.store import Store, default_store_path
+from kernelagent.bench.store import Store, default_store_path, open_store
 from kernelagent.bench.dispatch import Dispatcher, ProblemEvaluator, WorkerLost, _labels, summarise  # noqa: F401
 from kernelagent.errors import UserError
 
@@ -220,7 +220,7 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
     from kernelagent.problem import load_problem, missing_dependency, parse_source
 
     store_path = Path(session.store) if session.store else default_store_path()
-    store = Store(store_path)
+    store = open_store(store_path)
     progress = progress or BenchProgress(quiet=True)
     try:
         if resume:
@@ -423,11 +423,11 @@ def interleaved(jobs: list[tuple]) -> list[tuple]:
 
 
 def _default_model(spec: BenchSpec, session: Session) -> Any:
-    from kernelagent.models.litellm_model import LitellmModel
+    from kernelagent.models import make_model
 
-    return LitellmModel(spec.model, api_base=spec.api_base, api_key=session.api_key, timeout=session.model_timeout,
-                        max_retries=session.max_retries, backoff_base=session.retry_backoff,
-                        temperature=spec.temperature)
+    return make_model(spec.model, api_base=spec.api_base, api_key=session.api_key, timeout=session.model_timeout,
+                      max_retries=session.max_retries, backoff_base=session.retry_backoff,
+                      temperature=spec.temperature)
 
 
 def _safe_name(key: str) -> str:
@@ -463,7 +463,7 @@ def agent_record(ref: ProblemRef, summary: dict, attempts: list[dict], wall_s: f
 
 def _run_agent(spec: BenchSpec, session: Session, store: Store, run_id: str, dispatcher: Dispatcher,
                progress: Any, todo: list[tuple[ProblemRef, Any]], out_dir: Path) -> None:
-    from kernelagent.agent import optimize
+    from kernelagent.orchestrate import optimize
     from kernelagent.agent.budget import Budget
     from kernelagent.problem import ProblemError
 

@@ -142,6 +142,20 @@ def _loads(text: str | None) -> Any:
     return json.loads(text) if text else None
 
 
+def open_store(path: str | Path, option: str = "--store") -> "Store":
+    """The store at `path`, or one line (UserError, exit 2) saying why it cannot be opened: a
+    folder, a file that is not a SQLite database, a database that is locked or unwritable."""
+    from kernelagent.errors import UserError
+
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise UserError(f"{option} {path} is not a file")
+    try:
+        return Store(path)
+    except (sqlite3.Error, OSError) as exc:
+        raise UserError(f"{option} {path}: cannot open it as a kernelagent store ({exc})") from None
+
+
 class Store:
     def __init__(self, path: str | Path, busy_timeout: float = 60.0):
         self.path = Path(path)

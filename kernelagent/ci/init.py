@@ -89,11 +89,11 @@ def init_from_folders(root: Path, problems: Path, kernels: Path, *, force: bool 
 def init_from_bench(root: Path, run: str, *, store: str | None = None, force: bool = False) -> InitResult:
     from kernelagent.bench.discover import ProblemRef, find_candidates
     from kernelagent.bench.report import resolve_run
-    from kernelagent.bench.store import Store
+    from kernelagent.bench.store import open_store
     from kernelagent.problem import sha256_text
 
     store_path, run_id = resolve_run(run, store)
-    with Store(store_path) as db:
+    with open_store(store_path) as db:
         info = db.run(run_id)
         if info is None:
             raise UserError(f"no run {run_id!r} in {store_path}")

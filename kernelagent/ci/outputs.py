@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.ci.verify import BASELINE_NAMES, KernelCheck, VerifyReport
-from kernelagent.text import markdown_text, terminal_text, xml_text
+from kernelagent.text import markdown_text, plural, terminal_text, xml_text
 
 
 def _detail(check: KernelCheck) -> str:
@@ -66,7 +66,9 @@ def _speed(check: KernelCheck) -> str:
 
 def markdown(report: VerifyReport) -> str:
     ok = not report.failed
-    title = f"### kernelagent verify: {'all ' + str(len(report.checks)) + ' kernels pass' if ok else f'{len(report.failed)} of {len(report.checks)} kernels fail'}"
+    n = len(report.checks)
+    title = ("### kernelagent verify: " + (("the kernel passes" if n == 1 else f"all {n} kernels pass") if ok else
+                                           f"{len(report.failed)} of {plural(n, 'kernel')} fail"))
     rows = ["| kernel | result | verdict | speedup | details |", "| --- | --- | --- | --- | --- |"]
     for check in report.checks:
         mark = "✅ pass" if check.passed else "❌ fail"
@@ -101,7 +103,7 @@ def console_lines(report: VerifyReport) -> list[str]:
     state = "all pass" if not report.failed else f"{len(report.failed)} failed: {', '.join(c.name for c in report.failed)}"
     speed = "" if report.speed_checked else "; speed not checked (no GPU)"
     lock = f"; lock {'updated' if report.lock_written else 'unchanged'}: {report.lock_path}"
-    lines.append(terminal_text(f"verify: {len(report.checks)} kernels, {state} ({report.evaluated} evaluated, "
+    lines.append(terminal_text(f"verify: {plural(len(report.checks), 'kernel')}, {state} ({report.evaluated} evaluated, "
                                f"{report.reused} from the store){speed}{lock}"))
     return lines
 

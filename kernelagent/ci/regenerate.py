@@ -129,7 +129,7 @@ def _regenerate_one(item: Regeneration, entry: KernelEntry, manifest: Manifest, 
                     lock: dict, new_lock: dict, *, env: dict, model_factory: Callable[[], Any] | None,
                     out_root: Path, trials: int | None, device: str, say: Callable[[str], None],
                     observer: Callable[..., None] | None) -> None:
-    from kernelagent.agent import optimize
+    from kernelagent.orchestrate import optimize
     from kernelagent.agent.budget import Budget
     from kernelagent.problem import load_problem
 

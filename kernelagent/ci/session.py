@@ -14,7 +14,7 @@ from kernelagent.errors import UserError
 @contextmanager
 def open_cached_evaluator(*, store: Path | None, device: str, cache_dir: Path | None,
                           isolation: str, run_id: str, jobs_per_gpu: int = 0) -> Iterator[CachedEvaluator]:
-    from kernelagent.bench.store import Store, default_store_path
+    from kernelagent.bench.store import default_store_path, open_store
     from kernelagent.harness import Evaluator, HarnessStartError
 
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
@@ -22,12 +22,7 @@ def open_cached_evaluator(*, store: Path | None, device: str, cache_dir: Path | 
     if isolation not in ("auto", "bwrap", "namespaces", "none"):
         raise UserError(f"--isolation must be auto, bwrap, namespaces or none (got {isolation!r})")
     store_path = store or default_store_path()
-    if store_path.exists() and not store_path.is_file():
-        raise UserError(f"--store {store_path} is not a file")
-    try:
-        db = Store(store_path)
-    except Exception as exc:  # sqlite3.DatabaseError: not a database, locked, unwritable
-        raise UserError(f"cannot open the store {store_path}: {exc}") from None
+    db = open_store(store_path)  # a folder, not a database, locked, unwritable: one line
     try:
         with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation,
                        concurrency=jobs_per_gpu) as evaluator:

@@ -353,6 +353,18 @@ def updated_lock(lock: dict[str, dict], checks: list[KernelCheck], manifest: Man
     return entries
 
 
+def preflight(manifest: Manifest, only: list[str] | None = None) -> None:
+    """What run_verify would find wrong before evaluating anything, found now: an unknown --only
+    name, an unreadable lock, a problem or kernel file that is missing or broken. The command
+    calls it before it starts the harness or says anything on stdout."""
+    from kernelagent.problem import load_problem, read_candidate
+
+    read_lock(manifest.lock_path)
+    for entry in manifest.select(only):
+        load_problem(entry.problem)
+        read_candidate(entry.kernel)
+
+
 def run_verify(manifest: Manifest, cached: CachedEvaluator, *, update_lock: bool = False,
                only: list[str] | None = None, trials: int | None = None,
                on_check: Any = None, compile_modes: tuple[str, ...] = ("default",),

@@ -19,7 +19,7 @@ from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOp
                                   stage_timeouts)
 from kernelagent.cli.optimize_cmd import Mode
 from kernelagent.errors import EXIT_USAGE, UserError
-from kernelagent.text import terminal_text
+from kernelagent.text import plural, terminal_text
 
 
 def bench(
@@ -98,7 +98,7 @@ def bench(
     except UserError as exc:
         raise fail(str(exc)) from None
     if strategy != "single" or samples != 1:
-        from kernelagent.agent import check_strategy
+        from kernelagent.orchestrate import check_strategy
 
         if candidates is not None:
             raise fail("--strategy and --samples are for agent mode (no --candidates)")
@@ -111,7 +111,7 @@ def bench(
     extra_modes = None if compile_modes in (("default",), ("default", "max-autotune-no-cudagraphs")) \
         else list(compile_modes)
     spec = None
-    if directory is not None:
+    if directory is not None and resume is None:
         spec = BenchSpec(root=str(directory), candidates=str(candidates) if candidates else None, levels=levels,
                          filter=filter_glob, limit=limit, trials=trials, timing=timing, baselines=baselines,
                          max_autotune=max_autotune, inductor_modes=extra_modes, backend=backend, model=model, api_base=api_base, agent_mode=mode.value,
@@ -126,14 +126,18 @@ def bench(
                       run_name=run_name, api_key=api_key,
                       model_timeout=model_timeout, max_retries=max_retries, retry_backoff=retry_backoff)
     try:
+        from kernelagent.bench.discover import check_root, discover
         from kernelagent.devices import check_gpu_list
 
-        from kernelagent.bench.discover import check_root
-
+        # What is wrong with DIR (or RUN) first, then what is missing for the agent.
+        checked = _resumed_spec(resume, directory, store) if resume is not None else spec
         if directory is not None:
-            check_root(directory)  # what is wrong with DIR, before what is missing for the agent
-        if spec is not None and spec.mode == "agent":
-            _check_model(spec, session)  # a missing model or key: one line, before anything starts
+            check_root(directory)
+        if checked is not None and not discover(checked.root, checked.levels, checked.filter, checked.limit):
+            raise UserError(f"no problems found under {checked.root}"
+                            + (" with those --levels/--filter" if checked.levels or checked.filter else ""))
+        if checked is not None and checked.mode == "agent":
+            _check_model(checked, session)  # a missing model or key: one line, before anything starts
         # A GPU that is not there: one line. None at all: the CPU, which the progress names.
         if ray_address is None:
             check_gpu_list(gpus, quiet=True)
@@ -157,23 +161,44 @@ def bench(
     else:
         rate = lambda v: "–" if v is None else f"{100 * v:.1f}%"  # noqa: E731
         geo = m["geomean_speedup"]["inductor"]
-        typer.echo(f"run {outcome.run_id}: {m['problems']} problems, compiled {rate(m['compile_rate'])}, "
+        typer.echo(f"run {outcome.run_id}: {plural(m['problems'], 'problem')}, compiled {rate(m['compile_rate'])}, "
                    f"correct {rate(m['correctness_rate'])}, fast_1.0 vs inductor "
                    f"{rate(m['fast_p']['inductor']['1.0'])} on the lower bound "
                    f"({rate(m['fast_p_point']['inductor']['1.0'])} on the point estimate), geomean vs inductor "
-                   f"{'–' if geo is None else f'{geo:.3f}x'}; {outcome.evaluations} evaluations, "
-                   f"{outcome.reused} from the store, {outcome.skipped} problems already done")
+                   f"{'–' if geo is None else f'{geo:.3f}x'}; {plural(outcome.evaluations, 'evaluation')}, "
+                   f"{outcome.reused} from the store, {plural(outcome.skipped, 'problem')} already done")
         if outcome.resubmitted:
-            typer.echo(f"{outcome.resubmitted} evaluations were sent to another worker after theirs was lost")
+            typer.echo(f"{plural(outcome.resubmitted, 'evaluation')} sent to another worker after "
+                       f"{'its' if outcome.resubmitted == 1 else 'theirs'} was lost")
         for item in m.get("skipped") or []:
             typer.echo(terminal_text(f"skipped {item['key']}: {item['reason']}"))
         typer.echo(f"report: {outcome.out_dir / 'report.html'}")
     raise typer.Exit(0)
 
 
-def _check_model(spec, session) -> None:
-    from kernelagent.models.litellm_model import LitellmModel
+def _resumed_spec(resume: str, directory: Path | None, store: Path | None):
+    """--resume RUN: the run's own settings (from the store). DIR may be given, and must then be
+    the run's benchmark directory; the other settings on the command line are not used."""
+    from kernelagent.bench import BenchSpec
+    from kernelagent.bench.store import default_store_path, open_store
 
-    LitellmModel(spec.model, api_base=spec.api_base, api_key=session.api_key, timeout=session.model_timeout,
-                 max_retries=session.max_retries, backoff_base=session.retry_backoff,
-                 temperature=spec.temperature).check_reachable()
+    path = store or default_store_path()
+    if not Path(path).is_file():
+        raise UserError(f"no run {resume!r} in the store {path}: there is no store there (give --store)")
+    with open_store(path) as db:
+        run = db.run(resume)
+    if run is None:
+        raise UserError(f"no run {resume!r} in the store {path}")
+    spec = BenchSpec(**run["spec"])
+    if directory is not None and Path(directory).resolve() != Path(spec.root).resolve():
+        raise UserError(f"--resume {resume} is a run over {spec.root}, not {directory}: leave DIR out "
+                        "(a resumed run keeps its own settings)")
+    return spec
+
+
+def _check_model(spec, session) -> None:
+    from kernelagent.models import make_model
+
+    make_model(spec.model, api_base=spec.api_base, api_key=session.api_key, timeout=session.model_timeout,
+               max_retries=session.max_retries, backoff_base=session.retry_backoff,
+               temperature=spec.temperature).check_reachable()

@@ -15,10 +15,10 @@ import typer
 from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt, StageTimeoutOpt, TimeoutScaleOpt,
                                   inductor_modes, stage_timeouts)
 from kernelagent.errors import UserError
-from kernelagent.text import terminal_text
+from kernelagent.text import plural, terminal_text
 
 PathArg = Annotated[Optional[Path], typer.Argument(
-    metavar="[PATH]", help="kernelagent.toml, or the folder holding it (default: the current folder).",
+    metavar="PATH", help="kernelagent.toml, or the folder holding it (default: the current folder).",
     show_default=False)]
 Only = Annotated[Optional[list[str]], typer.Option(
     "--only", metavar="NAME", help="Only these kernels (by name; repeat or comma-separate).", show_default=False)]
@@ -60,10 +60,12 @@ def verify(
     from kernelagent.ci import outputs
     from kernelagent.ci.manifest import load_manifest
     from kernelagent.ci.session import open_cached_evaluator
-    from kernelagent.ci.verify import run_verify
+    from kernelagent.ci.verify import preflight, run_verify
 
-    if junit is not None and junit.is_dir():
-        raise _fail(f"--junit {junit} is a folder; give a file name")
+    if junit is not None:
+        why = _unwritable(junit)
+        if why:  # found now, before the lock is written or anything is said
+            raise _fail(f"--junit {junit}: {why}")
     err = sys.stderr if json_out else sys.stdout
 
     def progress(check) -> None:
@@ -72,6 +74,7 @@ def verify(
     try:
         compile_modes = inductor_modes(modes, max_autotune)
         manifest = load_manifest(path)
+        preflight(manifest, only)  # bad input: one line on stderr, nothing on stdout before it
         with open_cached_evaluator(store=store, device=device or manifest.device, cache_dir=cache_dir,
                                    isolation=isolation, run_id=f"verify:{manifest.path}",
                                    jobs_per_gpu=jobs_per_gpu) as cached:
@@ -95,6 +98,23 @@ def verify(
     if json_out:
         typer.echo(outputs.dumps(report.to_dict()))
     raise typer.Exit(report.exit_code)
+
+
+def _unwritable(target: Path) -> str | None:
+    """Why a report file cannot be written there, or None: checked before any work, so that a
+    typo in --junit does not cost a run (and leave a lock written behind an error)."""
+    import os
+
+    if target.is_dir():
+        return "it is a folder; give a file name"
+    if target.exists():
+        return None if os.access(target, os.W_OK) else "the file is not writable"
+    for folder in target.parents:
+        if folder.exists():
+            if not folder.is_dir():
+                return f"{folder} is a file, not a folder"
+            return None if os.access(folder, os.W_OK | os.X_OK) else f"the folder {folder} is not writable"
+    return None
 
 
 def regenerate(
@@ -136,7 +156,7 @@ def regenerate(
         if strategy is not None or samples is not None or model_concurrency is not None:
             import dataclasses
 
-            from kernelagent.agent import check_strategy
+            from kernelagent.orchestrate import check_strategy
 
             manifest = dataclasses.replace(manifest, strategy=strategy or manifest.strategy,
                                            samples=samples or manifest.samples,
@@ -147,15 +167,15 @@ def regenerate(
                 raise UserError(str(exc)) from None
         factory = None
         if not dry_run:
-            from kernelagent.models.litellm_model import LitellmModel
+            from kernelagent.models import make_model
 
             settings = dict(api_base=api_base or manifest.api_base, api_key=api_key, timeout=model_timeout,
                             max_retries=max_retries, backoff_base=retry_backoff, temperature=manifest.temperature)
             name = model or manifest.model
-            LitellmModel(name, **settings)  # no model, no key: one line and exit 2, before any work
+            make_model(name, **settings)  # no model, no key: one line and exit 2, before any work
 
             def factory():
-                return LitellmModel(name, **settings)
+                return make_model(name, **settings)
         with open_cached_evaluator(store=store, device=device or manifest.device, cache_dir=cache_dir,
                                    isolation=isolation, run_id=f"regenerate:{manifest.path}") as cached:
             report = run_regenerate(manifest, cached, model_factory=factory, out=out, only=only, dry_run=dry_run,
@@ -172,7 +192,7 @@ def regenerate(
         for item in report.items:
             counts[item.outcome] = counts.get(item.outcome, 0) + 1
         summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-        say(f"regenerate: {len(report.items)} kernels: {summary}"
+        say(f"regenerate: {plural(len(report.items), 'kernel')}: {summary}"
             + (f"; lock updated: {manifest.lock_path}" if report.lock_written else ""))
     if json_out:
         typer.echo(outputs.dumps(report.to_dict()))
@@ -180,7 +200,7 @@ def regenerate(
 
 
 def init(
-    path: Annotated[Optional[Path], typer.Argument(metavar="[DIR]", help="Where kernelagent.toml goes (default: the current folder).", show_default=False)] = None,
+    path: Annotated[Optional[Path], typer.Argument(metavar="DIR", help="Where kernelagent.toml goes (default: the current folder).", show_default=False)] = None,
     problems: Annotated[Optional[Path], typer.Option("--problems", metavar="DIR", help="Folder of problem files (default: DIR/problems).", show_default=False)] = None,
     kernels: Annotated[Optional[Path], typer.Option("--kernels", metavar="DIR", help="Folder of kernels, named like their problems (default: DIR/kernels).", show_default=False)] = None,
     from_bench: Annotated[Optional[str], typer.Option("--from-bench", metavar="RUN", help="Take a bench run's best kernels (a run directory or id); copies them into DIR/problems and DIR/kernels.", show_default=False)] = None,
@@ -202,4 +222,5 @@ def init(
         raise _fail(str(exc), exc.exit_code) from None
     for note in result.skipped:
         typer.echo(terminal_text(f"skipped {note}"))
-    typer.echo(f"wrote {result.manifest}: {len(result.pairs)} kernels; check them with `kernelagent verify {root}`")
+    typer.echo(f"wrote {result.manifest}: {plural(len(result.pairs), 'kernel')}; check "
+               f"{'it' if len(result.pairs) == 1 else 'them'} with `kernelagent verify {root}`")

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from kernelagent.cli.core import Command, finite, typer_app
+from kernelagent.text import plural
 
 dataset_app = typer_app(help="Datasets for training kernel models.", no_args_is_help=True)
 
@@ -107,4 +108,4 @@ def _nodes(runs, out) -> None:
     with open(out, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-    typer.echo(f"{len(rows)} nodes from {read} search runs: {out}")
+    typer.echo(f"{plural(len(rows), 'node')} from {plural(read, 'search run')}: {out}")

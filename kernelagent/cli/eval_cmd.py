@@ -34,6 +34,8 @@ def eval_command(
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with torch.utils.cpp_extension.load_inline.")] = "triton",
     timeout_scale: Annotated[Optional[float], TimeoutScaleOpt] = None,
     stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
+    compile_on_cpu: Annotated[bool, typer.Option("--compile-baseline-on-cpu", help="On the CPU, time the torch.compile baseline too (skipped there by default: Inductor's CPU build is slow and the interpreter's timings mean nothing).")] = False,
+    whole_model: Annotated[bool, typer.Option("--whole-model", help="Judge CANDIDATE as a whole model spliced by `optimize --whole-model` (its OUT/model_optimized.py) against PROBLEM, the original model, with the rules of that run's end-to-end check: PyTorch may run the regions that were not replaced (reported as torch-work, not rejected), the static pass reports, no Nsight Compute evidence. The spliced kernels count as the candidate's own.")] = False,
     daemon: Annotated[Optional[bool], typer.Option("--daemon/--no-daemon", help="Use this user's warm harness (started now if none answers; it ends after 10 idle minutes) instead of starting a server for this command alone: a second command skips the server's start. Default: $KERNELAGENT_DAEMON (off unless 1).", show_default=False)] = None,
 ) -> None:
     """Evaluate CANDIDATE against PROBLEM: compile, correctness, timing vs eager and torch.compile."""
@@ -41,12 +43,13 @@ def eval_command(
 
     code = run_guarded(_run, problem, candidate, trials, device, as_json, timing, baselines, max_autotune,
                        profile, seed, atol, rtol, isolation, cache_dir, backend, modes, kernel_evidence,
-                       stage_timeouts(timeout_scale, stage_timeout), daemon)
+                       stage_timeouts(timeout_scale, stage_timeout), daemon, whole_model, compile_on_cpu)
     raise typer.Exit(code)
 
 
 def _run(problem, candidate, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
-         isolation, cache_dir, backend="triton", modes=None, kernel_evidence=True, timeouts=None, daemon=None) -> int:
+         isolation, cache_dir, backend="triton", modes=None, kernel_evidence=True, timeouts=None, daemon=None,
+         whole_model=False, compile_on_cpu=False) -> int:
     from kernelagent.devices import check_device
     from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator, Status
@@ -59,13 +62,20 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
     compile_modes = inductor_modes(modes, max_autotune)  # an unknown mode: exit 2 before any file is read
     loaded = load_problem(problem)
     source = read_candidate(candidate)
+    settings = dict(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed, atol=atol,
+                    rtol=rtol, backend=backend, **({"timeouts": timeouts} if timeouts else {}),
+                    compile_modes=compile_modes, kernel_evidence=kernel_evidence,
+                    **({"compile_baseline_on_cpu": True} if compile_on_cpu else {}))
     try:
-        config = EvalConfig(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed,
-                            atol=atol, rtol=rtol, backend=backend, **({"timeouts": timeouts} if timeouts else {}),
-                            compile_modes=compile_modes, kernel_evidence=kernel_evidence)
+        if whole_model:  # the rules of optimize --whole-model's end-to-end check (wholemodel/e2e.py)
+            from kernelagent.wholemodel.e2e import e2e_config
+
+            config = e2e_config(**settings)
+        else:
+            config = EvalConfig(**settings)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    device = check_device(device)  # a GPU that is not there: exit 2 before anything starts
+    device = check_device(device, quiet=True)  # a GPU that is not there: exit 2 before anything starts
     try:
         evaluator = Evaluator(device=device, cache_dir=cache_dir, isolation=isolation, daemon=daemon)
     except ValueError as exc:  # a bad --device
@@ -90,12 +100,21 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
         if as_json:
             typer.echo(json.dumps(result.to_dict(), indent=None, default=str))
         raise UserError(f"{problem}: {result.reason.splitlines()[0][:600]}", exit_code=EXIT_TOO_LARGE)
+    check_device(device)  # auto without a GPU: the note, beside the verdict (never before an error line)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=None, default=str))
     else:
         from kernelagent.cli.render import render_result
 
         render_result(result)
+        if not result.passed and not whole_model:
+            from kernelagent.wholemodel.e2e import is_spliced
+
+            if is_spliced(source):
+                typer.echo(terminal_text(
+                    f"note: {candidate.name} is a whole model spliced by `optimize --whole-model`: PyTorch runs "
+                    "the regions it did not replace, which this check rejects; judge it as the run did with "
+                    f"`kernelagent eval {problem} {candidate} --whole-model`"), err=True)
     return EXIT_OK if result.passed else EXIT_FAILED
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from kernelagent.cli.core import Command, finite, typer_app
+from kernelagent.text import plural
 
 export_app = typer_app(help="Export training data from agent runs.", no_args_is_help=True)
 
@@ -51,5 +52,6 @@ def _sft(runs, out, min_speedup, per_problem, include_unmeasured, split, seed, i
     if not stats["runs_read"]:
         raise UserError("no run folders (trajectory.json + summary.json) found")
     skipped = ", ".join(f"{k} {v}" for k, v in sorted(stats["skipped"].items())) or "none"
-    typer.echo(f"{stats['rows']} rows from {stats['runs_read']} runs ({stats['problems']} problems; "
+    typer.echo(f"{plural(stats['rows'], 'row')} from {plural(stats['runs_read'], 'run')} "
+               f"({plural(stats['problems'], 'problem')}; "
                f"dropped: {skipped}): {out}; stats: {stats_path_for(out)}")

@@ -5,8 +5,10 @@ What the server trusts (mcpserver/roots.py, docs/concepts/isolation.md): problem
 manifests) lies under a --problems or --root folder and is never run as a problem.
 
 Exit codes: 0 on a clean shutdown, 2 bad input (no --problems, a folder that does not exist, a
---root that overlaps a --problems folder, a bad --http address, a public address without a
-token, the mcp package missing): one line on stderr."""
+--root that overlaps a --problems folder, a bad --http address or one that cannot be bound, a
+public address without a token, the mcp package missing): one line on stderr; 130 on Ctrl-C.
+Over HTTP the server runs on the stack `kernelagent serve` uses (kernelagent/serving): one
+bearer-token check, the same limits and statuses; SIGTERM stops it cleanly."""
 
 from __future__ import annotations
 
@@ -78,9 +80,17 @@ def _mcp(problems, root, http, token, device, isolation, max_evaluations, max_gp
 
 
 def _serve_http(server, host: str, port: int, token: str | None) -> None:
-    import uvicorn
+    import signal
 
-    from kernelagent.mcpserver.auth import bearer_guard
+    from kernelagent.cli.core import interrupted
+    from kernelagent.errors import UserError
+    from kernelagent.mcpserver.http_app import http_server
+    from kernelagent.serving import require
 
-    app = server.streamable_http_app(host=host)
-    uvicorn.run(bearer_guard(app, token), host=host, port=port, log_level="warning", lifespan="on")
+    require("kernelagent mcp --http", "mcp")
+    try:
+        http = http_server(server, host, port, token)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port}: {exc}") from None
+    if http.serve_until_signal() == signal.SIGINT:  # SIGTERM: a requested stop (0); Ctrl-C: 130
+        raise interrupted("kernelagent mcp: interrupted, stopped")

@@ -1,12 +1,15 @@
-"""`kernelagent optimize PROBLEM`: run the agent on one problem.
+"""`kernelagent optimize PROBLEM`: run the agent on one problem (or, with --whole-model, on a
+whole model's hottest regions: kernelagent/orchestrate/whole_model.py).
 
 A plain function with typer options; kernelagent/cli/__init__.py registers it with
 `app.command("optimize")(optimize)`. Exit codes: 0 correct and meets the target, 3 correct
-but short of it, 1 no correct kernel, 2 bad input or configuration (one line on stderr).
+but short of it, 1 no correct kernel, 2 bad input or configuration (one line on stderr),
+130 interrupted (what was kept, and how to go on, in one line on stderr).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from enum import Enum
@@ -34,8 +37,9 @@ def _fail(message: str) -> typer.Exit:
 
 
 def optimize(
+    ctx: typer.Context,
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file (class Model, get_inputs, get_init_inputs).", show_default=False)],
-    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, or openai/<name> with --api-base.", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5, or openai/<name> with --api-base; or scripted:FILE[,FILE...] to play files back as the model's replies (a .py file: a kernel; no key needed).", show_default=False)] = None,
     api_base: Annotated[Optional[str], typer.Option("--api-base", metavar="URL", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...), e.g. http://localhost:8000/v1.", show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable, e.g. OPENAI_API_KEY).", show_default=False)] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="tools: function calling; text: code blocks only; auto: tools, and code blocks are evaluated too.")] = Mode.auto,
@@ -59,7 +63,7 @@ def optimize(
     samples: SamplesOpt = 1,
     model_concurrency: ModelConcurrencyOpt = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the search's random draws (evolve's parents).")] = 0,
-    resume: Annotated[Optional[Path], typer.Option("--resume", metavar="DIR", help="Continue a killed or finished search in DIR (its strategy, samples and seed; the budget flags are the new totals, counting what it spent).", show_default=False)] = None,
+    resume: Annotated[Optional[Path], typer.Option("--resume", metavar="DIR", help="Continue a killed or finished search in DIR, or with --whole-model an interrupted whole-model run (its strategy, samples, seed and regions; the budget flags are the new totals, counting what it spent).", show_default=False)] = None,
     whole_model: Annotated[bool, typer.Option("--whole-model", help="Plan the model (kernelagent plan), run the agent on its hottest regions in one budget, splice the verified kernels into OUT/model_optimized.py and verify it end to end against the original.")] = False,
     regions: Annotated[int, typer.Option("--regions", min=1, metavar="N", help="--whole-model: the hottest N extractable regions are optimised.")] = 3,
     force: Annotated[bool, typer.Option("--force", help="Let --out replace a run already in that folder (its kernel.py, trajectory.json and summary.json are deleted first).")] = False,
@@ -69,11 +73,11 @@ def optimize(
     stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
 ) -> None:
     """Turn a PyTorch reference module into a verified, faster Triton (or CUDA C++) kernel."""
-    from kernelagent.agent import default_out_dir
-    from kernelagent.agent import optimize as run_optimize
     from kernelagent.agent.budget import Budget
     from kernelagent.agent.live import LiveView
-    from kernelagent.models.litellm_model import LitellmModel
+    from kernelagent.models import make_model
+    from kernelagent.orchestrate import default_out_dir
+    from kernelagent.orchestrate import optimize as run_optimize
     from kernelagent.problem import load_problem
 
     if not logging.getLogger().handlers:
@@ -92,11 +96,10 @@ def optimize(
         if resume is not None:
             if out is not None and out.resolve() != resume.resolve():
                 raise UserError("--resume DIR writes into DIR: leave out --out, or give the same folder")
-            from kernelagent.agent import _resumable
-
-            _resumable(resume, loaded)
+            _check_resume(ctx, resume, loaded, whole_model, strategy=strategy, samples=samples, seed=seed,
+                          regions=regions, mode=mode.value, trials=trials, target_speedup=target_speedup)
         else:
-            from kernelagent.agent import check_strategy
+            from kernelagent.orchestrate import check_strategy
 
             try:
                 check_strategy(strategy, samples)
@@ -105,9 +108,8 @@ def optimize(
         out_dir = resume if resume is not None else (out if out is not None else default_out_dir(loaded.path))
         if resume is None:
             check_out(out_dir, force, explicit=out is not None, create=False)
-        llm = LitellmModel(model, api_base=api_base, api_key=api_key, timeout=model_timeout,
-                           max_retries=max_retries, backoff_base=retry_backoff,
-                           temperature=temperature)
+        llm = make_model(model, api_base=api_base, api_key=api_key, timeout=model_timeout,
+                         max_retries=max_retries, backoff_base=retry_backoff, temperature=temperature)
         llm.check_reachable()
         out = out_dir if resume is not None else check_out(out_dir, force, explicit=out is not None)
         check_device(device, quiet=quiet)  # again: auto says now that it runs on the CPU
@@ -117,8 +119,10 @@ def optimize(
     budget = Budget(max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost,
                     timeout=timeout)
     if whole_model:
-        raise typer.Exit(_whole_model(problem, llm, budget, out, device, trials, strategy, samples, mode.value,
-                                      target_speedup, regions, quiet))
+        from kernelagent.cli.whole_model_cmd import run_whole_model
+
+        raise typer.Exit(run_whole_model(problem, llm, budget, out, device, trials, strategy, samples, mode.value,
+                                         target_speedup, regions, live=live, quiet=quiet, resume=resume is not None))
     view = LiveView(budget, live=live, quiet=quiet)
     try:
         with view:
@@ -135,7 +139,10 @@ def optimize(
         kernel = out / "kernel.py"
         kept = f"best kernel so far (not re-verified): {kernel}; " if kernel.is_file() else "no correct kernel yet; "
         saved = f"summary: {summary}" if summary.is_file() else f"trajectory: {out / 'trajectory.json'}"
-        raise interrupted(f"interrupted: {kept}{saved}") from None
+        searched = resume is not None or strategy != "single"
+        how = (f"; to go on: kernelagent optimize {problem} --resume {out}" if searched else
+               "; a single conversation cannot be resumed (a --strategy search can, with --resume)")
+        raise interrupted(f"interrupted: {kept}{saved}{how}") from None
     except UserError as exc:
         raise _fail(str(exc)) from None
     except Exception as exc:
@@ -183,28 +190,36 @@ def check_out(out: Path, force: bool, explicit: bool, create: bool = True) -> Pa
     return out
 
 
-def _whole_model(problem, llm, budget, out, device, trials, strategy, samples, mode, target_speedup, regions,
-                 quiet) -> int:
-    """`optimize --whole-model`: exit 0 when the spliced model passes end to end with at least one
-    region replaced, 1 when no region could be replaced (the model is unchanged), 2 bad input."""
-    from kernelagent.devices import gpu_indices
-    from kernelagent.harness import Evaluator
-    from kernelagent.wholemodel.whole import optimize_whole_model
+def _check_resume(ctx: typer.Context, folder: Path, problem, whole_model: bool, **given) -> None:
+    """--resume DIR: DIR holds a run of this kind for this problem, and the settings given on the
+    command line are the run's (a different --strategy or --samples is refused, never ignored)."""
+    from kernelagent.cli.core import click
 
-    plan_device = device if device != "auto" else ("cuda" if gpu_indices() else "cpu")
-    try:
-        with Evaluator(device=device) as evaluator:
-            summary = optimize_whole_model(problem, llm, out=out, evaluator=evaluator, budget=budget,
-                                           device="cpu" if plan_device == "cpu" else plan_device, top=regions,
-                                           trials=trials, strategy=strategy, samples=samples, mode=mode,
-                                           target_speedup=target_speedup)
-    except UserError as exc:
-        raise _fail(str(exc)) from None
-    speed = summary.get("e2e_speedup")
-    interval = summary.get("e2e_interval")
-    measured = (f"{speed:.3f}x [{interval[0]:.3f}, {interval[1]:.3f}] vs {summary.get('e2e_baseline')}"
-                if speed is not None and interval else "timings not meaningful on the CPU")
-    typer.echo(terminal_text(f"whole model: {summary['verdict']}; regions spliced: "
-                             f"{', '.join(summary['spliced']) or 'none'}; end to end {measured}; "
-                             f"model: {summary['model_optimized']}; summary: {out / 'summary.json'}"))
-    return 0 if summary["passed"] and summary["spliced"] else 1
+    source = click.core.ParameterSource
+    if whole_model:
+        from kernelagent.orchestrate.whole_model import read_previous
+
+        settings = read_previous(folder, problem)["settings"]
+        recorded = {"strategy": settings.get("strategy"), "samples": settings.get("samples"),
+                    "regions": settings.get("top"), "mode": settings.get("mode"), "trials": settings.get("trials"),
+                    "target_speedup": settings.get("target_speedup")}
+        what = f"a whole-model run ({recorded['strategy']}, --samples {recorded['samples']}, --regions " \
+               f"{recorded['regions']})"
+    else:
+        from kernelagent.orchestrate import resumable
+
+        try:
+            summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            summary = None
+        if isinstance(summary, dict) and summary.get("kind") == "whole_model":
+            raise UserError(f"--resume {folder} is a whole-model run: add --whole-model")
+        search = resumable(folder, problem)["search"]
+        recorded = {"strategy": search.get("strategy"), "samples": search.get("samples"),
+                    "seed": (search.get("settings") or {}).get("seed", 0)}
+        what = f"a {recorded['strategy']} search with --samples {recorded['samples']}"
+    for name, value in given.items():
+        explicit = ctx.get_parameter_source(name) in (source.COMMANDLINE, source.ENVIRONMENT)
+        if name in recorded and explicit and value != recorded[name]:
+            raise UserError(f"--resume {folder} continues {what}: --{name.replace('_', '-')} {value} differs; "
+                            "leave it out, or start a new run with --out")

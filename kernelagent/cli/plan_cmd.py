@@ -1,7 +1,9 @@
 """`kernelagent plan MODEL.py`: profile a whole model and rank its regions (kernelagent/wholemodel).
 
-Exit codes: 0 the plan is written, 2 bad input (a missing file, not a problem, a model
-torch.export cannot capture, a GPU that does not exist): one line on stderr."""
+Exit codes: 0 the plan is written, 2 bad input (a missing file, not a problem, a model that
+raises or that torch.export cannot capture, --out on a file, a GPU that does not exist): one
+line on stderr that names the file. A warning on stderr when the regions' sum and the model's
+own forward disagree (on the CPU, where times are CPU times, they often do)."""
 
 from __future__ import annotations
 
@@ -28,13 +30,23 @@ def _plan(problem: Path, out: Path | None, device: str, top: int, json_out: bool
     import json
 
     from kernelagent.devices import check_device, gpu_indices
-    from kernelagent.wholemodel.plan import make_plan, render
+    from kernelagent.errors import UserError
+    from kernelagent.problem import load_problem
+    from kernelagent.text import terminal_text
+    from kernelagent.wholemodel.plan import make_plan, render, warning
 
-    device = check_device(device)
-    if device == "auto":
-        device = "cuda" if gpu_indices() else "cpu"
+    device = check_device(device, quiet=True)
+    load_problem(problem)  # a file that is not a problem: one line, before any note
     out = out or Path("plans") / problem.stem
+    for folder in [out, *out.parents]:
+        if folder.exists() and not folder.is_dir():
+            raise UserError(f"--out {out}: {folder} is a file, not a folder")
+    if device == "auto":  # the table's clock line says when it is the CPU's
+        device = "cuda" if gpu_indices() else "cpu"
     data = make_plan(problem, out, device=device)
+    said = warning(data)
+    if said:
+        typer.echo(terminal_text(f"warning: {said}"), err=True)
     if json_out:
         typer.echo(json.dumps({"plan": str(out / "plan.json"), "totals": data["totals"],
                                "regions": data["regions"]}, default=str))

@@ -22,6 +22,16 @@ def _m(text: object) -> str:
     return terminal_text(text, markup=True)
 
 
+# EvalConfig fields the harness's messages name, as the options that set them (`kernelagent eval`).
+OPTION_NAMES = {"pass compile_baseline_on_cpu to force": "pass --compile-baseline-on-cpu to time it anyway"}
+
+
+def options_named(text: str) -> str:
+    for field, option in OPTION_NAMES.items():
+        text = text.replace(field, option)
+    return text
+
+
 def render_result(result: EvalResult, console: Console | None = None) -> None:
     console = console or Console()
     style = STATUS_STYLE.get(result.status, "bold")
@@ -34,8 +44,14 @@ def render_result(result: EvalResult, console: Console | None = None) -> None:
     sizes = f" ({', '.join(f'{k}={v}' for k, v in smoke.items())})" if smoke else ""
     table.add_row("device", _m(f"{result.device or '?'}  inputs: {result.input_set}{sizes}"))
     table.add_row("compiled", "yes" if result.compiled else "no")
-    passed = sum(t.passed for t in result.trials)
-    table.add_row("correct", f"{'yes' if result.correct else 'no'} ({passed}/{len(result.trials)} checks)")
+    passed, checks = sum(t.passed for t in result.trials), len(result.trials)
+    if result.correct:
+        correct = f"yes ({passed}/{checks} checks)"
+    elif checks and passed == checks:  # every output matched, and something else decided (a flag, a stage)
+        correct = f"outputs matched ({passed}/{checks} checks), but the verdict is {result.status}: see below"
+    else:
+        correct = f"no ({passed}/{checks} checks)"
+    table.add_row("correct", _m(correct))
     for name, timing in result.timings.items():
         note = "" if timing.meaningful else "  (not meaningful: CPU/interpreter)"
         empty = f", empty call {timing.empty_call_ms:.4f} ms" if timing.empty_call_ms is not None else ""
@@ -60,7 +76,8 @@ def render_result(result: EvalResult, console: Console | None = None) -> None:
             console.print(f"[red]{_m(trial.name)}[/] (seed {_m(trial.seed)}): {_m(trial.message)}", highlight=False)
     for flag in result.flags:
         label = {"reject": "[magenta]rejected[/]", "review": "[yellow]review[/]"}.get(flag.severity, "[dim]note[/]")
-        console.print(f"{label} {_m('[' + str(flag.kind) + ']')} {_m(flag.message)}", highlight=False)
+        console.print(f"{label} {_m('[' + str(flag.kind) + ']')} {_m(options_named(str(flag.message)))}",
+                      highlight=False)
     secs = result.stage_seconds
     if secs:
         console.print("[dim]" + "  ".join(f"{_m(k)} {v:.2f}s" for k, v in secs.items()) + "[/]", highlight=False)

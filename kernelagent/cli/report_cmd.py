@@ -26,7 +26,7 @@ def report(
 ) -> None:
     """Write summary.json, problems.csv and report.html for a bench run (or compare two runs)."""
     from kernelagent.bench.report import load_run, resolve_run, restrict_to_shared, write_compare, write_reports
-    from kernelagent.bench.store import Store, default_store_path
+    from kernelagent.bench.store import default_store_path, open_store
 
     def fail(message: str) -> typer.Exit:
         typer.echo(terminal_text(f"error: {message}"), err=True)
@@ -37,7 +37,7 @@ def report(
             path = store or default_store_path()
             if not Path(path).is_file():
                 raise UserError(f"no bench store at {path}")
-            with Store(path) as db:
+            with open_store(path) as db:
                 for r in db.runs():
                     done = sum(1 for p in db.problems(r["id"]) if p["record"] is not None)
                     total = len(db.problems(r["id"]))
@@ -49,7 +49,7 @@ def report(
             loaded = []
             for ref in compare:
                 path, run_id = resolve_run(ref, str(store) if store else None)
-                with Store(path) as db:
+                with open_store(path) as db:
                     loaded.append(load_run(db, run_id))
             a, b = loaded
             note = restrict_to_shared(a, b)
@@ -62,7 +62,7 @@ def report(
         if run is None:
             raise UserError("give RUN (a run directory or id), --compare RUN_A RUN_B, or --list")
         path, run_id = resolve_run(run, str(store) if store else None)
-        with Store(path) as db:
+        with open_store(path) as db:
             data = load_run(db, run_id)
             target = out or Path(data["run"]["out_dir"] or Path("runs") / "bench" / run_id)
             paths = write_reports(db, run_id, target)

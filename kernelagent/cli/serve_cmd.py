@@ -1,4 +1,6 @@
-"""`kernelagent serve --gpus 0,1 --port 8000`: the HTTP reward service (see kernelagent.rl.service)."""
+"""`kernelagent serve --gpus 0,1 --port 8000`: the HTTP reward service (see kernelagent.rl.service).
+
+It needs Starlette and uvicorn (the `rl` extra): without them, one line and exit 2."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ def serve(
     port: Annotated[int, typer.Option("--port", min=0, max=65535, metavar="N", help="Port (0: any free one; the line printed at start names it).")] = 8000,
     max_pending: Annotated[int, typer.Option("--max-pending", min=1, metavar="N", help="Completions admitted at once (queued + running); more is answered 429.")] = 256,
     request_timeout: Annotated[float, typer.Option("--request-timeout", min=1.0, metavar="SECONDS", callback=finite(1), help="Seconds a request may take before it is answered 504.")] = 900.0,
-    read_timeout: Annotated[float, typer.Option("--read-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds a client may take to send a request's headers and body (then 408).")] = 60.0,
+    read_timeout: Annotated[float, typer.Option("--read-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds a client may take to send a request's headers, and again its body (then 408); a connection that sends nothing is closed after it.")] = 60.0,
     cpu_workers: Annotated[int, typer.Option("--cpu-workers", min=1, metavar="N", help="Evaluators when there is no GPU.")] = 1,
     jobs_per_gpu: JobsPerGpuOpt = 0,
     backend: Annotated[Backend, typer.Option("--backend", help="pool: one harness per local GPU; ray: actors over a Ray cluster's GPUs.")] = Backend.pool,
@@ -56,13 +58,14 @@ def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_wor
     import json
     import signal
     import sys
-    import threading
 
     from kernelagent.errors import UserError
+    from kernelagent.serving import require
 
     if not token and host not in ("127.0.0.1", "localhost", "::1"):
         raise UserError(f"--host {host} exposes the service beyond this machine: give --token (or set "
                         "$KERNELAGENT_SERVE_TOKEN) so that only your trainers can use it")
+    require("kernelagent serve", "rl")  # before any harness starts
     from kernelagent.harness import EvalConfig
     from kernelagent.rl.reward import RewardConfig
     from kernelagent.rl.service import RewardService
@@ -103,31 +106,26 @@ def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_wor
     service = RewardService(reward, max_pending=max_pending, request_timeout=request_timeout,
                             read_timeout=read_timeout, token=token)
     try:
-        httpd = service.make_server(host, port)
+        server = service.make_server(host, port)
     except OSError as exc:
         service.close()
         raise UserError(f"cannot listen on {host}:{port}: {exc}") from None
-    bound_host, bound_port = httpd.server_address[:2]
+    bound_host, bound_port = server.server_address[:2]
     devices_text = ",".join(getattr(engine, "devices", [])) or "?"
 
-    def stop(*_args) -> None:
-        service.closing = True  # requests still arriving get 503 + Retry-After
-        threading.Thread(target=httpd.shutdown, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, stop)
-    got_sigint = False
-    try:  # from the first line on, Ctrl-C is a clean stop (exit 130)
+    def ready() -> None:  # from this line on, SIGTERM is a clean stop (0) and Ctrl-C one too (130)
         jobs = f"{jobs_per_gpu} asked" if jobs_per_gpu else "chosen by each harness from its CPUs and device memory"
         typer.echo(f"kernelagent serve: listening on http://{bound_host}:{bound_port} "
                    f"(backend {backend}, devices {devices_text}, capacity {max_pending}, jobs per device: {jobs})")
         sys.stdout.flush()
-        httpd.serve_forever(poll_interval=0.2)
+
+    stopped_by = None
+    try:  # a stop answers requests in flight 503 + Retry-After, so trainers send them again
+        stopped_by = server.serve_until_signal(on_stop=service.stop_accepting, ready=ready)
     except KeyboardInterrupt:
-        got_sigint = True
+        stopped_by = signal.SIGINT
     finally:
-        httpd.server_close()
-        service.httpd = None
         service.close()
-    if got_sigint:  # Ctrl-C: 130, as for every command (SIGTERM is a requested stop: 0)
+    if stopped_by == signal.SIGINT:  # Ctrl-C: 130, as for every command (SIGTERM is a requested stop: 0)
         raise interrupted("kernelagent serve: interrupted, stopped")
     typer.echo("kernelagent serve: stopped")

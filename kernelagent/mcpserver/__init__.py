@@ -7,7 +7,7 @@ were when it started, and nothing a client sends or names (docs/concepts/isolati
     roots.py      pinned problems, paths confined to the roots, bounded reads (no MCP import)
     confined.py   problem code the server runs itself: a child, allowlisted environment, jailed
     manifests.py  the verify tool: a manifest checked before anything it names is touched
-    auth.py       the bearer token in front of HTTP (no MCP import)
+    http_app.py   `--http`: the SDK's app behind the guard and limits `serve` shares (kernelagent/serving)
     calls.py      one call's run: admitted against its budget, cancelled alone
     server.py     the MCPServer: tools (the agent's own implementations), resources, prompts
 """

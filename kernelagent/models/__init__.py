@@ -8,7 +8,7 @@ from kernelagent.models.base import (
     ToolCall,
     Usage,
 )
-from kernelagent.models.scripted import ScriptedModel, text_reply, tool_reply
+from kernelagent.models.scripted import ScriptedModel, from_spec, make_model, text_reply, tool_reply
 
 
 def __getattr__(name: str):  # lazy: importing kernelagent.models must not import litellm
@@ -20,4 +20,4 @@ def __getattr__(name: str):  # lazy: importing kernelagent.models must not impor
 
 
 __all__ = ["LitellmModel", "Model", "ModelConfigError", "ModelError", "ModelReply",
-           "ScriptedModel", "ToolCall", "Usage", "text_reply", "tool_reply"]
+           "ScriptedModel", "ToolCall", "Usage", "from_spec", "make_model", "text_reply", "tool_reply"]

@@ -170,7 +170,7 @@ class KernelEnv:
         tools = HarnessTools(self.evaluator, problem, prompts, trials=self.trials,
                              quick_trials=self.quick_trials, target_speedup=self.target_speedup,
                              eval_overrides=self.eval_overrides, inputs=inputs)
-        # The same context `kernelagent.agent.optimize` renders its prompts with.
+        # The same context `kernelagent.orchestrate.optimize` renders its prompts with.
         context = prompt_context(problem, mode=self.mode, backend=BACKEND, inputs=tools.inputs,
                                  device=device_info, cpu=not fingerprint.get("cuda"),
                                  target_speedup=self.target_speedup, max_turns=budget.max_turns,

@@ -7,15 +7,16 @@
                    -> 200 {"rewards": [float | null, ...], "details": [...], "seconds": s}
     GET  /health   -> 200 {"status": "ok", "pending": n, "capacity": m, ...}
 
-Backpressure: at most `max_pending` completions are admitted at once (queued or being
-evaluated); a batch that would go past it is answered 429 with Retry-After, and one larger
-than the whole capacity 413. A service shutting down answers 503, with Retry-After too.
-Bodies: one over `max_body` bytes is answered 413 before the client sends it when the
-client asks first (`Expect: 100-continue`), and otherwise after reading (and dropping) it,
-so the client reads the 413 instead of a broken pipe; a body that stops short of its
-Content-Length is given `read_timeout` seconds, then answered 408, and the thread is freed. Each request has a deadline (`request_timeout`, or the
-request's own smaller "timeout"): past it the request is answered 504, its evaluations that
-have not started are cancelled, and those already running finish (their slots free then).
+A Starlette app on uvicorn, behind the guard `kernelagent mcp --http` uses too
+(kernelagent/serving: the bearer token, the body's size and read timeout, the connection limits;
+their statuses are in serving/guard.py). Here: at most `max_pending` completions are admitted at
+once (queued or being evaluated); a batch that would go past it is answered 429 with
+Retry-After, and one larger than the whole capacity 413. Each request has a deadline
+(`request_timeout`, or the request's own smaller "timeout"): past it the request is answered
+504, its evaluations that have not started are cancelled, and those already running finish
+(their slots free then). A client that disconnects while its batch is scored gets the same:
+nothing of it stays queued. A service shutting down answers 503 with Retry-After, also to
+requests in flight.
 
 `RemoteReward(url)` is the trainer's side: a TRL-compatible reward function that posts
 each batch here. Connection errors (a service restarting), 429 and 5xx answers are retried
@@ -25,49 +26,80 @@ with exponential backoff (tenacity; Retry-After is honoured), `as_async()` gives
 
 from __future__ import annotations
 
-import hmac
+import asyncio
 import json
 import logging
 import threading
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Awaitable, Callable
 
 from kernelagent.rl.trl import PROBLEM_COLUMNS, KernelReward, _submit, evaluate_batch
+from kernelagent.serving.guard import Limits
 
 log = logging.getLogger(__name__)
 
 COLUMNS = ("completions",) + PROBLEM_COLUMNS + ("problem_id",)
-MAX_BODY = 64 * 1024 * 1024
+MAX_BODY = Limits.max_body
+ROUTES = "GET /health, POST /reward"
+
+# What the service answers besides the shared stack's statuses (serving/guard.py STATUSES);
+# docs/hooks.py renders both into the training guide.
+STATUSES = {
+    200: "scored: `rewards` and `details`, one per completion, in order",
+    400: "a body that is not a JSON object, or columns that do not make a batch; JSON `{\"error\": ...}`",
+    404: "a path other than /health and /reward",
+    405: "a method the path does not take (GET /reward, POST /health); `Allow` names the one it does",
+    413: "a batch larger than the whole capacity (`--max-pending`), besides a body over the size limit",
+    429: "busy: the batch would take more than `--max-pending` completions in flight; `Retry-After: 1`",
+    500: "an unexpected error in the service, with its type and message",
+    503: "the service is shutting down (also to requests in flight); `Retry-After: 5`",
+    504: "the request's deadline passed; its evaluations not yet started are cancelled",
+}
 
 
 class Busy(Exception):
     pass
 
 
+class _Gone(Exception):
+    """The client disconnected before its batch was scored."""
+
+
 class RewardService:
     def __init__(self, reward: KernelReward, *, max_pending: int = 256,
                  request_timeout: float = 900.0, max_body: int = MAX_BODY,
-                 read_timeout: float = 60.0, token: str | None = None) -> None:
+                 read_timeout: float = 60.0, token: str | None = None,
+                 max_connections: int | None = None) -> None:
         self.reward = reward
         # A bearer token every request must carry (None: none needed; bind to 127.0.0.1 then).
         self.token = token or None
-        self.read_timeout = read_timeout
         self.closing = False
         self.max_pending = max_pending
         self.request_timeout = request_timeout
-        self.max_body = max_body
+        self.limits = Limits(max_body=max_body, read_timeout=read_timeout,
+                             max_connections=max_connections or max(Limits.max_connections, max_pending + 64))
         self.pending = 0
         self.served = 0
         self.rejected = 0
         self.timeouts = 0
+        self.disconnects = 0
         self.started = time.time()
         self._lock = threading.Lock()
         self._batch_runner = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kernelagent-batch")
-        self.httpd: ThreadingHTTPServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed: asyncio.Event | None = None
+        self.server: Any = None  # serving.server.Server, once make_server made it
+
+    @property
+    def max_body(self) -> int:
+        return self.limits.max_body
+
+    @property
+    def read_timeout(self) -> float:
+        return self.limits.read_timeout
 
     # -- admission ---------------------------------------------------------------------
     def _admit(self, n: int) -> None:
@@ -85,6 +117,8 @@ class RewardService:
         backend = self.reward._backend
         return {"status": "ok", "pending": self.pending, "capacity": self.max_pending,
                 "served": self.served, "rejected_busy": self.rejected, "timeouts": self.timeouts,
+                "disconnects": self.disconnects,
+                "connections": self.server.connections if self.server is not None else 0,
                 "devices": list(getattr(backend, "devices", []) or []),
                 "backend": type(backend).__name__ if backend is not None else "not started",
                 "reward_config": self.reward.config.to_dict(),
@@ -92,6 +126,13 @@ class RewardService:
 
     # -- scoring -----------------------------------------------------------------------
     def score(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """(status, reply) for a request's body, outside any server."""
+        return asyncio.run(self.ascore(body))
+
+    async def ascore(self, body: dict[str, Any],
+                     gone: Callable[[], Awaitable[Any]] | None = None) -> tuple[int, dict[str, Any]]:
+        """(status, reply) for a request's body; `gone()` returns when the client has left (then
+        _Gone is raised, the batch's evaluations not yet started cancelled)."""
         columns = to_columns(body)
         completions = columns.pop("completions")
         n = len(completions)
@@ -103,10 +144,11 @@ class RewardService:
         if isinstance(body.get("timeout"), (int, float)) and body["timeout"] > 0:
             timeout = min(timeout, float(body["timeout"]))
         started = time.monotonic()
-        prepared = self.reward._prepare(completions, columns)  # ValueError -> 400
+        # ValueError -> 400; parsing problems and finding candidates runs off the event loop
+        prepared, backend = await asyncio.to_thread(lambda: (self.reward._prepare(completions, columns),
+                                                             self.reward.backend))
         jobs = prepared["jobs"]
         self._admit(len(jobs))  # Busy -> 429
-        backend = self.reward.backend
         batched = not (hasattr(backend, "submit") and not hasattr(backend, "evaluate_batch"))
         if not batched:
             futures: list[Future] = []
@@ -115,162 +157,149 @@ class RewardService:
                 future.add_done_callback(lambda _f: self._release(1))
                 futures.append(future)
         else:  # a backend that takes whole batches (Ray)
-            future = self._batch_runner.submit(evaluate_batch, backend, jobs)
+            try:
+                future = self._batch_runner.submit(evaluate_batch, backend, jobs)
+            except RuntimeError:  # the service is closing: nothing was admitted after all
+                self._release(len(jobs))
+                return 503, {"error": "the service is shutting down"}
             future.add_done_callback(lambda _f, k=len(jobs): self._release(k))
             futures = [future]
-        done, not_done = wait(futures, timeout=timeout)
-        if not_done:
-            for f in not_done:
-                f.cancel()
+        outcome, results = await self._wait(futures, timeout, gone)
+        if outcome == "timeout":
             with self._lock:
                 self.timeouts += 1
+            finished = sum(f.done() and not f.cancelled() for f in futures)
             return 504, {"error": f"request timed out after {timeout:.0f} s "
-                                  f"({len(done)}/{len(futures)} evaluations finished)"}
+                                  f"({finished}/{len(futures)} evaluations finished)"}
+        if outcome == "closing":
+            return 503, {"error": "the service is shutting down"}
+        if outcome == "gone":
+            with self._lock:
+                self.disconnects += 1
+            raise _Gone()
         if batched:
-            results = futures[0].result()
-        else:
-            results = []
-            for f in futures:
-                try:
-                    results.append(f.result())
-                except Exception as exc:
-                    results.append(exc)
-        breakdowns = self.reward._finish(prepared, results)
+            if isinstance(results[0], BaseException):
+                raise results[0]
+            results = results[0]
+        breakdowns = await asyncio.to_thread(self.reward._finish, prepared, list(results))
         with self._lock:
             self.served += n
         return 200, {"rewards": [b.value for b in breakdowns],
                      "details": [b.to_dict() for b in breakdowns],
                      "seconds": round(time.monotonic() - started, 3)}
 
+    async def _wait(self, futures: list[Future], timeout: float,
+                    gone: Callable[[], Awaitable[Any]] | None) -> tuple[str, list]:
+        """("done", results) or (the first of "timeout", "closing", "gone", []); in the latter
+        the evaluations not yet started are cancelled (those running finish, then free their slots)."""
+        finished = asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
+        closed = asyncio.ensure_future(self._closed_event().wait())
+        left = asyncio.ensure_future(gone()) if gone is not None else None
+        watchers = [w for w in (closed, left) if w is not None]
+        try:
+            done, _ = await asyncio.wait([finished, *watchers], timeout=timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+        if finished in done:
+            return "done", finished.result()
+        for future in futures:
+            future.cancel()
+        finished.cancel()  # and its wrappers: a job still running, once done, is not set on a closed loop
+        finished.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+        return ("timeout" if not done else "closing" if closed in done else "gone"), []
+
+    def _closed_event(self) -> asyncio.Event:
+        loop = asyncio.get_running_loop()
+        if self._closed is None or self._loop is not loop:  # one per loop (score() runs its own)
+            self._loop = loop
+            self._closed = asyncio.Event()
+            if self.closing:
+                self._closed.set()
+        return self._closed
+
+    def stop_accepting(self) -> None:
+        """Answer 503 + Retry-After from now on, requests in flight too (their evaluations not yet
+        started are cancelled): trainers send them again once the service is back."""
+        self.closing = True
+        loop, event = self._loop, self._closed
+        if loop is not None and event is not None:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the loop has ended
+                pass
+
     # -- HTTP --------------------------------------------------------------------------
-    def make_server(self, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
-        service = self
+    def app(self) -> Any:
+        """The ASGI app: Starlette's routes behind the shared guard (kernelagent.serving)."""
+        from starlette.applications import Starlette
+        from starlette.exceptions import HTTPException
+        from starlette.routing import Route
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Socket reads (headers and body) give up after this: a client that sends less
-            # than its Content-Length cannot hold a handler thread forever.
-            timeout = service.read_timeout
+        from kernelagent.serving.guard import guard
 
-            def handle_expect_100(self) -> bool:
-                # A client that asks first learns of a body too large before sending it.
-                if self._too_large():
-                    self.close_connection = True
-                    self._send(413, {"error": f"body over {service.max_body} bytes"})
-                    return False
-                return super().handle_expect_100()
+        async def http_error(_request: Any, exc: Any) -> Any:
+            return _json(exc.status_code, {"error": f"{str(exc.detail).lower()}: {ROUTES}"}, exc.headers)
 
-            def _too_large(self) -> bool:
-                try:
-                    return int(self.headers.get("Content-Length") or 0) > service.max_body
-                except ValueError:
-                    return False
+        routes = [Route(path, self._get_health, methods=["GET"]) for path in ("/health", "/health/")]
+        routes += [Route(path, self._post_reward, methods=["POST"]) for path in ("/reward", "/reward/")]
+        return guard(Starlette(routes=routes, exception_handlers={HTTPException: http_error}),
+                     self.limits, self.token)
 
-            def _drain(self, length: int) -> None:
-                """Read and drop a body (so the client's write completes and it can read
-                our answer); give up on a read timeout or after 4x the limit."""
-                left = min(length, 4 * service.max_body)
-                while left > 0:
-                    chunk = self.rfile.read(min(left, 1 << 20))
-                    if not chunk:
-                        break
-                    left -= len(chunk)
+    async def _get_health(self, _request: Any) -> Any:
+        return _json(200, self.health())
 
-            def log_message(self, fmt: str, *args: Any) -> None:
-                log.info("%s %s", self.address_string(), fmt % args)
+    async def _post_reward(self, request: Any) -> Any:
+        self._closed_event()
+        if self.closing:
+            return _json(503, {"error": "the service is shutting down"}, {"Retry-After": "5"})
+        data = await request.body()  # whole, within the limits: the guard read it
 
-            def _send(self, status: int, body: dict, headers: dict | None = None) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+        async def gone() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
 
-            def _authorised(self) -> bool:
-                if service.token is None:
-                    return True
-                given = self.headers.get("Authorization", "")
-                if hmac.compare_digest(given.encode(), f"Bearer {service.token}".encode()):
-                    return True
-                self.close_connection = True
-                self._send(401, {"error": "a bearer token is required (Authorization: Bearer <token>)"},
-                           {"WWW-Authenticate": "Bearer"})
-                return False
+        try:
+            body = json.loads(data or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            status, reply = await self.ascore(body, gone)
+        except Busy as exc:
+            return _json(429, {"error": f"busy: {exc}"}, {"Retry-After": "1"})
+        except _Gone:
+            return _json(503, {"error": "the client disconnected"})  # never sent: no one is there
+        except (ValueError, TypeError) as exc:
+            return _json(400, {"error": str(exc)})
+        except Exception as exc:  # never leave a trainer hanging
+            log.exception("reward request failed")
+            return _json(500, {"error": f"{type(exc).__name__}: {exc}"})
+        return _json(status, reply, {"Retry-After": "5"} if status == 503 else None)
 
-            def do_GET(self) -> None:
-                if not self._authorised():
-                    return
-                if self.path.rstrip("/") == "/health":
-                    self._send(200, service.health())
-                else:
-                    self._send(404, {"error": "not found: GET /health, POST /reward"})
+    def make_server(self, host: str = "127.0.0.1", port: int = 8000) -> Any:
+        """A serving.server.Server (uvicorn) for this service, its socket bound; run it with
+        `serve_forever()` (in a thread: `start()`), or `serve_until_signal()`."""
+        from kernelagent.serving import require
+        from kernelagent.serving.server import Server
 
-            def do_POST(self) -> None:
-                if not self._authorised():
-                    return
-                if self.path.rstrip("/") != "/reward":
-                    self._send(404, {"error": "not found: GET /health, POST /reward"})
-                    return
-                try:
-                    length = int(self.headers.get("Content-Length") or 0)
-                    if length < 0:
-                        raise ValueError(length)
-                except ValueError:
-                    self.close_connection = True
-                    self._send(400, {"error": "a bad Content-Length"})
-                    return
-                if length > service.max_body:
-                    self.close_connection = True
-                    try:
-                        self._drain(length)
-                    except OSError:
-                        pass
-                    self._send(413, {"error": f"body over {service.max_body} bytes"})
-                    return
-                try:
-                    data = self.rfile.read(length) if length else b""
-                except OSError:  # socket timeout: the client sent less than it announced
-                    data = None
-                if data is None or len(data) < length:
-                    self.close_connection = True
-                    self._send(408, {"error": f"the body stopped short of its Content-Length "
-                                              f"({0 if data is None else len(data)}/{length} bytes "
-                                              f"within {service.read_timeout:g} s)"})
-                    return
-                if service.closing:
-                    self._send(503, {"error": "the service is shutting down"}, {"Retry-After": "5"})
-                    return
-                try:
-                    body = json.loads(data or b"{}")
-                    if not isinstance(body, dict):
-                        raise ValueError("the body must be a JSON object")
-                    status, reply = service.score(body)
-                except Busy as exc:
-                    self._send(429, {"error": f"busy: {exc}"}, {"Retry-After": "1"})
-                    return
-                except (ValueError, TypeError, json.JSONDecodeError) as exc:
-                    self._send(400, {"error": str(exc)})
-                    return
-                except Exception as exc:  # never leave a trainer hanging
-                    log.exception("reward request failed")
-                    self._send(500, {"error": f"{type(exc).__name__}: {exc}"})
-                    return
-                self._send(status, reply)
-
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        return self.httpd
+        require("kernelagent serve", "rl")
+        self.server = Server(self.app(), host, port, self.limits)
+        return self.server
 
     def close(self) -> None:
-        self.closing = True
-        if self.httpd is not None:
-            self.httpd.shutdown()
-            self.httpd.server_close()
+        self.stop_accepting()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
         self._batch_runner.shutdown(wait=False, cancel_futures=True)
         self.reward.close()
+
+
+def _json(status: int, body: dict, headers: Any = None) -> Any:
+    from starlette.responses import Response
+
+    return Response(json.dumps(body), status_code=status, headers=dict(headers or {}),
+                    media_type="application/json")
 
 
 def to_columns(body: dict[str, Any]) -> dict[str, list]:

@@ -65,7 +65,10 @@ class Search:
         self.strategy = strategy or make(search.strategy, search.samples, beam_width=search.beam_width,
                                          elite=search.elite)
         self.lock = threading.RLock()
-        self.started_calls = sum(1 for n in self.tree.nodes if n.action != "initial")
+        # Model calls started, each holding its turn: those the budget counted (a budget shared with
+        # earlier runs, a whole model's regions, counts theirs too) and those a killed search left
+        # unanswered (they are asked again).
+        self.started_calls = budget.turns + sum(1 for n in self.tree.nodes if n.state == "planned")
         self.model_slots = threading.Semaphore(self.model_concurrency)
         self.stop: tuple[str, str] | None = None
         self.model_errors: list[str] = []
@@ -87,7 +90,7 @@ class Search:
         if best is not None:  # a resumed search that already met its target goes straight to the check
             met, label = check_target(_observation(best), self.config.target_speedup)
             if met and best.measurable:
-                self.stop = ("target_met", f"candidate {best.id} meets the target ({label})")
+                self.stop = ("target_met", f"node {best.id} meets the target ({label})")
         try:
             self.resume_pending()
             round_ = max((n.round for n in self.tree.nodes), default=-1) + 1
@@ -216,20 +219,24 @@ class Search:
         except ModelError as exc:
             node.times["model_end"] = time.time()
             with self.lock:
+                self.budget.charge()  # the call took its turn: the turn lines and the stop line agree
                 node.state, node.verdict = "failed", "model_error"
                 node.feedback = f"model error: {exc}"
                 self.model_errors.append(str(exc))
+                turn = self.budget.turns
                 self.save()
+            self.notify("model_error", turn=turn, node=node.id, error=str(exc), budget=self.budget.snapshot())
             return
         node.times["model_end"] = time.time()
         with self.lock:
             self.budget.charge(reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.cost_usd)
+            turn = self.budget.turns
             node.reply = {**reply.to_dict(), "raw": reply.raw}
             node.cost.update(prompt_tokens=reply.usage.prompt_tokens,
                              completion_tokens=reply.usage.completion_tokens, usd=reply.cost_usd)
             node.state = "replied"
             self.save()
-        self.notify("model", turn=node.id + 1, reply=reply, budget=self.budget.snapshot())
+        self.notify("model", turn=turn, reply=reply, budget=self.budget.snapshot(), node=node.id)
 
     def judge_node(self, node: Node) -> None:
         if node.state != "replied":
@@ -243,7 +250,7 @@ class Search:
                 node.state, node.verdict, node.feedback = "failed", exc.kind, text
                 self.save()
             self.notify("tool", tool="reply", obs=Observation(text=text, verdict=exc.kind), best=self.best_obs(),
-                        turn=node.id + 1)
+                        turn=None, node=node.id)
             return
         node.code, node.code_hash = code, normalised_hash(code)
         while True:  # the same candidate from two calls of one round is evaluated once
@@ -275,9 +282,9 @@ class Search:
             if obs.passed and obs.timed and self.stop is None:
                 met, label = check_target(obs, self.config.target_speedup)
                 if met:
-                    self.stop = ("target_met", f"candidate {node.id} meets the target ({label})")
+                    self.stop = ("target_met", f"node {node.id} meets the target ({label})")
             self.save()
-        self.notify("tool", tool="evaluate", obs=obs, best=self.best_obs(), turn=node.id + 1)
+        self.notify("tool", tool="evaluate", obs=obs, best=self.best_obs(), turn=None, node=node.id)
 
     def copy_verdict(self, node: Node, first: Node) -> None:
         with self.lock:
@@ -291,7 +298,7 @@ class Search:
             self.save()
         self.notify("tool", tool="duplicate", obs=Observation(text=node.feedback, verdict=node.verdict,
                                                                passed=node.passed), best=self.best_obs(),
-                    turn=node.id + 1)
+                    turn=None, node=node.id)
 
     # -- prompts -----------------------------------------------------------------------
     def messages_for(self, node: Node) -> list[dict]:

@@ -1,12 +1,13 @@
 """The whole-model work that runs the user's model: in a child process, never in the caller.
 
     python -m kernelagent.wholemodel.child plan PROBLEM --device cpu|cuda[:N] --out DIR
-    python -m kernelagent.wholemodel.child splice PROBLEM --out FILE --kernel region_0=PATH ...
+    python -m kernelagent.wholemodel.child splice PROBLEM --plan PLAN --jobs JOBS.json
 
 `plan` captures the model's forward with torch.export (dynamic sizes where torch allows), runs
 the captured graph once per profiled repetition through an FX Interpreter that wraps each node
-in a torch.profiler range, and attributes device time (CPU time on the CPU) to nodes; it also
-profiles the model's own forward, whose total the plan's shares are checked against. Then it
+in a torch.profiler range, and attributes device time (CPU time on the CPU) to nodes (the median
+repetition on a GPU, the quickest on the CPU); it also profiles the model's own forward, whose
+total the plan's shares are checked against (a warning in plan.json when they disagree). Then it
 groups the nodes into regions (regions.py), writes each extractable region as a KernelBench
 problem (DIR/regions/region_k.py: `Model`, `get_inputs()` with the region's real shapes and
 dtypes and values at the captured values' scale, `get_init_inputs()`; weights and buffers are
@@ -15,8 +16,9 @@ own), checks that each runs, and writes DIR/plan.json.
 
 `splice` captures the graph again the same way, replaces each named region by a call to its
 kernel's `ModelNew`, and writes a model file whose `ModelNew` subclasses the original `Model`
-(the same parameters) and runs the new graph. It imports nothing from kernelagent.
-On the CPU a problem without get_smoke_inputs() runs at derived smoke sizes (harness/derive.py).
+(the same parameters) and runs the new graph: one file of code, the original model and each
+kernel inlined (inline.py), no exec(). It imports nothing from kernelagent.
+On the CPU a problem without get_smoke_inputs() runs at derived smoke sizes (harness/derive/).
 """
 
 from __future__ import annotations
@@ -30,6 +32,21 @@ from pathlib import Path
 from typing import Any
 
 REPS = 5
+EMPTY = "ka::~empty"  # the calibration range: no FX node is named so
+
+
+class ProblemRaised(Exception):
+    """The model file itself failed (at import, in get_inputs(), building Model): one line naming it."""
+
+
+def _step(what: str, path: Path, fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the user's code: say which step of which file raised
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        # Not the path: the caller names the file as the user knows it (a confined run's copy lives
+        # in a scratch folder that is nobody's business).
+        raise ProblemRaised(f"{what} raised {type(exc).__name__}: {text}"[:500]) from None
 
 
 def load(path: Path, device: str) -> tuple[Any, list[Any], str, dict]:
@@ -38,7 +55,7 @@ def load(path: Path, device: str) -> tuple[Any, list[Any], str, dict]:
 
     source = path.read_text(encoding="utf-8")
     overrides: dict = {}
-    module = _exec_module(source, path)
+    module = _step("importing it", path, _exec_module, source, path)
     smoke = device == "cpu"
     if smoke and not hasattr(module, "get_smoke_inputs"):
         from kernelagent.harness import derive
@@ -46,14 +63,17 @@ def load(path: Path, device: str) -> tuple[Any, list[Any], str, dict]:
         overrides, _err = derive.pick_smoke(source)
         if overrides:
             source = derive.apply(source, overrides)
-            module = _exec_module(source, path)
+            module = _step("importing it at smoke sizes", path, _exec_module, source, path)
     if not hasattr(module, "Model") or not hasattr(module, "get_inputs"):
         raise SystemExit(f"error: {path}: not a problem file (needs class Model and get_inputs())")
-    init = (module.get_smoke_init_inputs() if smoke and hasattr(module, "get_smoke_init_inputs")
-            else module.get_init_inputs() if hasattr(module, "get_init_inputs") else [])
+    init = (_step("get_smoke_init_inputs()", path, module.get_smoke_init_inputs)
+            if smoke and hasattr(module, "get_smoke_init_inputs")
+            else _step("get_init_inputs()", path, module.get_init_inputs) if hasattr(module, "get_init_inputs")
+            else [])
     torch.manual_seed(0)
-    model = module.Model(*init).to(device)
-    inputs = module.get_smoke_inputs() if smoke and hasattr(module, "get_smoke_inputs") else module.get_inputs()
+    model = _step("Model(*get_init_inputs())", path, lambda: module.Model(*init).to(device))
+    inputs = (_step("get_smoke_inputs()", path, module.get_smoke_inputs)
+              if smoke and hasattr(module, "get_smoke_inputs") else _step("get_inputs()", path, module.get_inputs))
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
     return model, inputs, source, overrides
 
@@ -168,6 +188,9 @@ def capture(model: Any, inputs: list[Any], device: str) -> tuple[Any, list[dict]
                 with torch.profiler.record_function("ka::forward"):
                     Timed(gm, record=False).run(*flat_args(ep, inputs))
                 sync()
+            for _ in range(4 * REPS):  # what a range costs by itself (no node is named so: not an identifier)
+                with torch.profiler.record_function(EMPTY):
+                    pass
         with torch.profiler.profile(activities=activities) as model_prof:
             for _ in range(REPS):
                 with torch.profiler.record_function("ka::forward"):
@@ -194,6 +217,7 @@ def capture(model: Any, inputs: list[Any], device: str) -> tuple[Any, list[dict]
               "clock": "device (CUDA kernels)" if cuda else "CPU time (no GPU: not a device time)"}
     totals["nodes_vs_model"] = round(totals["nodes_us"] / totals["model_forward_us"], 4) \
         if totals["model_forward_us"] else None
+    totals["warning"] = agreement_warning(totals, cuda)
     return ep, nodes, {"totals": totals, "values": values}
 
 
@@ -215,13 +239,27 @@ def _summary(value: Any) -> dict[str, Any]:
 
 def _times(prof: Any, cuda: bool) -> dict[str, float]:
     """Per node, microseconds per forward: device time of the kernels launched in its range (CPU
-    time without a GPU)."""
-    out: dict[str, float] = {}
+    time without a GPU), one figure per profiled repetition, then their median on a GPU and their
+    minimum on the CPU (where other processes and the interpreter's own work only ever add time,
+    and a single slow repetition would move a node up the ranking)."""
+    samples: dict[str, list[float]] = {}
     for event in prof.events():
         if event.name.startswith("ka::") and event.name != "ka::forward":
-            t = _device_us(event) if cuda else event.cpu_time_total
-            out[event.name[4:]] = out.get(event.name[4:], 0.0) + t / REPS
-    return out
+            samples.setdefault(event.name[4:], []).append(_device_us(event) if cuda else event.cpu_time_total)
+    # On the CPU each range's own cost (a few microseconds, as much as a small op) is taken out.
+    overhead = 0.0 if cuda else _robust(samples.pop(EMPTY[4:], []), cuda)
+    samples.pop(EMPTY[4:], None)
+    return {name: max(0.0, _robust(values, cuda) - overhead) for name, values in samples.items()}
+
+
+def _robust(values: list[float], cuda: bool) -> float:
+    if not values:
+        return 0.0
+    if not cuda:
+        return min(values)
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _device_us(event: Any) -> float:
@@ -230,12 +268,30 @@ def _device_us(event: Any) -> float:
 
 def _forward(prof: Any, cuda: bool) -> float:
     """The forward's time per repetition: every CUDA kernel's own device time (the profiler's
-    total), or the forward range's CPU time."""
+    total), or the forward range's CPU time (the quickest repetition, as for the nodes)."""
     if cuda:
         total = sum(float(getattr(e, "self_device_time_total", 0.0) or 0.0) for e in prof.events()
                     if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type))
         return total / REPS
-    return sum(e.cpu_time_total for e in prof.events() if e.name == "ka::forward") / REPS
+    return _robust([e.cpu_time_total for e in prof.events() if e.name == "ka::forward"], cuda)
+
+
+# On either side of this band, the regions' sum and the model's own forward disagree enough for
+# the plan to say so (plan.json totals.warning, printed by `kernelagent plan`).
+AGREEMENT = (0.8, 1.25)
+
+
+def agreement_warning(totals: dict[str, Any], cuda: bool) -> str | None:
+    ratio = totals.get("nodes_vs_model")
+    if ratio is None or AGREEMENT[0] <= ratio <= AGREEMENT[1]:
+        return None
+    said = f"the regions sum to {ratio:.0%} of the model's own forward under torch.profiler"
+    if not cuda:
+        return (f"{said}: on the CPU the per-op times are CPU times, swayed by Python's overhead on small ops and "
+                "by other processes on this machine, so the shares and the order of the regions are a rough guide; "
+                "plan on a GPU for device times")
+    return (f"{said}: some of the model's device work runs outside the captured graph's ops, or the graph does "
+            "work the model does not; the shares are of the graph's time")
 
 
 # -- extraction ---------------------------------------------------------------------------------
@@ -348,13 +404,29 @@ def plan(problem: Path, device: str, out: Path) -> dict:
 
 
 # -- splicing -----------------------------------------------------------------------------------
-def splice(problem: Path, plan_data: dict, kernels: dict[str, str], out: Path, device: str) -> None:
+def splice(problem: Path, plan_data: dict, jobs: list[tuple[dict[str, str], Path]], device: str) -> dict[str, str]:
+    """Each job ({region id: kernel source}, output file) written from one capture of the model
+    (a child's start and torch.export are paid once for a run's splices). Returns {output: why}
+    for the jobs that failed."""
+    model, inputs, source, _ = load(problem, device)
+    ep, _dynamic = export(model, inputs)
+    failed: dict[str, str] = {}
+    for kernels, out in jobs:
+        try:
+            text = _splice_one(ep, problem, source, plan_data, kernels)
+        except Exception as exc:  # noqa: BLE001 - this job's kernels: the caller leaves them out
+            failed[str(out)] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
+            continue
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    return failed
+
+
+def _splice_one(ep: Any, problem: Path, source: str, plan_data: dict, kernels: dict[str, str]) -> str:
     import torch
     from torch import fx
     from torch.export.graph_signature import InputKind
 
-    model, inputs, source, _ = load(problem, device)
-    ep, _dynamic = export(model, inputs)
     regions = {r["id"]: r for r in plan_data["regions"] if r["id"] in kernels}
     owner = {name: r for r in regions.values() for name in r["nodes"]}
     graph = fx.Graph()
@@ -368,63 +440,66 @@ def splice(problem: Path, plan_data: dict, kernels: dict[str, str], out: Path, d
     root = torch.nn.Module()
     for rid in regions:
         root.add_module(rid, torch.nn.Identity())
-    code = fx.GraphModule(root, graph).code.strip().replace("def forward(self,", "def _graph(self,", 1)
-    body = "\n".join("    " + line if line.strip() else "" for line in code.splitlines())
+    body = fx.GraphModule(root, graph).code.strip().replace("def forward(self,", "def _graph(self,", 1)
     order = [(spec.kind.name, spec.target) for spec in ep.graph_signature.input_specs
              if spec.kind != InputKind.USER_INPUT]
     n_out = len(ep.graph_signature.user_outputs)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(_spliced_file(problem, source, kernels, order, body, n_out), encoding="utf-8")
+    return _spliced_file(problem, source, kernels, order, body, n_out)
 
 
 def _spliced_file(problem: Path, source: str, kernels: dict[str, str], order: list, body: str, n_out: int) -> str:
-    kernel_lines = ",\n".join(f"    {rid!r}: {src!r}" for rid, src in kernels.items())
-    return f'''"""{problem.name} with its hot regions replaced by verified kernels (written by kernelagent).
+    """The spliced model as one file of code (wholemodel/inline.py): the original model as written,
+    each kernel with its module-level names prefixed `_<region>_`, the captured graph with the
+    regions replaced, and `ModelNew`. Nothing runs through exec(), so the harness counts the
+    kernels' launches as the candidate's own and Triton reads their source from this file."""
+    import ast
+
+    from kernelagent.wholemodel.e2e import MARK
+    from kernelagent.wholemodel.inline import bindings, inline, split_futures
+
+    futures, original = split_futures(source)
+    taken = bindings(ast.parse(original))  # the model's names stay as written; a kernel's may not shadow them
+    parts = []
+    for rid, text in kernels.items():
+        done = inline(text, f"_{rid}_", f"the kernel of {rid}", taken)
+        futures += done.futures
+        if "ModelNew" not in done.names:
+            raise ValueError(f"the kernel of {rid} defines no ModelNew")
+        parts.append((rid, done))
+    graph = inline(f"import math\nimport torch\nfrom math import inf, nan\nfrom torch import device\n\n\n{body}\n",
+                   "_kernelagent_graph_", taken=taken)
+    graph_code = graph.code
+    heads = "\n".join(dict.fromkeys(futures))
+    kernel_code = "".join(f"\n\n# -- {rid}: its verified kernel (module-level names prefixed _{rid}_) "
+                          f"{'-' * max(0, 40 - len(rid))}\n{done.code}\n" for rid, done in parts)
+    modules = "".join(f"\n        self.add_module({rid!r}, _{rid}_ModelNew())" for rid in kernels)
+    return f'''"""{problem.name} with its hot regions replaced by verified kernels ({MARK}).
 
 Regions replaced: {", ".join(kernels) or "none"}. `ModelNew` subclasses the original `Model`, so it
 has the same parameters, and runs the model's captured graph with each region replaced by its
-kernel's `ModelNew` (weights passed in). Runs without kernelagent installed.
+kernel's `ModelNew` (weights passed in). Runs without kernelagent installed. To judge it again
+with the rules of the run's end-to-end check (PyTorch runs the regions not replaced):
+
+    kernelagent eval {problem.name} THIS_FILE --whole-model
 """
-import linecache
-import math
-import types
+{heads}
 
-import torch
-import torch.nn as nn
-from torch import device  # noqa: F401 - the captured graph may name devices
+# -- the original model, as written ({problem.name}) ------------------------------------------
+{original.strip()}
+{kernel_code}
 
-inf, nan = math.inf, math.nan
+# -- the model's captured graph, each replaced region a call to its kernel ------------------------
+{graph_code}
 
-_ORIGINAL = {source!r}
-_KERNELS = {{
-{kernel_lines}
-}}
-_STATE = {order!r}
-_OUTPUTS = {n_out}
-
-
-def _load(name, text):
-    filename = f"<kernelagent-spliced-{{name}}>"
-    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)  # Triton reads sources
-    module = types.ModuleType(f"kernelagent_spliced_{{name}}")
-    module.__file__ = filename
-    exec(compile(text, filename, "exec"), module.__dict__)
-    return module
-
-
-_original = _load("original", _ORIGINAL)
-Model = _original.Model
-get_inputs = _original.get_inputs
-get_init_inputs = getattr(_original, "get_init_inputs", lambda: [])
+_kernelagent_STATE = {order!r}
+_kernelagent_OUTPUTS = {n_out}
 
 
 class ModelNew(Model):
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        for name, text in _KERNELS.items():
-            self.add_module(name, _load(name, text).ModelNew())
+        super().__init__(*args, **kwargs){modules}
 
-    def _state(self, kind, target):
+    def _kernelagent_state(self, kind, target):
         if kind == "PARAMETER":
             return self.get_parameter(target)
         if kind == "BUFFER":
@@ -435,10 +510,9 @@ class ModelNew(Model):
         return obj
 
     def forward(self, *inputs):
-        out = self._graph(*[self._state(k, t) for k, t in _STATE], *inputs)
-        return out[0] if _OUTPUTS == 1 and isinstance(out, (tuple, list)) else out
-
-{body}
+        out = _kernelagent_graph__graph(self, *[self._kernelagent_state(k, t) for k, t in _kernelagent_STATE],
+                                        *inputs)
+        return out[0] if _kernelagent_OUTPUTS == 1 and isinstance(out, (tuple, list)) else out
 '''
 
 
@@ -453,8 +527,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("problem", type=Path)
     s.add_argument("--plan", type=Path, required=True)
     s.add_argument("--device", default="cpu")
-    s.add_argument("--kernel", action="append", default=[], metavar="REGION=PATH")
-    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--jobs", type=Path, required=True, help='JSON: [{"out": FILE, "kernels": {REGION: PATH}}]')
     args = parser.parse_args(argv)
     try:
         if args.cmd == "plan":
@@ -462,14 +535,15 @@ def main(argv: list[str] | None = None) -> None:
             data = plan(args.problem, args.device, args.out)
             print("KERNELAGENT_PLAN " + json.dumps({"regions": len(data["regions"])}))
         else:
-            kernels = {}
-            for item in args.kernel:
-                rid, _, path = item.partition("=")
-                kernels[rid] = Path(path).read_text(encoding="utf-8")
-            splice(args.problem, json.loads(args.plan.read_text()), kernels, args.out, args.device)
-            print("KERNELAGENT_SPLICED " + str(args.out))
+            jobs = [({rid: Path(path).read_text(encoding="utf-8") for rid, path in job["kernels"].items()},
+                     Path(job["out"])) for job in json.loads(args.jobs.read_text(encoding="utf-8"))]
+            failed = splice(args.problem, json.loads(args.plan.read_text()), jobs, args.device)
+            print("KERNELAGENT_SPLICED " + json.dumps({"failed": failed}))
     except SystemExit:
         raise
+    except ProblemRaised as exc:
+        print(f"KERNELAGENT_ERROR {exc}"[:600])
+        sys.exit(3)
     except Exception as exc:  # noqa: BLE001 - one line for the caller, which says what failed
         print(f"KERNELAGENT_ERROR {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:600])
         sys.exit(3)

@@ -44,19 +44,48 @@ def make_plan(problem: str | Path, out: str | Path, device: str = "cpu", timeout
 
     loaded = load_problem(problem)  # missing file, no Model/get_inputs, syntax error: ProblemError
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    _child(["plan", str(loaded.path), "--device", device, "--out", str(out)], timeout)
+    for folder in [out, *out.parents]:
+        if folder.exists() and not folder.is_dir():
+            raise PlanError(f"{out}: {folder} is a file, not a folder (the plan needs a folder)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PlanError(f"{out}: cannot create the folder: {exc.strerror or exc}") from None
+    try:
+        _child(["plan", str(loaded.path), "--device", device, "--out", str(out)], timeout)
+    except PlanError as exc:  # the file is named once, whichever step failed
+        text = str(exc)
+        raise PlanError(text if str(loaded.path) in text or str(problem) in text else f"{loaded.path}: {text}") from None
     return json.loads((out / "plan.json").read_text(encoding="utf-8"))
 
 
 def splice(problem: str | Path, plan_path: str | Path, kernels: dict[str, str | Path], out: str | Path,
            device: str = "cpu", timeout: float = PLAN_TIMEOUT_S) -> Path:
     """Write the model with `kernels` ({region id: kernel file}) in place of their regions."""
-    args = ["splice", str(problem), "--plan", str(plan_path), "--device", device, "--out", str(out)]
-    for rid, path in kernels.items():
-        args += ["--kernel", f"{rid}={path}"]
-    _child(args, timeout)
+    failed = splice_many(problem, plan_path, [(kernels, out)], device, timeout)
+    if failed:
+        raise PlanError(next(iter(failed.values())))
     return Path(out)
+
+
+def splice_many(problem: str | Path, plan_path: str | Path, jobs: list[tuple[dict[str, str | Path], str | Path]],
+                device: str = "cpu", timeout: float = PLAN_TIMEOUT_S) -> dict[str, str]:
+    """Several spliced models from one child (one capture of the model): each job is ({region id:
+    kernel file}, output file). Returns {output file: why} for the jobs that could not be written."""
+    import tempfile
+
+    spec = [{"out": str(out), "kernels": {rid: str(path) for rid, path in kernels.items()}} for kernels, out in jobs]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="kernelagent-splice-", delete=False) as handle:
+        json.dump(spec, handle)
+    try:
+        stdout = _child(["splice", str(problem), "--plan", str(plan_path), "--device", device, "--jobs", handle.name],
+                        timeout)
+    finally:
+        Path(handle.name).unlink(missing_ok=True)
+    for line in stdout.splitlines():
+        if line.startswith("KERNELAGENT_SPLICED "):
+            return dict(json.loads(line.split(" ", 1)[1]).get("failed") or {})
+    raise PlanError("splicing the model gave no answer")
 
 
 def table_rows(plan: dict, top: int | None = None) -> list[dict[str, Any]]:
@@ -83,3 +112,14 @@ def render(plan: dict, top: int | None = 12) -> str:
                  f"the model's own forward {totals['model_forward_us']:.1f} us under torch.profiler"
                  + (f" ({ratio:.1%})" if ratio else ""))
     return "\n".join(lines)
+
+
+def warning(plan: dict) -> str | None:
+    """What the plan's own numbers say about trusting it (child.py agreement_warning), if anything.
+    A plan written before that check: judged here from its totals."""
+    totals = plan.get("totals") or {}
+    if "warning" in totals:
+        return totals["warning"]
+    from kernelagent.wholemodel.child import agreement_warning
+
+    return agreement_warning(totals, cuda=str(plan.get("device", "cpu")).startswith("cuda"))

@@ -69,7 +69,7 @@ FIXTURE_RUNS = Path(__file__).resolve().parent / "recorded"  # recorded by recor
 
 def recorded_runs(root: Path) -> dict[str, Path]:
     """Run `optimize` (text mode, scripted replies, shared CPU pool) once per session."""
-    from kernelagent.agent import optimize
+    from kernelagent.orchestrate import optimize
     from kernelagent.models import ScriptedModel
 
     with _lock:
