@@ -47,6 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(xdist_locks, "kernelagent-xdist-locks")
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: `-p no:xdist` runs without it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: one worker per CPU this process may run on (its affinity, not the host's
     count), at most MAX_WORKERS. No workers (0) when GPU tests are selected: they share one

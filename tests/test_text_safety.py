@@ -166,6 +166,9 @@ def test_log_records_reach_the_terminal_without_escape_sequences():
     handler = log_handler(console)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger.addHandler(handler)
+    # Only our handler sees the records: pytest's log capture would carry the lone surrogate into
+    # its report, which pytest-xdist cannot send between processes.
+    logger.propagate = False
     try:
         logger.warning("the candidate said: %s", HOSTILE)
         try:
@@ -174,6 +177,7 @@ def test_log_records_reach_the_terminal_without_escape_sequences():
             logger.exception("failed")
     finally:
         logger.removeHandler(handler)
+        logger.propagate = True
     out = console.file.getvalue()
     assert_clean(out)
     assert "the candidate said: boom" in out and "[bold red]styled[/]" in out and "RuntimeError" in out
