@@ -185,6 +185,15 @@ def test_a_hostile_candidate_gets_the_verdict_eval_gives(tmp_path):
     assert kinds == {f["kind"] for f in expected["flags"] if f["severity"] == "reject"} and kinds
 
 
+def first_line(proc: subprocess.Popen, timeout: float = 90) -> str:
+    """The first line the server prints on stdout, waited for at most `timeout` seconds ("" if none)."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        return proc.stdout.readline() if sel.select(timeout) else ""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -201,7 +210,7 @@ def test_streamable_http_with_a_bearer_token(tmp_path):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        first = proc.stdout.readline()  # said once it listens
+        first = first_line(proc)  # said once it listens
         assert first == f"kernelagent mcp: listening on {url} (bearer token required)\n", \
             (first, proc.poll(), proc.stderr.read()[-2000:] if proc.poll() is not None else "")
         refused = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
@@ -237,7 +246,7 @@ def test_http_says_where_it_listens_and_that_ctrl_c_stopped_it(tmp_path):
     proc = subprocess.Popen([sys.executable, *server_args("--http", f"127.0.0.1:{port}")], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        first = proc.stdout.readline()
+        first = first_line(proc)
         assert first == f"kernelagent mcp: listening on http://127.0.0.1:{port}/mcp (no token: this machine only)\n", \
             (first, proc.poll())
         with socket.create_connection(("127.0.0.1", port), timeout=5):
