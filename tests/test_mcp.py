@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -76,6 +78,41 @@ def test_tools_their_schemas_and_verdicts_over_stdio(tmp_path):
     assert {"system_prompt", "task_prompt"} <= prompts
     assert "class Model" in task.messages[0].content.text
     assert "kernelagent://problems" in resources
+
+
+def test_initialize_reports_the_version_and_plan_writes_in_the_servers_own_folder(tmp_path):
+    """The server said version '' at `initialize`; `plan` without `out` wrote <problem>_plan/ into the
+    --problems folder, beside the user's problems. Now: the package's version, and a plan in the
+    server's own output folder whose regions are still problems this server evaluates."""
+    import kernelagent
+
+    before = sorted(p.name for p in CANDIDATES.iterdir())
+    params = StdioServerParameters(command=sys.executable, args=server_args(),
+                                   env={**ENV, "KERNELAGENT_CACHE_DIR": str(tmp_path / "cache")})
+
+    async def body():
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as s:
+                init = await s.initialize()
+                plan = await s.call_tool("plan", {"problem": "relu_problem.py"})
+                regions = [r["problem"] for r in plan.structured_content["regions"] if r.get("problem")]
+                judged = await s.call_tool("evaluate", {"problem": regions[0], "code": GOOD, "trials": 1,
+                                                        "timing": False}) if regions else None
+                there = Path(plan.structured_content.get("plan", "")).is_file()  # while the server runs
+                return init, plan, regions, judged, there
+
+    init, plan, regions, judged, there = run(body())
+    assert init.server_info.name == "kernelagent" and init.server_info.version == kernelagent.__version__
+    assert not plan.is_error, text(plan)
+    written = Path(plan.structured_content["plan"])
+    assert there and written.parent.name == "relu_problem_plan"
+    assert written.parent.parent.name == "outputs" and written.parent.parent.parent.name.startswith("kernelagent-mcp-")
+    assert not written.is_relative_to(CANDIDATES) and not written.is_relative_to(ADVERSARIAL)
+    assert sorted(p.name for p in CANDIDATES.iterdir()) == before  # nothing new beside the problems
+    assert "removed when the server stops" in text(plan) and str(written) in text(plan)
+    assert regions and all(Path(r).is_relative_to(written.parent) for r in regions)
+    assert judged is not None and judged.structured_content["status"] == "correct", text(judged)
+    assert not written.exists()  # the server's folder goes with it
 
 
 def test_paths_outside_the_roots_and_bad_arguments_are_tool_errors(tmp_path):
@@ -148,6 +185,15 @@ def test_a_hostile_candidate_gets_the_verdict_eval_gives(tmp_path):
     assert kinds == {f["kind"] for f in expected["flags"] if f["severity"] == "reject"} and kinds
 
 
+def first_line(proc: subprocess.Popen, timeout: float = 90) -> str:
+    """The first line the server prints on stdout, waited for at most `timeout` seconds ("" if none)."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        return proc.stdout.readline() if sel.select(timeout) else ""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -161,17 +207,12 @@ def test_streamable_http_with_a_bearer_token(tmp_path):
     port = _free_port()
     env = {**os.environ, **ENV, "KERNELAGENT_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.Popen([sys.executable, *server_args("--http", f"127.0.0.1:{port}", "--token", "t0ken")],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
-                time.sleep(0.2)
+        first = first_line(proc)  # said once it listens
+        assert first == f"kernelagent mcp: listening on {url} (bearer token required)\n", \
+            (first, proc.poll(), proc.stderr.read()[-2000:] if proc.poll() is not None else "")
         refused = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         assert refused.status_code == 401
 
@@ -190,10 +231,34 @@ def test_streamable_http_with_a_bearer_token(tmp_path):
     finally:
         proc.terminate()
         try:
-            proc.wait(10)
+            stdout, stderr = proc.communicate(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
-    assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]  # SIGTERM is a clean stop
+            stdout, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr[-2000:]  # SIGTERM is a clean stop
+    assert stdout.splitlines() == ["kernelagent mcp: stopped"], stdout  # said once, last
+
+
+def test_http_says_where_it_listens_and_that_ctrl_c_stopped_it(tmp_path):
+    """`kernelagent mcp --http` printed nothing at start or stop: a user could not tell it was up."""
+    port = _free_port()
+    env = {**os.environ, **ENV, "KERNELAGENT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, *server_args("--http", f"127.0.0.1:{port}")], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        first = first_line(proc)
+        assert first == f"kernelagent mcp: listening on http://127.0.0.1:{port}/mcp (no token: this machine only)\n", \
+            (first, proc.poll())
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # it does listen there
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it
+        stdout, stderr = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert stderr.strip().splitlines()[-1] == "kernelagent mcp: interrupted, stopped", stderr
+    assert stdout == "" and "Traceback" not in stderr
 
 
 def test_cli_refuses_a_public_address_without_a_token_and_a_missing_root(tmp_path):

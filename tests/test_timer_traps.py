@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from kernelagent.harness import protocol
-from kernelagent.harness.child import timing
+from kernelagent.harness.child import persisting_l2, timing
 from kernelagent.harness.result import EvalResult, Flag, Timing, launch_bound_flags, throttling_flag
 from kernelagent.harness.server.timed import baseline_timer_flags
 
@@ -55,7 +55,7 @@ class FakeDriver:
 
 @pytest.fixture
 def fake_stream(monkeypatch):
-    monkeypatch.setattr(timing, "_current_stream", lambda: SimpleNamespace(cuda_stream=1234))
+    monkeypatch.setattr(persisting_l2, "_current_stream", lambda: SimpleNamespace(cuda_stream=1234))
 
 
 def test_no_driver_library_is_recorded_not_raised():
@@ -371,7 +371,7 @@ def test_no_garbage_collection_inside_a_timed_loop():
 
     import torch
 
-    from kernelagent.harness.child import timing
+    from kernelagent.harness.child import persisting_l2, timing
 
     seen = []
 
@@ -399,7 +399,7 @@ def test_the_host_reading_is_chosen_for_the_loop_not_for_single_calls():
     events does so in every call, and the median call shows it."""
     import torch
 
-    from kernelagent.harness.child import timing
+    from kernelagent.harness.child import persisting_l2, timing
 
     timer = timing.Timer(torch.device("cpu"), flush_bytes=0)
     timer.event_ms, timer.overhead_ms = 0.001, 0.02

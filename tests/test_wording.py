@@ -76,3 +76,23 @@ def test_a_rejected_result_whose_outputs_all_matched_does_not_read_correct_no():
     out = console.file.getvalue()
     assert "no (11/11 checks)" not in out
     assert "outputs matched (11/11 checks), but the verdict is rejected: see below" in out
+
+
+def test_eval_on_the_command_line_says_outputs_matched_and_names_the_option(tmp_path):
+    """The two fixes above, as a user meets them: `kernelagent eval` of a candidate that computes the
+    right answer with PyTorch behind a do-nothing kernel (rejected, every check matched), and of a good one on the CPU
+    (the torch.compile baseline is skipped there, and the note names the option that times it)."""
+    env = {**ENV, "KERNELAGENT_CACHE_DIR": str(tmp_path / "cache")}
+    problem = str(CANDIDATES / "relu_problem.py")
+    cheat = CliRunner().invoke(app, ["eval", problem, str(REPO / "tests" / "adversarial" / "c01_dummy_kernel_disguised_torch.py"),
+                                     "--device", "cpu", "--trials", "1", "--no-timing"], env=env)
+    assert cheat.exit_code == 1, cheat.output
+    text = " ".join(cheat.stdout.split())
+    matched = re.search(r"correct outputs matched \((\d+)/(\d+) checks\), but the verdict is rejected: see below", text)
+    assert matched and matched.group(1) == matched.group(2), cheat.stdout
+    assert not re.search(r"correct no \(\d+/\d+ checks\)", text)
+    good = CliRunner().invoke(app, ["eval", problem, str(CANDIDATES / "relu_good.py"), "--device", "cpu",
+                                    "--trials", "1"], env=env)
+    assert good.exit_code == 0, good.output
+    said = " ".join(good.output.split())
+    assert "pass --compile-baseline-on-cpu to time it anyway" in said and "compile_baseline_on_cpu" not in said

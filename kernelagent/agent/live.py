@@ -82,7 +82,7 @@ class LiveView:
         if not line:
             return
         line = terminal_text(line)
-        self.events.append(line)
+        self.events.extend(line.splitlines())  # a line and its warning (on_plan) are two events
         if self._live is not None:
             self._live.refresh()
         elif not self.quiet:
@@ -144,9 +144,13 @@ class LiveView:
         return f"planning {problem}: profiling its forward on {device} in a child process"
 
     def on_plan(self, regions: int, chosen: list, totals: dict) -> str:
+        """The plan's line, then its own warning where its numbers disagree (totals["warning"],
+        wholemodel/child.py agreement_warning), as `kernelagent plan` prints it."""
         listed = ", ".join(f"{rid} ({kind}, {share:.1%})" for rid, share, kind in chosen) or "none"
         self.region = f"0/{len(chosen)} regions"
-        return f"plan: {plural(regions, 'region')}; optimising {len(chosen)}: {listed}"
+        line = f"plan: {plural(regions, 'region')}; optimising {len(chosen)}: {listed}"
+        said = (totals or {}).get("warning")
+        return f"{line}\nwarning: {said}" if said else line
 
     def on_region(self, region: str, index: int, count: int, share: float, kind: str, resumed: bool) -> str:
         self.region = f"{index}/{count}: {region} ({kind}, {share:.1%} of the model's time)"

@@ -8,7 +8,8 @@ Exit codes: 0 on a clean shutdown, 2 bad input (no --problems, a folder that doe
 --root that overlaps a --problems folder, a bad --http address or one that cannot be bound, a
 public address without a token, the mcp package missing): one line on stderr; 130 on Ctrl-C.
 Over HTTP the server runs on the stack `kernelagent serve` uses (kernelagent/serving): one
-bearer-token check, the same limits and statuses; SIGTERM stops it cleanly."""
+bearer-token check, the same limits and statuses. It says on stdout where it listens once it
+does, and that it stopped (SIGTERM: exit 0; Ctrl-C: one line on stderr, 130)."""
 
 from __future__ import annotations
 
@@ -80,7 +81,10 @@ def _mcp(problems, root, http, token, device, isolation, max_evaluations, max_gp
 
 
 def _serve_http(server, host: str, port: int, token: str | None) -> None:
+    """Serve until SIGTERM (a requested stop: exit 0) or Ctrl-C (130), saying so on stdout: one
+    line once it listens (its URL), one when it stops."""
     import signal
+    import sys
 
     from kernelagent.cli.core import interrupted
     from kernelagent.errors import UserError
@@ -92,5 +96,18 @@ def _serve_http(server, host: str, port: int, token: str | None) -> None:
         http = http_server(server, host, port, token)
     except OSError as exc:
         raise UserError(f"cannot listen on {host}:{port}: {exc}") from None
-    if http.serve_until_signal() == signal.SIGINT:  # SIGTERM: a requested stop (0); Ctrl-C: 130
+    bound_host, bound_port = http.server_address[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+
+    def ready() -> None:  # from here on SIGTERM and Ctrl-C stop it cleanly
+        typer.echo(f"kernelagent mcp: listening on http://{shown}:{bound_port}/mcp "
+                   f"({'bearer token required' if token else 'no token: this machine only'})")
+        sys.stdout.flush()
+
+    try:
+        stopped_by = http.serve_until_signal(ready=ready)
+    except KeyboardInterrupt:
+        stopped_by = signal.SIGINT
+    if stopped_by == signal.SIGINT:  # SIGTERM: a requested stop (0); Ctrl-C: 130
         raise interrupted("kernelagent mcp: interrupted, stopped")
+    typer.echo("kernelagent mcp: stopped")

@@ -19,13 +19,13 @@ Building (`BuildHook`, installed in the candidate's process before the candidate
   directory) into the cache. Entries live under the sha256 of the candidate file that built
   them, a value the server supplies: a candidate that forges the list can only ever poison its
   own entries, never another candidate's build.
-- Process launches: the audit hook (defences.py) rejects processes started by candidate code.
+- Process launches: the audit hook (child/audit_hook.py, installed by defences.Monitor) rejects processes started by candidate code.
   ninja, nvcc and the host compiler are started by torch's cpp_extension; the hook allows
   those only while a build that went through this wrapper is running (`in_build`), so calling
   torch's private build helpers directly (a way to run an arbitrary build.ninja) is refused.
 - Evidence: the returned module is wrapped so that each call into it counts as a launch of the
   candidate's own kernels, and the `__global__` function names of the sources are the names
-  the profiler's kernels are matched against on CUDA (defences.device_time_share).
+  the profiler's kernels are matched against on CUDA (child/cuda_evidence.py device_time_share).
 
 Compiler errors (`compact_errors`): torch puts the build log in the exception text; only the
 first few `error` lines are kept, each with its source line and caret, and locations inside

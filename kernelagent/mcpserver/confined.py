@@ -43,6 +43,14 @@ class Confinement:
         self._jail: dict[str, Any] | None = None
         self._lock = threading.Lock()
 
+    @property
+    def outputs(self) -> Path:
+        """Where the server keeps what it writes for a client (a plan's regions when the call names
+        no `out`), beside its runs' scratch folders: removed when the server stops."""
+        folder = self.parent / "outputs"
+        folder.mkdir(mode=0o755, exist_ok=True)
+        return folder
+
     def jail(self) -> dict[str, Any]:
         """The per-job jail's settings here ({"mode": "none"} where namespaces do not work)."""
         with self._lock:

@@ -60,6 +60,16 @@ class Roots:
         self._is_problem: dict[str, bool] = {}  # sha256 -> parses as a problem
         self._lock = threading.Lock()
 
+    def add_output_root(self, folder: Path) -> Path:
+        """The server's own output folder (confined.py's): a problem root holding only what the
+        server writes there itself (a plan's regions, pinned as they are written; nothing in it is
+        pinned at start), so that the regions of a plan are problems this server runs."""
+        folder = Path(folder).resolve()
+        if folder not in self.problem_roots:
+            self.problem_roots.append(folder)
+            self.roots = self.problem_roots + self.workspace_roots
+        return folder
+
     def overlaps(self) -> list[tuple[Path, Path]]:
         """(workspace root, problem root) pairs where one lies inside the other."""
         return [(w, p) for w in self.workspace_roots for p in self.problem_roots

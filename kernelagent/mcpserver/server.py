@@ -80,9 +80,10 @@ def _bad_problem(reason: str, data: dict[str, Any] | None = None) -> CallToolRes
 
 def build(problems: list[str | Path], workspace: list[str | Path] = (), *, device: str = "auto",
           isolation: str = "auto", cache_dir: str | None = None, max_evaluations: int | None = None,
-          max_seconds: float | None = None) -> tuple[Any, Harness]:
+          max_seconds: float | None = None, version: str | None = None) -> tuple[Any, Harness]:
     """(MCPServer, Harness): the server with every tool, resource and prompt registered, its
-    problem roots pinned (roots.py)."""
+    problem roots pinned (roots.py). `version` is what `initialize` reports (default: the
+    package's)."""
     from kernelagent.agent.prompts import Prompts
     from kernelagent.agent.tools import HarnessTools, timed_settings
     from kernelagent.mcpserver.confined import Confinement
@@ -95,10 +96,11 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
     harness = Harness(device, isolation, cache_dir)
     confinement = Confinement(root_set.roots, device)
     harness.confinement = confinement  # removed with the harness (cli/mcp_cmd.py closes it)
+    outputs = root_set.add_output_root(confinement.outputs)  # after the jail's roots: not hidden from its runs
     confinement.jail()  # probed now, before the server has threads
     prompts = Prompts()
     inputs_of: dict[str, dict[str, Any]] = {}  # a pinned problem's sha256 -> its inputs' description
-    server = MCPServer("kernelagent", instructions=(
+    server = MCPServer("kernelagent", version=version or package_version(), instructions=(
         "Judge GPU kernels with kernelagent's harness: read_reference shows a problem, evaluate runs a "
         "candidate (a Python module defining class ModelNew) in a jail and says whether it is correct and how "
         "fast it is against eager PyTorch and TorchInductor; the verdict cannot be gamed by the candidate. "
@@ -207,15 +209,17 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
 
     @server.tool(description="Plan a whole model: profile its forward, group its ops into regions ranked by time "
                              "with Amdahl's bound, and write each extractable region as a problem (`out`: a folder "
-                             "under a root, a relative one taken in the problem's root; default <problem>_plan "
-                             "beside the problem, where its regions are problems this server runs).")
+                             "under a root, a relative one taken in the problem's root; default: "
+                             "<problem>_plan in the server's own output folder, kept while it runs, never beside "
+                             "the problem). The regions written under a --problems folder or the server's "
+                             "folder are problems this server runs.")
     async def plan(problem: str, ctx: Context, out: str | None = None) -> dict[str, Any]:
         from kernelagent.mcpserver.confined import copy_out
         from kernelagent.wholemodel.plan import PLAN_TIMEOUT_S, render
 
         loaded = guard(lambda: _problem_or_error(problem_of, problem))
         base = root_set.root_of(loaded.path)
-        target = loaded.path.with_name(f"{loaded.path.stem}_plan") if out is None else \
+        target = outputs / f"{loaded.path.stem}_plan" if out is None else \
             guard(lambda: root_set.target(out, "out", base))
         dev = "cuda" if harness.device.startswith("cuda") or (harness.device == "auto" and _has_gpu()) else "cpu"
 
@@ -236,8 +240,11 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
             return json.loads(plan_json), written
 
         data, written = await run_call(ctx, sessions, harness, "planning", work)
-        text = render(data)
-        if not any(p.is_relative_to(r) for p in written.values() for r in root_set.problem_roots):
+        text = render(data) + f"\nplan: {written.get('plan.json', target / 'plan.json')}"
+        if out is None:
+            text += ("\nnote: written in the server's own output folder, removed when the server stops; give `out` "
+                     "under a --root folder to keep it")
+        elif not any(p.is_relative_to(r) for p in written.values() for r in root_set.problem_roots):
             text += ("\nnote: the regions were written under a --root folder, so they are not problems this server "
                      "runs; give `out` under a --problems folder to evaluate them")
         return _reply({"plan": str(written.get("plan.json", target / "plan.json")), "totals": data["totals"],
@@ -317,6 +324,14 @@ def _problem_or_error(problem_of: Any, path: str) -> Any:
         return problem_of(path)
     except BadProblem as exc:
         raise ToolInputError(f"bad_problem: {exc}") from None
+
+
+def package_version() -> str:
+    """The version of the kernelagent that runs (the package's own, which the distribution's
+    metadata is built from)."""
+    from kernelagent import __version__
+
+    return __version__
 
 
 def _has_gpu() -> bool:

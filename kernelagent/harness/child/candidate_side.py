@@ -20,7 +20,7 @@ import torch
 
 from kernelagent import hardware
 from kernelagent.harness import protocol
-from kernelagent.harness.child import defences, inputs as inputs_mod, timing, transfer
+from kernelagent.harness.child import cuda_evidence, defences, inputs as inputs_mod, timing, transfer
 from kernelagent.harness.child.common import (_aliasing, _device, _error_kind, _sync, _tensor_inputs,
                                                compact_traceback, import_problem, make_timer)
 from kernelagent.harness.config import EvalConfig
@@ -109,11 +109,14 @@ class CandidateSide:
                                                 self.job.get("candidate_sha256") or "unknown", capability)
             self.builder.install()  # before the audit hook: importing cpp_extension may probe for nvcc
         if self.config.defences:
-            from kernelagent.harness.child import common, compare, inputs, timing
+            from kernelagent.harness.child import common, compare, inputs, persisting_l2, sm_clocks, timing
 
             watched = {"kernelagent.harness.child.timing": timing,
                        "kernelagent.harness.child.timing.Timer": timing.Timer,
                        "kernelagent.harness.child.timing.FixedLoop": timing.FixedLoop,
+                       "kernelagent.harness.child.persisting_l2": persisting_l2,
+                       "kernelagent.harness.child.persisting_l2.PersistingL2": persisting_l2.PersistingL2,
+                       "kernelagent.harness.child.sm_clocks": sm_clocks,
                        "kernelagent.harness.child.compare": compare,
                        "kernelagent.harness.child.transfer": transfer,
                        "kernelagent.harness.child.inputs": inputs,
@@ -217,7 +220,7 @@ class CandidateSide:
             # memory here is the harness's failure (the server judges whether that is plausible).
             values = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
             if self.monitor is not None and self.device.type == "cuda":
-                defences.poison_cuda_memory(self.device, self.poison_bytes)
+                cuda_evidence.poison_cuda_memory(self.device, self.poison_bytes)
         except BaseException as exc:
             kind_ = _error_kind(exc, "runtime_error")
             raise CandidateFailure("harness_out_of_memory" if kind_ == "out_of_memory" else kind_, self.current,
@@ -355,8 +358,8 @@ class CandidateSide:
             values = inputs_mod.make_inputs(self.problem, "main", int(self.job["compile_seed"]) + 1, self.smoke,
                                             self.device)
             try:
-                self.device_share = defences.device_time_share(self.model, values, self.own_kernel_names(),
-                                                               self.device)
+                self.device_share = cuda_evidence.device_time_share(self.model, values, self.own_kernel_names(),
+                                                                    self.device)
             except Exception as exc:  # noqa: BLE001 - the profiler is evidence, not a gate
                 self.flags.append({"kind": "profile", "severity": "info",
                                    "message": f"the profiled call failed: {exc}"})

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from kernelagent.harness.child import audit_hook, cuda_evidence
 from kernelagent.harness.result import SEVERITY
 
 
@@ -71,9 +72,7 @@ PRECISION_MODES = (
     "torch.get_default_dtype()",
 )
 
-_STDLIB_PREFIXES = tuple(p + os.sep for p in {os.path.dirname(os.__file__)} - {""})
 _HARNESS_DIR = str(Path(__file__).resolve().parents[1])
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[2])
 
 
 def _tensors(value: Any) -> Iterator[Any]:
@@ -230,125 +229,8 @@ class Monitor:
         threading.Thread.start = start
 
     def _install_audit_hook(self) -> None:
-        state, cand, scratch = self.state, self.candidate_file, self.scratch
-        protected = tuple(self.protected) + (_PACKAGE_DIR,)
-        allowed_write = (scratch, "/dev/shm", "/dev/null", "/proc/self", "/dev/nvidia", "/sys/")
-        getframe = sys._getframe
-        stdlib = _STDLIB_PREFIXES
-        busy = [False]
-        blocked: list[str | None] = [None]
-        write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-        events_any = {"open", "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.truncate", "os.chmod",
-                      "os.chown", "os.symlink", "os.link", "shutil.rmtree", "os.utime"}
-        events_net = {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
-                      "socket.gethostbyname", "socket.gethostbyaddr", "urllib.Request", "http.client.connect"}
-        events_proc = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
-                       "os.forkpty", "os.kill", "os.killpg", "pty.spawn", "os.startfile"}
-        events_read = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
-                       "sys._getframe"}
-        events_tamper = {"ctypes.dlopen", "ctypes.dlsym", "ctypes.string_at", "ctypes.cdata", "ctypes.addressof",
-                         "sys.settrace", "sys.setprofile", "object.__setattr__", "object.__delattr__",
-                         "sys.addaudithook", "ctypes.cdata/buffer", "ctypes.set_errno"}
-        watched = events_any | events_net | events_proc | events_read | events_tamper
-
-        def record(kind: str, text: str) -> None:
-            items = state.violations.setdefault(kind, [])
-            if len(items) < 20 and text not in items:
-                items.append(text)
-            if kind == "sandbox-escape":
-                blocked[0] = text
-
-        def caller() -> tuple[str, int, str]:
-            """(file, line) of the innermost frame outside the stdlib and this module, and the
-            file of the innermost frame outside this module (the audited call's direct caller)."""
-            frame = getframe(2)
-            if frame is not None and frame.f_code.co_filename == __file__:
-                return "", 0, ""  # raised by this module's own bookkeeping
-            immediate = ""
-            while frame is not None:
-                name = frame.f_code.co_filename
-                if name != __file__ and not immediate:
-                    immediate = name
-                if name == __file__ or name.startswith("<frozen") or (
-                        name.startswith(stdlib) and "-packages" not in name):
-                    frame = frame.f_back
-                    continue
-                return name, frame.f_lineno, immediate
-            return "", 0, immediate
-
-        builder = self.builder
-        cpp_extension = os.sep + os.path.join("torch", "utils", "cpp_extension.py")
-
-        def hook(event: str, args: tuple) -> None:
-            if event not in watched or busy[0]:
-                return
-            busy[0] = True
-            try:
-                if event in events_any:
-                    path = args[0] if args else None
-                    if isinstance(path, bytes):
-                        path = path.decode(errors="replace")
-                    if not isinstance(path, str):
-                        return
-                    full = os.path.abspath(path)
-                    writes = event != "open"
-                    if event == "open":
-                        mode = args[1] if len(args) > 1 else None
-                        flags = args[2] if len(args) > 2 else 0
-                        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
-                            (isinstance(flags, int) and bool(flags & write_flags))
-                    if writes and not full.startswith(allowed_write):
-                        file, line, _ = caller()
-                        record("sandbox-escape", f"wrote to {full} ({event}"
-                               + (f", {Path(file).name}:{line})" if file else ")"))
-                    elif not writes and full.startswith(protected) and not full.startswith(scratch):
-                        file, line, _ = caller()
-                        if file == cand:
-                            record("reading-reference", f"read {full} (candidate.py:{line})")
-                    return
-                if event in events_net:
-                    file, line, _ = caller()
-                    record("sandbox-escape", f"network access {event}{args[1:2]!r} "
-                           f"({Path(file).name}:{line})")
-                    return
-                file, line, immediate = caller()
-                if event in events_proc and file.endswith(cpp_extension):
-                    # torch's extension builder runs ninja, nvcc and the host compiler: allowed only
-                    # inside a build the harness's load_inline wrapper started (cuda_build.py), never
-                    # through torch's private build helpers called directly.
-                    if builder is None or not builder.in_build:
-                        record("sandbox-escape", f"{event} from torch.utils.cpp_extension outside a "
-                                                 "load_inline build (a direct call of its build helpers)")
-                    return
-                if file != cand:
-                    return
-                where = f"candidate.py:{line}"
-                if event in events_proc:
-                    record("sandbox-escape", f"{event} from {where}")
-                elif event in ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"):
-                    record("reading-reference", f"{event}() at {where}")
-                elif event == "sys._getframe":
-                    if immediate != cand and not immediate.endswith(os.sep + "inspect.py"):
-                        return  # namedtuple, typing, enum... find their caller's module this way
-                    record("reading-reference", f"frame inspection (sys._getframe/inspect) at {where}")
-                elif event in ("object.__setattr__", "object.__delattr__"):
-                    target = args[0] if args else None
-                    module = getattr(target, "__module__", "") or ""
-                    if isinstance(target, type) and isinstance(module, str) and \
-                            module.split(".")[0] in ("torch", "triton", "kernelagent", "time", "builtins"):
-                        record("tampering", f"patched {module}.{target.__qualname__}.{args[1]} at {where}")
-                else:
-                    record("tampering", f"{event} at {where}")
-            except Exception:  # noqa: BLE001 - the hook's own errors must never reach the program
-                pass
-            finally:
-                busy[0] = False
-                if blocked[0] is not None:
-                    text, blocked[0] = blocked[0], None
-                    # Enforced, not only reported: the write, connection or process does not happen.
-                    raise PermissionError(f"kernelagent sandbox: {text} is not allowed")  # noqa: B012
-
-        sys.addaudithook(hook)
+        audit_hook.install(self.state, self.candidate_file, self.scratch, self.protected, self.builder,
+                           own_files=(__file__,))
 
     # -- identity snapshot (tampering) ---------------------------------------------------
     def _watched_namespaces(self) -> dict[str, Any]:
@@ -364,6 +246,8 @@ class Monitor:
             "torch.cuda.Event": torch.cuda.Event,
             "kernelagent.harness.child.defences": sys.modules[__name__],
             "kernelagent.harness.child.defences.Monitor": Monitor,
+            "kernelagent.harness.child.audit_hook": audit_hook,
+            "kernelagent.harness.child.cuda_evidence": cuda_evidence,
             **self.watched,
         }
         try:
@@ -592,58 +476,3 @@ def _library_rebinding(old: Any, new: Any) -> bool:
     code = getattr(new, "__code__", None)
     filename = str(Path(code.co_filename).resolve()) if code is not None else ""
     return bool(filename) and filename.startswith(_LIBRARY_DIRS)
-
-
-# --------------------------------------------------------------------------------------
-# CUDA-only helpers
-# --------------------------------------------------------------------------------------
-
-def poison_cuda_memory(device: Any, nbytes: int) -> None:
-    """Fill the caching allocator's free memory with NaN bytes (0xFF), so that an output
-    that is allocated and never written reads as NaN rather than as an older result."""
-    import torch
-
-    torch.cuda.empty_cache()
-    free, _ = torch.cuda.mem_get_info(device)
-    size = int(min(max(nbytes, 1 << 20), free * 0.25))
-    if size > 0:
-        filler = torch.empty(size, dtype=torch.uint8, device=device)
-        filler.fill_(0xFF)
-        del filler
-    small = [torch.empty(1 << 20, dtype=torch.uint8, device=device).fill_(0xFF) for _ in range(8)]
-    del small
-
-
-def device_time_share(model: Any, values: list[Any], own_names: set[str], device: Any) -> dict[str, Any]:
-    """One profiled call: the share of device time in the candidate's own kernels."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        model(*values)
-        torch.cuda.synchronize(device)
-    rows: dict[str, float] = {}
-    for event in prof.events():  # kernels, memcpy and memset on the device
-        if not str(getattr(event, "device_type", "")).endswith("CUDA"):
-            continue
-        try:
-            us = float(event.time_range.elapsed_us())
-        except Exception:  # noqa: BLE001
-            us = float(getattr(event, "device_time_total", 0.0) or 0.0)
-        rows[event.name] = rows.get(event.name, 0.0) + us
-    total = sum(rows.values())
-    if total <= 0:
-        return {"share": None, "top": []}
-
-    # Glue by kernel name: one rule here and in the out-of-process evidence (caller/kernel_evidence.py).
-    from kernelagent.harness.cuda_source import is_glue_kernel, is_own_kernel
-
-    def own(name: str) -> bool:
-        return is_own_kernel(name, own_names)
-
-    kind = {k: "own" if own(k) else "glue" if is_glue_kernel(k) else "" for k in rows}
-    own_us = sum(v for k, v in rows.items() if kind[k] == "own")
-    glue_us = sum(v for k, v in rows.items() if kind[k] == "glue")
-    top = [{"name": k, "share": v / total, "own": kind[k] == "own", "glue": kind[k] == "glue"}
-           for k, v in sorted(rows.items(), key=lambda kv: -kv[1])]
-    return {"share": own_us / total, "glue_share": glue_us / total, "top": top[:5], "total_us": total}

@@ -50,15 +50,17 @@ Known traps, and what this module does about each:
   and last decile as `Timing.clocks_mhz`; `ClockSampler` does the same from a thread (the
   server, around the candidate's loop). A drop of more than 10% (result.THROTTLE_DROP) is the flag
   `throttling`. Without NVML nothing is recorded.
+
+The driver and NVML calls live beside this module: child/persisting_l2.py (the persisting-L2
+reset) and child/sm_clocks.py (NVML, the SM clock readings and ClockSampler); both are imported
+here, so they are bound before any candidate exists too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -66,7 +68,9 @@ from typing import Any, Callable
 import torch
 
 from kernelagent.harness.result import Timing
-from kernelagent.harness.child import transfer
+from kernelagent.harness.child.persisting_l2 import PersistingL2
+from kernelagent.harness.child.sm_clocks import CLOCK_SAMPLES, first_last_decile, sm_clock_reader
+from kernelagent.harness.child.sm_clocks import ClockSampler, Nvml, torch_device_ids  # noqa: F401 - their old home
 from kernelagent.harness.stats import quantile
 
 SM_MHZ_RANGE = (100.0, 4000.0)  # SM clocks any GPU runs at (cycles per microsecond)
@@ -110,264 +114,6 @@ class TimingReport:
 FLUSH_EVICTS_RATIO = 1.2
 # Busy time before a loop's first call, to bring the SM clock up from idle (Timer.raise_clocks).
 CLOCK_RAMP_MS = 20.0
-# About this many SM clock readings per timed loop (each costs one NVML call, outside the timed
-# region); the first and last decile of them are compared.
-CLOCK_SAMPLES = 30
-
-_current_stream = torch.cuda.current_stream
-
-
-class PersistingL2:
-    """Undoes a persisting-L2 setup before a timed call, through the driver (child/transfer.py's
-    libcuda loader): persisting lines back to normal (`cuCtxResetPersistingL2Cache`), the
-    persisting carve-out back to 0 bytes, the current stream's access-policy window cleared.
-    Lines marked persisting survive the flush's writes, so without this a kernel that set a window
-    (or one left over from an earlier call) is timed from a warm L2.
-
-    Never raises: a missing symbol or a failing call is recorded in `status` and that step is
-    not tried again."""
-
-    LIMIT_PERSISTING_L2 = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
-    STREAM_ACCESS_POLICY_WINDOW = 1  # CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW
-    NOT_SUPPORTED = 801  # CUDA_ERROR_NOT_SUPPORTED
-
-    def __init__(self, loader: Callable[[], Any] = transfer.libcuda):
-        self.problems: list[str] = []
-        self.carveout_removed = 0  # the largest carve-out found (bytes) and set back to 0
-        self._reset = self._get_limit = self._set_limit = self._set_attr = None
-        try:
-            lib = loader()
-        except OSError as exc:
-            self.problems.append(f"no CUDA driver library ({exc})")
-            return
-        self._reset = self._bind(lib, "cuCtxResetPersistingL2Cache", [])
-        self._get_limit = self._bind(lib, "cuCtxGetLimit", [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int])
-        self._set_limit = self._bind(lib, "cuCtxSetLimit", [ctypes.c_int, ctypes.c_size_t])
-        self._set_attr = self._bind(lib, "cuStreamSetAttribute", [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p])
-        # CUstreamAttrValue is a 64-byte union; all zeros is an access-policy window of 0 bytes
-        # (no window), hit and miss properties "normal".
-        self._no_window = (ctypes.c_char * 64)()
-        # Its address, taken once: ctypes.addressof raises an audit event, and the candidate's
-        # process runs an audit hook (defences.py) that should not be paid for on every call.
-        self._no_window_at = ctypes.addressof(self._no_window)
-
-    def _bind(self, lib: Any, name: str, argtypes: list[Any]) -> Any:
-        fn = getattr(lib, name, None)
-        if fn is None:
-            self.problems.append(f"the driver has no {name}")
-            return None
-        fn.argtypes, fn.restype = argtypes, ctypes.c_int
-        return fn
-
-    @property
-    def status(self) -> str:
-        """"ok" when every step worked so far, else what could not be reset."""
-        return "ok" if not self.problems else "could not reset: " + "; ".join(self.problems)
-
-    def _failed(self, code: int, what: str) -> bool:
-        """True when `code` is an error: recorded, and the step is not tried again. A device
-        without persisting L2 (CUDA_ERROR_NOT_SUPPORTED) has nothing to reset: not a problem."""
-        if code == 0:
-            return False
-        if code != self.NOT_SUPPORTED:
-            self.problems.append(f"{what} failed (CUresult {code})")
-        return True
-
-    def __call__(self) -> None:
-        if self._reset is not None and self._failed(self._reset(), "cuCtxResetPersistingL2Cache"):
-            self._reset = None
-        if self._get_limit is not None and self._set_limit is not None:
-            value = ctypes.c_size_t(0)
-            if self._failed(self._get_limit(ctypes.byref(value), self.LIMIT_PERSISTING_L2),
-                            "cuCtxGetLimit(PERSISTING_L2_CACHE_SIZE)"):
-                self._get_limit = None
-            elif value.value:
-                self.carveout_removed = max(self.carveout_removed, int(value.value))
-                if self._failed(self._set_limit(self.LIMIT_PERSISTING_L2, 0),
-                                "cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE, 0)"):
-                    self._set_limit = None
-        if self._set_attr is not None:
-            stream = _current_stream().cuda_stream
-            if self._failed(self._set_attr(ctypes.c_void_p(stream), self.STREAM_ACCESS_POLICY_WINDOW,
-                                           self._no_window_at), "cuStreamSetAttribute(ACCESS_POLICY_WINDOW)"):
-                self._set_attr = None
-
-
-class Nvml:
-    """The few NVML calls the timer needs (libnvidia-ml.so.1 through ctypes). `open` returns
-    None where NVML is missing or does not initialise: then no clock is recorded, and nothing
-    fails."""
-
-    CLOCK_SM = 1  # NVML_CLOCK_SM
-
-    def __init__(self, lib: Any):
-        self.lib = lib
-
-    @classmethod
-    def open(cls, name: str = "libnvidia-ml.so.1") -> "Nvml | None":
-        try:
-            lib = ctypes.CDLL(name)
-            init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
-            init.restype = ctypes.c_int
-            if init() != 0:
-                return None
-            lib.nvmlDeviceGetClockInfo.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint)]
-            lib.nvmlDeviceGetClockInfo.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            return None
-        return cls(lib)
-
-    def handle(self, uuid: str | None = None, pci_bus_id: str | None = None) -> Any:
-        """The NVML device of a CUDA device, by UUID, else by PCI bus id: never by index, since
-        CUDA_VISIBLE_DEVICES (or CUDA's own ordering) can make CUDA's index 0 another NVML index."""
-        for name, key in (("nvmlDeviceGetHandleByUUID", uuid),
-                          ("nvmlDeviceGetHandleByPciBusId_v2", pci_bus_id),
-                          ("nvmlDeviceGetHandleByPciBusId", pci_bus_id)):
-            fn = getattr(self.lib, name, None)
-            if fn is None or not key:
-                continue
-            fn.argtypes, fn.restype = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)], ctypes.c_int
-            handle = ctypes.c_void_p()
-            if fn(key.encode(), ctypes.byref(handle)) == 0 and handle.value:
-                return handle
-        return None
-
-    def sm_clock_mhz(self, handle: Any) -> int | None:
-        value = ctypes.c_uint(0)
-        if self.lib.nvmlDeviceGetClockInfo(handle, self.CLOCK_SM, ctypes.byref(value)) != 0:
-            return None
-        return int(value.value) or None
-
-    def free_bytes(self, handle: Any) -> int | None:
-        """Free device memory (nvmlDeviceGetMemoryInfo), without a CUDA context."""
-
-        class _Memory(ctypes.Structure):
-            _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-        info = _Memory()
-        fn = self.lib.nvmlDeviceGetMemoryInfo
-        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.POINTER(_Memory)], ctypes.c_int
-        return int(info.free) if fn(handle, ctypes.byref(info)) == 0 else None
-
-    def close(self) -> None:
-        fn = getattr(self.lib, "nvmlShutdown", None)
-        if fn is not None:
-            fn()
-
-
-def torch_device_ids(index: int) -> dict[str, str | None]:
-    """NVML's names for CUDA device `index` as torch sees it: its UUID ("GPU-..." or "MIG-...")
-    and PCI bus id ("dddddddd:bb:dd.0"). None where torch does not report one."""
-    props = torch.cuda.get_device_properties(index)
-    uuid = getattr(props, "uuid", None)
-    text = str(uuid) if uuid is not None else None
-    if text and not text.startswith(("GPU-", "MIG-")):
-        text = "GPU-" + text
-    pci = None
-    if all(hasattr(props, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
-        pci = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-    return {"uuid": text, "pci_bus_id": pci}
-
-
-_CLOCK_READER: dict[int, Any] = {}  # pid -> the SM clock reader of this process (or None)
-
-
-def sm_clock_reader(device: torch.device) -> Callable[[], int | None] | None:
-    """A function reading the SM clock (MHz) of `device` through NVML, opened once per process;
-    None without NVML or a way to find the device. Keyed by pid: a forked child never reuses
-    the state of its parent."""
-    import os
-
-    pid = os.getpid()
-    if pid not in _CLOCK_READER:
-        reader = None
-        nvml = Nvml.open()
-        if nvml is not None:
-            try:
-                ids = torch_device_ids(device.index if device.index is not None else torch.cuda.current_device())
-                handle = nvml.handle(ids["uuid"], ids["pci_bus_id"])
-            except Exception:  # noqa: BLE001 - no clocks rather than no evaluation
-                handle = None
-            if handle is not None:
-                reader = lambda: nvml.sm_clock_mhz(handle)  # noqa: E731
-            else:
-                nvml.close()
-        _CLOCK_READER.clear()
-        _CLOCK_READER[pid] = reader
-    return _CLOCK_READER[pid]
-
-
-def first_last_decile(points: list[tuple[float, float]]) -> list[float] | None:
-    """The mean value over the first and over the last tenth of a loop, from (position, value)
-    points in order (position: a call index or a time); the first and last point always count.
-    None with fewer than two points."""
-    points = [(p, v) for p, v in points if v is not None]
-    if len(points) < 2:
-        return None
-    lo, hi = points[0][0], points[-1][0]
-    reach = 0.1 * (hi - lo)
-    first = [v for p, v in points if p <= lo + reach]
-    last = [v for p, v in points if p >= hi - reach]
-    return [round(sum(first) / len(first), 1), round(sum(last) / len(last), 1)]
-
-
-class ClockSampler:
-    """SM clock readings from a thread, every `interval_s` between start() and stop(): for a
-    loop that runs in another process (the server samples around the candidate's timed loop,
-    so the candidate cannot touch the readings). The server has no CUDA context, and NVML is
-    opened for the loop and shut down after it, so no forked job inherits an open NVML."""
-
-    def __init__(self, read: Callable[[], int | None], interval_s: float, close: Callable[[], None] | None = None):
-        self.read = read
-        self.interval_s = interval_s
-        self._close = close
-        self.points: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="kernelagent-clocks", daemon=True)
-        self._started = False
-
-    @classmethod
-    def for_device(cls, uuid: str | None, pci_bus_id: str | None, expected_s: float) -> "ClockSampler | None":
-        """About CLOCK_SAMPLES readings over a loop expected to take `expected_s` (one every
-        1 to 50 ms). None without NVML or without the device in it."""
-        nvml = Nvml.open()
-        if nvml is None:
-            return None
-        handle = nvml.handle(uuid, pci_bus_id)
-        if handle is None:
-            nvml.close()
-            return None
-        interval = min(max(expected_s / CLOCK_SAMPLES, 0.001), 0.05)
-        return cls(lambda: nvml.sm_clock_mhz(handle), interval, nvml.close)
-
-    def _take(self) -> None:
-        try:
-            value = self.read()
-        except Exception:  # noqa: BLE001
-            value = None
-        if value:
-            self.points.append((_perf_counter(), float(value)))
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._take()
-
-    def start(self) -> None:
-        self._started = True
-        self._take()
-        self._thread.start()
-
-    def stop(self) -> list[float] | None:
-        """[first-decile mean, last-decile mean] in MHz, or None; closes NVML."""
-        if self._started:
-            self._stop.set()
-            self._thread.join(1.0)
-            if self._thread.is_alive():  # a reading hangs: leave NVML open rather than pull it away
-                self._close = None
-        if self._close is not None:
-            self._close()
-            self._close = None
-        return first_last_decile(self.points)
 
 
 # The host's reading replaces the events' only beyond this margin (launch time past the cover,

@@ -123,7 +123,7 @@ _LIBCUDA: Any = None
 
 def libcuda() -> Any:
     """The CUDA driver library (ctypes), loaded once per process. Raises OSError where there is
-    none. Shared with child/timing.py (persisting-L2 reset), so there is one loader."""
+    none. Shared with child/persisting_l2.py (the timer's persisting-L2 reset), so there is one loader."""
     global _LIBCUDA
     if _LIBCUDA is None:
         _LIBCUDA = ctypes.CDLL("libcuda.so.1")

@@ -83,11 +83,11 @@ def probe_timer(index: int, l2_bytes: int | None) -> dict[str, Any]:
     import time
 
     from kernelagent import hardware
-    from kernelagent.harness.child import timing
+    from kernelagent.harness.child import sm_clocks, timing
 
     out: dict[str, Any] = {}
     try:
-        out.update(timing.torch_device_ids(index))
+        out.update(sm_clocks.torch_device_ids(index))
     except Exception as exc:  # noqa: BLE001
         out["uuid"] = out["pci_bus_id"] = None
         out["device_ids_error"] = str(exc)[:200]
@@ -108,7 +108,7 @@ def probe_timer(index: int, l2_bytes: int | None) -> dict[str, Any]:
         out.setdefault("l2_flush", {"evicts": None, "note": f"the flush check failed: {str(exc)[:200]}"})
         out.setdefault("l2_reset", f"could not reset: the probe failed ({str(exc)[:200]})")
     started = time.perf_counter()
-    nvml = timing.Nvml.open()
+    nvml = sm_clocks.Nvml.open()
     init_ms = (time.perf_counter() - started) * 1e3
     if nvml is None:
         out["nvml"] = {"available": False}
@@ -475,7 +475,7 @@ def _probe_key(requested: str) -> str | None:
 
 
 def _nvml_free_bytes(info: dict[str, Any]) -> int | None:
-    from kernelagent.harness.child.timing import Nvml
+    from kernelagent.harness.child.sm_clocks import Nvml
 
     nvml = Nvml.open()
     if nvml is None:

@@ -332,13 +332,13 @@ class TimedPhases:
         return ok
 
     def clock_sampler(self, expected_s: float) -> Any:
-        """A ClockSampler for the device (child/timing.py), or None: no GPU, no NVML in the probe,
+        """A ClockSampler for the device (child/sm_clocks.py), or None: no GPU, no NVML in the probe,
         or an NVML whose start-up is too slow to pay for on every evaluation."""
         nvml = self.fingerprint.get("nvml") or {}
         if not self.fingerprint.get("cuda") or not nvml.get("available") or \
                 float(nvml.get("init_ms") or 1e9) > NVML_INIT_MAX_MS:
             return None
-        from kernelagent.harness.child.timing import ClockSampler
+        from kernelagent.harness.child.sm_clocks import ClockSampler
 
         try:
             return ClockSampler.for_device(self.fingerprint.get("uuid"), self.fingerprint.get("pci_bus_id"), expected_s)
