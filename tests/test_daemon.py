@@ -77,6 +77,22 @@ def test_a_second_command_reuses_the_warm_harness_and_a_crash_does_not_end_it(ru
     assert other.status == Status.CORRECT and info4["pid"] != info1["pid"]
 
 
+def test_a_runtime_folder_past_the_socket_path_limit_is_used_as_it_is(tmp_path, monkeypatch):
+    """sun_path holds 107 bytes: a longer KERNELAGENT_RUNTIME_DIR (a test's tmp_path under
+    pytest-xdist, a deep home) still starts the harness, and the next command finds it."""
+    where = tmp_path / ("long-" + "x" * 110)
+    monkeypatch.setenv("KERNELAGENT_RUNTIME_DIR", str(where))
+    monkeypatch.delenv("KERNELAGENT_DAEMON", raising=False)
+    try:
+        first, info1, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
+        assert first.status == Status.CORRECT, first.reason
+        assert len(os.fsencode(info1["socket"])) > 108 and info1["started_now"]
+        again, info2, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
+        assert again.status == Status.CORRECT and not info2["started_now"] and info2["pid"] == info1["pid"]
+    finally:
+        _stop_all(where)
+
+
 def test_the_same_results_as_a_private_server(runtime, tmp_path):
     warm, _, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_wrong.py"))
     with Evaluator(device="cpu", cache_dir=tmp_path / "cache-private", daemon=False) as ev:

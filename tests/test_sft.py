@@ -109,7 +109,7 @@ def test_export_cli(tmp_path):
     result = CliRunner().invoke(app, ["export", "sft", str(FIXTURE_RUNS), "--min-speedup", "0",
                                       "--out", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert "1 rows from 5 runs" in result.output and "test_split 1" in result.output and out.exists() and stats_path_for(out).exists()
+    assert "1 row from 5 runs" in result.output and "test_split 1" in result.output and out.exists() and stats_path_for(out).exists()
     missing = CliRunner().invoke(app, ["export", "sft", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "not found" in missing.output
     default = CliRunner().invoke(app, ["export", "sft", str(FIXTURE_RUNS), "--out", str(tmp_path / "d.jsonl")])

@@ -123,9 +123,11 @@ def peer_uid(sock: socket.socket) -> int | None:
 
 def connect(path: Path) -> socket.socket | None:
     """A connection to the harness at `path` if one answers there as this user; None else."""
+    from kernelagent.harness.server.listen import unix_call
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(str(path))
+        unix_call(Path(path), sock.connect)
     except OSError:
         sock.close()
         return None

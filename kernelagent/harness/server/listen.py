@@ -26,6 +26,23 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+# sun_path holds 108 bytes with its NUL: a longer socket path is reached through the directory's
+# descriptor instead (/proc/self/fd/N/NAME), which names the same file.
+_SUN_PATH_MAX = 107
+
+
+def unix_call(path: Path, call: Callable[[str], Any]) -> Any:
+    """`call(address)` (a socket's bind or connect) with an address for `path` that fits sun_path,
+    however long the folder's path (KERNELAGENT_RUNTIME_DIR, a test's tmp_path)."""
+    if len(os.fsencode(str(path))) <= _SUN_PATH_MAX:
+        return call(str(path))
+    folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return call(f"/proc/self/fd/{folder}/{path.name}")
+    finally:
+        os.close(folder)
+
+
 def peer_uid(sock: socket.socket) -> int | None:
     """The uid of the process at the other end of a Unix socket (SO_PEERCRED), or None."""
     try:
@@ -52,7 +69,7 @@ class Listener:
             os.unlink(self.path)  # a dead daemon's (the starter holds the directory's lock)
         umask = os.umask(0o177)
         try:
-            self.sock.bind(str(self.path))
+            unix_call(self.path, self.sock.bind)
         finally:
             os.umask(umask)
         self.inode = os.lstat(self.path).st_ino
