@@ -27,6 +27,33 @@ def test_honest_samples_within_the_segment_pass():
         check_samples([25.0], segment_s=0.01)  # a call longer than the segment that holds it
 
 
+def test_the_sample_window_opens_before_the_order_leaves():
+    """An honest call is checked against a window that opens before "go" is sent: the candidate
+    woken by it may take the server's core (2 cores, busy), and the server reads its clock again
+    only milliseconds after the call began. Checked from after the send, honest kernels of 40 ms
+    were rejected in CPU CI (a 44.3 ms call in a segment seen as 40.8 ms)."""
+    import time
+
+    from kernelagent.harness.server.timed import TimedPhases
+
+    seen = {}
+
+    def send(kind, **fields):  # the candidate runs its 25 ms call while the server waits for a core
+        seen["order"] = (kind, fields)
+        seen["entered"] = time.perf_counter()
+        time.sleep(0.03)
+
+    report = {"type": "timing", "samples_ms": [25.0], "calls": 1}
+    job = SimpleNamespace(cand_send=send, cand_recv=lambda kinds, deadline: report if kinds == {"timing"} else None)
+    message, sent, t0 = TimedPhases.run_segment(job, 7, time.monotonic() + 5)
+    assert message is report and seen["order"] == ("go", {"seed": 7})
+    assert sent <= seen["entered"] and t0 >= seen["entered"] + 0.03
+    now = time.perf_counter()
+    check_samples(message["samples_ms"], now - sent)  # the window the server checks with
+    with pytest.raises(protocol.ProtocolError):
+        check_samples(message["samples_ms"], now - t0)  # what it used to check with
+
+
 def test_a_derived_sets_outputs_are_bounded_by_its_own_sizes():
     job = SimpleNamespace(ready={"input_bytes": 1 << 20, "output_bytes": 1 << 20,
                                  "extra_bytes": {"extra:0": 3 << 20}},

@@ -99,6 +99,18 @@ def loop_plan(config: Any, estimate_ms: float, budget: int, output_bytes: int) -
 class TimedPhases:
     """Job's timed phases (needs Job's channels, clock and gate)."""
 
+    def run_segment(self, seed: int, deadline: float) -> tuple[dict[str, Any], float, float]:
+        """One segment's order and the candidate's report: (report, sent, t0). `sent`, read before
+        the order leaves, bounds the candidate's calls from below (they start once "go" has
+        arrived): the sample check measures from it. `t0`, read after the send, clocks the
+        segment. The wakee may take the server's core the moment "go" arrives (a busy host: 2
+        cores in CI), so the server can resume milliseconds later; checked from t0, an honest
+        call read longer than its segment and was rejected (CPU CI, 2026-11-26)."""
+        sent = time.perf_counter()
+        self.cand_send("go", seed=seed)
+        t0 = time.perf_counter()
+        return self.cand_recv({"timing"}, deadline), sent, t0
+
     def timed_loop(self, deadline: float) -> bool:
         """The calibration and the candidate's loop, holding the device's timing slot: every
         other job stopped, the device idle before each (server/gate.py)."""
@@ -238,9 +250,7 @@ class TimedPhases:
         try:
             for segment in range(segments):
                 first = segment * calls
-                self.cand_send("go", seed=timed_seed + first)
-                t0 = time.perf_counter()
-                message = self.cand_recv({"timing"}, deadline)
+                message, sent, t0 = self.run_segment(timed_seed + first, deadline)
                 kept = ipc_kept or message["kept"]
                 if message["calls"] != calls or len(kept) != keep or not isinstance(message["samples_ms"], list) \
                         or len(samples) + len(message["samples_ms"]) > 100_000:
@@ -264,7 +274,7 @@ class TimedPhases:
                 t1 = time.perf_counter()
                 stopped = self.stop_candidate(True)
                 segment_s.append(t1 - t0)
-                check_samples(message["samples_ms"], t1 - t0)
+                check_samples(message["samples_ms"], t1 - sent)
                 loop_s += t1 - t0
                 comparing = time.monotonic()
                 here = sorted(i for i in chosen if first <= i < first + calls)
