@@ -18,7 +18,6 @@ else 3 if any is short, else 0.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,13 +65,9 @@ class RegenerateReport:
 
 
 def default_out_dir(root: str | Path = "runs") -> Path:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path(root) / f"regenerate-{stamp}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    from kernelagent.orchestrate.records import fresh_out_dir
+
+    return fresh_out_dir(root, prefix="regenerate-")
 
 
 def _better(new: KernelCheck, old: KernelCheck) -> tuple[bool, str]:

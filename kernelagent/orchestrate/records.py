@@ -26,15 +26,20 @@ class OptimizeRun:
         return self.result.exit_code
 
 
-def default_out_dir(problem_path: str | Path, root: str | Path = "runs") -> Path:
-    """A fresh runs/<timestamp>-<problem-stem> folder (suffixed if it exists)."""
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path(root) / f"{stamp}-{Path(problem_path).stem}"
+def fresh_out_dir(root: str | Path, prefix: str = "", suffix: str = "") -> Path:
+    """root/<prefix><timestamp><suffix>, suffixed -2, -3... if it exists: every run's own output
+    folder (optimize's, regenerate's)."""
+    base = Path(root) / f"{prefix}{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}{suffix}"
     path, n = base, 1
     while path.exists():
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     return path
+
+
+def default_out_dir(problem_path: str | Path, root: str | Path = "runs") -> Path:
+    """A fresh runs/<timestamp>-<problem-stem> folder (suffixed if it exists)."""
+    return fresh_out_dir(root, suffix=f"-{Path(problem_path).stem}")
 
 
 def check_strategy(strategy: str, samples: int) -> None:
