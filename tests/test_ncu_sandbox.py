@@ -148,11 +148,16 @@ def test_an_ncu_session_past_its_limit_is_killed_whole(tmp_path, monkeypatch):
     assert spawned[0] is not None and spawned[-1] is None
 
 
-def test_one_ncu_session_at_a_time_on_a_host():
+def test_one_ncu_session_at_a_time_on_a_host(tmp_path, monkeypatch):
     """Jailed sessions no longer share ncu's own lock file in /tmp, and ncu does not support two
     sessions on one device at once, so run_ncu takes a host-wide lock, and gives up after its
-    budget."""
+    budget. (The test's own lock file: another test worker's profile holds the host's.)"""
     import threading
+
+    from kernelagent.harness.caller import ncu_session
+
+    assert ncu_session.ncu_lock_path().parent == Path(tempfile.gettempdir())
+    monkeypatch.setattr(ncu_session, "ncu_lock_path", lambda: tmp_path / "ncu.lock")
 
     held = threading.Event()
     release = threading.Event()

@@ -288,3 +288,26 @@ def test_a_loaded_cpu_stretching_an_honest_loop_is_no_tampering():
     on_a_gpu = verdict.trusted_time([15.0] * calls, calls, loop_s=loop_s, calibration_s=calibration_s,
                                     meaningful=True)
     assert "tampering" in {f["kind"] for f in on_a_gpu.flags}
+
+
+def test_a_loaded_cpu_judges_gross_claims_against_its_quickest_segment():
+    """CI flake (2026-11-27): an honest softmax under the interpreter claimed 58-83 ms a call while
+    the server's one-call segments took 135-524 ms beside a 75 ms calibration, 0.19 of the mean:
+    rejected for tampering. On the CPU the gross rule now also asks for a claim under a share of
+    the quickest segment; a rebound clock is still tampering, and a GPU is unchanged."""
+    claims = [83.14, 58.32, 59.04, 79.01, 67.12]
+    calibration_s = 0.377
+    segment_s = [ms / 1e3 + calibration_s / 5 for ms in (312.4, 135.1, 505.6, 524.3, 357.4)]
+    loop_s = sum(segment_s)
+    honest = verdict.trusted_time(claims, 5, loop_s, calibration_s, False, segment_s=segment_s, calls_per_segment=1)
+    assert honest.source == "server"
+    assert {f["kind"]: f["severity"] for f in honest.flags}.get("clock-mismatch") == "info"
+    assert "tampering" not in {f["kind"] for f in honest.flags}
+    # without the segments (the rule before), the same numbers were tampering
+    flat = verdict.trusted_time(claims, 5, loop_s, calibration_s, False)
+    assert "tampering" in {f["kind"] for f in flat.flags}
+    rebound = verdict.trusted_time([0.5] * 5, 5, loop_s, calibration_s, False, segment_s=segment_s,
+                                   calls_per_segment=1)
+    assert "tampering" in {f["kind"] for f in rebound.flags}
+    on_a_gpu = verdict.trusted_time(claims, 5, loop_s, calibration_s, True, segment_s=segment_s, calls_per_segment=1)
+    assert "tampering" in {f["kind"] for f in on_a_gpu.flags}

@@ -215,14 +215,18 @@ def _with_the_lock(on_ready: Callable[[], Any], wait_s: float) -> Callable[[], A
     return slot
 
 
+def ncu_lock_path() -> Path:
+    """The host-wide lock file of Nsight Compute sessions (one per user, in the temp directory)."""
+    return Path(tempfile.gettempdir()) / f"kernelagent-ncu-{os.getuid()}.lock"
+
+
 @contextlib.contextmanager
 def ncu_lock(wait_s: float) -> Iterator[bool]:
     """This host's one Nsight Compute session (an flock on a file in the temp directory, outside
     every jail); yields False when it could not be had within `wait_s`."""
     import fcntl
 
-    path = Path(tempfile.gettempdir()) / f"kernelagent-ncu-{os.getuid()}.lock"
-    fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(str(ncu_lock_path()), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         until = time.monotonic() + max(0.0, wait_s)
         while True:
