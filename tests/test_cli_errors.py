@@ -99,7 +99,7 @@ TABLE = [
     (["report", "--compare", "a"], 2, "--compare"),
     # usage
     (["eval"], 2, "Missing argument 'PROBLEM'"),
-    (["eval", PROBLEM], 2, "Missing argument 'CANDIDATE'"),
+    (["eval", PROBLEM], 2, "Missing argument 'CANDIDATE...'"),
     (["evaluate"], 2, "No such command 'evaluate'"),
     (["eval", PROBLEM, GOOD, "--no-such-flag"], 2, "No such option: --no-such-flag"),
     # the search (issue 26): checked before any model or harness starts

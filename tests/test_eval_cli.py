@@ -48,6 +48,23 @@ def test_json_output_is_one_object_with_fingerprint_and_seeds(cache_dir):
     assert "log" in data and "isolation" in data
 
 
+def test_several_candidates_share_one_harness_and_print_a_verdict_each(cache_dir, tmp_path):
+    """`eval PROBLEM A B`: one JSON line per candidate, in order, the harness started once (only
+    the first result pays server_start), exit 1 when any fails; a missing file is exit 2 before
+    anything starts."""
+    good, wrong = str(CANDIDATES / "relu_good.py"), str(CANDIDATES / "relu_wrong.py")
+    result = invoke(PROBLEM, good, wrong, *FAST, "--json", cache_dir=cache_dir)
+    assert result.exit_code == 1, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [d["status"] for d in lines] == ["correct", "incorrect"]
+    assert "server_start" in lines[0]["stage_seconds"] and "server_start" not in lines[1]["stage_seconds"]
+    human = invoke(PROBLEM, good, good, *FAST, cache_dir=cache_dir)
+    assert human.exit_code == 0, human.output
+    assert human.output.count("PASS: correct") == 2 and human.output.count(f"== {good} ==") == 2
+    missing = invoke(PROBLEM, good, str(tmp_path / "nope.py"), *FAST, "--json", cache_dir=cache_dir)
+    assert missing.exit_code == 2 and "not found" in missing.output and '"status"' not in missing.stdout
+
+
 def test_candidate_crash_is_exit_1_not_a_traceback(cache_dir):
     result = invoke(PROBLEM, str(CANDIDATES / "segfaults.py"), *FAST, cache_dir=cache_dir)
     assert result.exit_code == 1

@@ -406,9 +406,16 @@ def _file_canaries(workdir: Path, token: str) -> dict[str, Path]:
     return out
 
 
-def _run_eval(candidate: Path, mode: str, env: dict[str, str], cwd: Path,
+def _expected_rc(result: dict) -> int:
+    """The exit code `kernelagent eval` gives a verdict: 0 only for a correct one that nothing holds."""
+    return 0 if result.get("status") == CORRECT and not any(
+        f.get("severity") in ("review", "reject") for f in result.get("flags", [])) else 1
+
+
+def _run_eval(candidates: list[Path], mode: str, env: dict[str, str], cwd: Path,
               options: tuple[str, ...] = (), problem: Path = RELU) -> tuple[int, str, str]:
-    cmd = _cli() + ["eval", str(problem), str(candidate)] + EVAL_OPTIONS + list(options)
+    """`kernelagent eval PROBLEM CANDIDATE...`: one JSON line per candidate on stdout."""
+    cmd = _cli() + ["eval", str(problem)] + [str(c) for c in candidates] + EVAL_OPTIONS + list(options)
     if mode != "default":
         cmd += ["--isolation", mode]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=EVAL_TIMEOUT, cwd=str(cwd))
@@ -456,8 +463,20 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, reque
     evil_before = _evil_files(home)
 
     problems: list[str] = []
-    rc, out, err = _run_eval(candidate, mode, env, workdir, row.options, row.problem)
-    time.sleep(1.0)
+    # The honest evaluation after the attack runs in the same command, on the same harness: one
+    # start paid, not two (CI's time), and the harness that served the attack must serve the next
+    # candidate as well. What the attack left (processes, files) is found after both; a mode that
+    # guarantees nothing survives must leave nothing, and an uncontained one fails the row anyway
+    # (xfail where the mode cannot promise it). A row on another problem or with options of its
+    # own runs its honest evaluation in a command of its own.
+    together = row.problem == RELU and not row.options
+    if together:
+        rc, out, err = _run_eval([candidate, HONEST], mode, env, workdir)
+        out, _, hout = out.partition("\n")
+        herr = err
+    else:
+        rc, out, err = _run_eval([candidate], mode, env, workdir, row.options, row.problem)
+        time.sleep(1.0)  # what a daemon does a moment later counts too
 
     # (c) the caller survived this one.
     survival: list[str] = []
@@ -487,7 +506,7 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, reque
         problems.append(f"files left behind: {sorted(map(str, new_files))}")
 
     # (a) secrets and caches.
-    for name, text in (("stdout", out), ("stderr", err)):
+    for name, text in (("stdout", out + (hout if together else "")), ("stderr", err)):
         leaked = [s for s in secrets_to_hide if s in text]
         if leaked:
             problems.append(f"canary in {name}: {leaked}")
@@ -504,10 +523,7 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, reque
         problems.append(f"status {status!r}, expected {' or '.join(row.expected)}: {str(result.get('reason'))[:300]}")
     if result and row.flag and not any(f.get("kind") == row.flag for f in result.get("flags", [])):
         problems.append(f"no {row.flag!r} flag: {[f.get('kind') for f in result.get('flags', [])]}")
-    expected_rc = 0 if status == CORRECT and not any(
-        f.get("severity") in ("review", "reject") for f in result.get("flags", [])) else 1
-    if result and rc in (0, 1) and rc != expected_rc:
-        survival.append(f"exit code {rc} does not match the verdict {status!r}")
+    expected_rc = _expected_rc(result)
 
     # Clean up what the attack left, before the honest run (it must not inherit them).
     for pid in daemons:
@@ -519,11 +535,17 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, reque
         _remove(path)
 
     # (c) the next evaluation, honest, with the same home and caches, still works.
-    hrc, hout, herr = _run_eval(HONEST, mode, env, workdir)
+    if not together:
+        hrc, hout, herr = _run_eval([HONEST], mode, env, workdir)
     try:
         honest = json.loads(hout)
     except ValueError:
         honest = {}
+    if together:  # one exit code for both verdicts
+        hrc = 0 if honest and _expected_rc(honest) == 0 else 1
+        expected_rc = max(expected_rc, hrc)
+    if result and rc in (0, 1) and rc != expected_rc:
+        survival.append(f"exit code {rc} does not match the verdict {status!r}")
     if honest.get("status") != CORRECT or hrc != 0:
         problems.append(f"the honest evaluation after it: exit {hrc}, status {honest.get('status')!r}: "
                         f"{str(honest.get('reason'))[:300]} {herr[-300:]}")

@@ -148,16 +148,21 @@ def test_an_ncu_session_past_its_limit_is_killed_whole(tmp_path, monkeypatch):
     assert spawned[0] is not None and spawned[-1] is None
 
 
-def test_one_ncu_session_at_a_time_on_a_host(tmp_path, monkeypatch):
-    """Jailed sessions no longer share ncu's own lock file in /tmp, and ncu does not support two
-    sessions on one device at once, so run_ncu takes a host-wide lock, and gives up after its
-    budget. (The test's own lock file: another test worker's profile holds the host's.)"""
-    import threading
-
+@pytest.fixture(autouse=True)
+def own_ncu_lock(tmp_path, monkeypatch):
+    """Each test here takes a lock file of its own: under pytest-xdist another worker's profile
+    or kernel evidence holds the host's (two CI failures: a lock that was never had)."""
     from kernelagent.harness.caller import ncu_session
 
     assert ncu_session.ncu_lock_path().parent == Path(tempfile.gettempdir())
     monkeypatch.setattr(ncu_session, "ncu_lock_path", lambda: tmp_path / "ncu.lock")
+
+
+def test_one_ncu_session_at_a_time_on_a_host():
+    """Jailed sessions no longer share ncu's own lock file in /tmp, and ncu does not support two
+    sessions on one device at once, so run_ncu takes a host-wide lock, and gives up after its
+    budget."""
+    import threading
 
     held = threading.Event()
     release = threading.Event()

@@ -1,4 +1,5 @@
-"""`kernelagent eval PROBLEM CANDIDATE`: one verdict from the harness."""
+"""`kernelagent eval PROBLEM CANDIDATE [CANDIDATE ...]`: a verdict from the harness per candidate,
+one harness started for them all."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kernelagent.text import terminal_text
 
 def eval_command(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="Problem file (KernelBench format: Model, get_inputs, get_init_inputs).")],
-    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="Candidate file defining class ModelNew.")],
+    candidates: Annotated[list[Path], typer.Argument(metavar="CANDIDATE...", help="Candidate file defining class ModelNew; several are judged one after another by one harness (its start is paid once), each printed as it is judged.", show_default=False)],
     trials: Annotated[int, typer.Option("--trials", min=1, max=100, metavar="N", help="Correctness trials, each with fresh seeded inputs.")] = 5,
     device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N. An explicit GPU must exist; only auto falls back to the CPU (and says so).")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print one machine-readable JSON result.")] = False,
@@ -41,18 +42,18 @@ def eval_command(
     """Evaluate CANDIDATE against PROBLEM: compile, correctness, timing vs eager and torch.compile."""
     from kernelagent.cli import run_guarded
 
-    code = run_guarded(_run, problem, candidate, trials, device, as_json, timing, baselines, max_autotune,
+    code = run_guarded(_run, problem, candidates, trials, device, as_json, timing, baselines, max_autotune,
                        profile, seed, atol, rtol, isolation, cache_dir, backend, modes, kernel_evidence,
                        stage_timeouts(timeout_scale, stage_timeout), daemon, whole_model, compile_on_cpu)
     raise typer.Exit(code)
 
 
-def _run(problem, candidate, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
+def _run(problem, candidates, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
          isolation, cache_dir, backend="triton", modes=None, kernel_evidence=True, timeouts=None, daemon=None,
          whole_model=False, compile_on_cpu=False) -> int:
     from kernelagent.devices import check_device
     from kernelagent.interrupt import stop_now
-    from kernelagent.harness import EvalConfig, Evaluator, Status
+    from kernelagent.harness import EvalConfig, Evaluator
     from kernelagent.problem import load_problem, read_candidate
 
     if isolation not in ("auto", "bwrap", "namespaces", "none"):
@@ -61,7 +62,9 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
         raise UserError(f"--backend must be triton or cuda (got {backend!r})")
     compile_modes = inductor_modes(modes, max_autotune)  # an unknown mode: exit 2 before any file is read
     loaded = load_problem(problem)
-    source = read_candidate(candidate)
+    if isinstance(candidates, Path):
+        candidates = [candidates]
+    sources = [read_candidate(candidate) for candidate in candidates]  # every file read before any start
     settings = dict(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed, atol=atol,
                     rtol=rtol, backend=backend, **({"timeouts": timeouts} if timeouts else {}),
                     compile_modes=compile_modes, kernel_evidence=kernel_evidence,
@@ -80,14 +83,33 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
         evaluator = Evaluator(device=device, cache_dir=cache_dir, isolation=isolation, daemon=daemon)
     except ValueError as exc:  # a bad --device
         raise UserError(str(exc)) from None
+    code = EXIT_OK
     try:
-        result = evaluator.evaluate(loaded, source, config)
-    except KeyboardInterrupt:
-        stop_now(evaluator)
-        raise interrupted("interrupted: the evaluation was stopped before a verdict") from None
+        for candidate, source in zip(candidates, sources):
+            try:
+                result = evaluator.evaluate(loaded, source, config)
+            except KeyboardInterrupt:
+                stop_now(evaluator)
+                done = f" ({candidates.index(candidate)} of {len(candidates)} judged and printed)" \
+                    if len(candidates) > 1 else ""
+                raise interrupted(f"interrupted: the evaluation was stopped before a verdict{done}") from None
+            _report(result, problem, candidate, source, as_json, whole_model, device,
+                    heading=len(candidates) > 1, first=candidate is candidates[0])
+            if not result.passed:
+                code = EXIT_FAILED
     finally:
         evaluator.close()
-    if result.isolation.get("warning"):
+    return code
+
+
+def _report(result, problem: Path, candidate: Path, source: str, as_json: bool, whole_model: bool, device: str,
+            heading: bool, first: bool = True) -> None:
+    """Print one candidate's verdict (a JSON line under --json); a problem's or a machine's
+    fault (no verdict about the candidate) is one line on stderr and its exit code."""
+    from kernelagent.devices import check_device
+    from kernelagent.harness import Status
+
+    if result.isolation.get("warning") and first:  # the same harness judges every candidate
         typer.echo(terminal_text(f"warning: {result.isolation['warning']}"), err=True)
     if result.status == Status.BAD_PROBLEM:
         # The problem's fault, not the candidate's: what went wrong goes to stderr (in full
@@ -103,19 +125,20 @@ def _run(problem, candidate, trials, device, as_json, timing, baselines, max_aut
     check_device(device)  # auto without a GPU: the note, beside the verdict (never before an error line)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=None, default=str))
-    else:
-        from kernelagent.cli.render import render_result
+        return
+    from kernelagent.cli.render import render_result
 
-        render_result(result)
-        if not result.passed and not whole_model:
-            from kernelagent.wholemodel.e2e import is_spliced
+    if heading:
+        typer.echo(terminal_text(f"== {candidate} =="))
+    render_result(result)
+    if not result.passed and not whole_model:
+        from kernelagent.wholemodel.e2e import is_spliced
 
-            if is_spliced(source):
-                typer.echo(terminal_text(
-                    f"note: {candidate.name} is a whole model spliced by `optimize --whole-model`: PyTorch runs "
-                    "the regions it did not replace, which this check rejects; judge it as the run did with "
-                    f"`kernelagent eval {problem} {candidate} --whole-model`"), err=True)
-    return EXIT_OK if result.passed else EXIT_FAILED
+        if is_spliced(source):
+            typer.echo(terminal_text(
+                f"note: {candidate.name} is a whole model spliced by `optimize --whole-model`: PyTorch runs "
+                "the regions it did not replace, which this check rejects; judge it as the run did with "
+                f"`kernelagent eval {problem} {candidate} --whole-model`"), err=True)
 
 
 def one_line(text: str, limit: int = 300) -> str:
