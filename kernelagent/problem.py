@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelagent.errors import UserError
+from kernelagent import pyast
 
 REQUIRED_PROBLEM_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
@@ -143,7 +144,7 @@ def missing_dependency(tree: ast.Module) -> str | None:
 def parse_source(source: str, filename: str) -> ast.Module:
     """Parse, turning a SyntaxError into a one-line message with the line number."""
     try:
-        return ast.parse(source, filename=filename)
+        return pyast.parse(source, filename=filename)
     except SyntaxError as exc:
         where = f"line {exc.lineno}" if exc.lineno else "unknown line"
         text = (exc.text or "").strip()
@@ -198,7 +199,7 @@ def read_candidate(path: str | Path) -> str:
 def candidate_static_problem(source: str) -> str | None:
     """A one-line reason why `source` cannot be a candidate, or None if it may be one."""
     try:
-        tree = ast.parse(source, filename="candidate.py")
+        tree = pyast.parse(source, filename="candidate.py")
     except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes (Python < 3.12)
         if "\ufffd" in source or "\x00" in source:
             return "the candidate is not Python source text (binary content, or not UTF-8)"

@@ -97,3 +97,37 @@ def test_derive_keeps_its_face():
     for name in derive.__all__:
         assert hasattr(derive, name), name
     assert derive.apply("batch_size = 8\n", {"batch_size": 2}) == "batch_size = 2\n"
+
+
+def test_every_parse_of_the_package_goes_through_the_one_lock(monkeypatch):
+    """CPython before 3.12.1 fails two ast.parse calls at once in threads ('AST constructor
+    recursion depth mismatch', python/cpython#106905; it broke Evaluator.map in CI): the package
+    parses only through kernelagent/pyast.py, whose lock lets one thread in at a time."""
+    import re
+    import threading
+    import time
+
+    from kernelagent import pyast
+
+    direct = [f"{path.relative_to(REPO)}:{n}" for path in sorted((REPO / "kernelagent").rglob("*.py"))
+              if path.name != "pyast.py"
+              for n, line in enumerate(path.read_text().splitlines(), 1)
+              if re.search(r"(?<![\w.])ast\.parse\(|PyCF_ONLY_AST|literal_eval\(", line)]
+    assert not direct, direct
+    inside, most = [0], [0]
+    real = pyast.ast.parse
+
+    def slow_parse(*args, **kwargs):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.01)
+        inside[0] -= 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pyast.ast, "parse", slow_parse)
+    threads = [threading.Thread(target=lambda: [pyast.parse("x = 1") for _ in range(5)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1

@@ -43,7 +43,14 @@ def test_segmented_loop_times_every_call_and_verifies_across_segments(small_keep
     loop = result.timed_loop
     assert loop["kept"] == 2 and loop["segments"] == 6, loop
     assert loop["calls"] == loop["kept"] * loop["segments"] == 12
-    assert result.timings["candidate"].reps == 12  # samples from every segment
+    if loop["source"] == "in-process":
+        assert result.timings["candidate"].reps == 12  # samples from every segment
+    else:
+        # A loaded CPU stretched the loop past its calibration (CI, beside another worker): the
+        # claim was not believed and the server's own time of every segment is the timing.
+        assert loop["source"] == "server" and loop["claimed_mean_ms"] is not None, loop
+        assert result.timings["candidate"].reps == loop["segments"] == 6
+        assert {f.kind: f.severity for f in result.flags}.get("clock-mismatch") == "info", result.flags
     assert loop["verified"] == 4  # three secret calls and the last
     timed_checks = [t for t in result.trials if t.name.startswith("timed call")]
     assert len(timed_checks) == 4 and all(t.passed for t in timed_checks)

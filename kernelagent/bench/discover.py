@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelagent.errors import UserError
+from kernelagent import pyast
 
 LEVEL_DIR = re.compile(r"^level(\d+)$")
 # Levels run only when --levels names them: KernelBench's level 4 builds Hugging Face models
@@ -78,7 +79,7 @@ def _is_problem(path: Path) -> bool:
     import ast
 
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = pyast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return False
     return all(name in top_level_names(tree) for name in REQUIRED_PROBLEM_NAMES)

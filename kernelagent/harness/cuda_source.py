@@ -55,6 +55,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+from kernelagent import pyast
 
 BACKENDS = ("triton", "cuda")
 MANIFEST = ".kernelagent-builds.json"
@@ -361,7 +362,7 @@ def extract_extensions(source: str) -> list[ExtensionSpec]:
     """Every `load_inline(...)` call in `source` with its literal arguments (what cannot be
     resolved statically is listed in `unresolved`)."""
     try:
-        tree = ast.parse(source, filename="candidate.py")
+        tree = pyast.parse(source, filename="candidate.py")
     except SyntaxError:
         return []
     resolver = _Resolver(tree)

@@ -22,6 +22,7 @@ checked (a variant the model cannot take is dropped).
 from __future__ import annotations
 
 import ast
+from kernelagent import pyast
 
 PREFIX = "_ka_dim_"
 _FACTORIES = {"rand", "randn", "zeros", "ones", "empty", "randint", "full", "rand_like"}
@@ -73,7 +74,7 @@ def lift(source: str) -> str:
     """The source with get_inputs()'s free shape literals lifted into constants (module doc);
     the source unchanged when there are none or it does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return source
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_inputs"), None)

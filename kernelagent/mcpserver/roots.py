@@ -34,6 +34,7 @@ import threading
 from pathlib import Path
 
 from kernelagent.mcpserver.session import ToolInputError
+from kernelagent import pyast
 
 MAX_FILE_BYTES = 4 << 20  # a problem, candidate, manifest or lock larger than this is refused
 MAX_PINNED = 20_000  # .py files pinned per server (the rest are not problems it runs)
@@ -317,7 +318,7 @@ def _parses_as_problem(data: bytes) -> bool:
     from kernelagent.problem import REQUIRED_PROBLEM_NAMES, top_level_names
 
     try:
-        tree = ast.parse(data.decode("utf-8"))
+        tree = pyast.parse(data.decode("utf-8"))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return False
     return all(name in top_level_names(tree) for name in REQUIRED_PROBLEM_NAMES)

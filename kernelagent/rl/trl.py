@@ -39,6 +39,7 @@ from kernelagent.rl.reward import (
     no_code_breakdown,
     reward_from_result,
 )
+from kernelagent import pyast
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def extract_candidate(completion: Any) -> str:
     stripped = text.strip()
     if "class ModelNew" in stripped and "```" not in stripped:
         try:
-            ast.parse(stripped)
+            pyast.parse(stripped)
             return stripped + "\n"
         except SyntaxError:
             pass

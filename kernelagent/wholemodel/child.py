@@ -30,6 +30,7 @@ import sys
 import types
 from pathlib import Path
 from typing import Any
+from kernelagent import pyast
 
 REPS = 5
 EMPTY = "ka::~empty"  # the calibration range: no FX node is named so
@@ -458,7 +459,7 @@ def _spliced_file(problem: Path, source: str, kernels: dict[str, str], order: li
     from kernelagent.wholemodel.inline import bindings, inline, split_futures
 
     futures, original = split_futures(source)
-    taken = bindings(ast.parse(original))  # the model's names stay as written; a kernel's may not shadow them
+    taken = bindings(pyast.parse(original))  # the model's names stay as written; a kernel's may not shadow them
     parts = []
     for rid, text in kernels.items():
         done = inline(text, f"_{rid}_", f"the kernel of {rid}", taken)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from kernelagent import pyast
 
 
 class InlineError(ValueError):
@@ -265,7 +266,7 @@ def inline(source: str, prefix: str, filename: str = "<kernel>",
     with `taken` (the bindings of the code already in the file, which this call extends with the
     names it keeps). InlineError when it cannot be."""
     try:
-        tree = ast.parse(source, filename)
+        tree = pyast.parse(source, filename)
     except SyntaxError as exc:
         raise InlineError(f"{filename}: {exc.msg} (line {exc.lineno})") from None
     futures = [f"from __future__ import {', '.join(a.name for a in s.names)}" for s in tree.body
@@ -284,7 +285,7 @@ def inline(source: str, prefix: str, filename: str = "<kernel>",
 
 def split_futures(source: str) -> tuple[list[str], str]:
     """(the `from __future__` lines, the rest) of a module kept as written."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     futures = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.module == "__future__"]
     if not futures:
         return [], source

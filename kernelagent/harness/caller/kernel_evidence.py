@@ -37,6 +37,7 @@ from typing import Any
 
 from kernelagent.harness.cuda_source import global_kernel_names, is_glue_kernel, is_own_kernel, kernel_base_name
 from kernelagent.harness.result import SEVERITY
+from kernelagent import pyast
 
 METRICS = ["gpu__time_duration.sum"]
 CALLS = 2  # profiled forward calls (each kernel under ncu costs ~0.3 s of the frozen device, H100)
@@ -50,7 +51,7 @@ def static_own_names(source: str) -> set[str]:
     and the `__global__` functions in its CUDA strings."""
     names = set(global_kernel_names(source))
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return names
     for node in ast.walk(tree):

@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from kernelagent import pyast
 
 HEAVY_TORCH_FUNCS = {
     "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "tensordot", "mv", "addmv", "dot",
@@ -516,7 +517,7 @@ def check_source(source: str, backend: str = "triton") -> list[Finding]:
     """Findings for `source`, in line order. A file that does not parse gives none (the
     harness reports the syntax error itself)."""
     try:
-        tree = ast.parse(source, filename="candidate.py")
+        tree = pyast.parse(source, filename="candidate.py")
     except SyntaxError:
         return []
     visitor = _Visitor(backend, _Receivers(tree))

@@ -8,6 +8,7 @@ import ast
 from collections.abc import Mapping
 
 from kernelagent.harness import literal_shapes
+from kernelagent import pyast
 
 # Name tokens of hyper-parameters that must keep their values (they are not sizes).
 HYPER_TOKENS = ("kernel", "stride", "pad", "dilation", "pool", "scale", "scaling", "factor", "divisor",
@@ -100,7 +101,7 @@ class _Module:
 
     def __init__(self, source: str):
         self.source = source
-        self.tree = ast.parse(source)
+        self.tree = pyast.parse(source)
         self.assigns: list[ast.Assign] = [n for n in self.tree.body if isinstance(n, ast.Assign)]
         counts: dict[str, int] = {}
         # name -> (statement, target index, element index or None, value node)

@@ -47,11 +47,12 @@ from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, Stag
 from kernelagent.harness.server.memory import MemoryPhases
 from kernelagent.harness.server.timed import SLOT_MIN_S, TimedPhases
 from kernelagent.harness.server.verdict import CheckRecord
+from kernelagent import pyast
 
 
 
 def _static_flags(problem_source: str) -> dict[str, bool]:
-    tree = ast.parse(problem_source)
+    tree = pyast.parse(problem_source)
     names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     return {"has_smoke": "get_smoke_inputs" in names, "has_extra": "get_extra_inputs" in names}
 
