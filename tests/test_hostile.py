@@ -525,7 +525,8 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, reque
         problems.append(f"no {row.flag!r} flag: {[f.get('kind') for f in result.get('flags', [])]}")
     expected_rc = _expected_rc(result)
 
-    # Clean up what the attack left, before the honest run (it must not inherit them).
+    # Clean up what the attack left: before the honest run where that runs in a command of its
+    # own (it must not inherit them), after both where they ran together.
     for pid in daemons:
         try:
             os.kill(pid, signal.SIGKILL)

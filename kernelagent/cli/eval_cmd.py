@@ -62,8 +62,6 @@ def _run(problem, candidates, trials, device, as_json, timing, baselines, max_au
         raise UserError(f"--backend must be triton or cuda (got {backend!r})")
     compile_modes = inductor_modes(modes, max_autotune)  # an unknown mode: exit 2 before any file is read
     loaded = load_problem(problem)
-    if isinstance(candidates, Path):
-        candidates = [candidates]
     sources = [read_candidate(candidate) for candidate in candidates]  # every file read before any start
     settings = dict(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed, atol=atol,
                     rtol=rtol, backend=backend, **({"timeouts": timeouts} if timeouts else {}),
@@ -85,16 +83,15 @@ def _run(problem, candidates, trials, device, as_json, timing, baselines, max_au
         raise UserError(str(exc)) from None
     code = EXIT_OK
     try:
-        for candidate, source in zip(candidates, sources):
+        for judged, (candidate, source) in enumerate(zip(candidates, sources)):
             try:
                 result = evaluator.evaluate(loaded, source, config)
             except KeyboardInterrupt:
                 stop_now(evaluator)
-                done = f" ({candidates.index(candidate)} of {len(candidates)} judged and printed)" \
-                    if len(candidates) > 1 else ""
+                done = f" ({judged} of {len(candidates)} judged and printed)" if len(candidates) > 1 else ""
                 raise interrupted(f"interrupted: the evaluation was stopped before a verdict{done}") from None
             _report(result, problem, candidate, source, as_json, whole_model, device,
-                    heading=len(candidates) > 1, first=candidate is candidates[0])
+                    heading=len(candidates) > 1, first=judged == 0)
             if not result.passed:
                 code = EXIT_FAILED
     finally:
@@ -103,7 +100,7 @@ def _run(problem, candidates, trials, device, as_json, timing, baselines, max_au
 
 
 def _report(result, problem: Path, candidate: Path, source: str, as_json: bool, whole_model: bool, device: str,
-            heading: bool, first: bool = True) -> None:
+            heading: bool, first: bool) -> None:
     """Print one candidate's verdict (a JSON line under --json); a problem's or a machine's
     fault (no verdict about the candidate) is one line on stderr and its exit code."""
     from kernelagent.devices import check_device
