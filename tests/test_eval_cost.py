@@ -156,6 +156,7 @@ def test_the_server_starts_at_most_the_cap_of_early_sessions_and_ends_each_once(
 
     monkeypatch.setattr(kernel_evidence, "start", lambda *a, **k: started.append(k) or FakeEarly())
     monkeypatch.setattr(ncu_mod, "find_ncu", lambda: "/usr/bin/ncu")
+    monkeypatch.setenv("KERNELAGENT_EVIDENCE_SPARES", "0")  # spares: the test below
     gate = SimpleNamespace(profilers=Profilers(max_early=2))
 
     def job(name, **over):
@@ -189,6 +190,118 @@ def test_the_server_starts_at_most_the_cap_of_early_sessions_and_ends_each_once(
     assert not evidence.covers_device_share(job("f", config=EvalConfig(kernel_evidence=False)))
     monkeypatch.setattr(ncu_mod, "find_ncu", lambda: None)
     assert not evidence.covers_device_share(a)
+
+
+def test_the_next_job_of_a_problem_takes_over_a_spare_its_predecessor_started(tmp_path, monkeypatch):
+    """A spare evidence session (server/evidence.py): started by a job for the next job of its
+    problem, taken over by that job with its own candidate written in, never by a job of another
+    problem or of the CUDA backend, ended when dead, for an in-process profile, or for a job's
+    own session at the cap."""
+    from kernelagent.harness.caller import kernel_evidence
+    from kernelagent.harness.server import evidence
+
+    started = []
+
+    class FakeEarly:
+        def __init__(self, **k):
+            self.k = k
+            me = threading.current_thread()
+            self.thread, self.thread_alive = me.name, me.is_alive
+            self.setup = SimpleNamespace(scratch=tmp_path / f"s{len(started)}")
+            self.setup.scratch.mkdir()
+            self.alive = True
+            self.session = SimpleNamespace(proc=SimpleNamespace(poll=lambda: None if self.alive else 0))
+            self.discarded = 0
+            self.spare = False
+
+        def discard(self):
+            self.discarded += 1
+
+    def start(problem, candidate_source, **k):
+        early = FakeEarly(candidate=candidate_source, problem=Path(problem).read_text(), **k)
+        started.append(early)
+        return early
+
+    monkeypatch.setattr(kernel_evidence, "start", start)
+    monkeypatch.setattr(ncu_mod, "find_ncu", lambda: "/usr/bin/ncu")
+    gate = SimpleNamespace(profilers=Profilers(max_early=3))
+    (tmp_path / "jobs").mkdir()
+
+    def job(name, problem="P = 1\n", candidate="C = 1\n", backend="triton"):
+        root = tmp_path / "jobs" / name
+        root.mkdir()
+        return SimpleNamespace(request={"options": {"evidence": {"hide": []}}, "problem_source": problem,
+                                        "candidate_source": candidate, "candidate_sha256": "x"},
+                               config=EvalConfig(backend=backend), fingerprint={"cuda": True},
+                               jail={"mode": "namespaces"}, root=root, limit=lambda stage: 60.0, gate=gate,
+                               early_evidence=None, early_counted=False)
+
+    def start_early(j):
+        # from a thread of its own, as a job's: the spare must not be started from it
+        t = threading.Thread(target=evidence.start_early, args=(j,), name=f"job-{j.root.name}")
+        t.start()
+        t.join(10)
+        evidence._spawner().submit(lambda: None).result(10)  # the spares' one thread has done its work
+
+    a = job("a")
+    start_early(a)
+    own_a, spare = started
+    # The spare's jail dies with the thread that started it (PR_SET_PDEATHSIG): never the job's,
+    # which ends with the job; the spawner lives as long as the server.
+    assert own_a.thread.startswith("job-") and not spare.thread.startswith("job-") and spare.thread_alive()
+    assert a.early_evidence is own_a and own_a.k["scratch_parent"] == a.root and own_a.k["candidate"] == "C = 1\n"
+    # the spare: the same problem, no candidate yet, in the server's scratch root, with a wait of its own
+    assert spare.k["candidate"] == "" and spare.k["problem"] == "P = 1\n"
+    assert spare.k["scratch_parent"] == a.root.parent and spare.k["wait_s"] == evidence.SPARE_WAIT_S
+    assert gate.profilers.live == 2 and gate.profilers.has_spare(evidence.spare_key(a))
+
+    b = job("b", candidate="B = 2\n")
+    start_early(b)
+    assert b.early_evidence is spare and spare.spare and spare.discarded == 0
+    assert (spare.setup.scratch / "candidate.py").read_text() == "B = 2\n"  # its own candidate, written in
+    assert len(started) == 3 and started[2].k["candidate"] == ""  # a spare for the job after b
+    assert gate.profilers.live == 3  # a's, b's (the spare taken over), the new spare
+
+    # another problem never takes this spare; at the cap, its own session takes the spare's place
+    c = job("c", problem="Q = 2\n")
+    start_early(c)
+    assert c.early_evidence is started[3] and started[3].k["problem"] == "Q = 2\n"
+    assert started[2].discarded == 1 and not gate.profilers.has_spare(evidence.spare_key(a))
+    assert gate.profilers.live == 3  # a, b, c: no room for c's spare
+
+    # each ends once, with its job
+    for j in (a, b, c):
+        evidence.discard(j)
+    assert gate.profilers.live == 0 and spare.discarded == 1
+
+    # a spare whose session ended (it waited past its wait) is not taken over
+    d = job("d")
+    start_early(d)
+    left = started[-1]
+    assert left.k["candidate"] == "" and gate.profilers.has_spare(evidence.spare_key(d))
+    left.alive = False
+    evidence.discard(d)
+    e = job("e")
+    start_early(e)
+    assert e.early_evidence is not left and left.discarded == 1
+    # an in-process profile ends the waiting spare at once (it would hold the device's profiler)
+    assert gate.profilers.has_spare(evidence.spare_key(e))
+    waiting = started[-1]
+    evidence.discard(e)
+    with gate.profilers.in_process(None, timeout=1) as clear:
+        assert clear and waiting.discarded == 1
+    assert gate.profilers.live == 0
+
+    # the CUDA backend and KERNELAGENT_EVIDENCE_SPARES=0: no spare
+    count = len(started)
+    f = job("f", backend="cuda")
+    start_early(f)
+    assert evidence.spare_key(f) is None and len(started) == count + 1
+    evidence.discard(f)
+    monkeypatch.setenv("KERNELAGENT_EVIDENCE_SPARES", "0")
+    g = job("g")
+    start_early(g)
+    assert evidence.spare_key(g) is None and len(started) == count + 2 and gate.profilers.live == 1
 
 
 # -- the session's two phases ------------------------------------------------------------------------
@@ -364,3 +477,52 @@ def test_the_overlap_benchmark_reports_the_slot_and_the_hosts_cpu(tmp_path):
     assert "evidence" in out["slot_parts_s"] and "calibration" in out["slot_parts_s"]
     row = out["rows"][0]
     assert {"evidence_held_s", "evidence_phases", "server_cpu_s", "calibration"} <= set(row)
+
+
+# -- Triton's per-process set-up, before a candidate's first call ------------------------------------
+def test_triton_warm_computes_the_cache_key_once_for_the_process():
+    """child/triton_warm.py: the hash of Triton's installation (0.44 s of a first call on an
+    H100) is computed by our code, and the candidate's first call finds it cached."""
+    pytest.importorskip("triton")
+    from triton.runtime.cache import triton_key
+
+    from kernelagent.harness.child import triton_warm
+
+    code = ("import sys, time; from triton.runtime.cache import triton_key; "
+            "from kernelagent.harness.child import triton_warm; "
+            "assert triton_key.cache_info().currsize == 0; took = triton_warm.warm(); "
+            "assert triton_key.cache_info().currsize == 1 and took > 0, took; "
+            "t = time.monotonic(); triton_warm.warm(); print(round(time.monotonic() - t, 4))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.strip()) < 0.05  # the second time: cached in the process
+    assert callable(triton_key) and callable(triton_warm.warm)
+
+
+def _calls_in_order(path: Path, function: str) -> list[str]:
+    import ast
+
+    tree = ast.parse(path.read_text())
+    body = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    calls = [n for n in ast.walk(body) if isinstance(n, ast.Call)]
+    return [ast.unparse(c.func) for c in sorted(calls, key=lambda c: (c.lineno, c.col_offset))]
+
+
+def test_the_evidence_target_warms_triton_before_it_says_ready_and_the_gpu_server_before_jobs():
+    """The warm-up must run in our code: in the evidence's target before READY (after it, the
+    candidate's part holds the device's slot), in a GPU server before it serves (jobs fork from it)."""
+    root = Path(__file__).resolve().parents[1] / "kernelagent" / "harness"
+    calls = _calls_in_order(root / "child" / "ncu_entry.py", "main")
+    assert "triton_warm.warm" in calls and calls.index("triton_warm.warm") < calls.index("_wait_for_the_device")
+    import ast
+
+    serve = next(n for n in ast.walk(ast.parse((root / "server" / "main.py").read_text()))
+                 if isinstance(n, ast.FunctionDef) and n.name == "serve")
+    guarded = [n for n in ast.walk(serve) if isinstance(n, ast.If) and ast.unparse(n.test) == "expects_cuda"]
+    assert any("triton_warm.warm()" in ast.unparse(n) for n in guarded)  # on a GPU only
+    warm_line = next(n.lineno for n in ast.walk(serve) if isinstance(n, ast.Call)
+                     and ast.unparse(n.func) == "triton_warm.warm")
+    serve_line = min(n.lineno for n in ast.walk(serve) if isinstance(n, ast.Call)
+                     and ast.unparse(n.func) in ("Dispatcher",))
+    assert warm_line < serve_line

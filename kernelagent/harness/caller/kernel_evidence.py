@@ -169,6 +169,7 @@ class Early:
 
     def __init__(self, setup: Any = None, session: Any = None, unavailable: str | None = None):
         self.setup, self.session, self.unavailable = setup, session, unavailable
+        self.spare = False  # started ahead for the next job of its problem (server/evidence.py)
 
     def collect(self, *, timeout: float, on_ready: Any, lock_wait_s: float, triton_cache: Path | None,
                 cache_dir: str | Path | None, candidate_sha: str, backend: str,
@@ -193,6 +194,7 @@ class Early:
             result.pop("last", None)
             if "phases" in result:
                 result["phases"]["early"] = True
+                result["phases"]["spare"] = self.spare
             return result
         finally:
             self.discard()

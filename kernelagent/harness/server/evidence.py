@@ -25,11 +25,17 @@ candidate's process says is read here but the report ncu's host process wrote.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 from kernelagent.harness.result import Status
 
@@ -83,33 +89,132 @@ def start_early(job: Any) -> None:
     set-up (ncu, the interpreter, torch, the CUDA context, the problem; our code only) is most
     of a session's seconds, and a correct result then waits only for the profiled part. A job
     that ends without wanting evidence discards it (`discard`). Measured on an H100
-    (2026-11-26): the set-up took 4.7 s of the 8.3 s evidence stage of a level-1 evaluation."""
+    (2026-11-26): the set-up took 4.7 s of the 8.3 s evidence stage of a level-1 evaluation.
+
+    Where a spare waits for this job's problem (started by the job before it: `_start_spare`),
+    the job takes it over: its set-up is done before the job began. Then a spare is started for
+    the next job of the same problem (an agent's next turn, a search's next sample)."""
     if not may_want(job) or job.config.profile or getattr(job, "early_evidence", None) is not None:
         return
     from kernelagent.harness.caller.ncu import find_ncu
 
     if find_ncu() is None:  # the late path says so
         return
-    if not job.gate.profilers.may_start():  # an in-process profile runs or waits: this one starts late
-        return
-    job.early_counted = True
-    from kernelagent.harness.caller import kernel_evidence
-
-    try:
-        problem = job.root / "evidence-problem.py"
-        problem.write_text(job.request["problem_source"])
-        job.early_evidence = kernel_evidence.start(
-            problem, job.request["candidate_source"], backend=job.config.backend, device="cuda",
-            candidate_sha=job.request.get("candidate_sha256", ""), hide=_hide(job), scratch_parent=job.root,
-            namespaces=(job.jail or {}).get("mode") == "namespaces" or None, run_as=session_uid(job),
-            wait_s=job.limit("evidence") + sum(job.limit(s) for s in ("start", "load", "compile", "correctness",
-                                                                       "timing", "profile")) + 600)
-        if job.early_evidence.setup is None:  # nothing runs: its reason is said when collected
+    profilers = job.gate.profilers
+    key = spare_key(job)
+    spare = profilers.take_spare(key) if key is not None else None
+    if spare is not None:
+        job.early_counted = True
+        try:
+            # Nothing of a candidate's has run in the spare: it waits at READY, and reads its
+            # candidate only once let go (child/ncu_entry.py).
+            (spare.setup.scratch / "candidate.py").write_text(job.request["candidate_source"])
+            spare.spare = True
+            job.early_evidence = spare
+        except Exception:  # noqa: BLE001 - the spare is ended; the job starts its own below
+            traceback.print_exc()
+            job.early_evidence = None
+            spare.discard()
             _ended(job)
-    except Exception:  # noqa: BLE001 - the late session (collect) still runs
-        traceback.print_exc()
-        job.early_evidence = None
-        _ended(job)
+    if job.early_evidence is None:
+        # an in-process profile runs or waits: this one starts late; a spare gives up its place
+        if not profilers.may_start() and not (profilers.drop_spares() and profilers.may_start()):
+            return
+        job.early_counted = True
+        from kernelagent.harness.caller import kernel_evidence
+
+        try:
+            problem = job.root / "evidence-problem.py"
+            problem.write_text(job.request["problem_source"])
+            job.early_evidence = kernel_evidence.start(
+                problem, job.request["candidate_source"], backend=job.config.backend, device="cuda",
+                candidate_sha=job.request.get("candidate_sha256", ""), hide=_hide(job), scratch_parent=job.root,
+                namespaces=(job.jail or {}).get("mode") == "namespaces" or None, run_as=session_uid(job),
+                wait_s=job.limit("evidence") + sum(job.limit(s) for s in ("start", "load", "compile", "correctness",
+                                                                           "timing", "profile")) + 600)
+            if job.early_evidence.setup is None:  # nothing runs: its reason is said when collected
+                _ended(job)
+        except Exception:  # noqa: BLE001 - the late session (collect) still runs
+            traceback.print_exc()
+            job.early_evidence = None
+            _ended(job)
+    if key is not None:
+        _start_spare(job, key)
+
+
+# How long a spare waits at READY for the next job of its problem before it ends by itself (an
+# agent's turn is a model call away; a search's next sample comes sooner).
+SPARE_WAIT_S = 180.0
+
+
+def spare_key(job: Any) -> tuple | None:
+    """What a spare must share with the job that takes it over: everything its set-up used (the
+    problem, the backend, the session's uid, the jail and what it hides). None where no spare
+    may serve: the CUDA backend (the target's build hook is set up for one candidate before
+    READY), or spares switched off (KERNELAGENT_EVIDENCE_SPARES=0)."""
+    if job.config.backend == "cuda" or os.environ.get("KERNELAGENT_EVIDENCE_SPARES", "1") == "0":
+        return None
+    digest = hashlib.sha256(job.request["problem_source"].encode()).hexdigest()
+    return (digest, job.config.backend, session_uid(job), (job.jail or {}).get("mode") == "namespaces",
+            tuple(str(p) for p in _hide(job)))
+
+
+def _start_spare(job: Any, key: tuple) -> "Future[None] | None":
+    """Start a session for the next job of this job's problem, unless one waits already or the
+    cap of live early sessions is reached (a job's own session always comes first). Our code only
+    runs in it until a job takes it over; it lives in the server's scratch root (removed with the
+    server: the target then gives up within milliseconds) and ends by itself after SPARE_WAIT_S.
+
+    Started from the server's one long-lived spawner thread, never from the job's thread: the
+    jail dies with the thread that started it (PR_SET_PDEATHSIG follows the parent thread), and a
+    spare started by a job's thread was killed the moment that job ended (H200, 2026-11-27)."""
+    profilers = job.gate.profilers
+    if profilers.has_spare(key) or not profilers.may_start():
+        return None
+    source, parent = job.request["problem_source"], job.root.parent
+    kwargs = dict(backend=job.config.backend, device="cuda", candidate_sha="", hide=_hide(job),
+                  scratch_parent=job.root.parent, namespaces=(job.jail or {}).get("mode") == "namespaces" or None,
+                  run_as=session_uid(job), wait_s=SPARE_WAIT_S)
+
+    def start() -> None:
+        from kernelagent.harness.caller import kernel_evidence
+
+        problem = None
+        try:
+            # the job's own folder may be gone by now: the problem's copy sits in the server's root
+            fd, name = tempfile.mkstemp(prefix="evidence-spare-", suffix=".py", dir=parent)
+            problem = Path(name)
+            with os.fdopen(fd, "w") as f:
+                f.write(source)
+            spare = kernel_evidence.start(problem, "", **kwargs)
+        except Exception:  # noqa: BLE001 - no spare; the next job starts its own
+            traceback.print_exc()
+            profilers.ended(early=True)
+            return
+        finally:
+            if problem is not None:
+                problem.unlink(missing_ok=True)  # the session has its own copy
+        if spare.setup is None:
+            profilers.ended(early=True)
+            return
+        profilers.put_spare(key, spare)
+
+    return _spawner().submit(start)
+
+
+_SPAWNER: Any = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawner() -> Any:
+    """The server's one thread that starts spares; it lives as long as the server."""
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _SPAWNER = ThreadPoolExecutor(1, thread_name_prefix="evidence-spares")
+        return _SPAWNER
 
 
 def _ended(job: Any) -> None:

@@ -195,6 +195,11 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
             import torch._dynamo  # noqa: F401
         except Exception:  # noqa: BLE001
             traceback.print_exc()
+        # Triton's cache key and lazy imports, once: every job's processes are forked from here
+        # and inherit them (child/triton_warm.py: 0.6 s of a candidate's first call on an H100).
+        from kernelagent.harness.child import triton_warm
+
+        triton_warm.warm()
     if fingerprint is None:
         fingerprint = probe()
         if bool(fingerprint.get("cuda")) != expects_cuda and not known:

@@ -15,6 +15,10 @@ apart:
 
 Nothing waits on itself: a job that profiles in-process never started an early session, and a
 live session ends with its own job, which never waits here for another job's profile.
+
+A spare (`put_spare`/`take_spare`) is an early session started ahead for the next job of a problem
+(server/evidence.py): counted live and early like any, taken over by that job, and ended at once
+when an in-process profile asks for the device's profiler or a job's own session needs its place.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class Profilers:
         # per job, 14 jobs at once swamped a 16-core host until a job ran past its stage limit
         # (H200, 2026-11-26).
         self.max_early = max_early
+        self.spares: dict[Any, Any] = {}  # key -> a session waiting at READY for that key's next job
 
     def may_start(self) -> bool:
         """An early session may start now (no in-process profile runs or waits, fewer than
@@ -47,6 +52,47 @@ class Profilers:
             self.live += 1
             self.early += 1
             return True
+
+    def put_spare(self, key: Any, spare: Any) -> None:
+        """Keep `spare` (counted by may_start) for the next job of `key`; one per key (another
+        one already kept is ended)."""
+        with self._cond:
+            old = self.spares.pop(key, None)
+            self.spares[key] = spare
+        if old is not None:
+            self._end_spare(old)
+
+    def has_spare(self, key: Any) -> bool:
+        with self._cond:
+            return key in self.spares
+
+    def take_spare(self, key: Any) -> Any:
+        """The spare kept for `key`, still counted (the taker ends it: `ended(early=True)`), or
+        None. One whose session has ended meanwhile (it waited past its wait) is ended here."""
+        with self._cond:
+            spare = self.spares.pop(key, None)
+        if spare is None:
+            return None
+        if not _alive(spare):
+            self._end_spare(spare)
+            return None
+        return spare
+
+    def drop_spares(self, keep: int = 0) -> int:
+        """End kept spares until at most `keep` are left; how many were ended."""
+        dropped = []
+        with self._cond:
+            while len(self.spares) > keep:
+                dropped.append(self.spares.pop(next(iter(self.spares))))
+        for spare in dropped:
+            self._end_spare(spare)
+        return len(dropped)
+
+    def _end_spare(self, spare: Any) -> None:
+        try:
+            spare.discard()
+        finally:
+            self.ended(early=True)
 
     def ended(self, early: bool = False) -> None:
         with self._cond:
@@ -79,6 +125,7 @@ class Profilers:
         started = time.monotonic()
         with self._cond:
             self.in_process_users += 1
+        self.drop_spares()  # a spare would hold the device's profiler until its wait ran out
         try:
             with self._paused(job):
                 with self._cond:
@@ -101,3 +148,9 @@ class Profilers:
         finally:
             if pause is not None:
                 pause(False)
+
+
+def _alive(spare: Any) -> bool:
+    session = getattr(spare, "session", None)
+    proc = getattr(session, "proc", None)
+    return proc is not None and proc.poll() is None
