@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -131,16 +130,31 @@ def cpu_evaluator(tmp_path_factory):
         yield ev
 
 
+@pytest.fixture(scope="module")
+def typo_through_the_cli(tmp_path_factory):
+    """relu_typo.py through `kernelagent eval --backend cuda --json` once: its nvcc build takes
+    most of a minute on the CPU, and both tests below read the same verdict (the CLI's JSON is the
+    Evaluator's result)."""
+    from typer.testing import CliRunner
+
+    from kernelagent.cli import app
+
+    out = CliRunner().invoke(app, ["eval", str(RELU), str(CUDA / "relu_typo.py"), "--backend", "cuda", "--device",
+                                   "cpu", "--json", "--cache-dir", str(tmp_path_factory.mktemp("typo-cache"))])
+    return out.exit_code, out.output
+
+
 @needs_nvcc
-def test_compile_error_is_compact_and_well_formed(cpu_evaluator):
-    result = cpu_evaluator.evaluate(RELU, read(CUDA / "relu_typo.py"), EvalConfig(backend="cuda"))
-    print("\n" + result.reason, f"\n[{result.stage_seconds.get('nvcc', 0):.1f} s]")
-    assert result.status == Status.COMPILE_ERROR and result.stage == "compile" and not result.compiled
-    lines = result.reason.splitlines()
+def test_compile_error_is_compact_and_well_formed(typo_through_the_cli):
+    code, output = typo_through_the_cli
+    result = json.loads(output.strip().splitlines()[-1])
+    print("\n" + result["reason"], f"\n[{result['stage_seconds'].get('nvcc', 0):.1f} s]")
+    assert result["status"] == Status.COMPILE_ERROR and result["stage"] == "compile" and not result["compiled"]
+    lines = result["reason"].splitlines()
     assert lines[0] == "CUDA extension 'ka_relu_typo' failed to build: 1 error"
     assert lines[1] == 'candidate.py:8 (cuda_sources line 3): error: identifier "blockIdxx" is undefined'
     assert "long i = (long)blockIdxx.x" in lines[2] and lines[3].strip() == "^"
-    assert len(result.reason) < 600 and len(lines) <= 6
+    assert len(result["reason"]) < 600 and len(lines) <= 6
 
 
 @needs_nvcc
@@ -163,18 +177,16 @@ def test_unknown_backend_is_refused(cpu_evaluator):
 
 
 @needs_nvcc
-def test_eval_cli_backend_cuda(tmp_path):
+def test_eval_cli_backend_cuda(typo_through_the_cli):
     from typer.testing import CliRunner
 
     from kernelagent.cli import app
 
-    runner = CliRunner()
-    out = runner.invoke(app, ["eval", str(RELU), str(CUDA / "relu_typo.py"), "--backend", "cuda", "--device", "cpu",
-                              "--json", "--cache-dir", str(tmp_path)])
-    assert out.exit_code == 1, out.output
-    data = json.loads(out.output.strip().splitlines()[-1])
+    code, output = typo_through_the_cli
+    assert code == 1, output
+    data = json.loads(output.strip().splitlines()[-1])
     assert data["status"] == "compile_error" and "blockIdxx" in data["reason"]
-    bad = runner.invoke(app, ["eval", str(RELU), str(CUDA / "relu_ok.py"), "--backend", "hip"])
+    bad = CliRunner().invoke(app, ["eval", str(RELU), str(CUDA / "relu_ok.py"), "--backend", "hip"])
     assert bad.exit_code == 2 and "--backend" in bad.output
 
 

@@ -19,24 +19,24 @@ time), so an attack that works shows up as a wrong verdict or a failed check.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
-import secrets
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from tests.conftest import CANDIDATES, REPO
+from tests import xdist_locks
+from tests.hostile_scene import (aftermath, base_env, clean_up, evil_files, evil_processes, file_canaries,
+                                 make_scene, remove, tree_hash)
 from tests.xdist_locks import held
 
 ADV = Path(__file__).resolve().parent / "adversarial"
@@ -300,7 +300,7 @@ TABLE = [
     # Its ctypes calls may be flagged (tampering) as well as its kernel being wrong.
     Row("h6_remount_rw.py", (INCORRECT, REJECTED), need("mount", "secrets")),
     # issue 24, class 4: the caller's project .env, a top-level directory of the host, a
-    # root-only file in a directory the view shows (canaries placed by _file_canaries).
+    # root-only file in a directory the view shows (canaries placed by file_canaries).
     Row("r4_file_secrets.py", (INCORRECT,), need("files")),
     # 7 predictable inputs.
     Row("h7_precomputed_seeds.py", (INCORRECT,), need("inputs")),
@@ -327,83 +327,13 @@ def template_home(tmp_path_factory) -> Path:
     with sqlite3.connect(cache / "bench.sqlite") as db:
         db.execute("CREATE TABLE attempts (candidate TEXT, status TEXT, speedup REAL)")
         db.execute("INSERT INTO attempts VALUES ('relu_good', 'correct', 0.5)")
-    env = _base_env(home, {})
+    env = base_env(home, {})
     proc = subprocess.run(_cli() + ["eval", str(RELU), str(HONEST)] + EVAL_OPTIONS, capture_output=True,
                           text=True, env=env, timeout=EVAL_TIMEOUT, cwd=str(home))
     result = json.loads(proc.stdout)
     assert result["status"] == CORRECT, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert list((cache / "baselines").glob("*.json")), "the honest evaluation cached no baseline"
     return home
-
-
-def _base_env(home: Path, canaries: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("KERNELAGENT_CACHE_DIR", "XDG_CACHE_HOME")}
-    env.update(PYTHONPATH=str(REPO), HOME=str(home), KERNELAGENT_CACHE_DIR=str(home / ".cache" / "kernelagent"))
-    env.update(canaries)
-    return env
-
-
-def _tree_hash(root: Path) -> dict[str, str]:
-    """Every path under `root` with the hash of its bytes ("dir" for directories). An empty
-    `*.lock` is left out: the caller's own flock file, made the first time a problem's baseline
-    is looked up (rows on another problem than the template's), carrying nothing."""
-    out = {}
-    for path in sorted(root.rglob("*")):
-        rel = str(path.relative_to(root))
-        if path.suffix == ".lock" and path.is_file() and not path.is_symlink() and path.stat().st_size == 0:
-            continue
-        out[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and not path.is_symlink() else "dir"
-    return out
-
-
-def _evil_files(home: Path) -> set[Path]:
-    found = set()
-    for root in (Path("/tmp"), Path("/dev/shm")):
-        try:
-            found |= {p for p in root.iterdir() if p.name.startswith("ka-evil")}
-        except OSError:
-            pass
-    found |= {p for p in home.rglob("ka-evil*")}
-    return found
-
-
-def _evil_processes() -> list[int]:
-    pids = []
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            if comm.read_text().strip().startswith("ka-evil"):
-                pids.append(int(comm.parent.name))
-        except (OSError, ValueError):
-            pass
-    return pids
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
-def _file_canaries(workdir: Path, token: str) -> dict[str, Path]:
-    """Secrets in files (issue 24, class 4), each canary -> the path to remove afterwards: the
-    caller's project .env in its working directory; as root also a world-readable file in a
-    top-level directory of its own and a root-only 0600 file in /etc."""
-    out = {}
-    dotenv = f"dotenv-canary-{token}"
-    (workdir / ".env").write_text(f"DATABASE_URL=postgres://ka:{dotenv}@db/x\n")
-    out[dotenv] = workdir / ".env"
-    if os.geteuid() == 0:
-        top = Path(f"/ka-canary-top-{token}")
-        top.mkdir(mode=0o755)
-        (top / "ka-canary-creds").write_text(f"top-canary-{token}\n")
-        out[f"top-canary-{token}"] = top
-        secret = Path(f"/etc/ka-canary-{token}")
-        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, f"rootonly-canary-{token}\n".encode())
-        os.close(fd)
-        out[f"rootonly-canary-{token}"] = secret
-    return out
 
 
 def _expected_rc(result: dict) -> int:
@@ -413,12 +343,12 @@ def _expected_rc(result: dict) -> int:
 
 
 def _run_eval(candidates: list[Path], mode: str, env: dict[str, str], cwd: Path,
-              options: tuple[str, ...] = (), problem: Path = RELU) -> tuple[int, str, str]:
+              options: tuple[str, ...] = (), problem: Path = RELU, timeout: float = EVAL_TIMEOUT) -> tuple[int, str, str]:
     """`kernelagent eval PROBLEM CANDIDATE...`: one JSON line per candidate on stdout."""
     cmd = _cli() + ["eval", str(problem)] + [str(c) for c in candidates] + EVAL_OPTIONS + list(options)
     if mode != "default":
         cmd += ["--isolation", mode]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=EVAL_TIMEOUT, cwd=str(cwd))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=str(cwd))
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -429,7 +359,7 @@ def _params() -> list:
             if mode == "default" and row.candidate not in DEFAULT_ROWS:
                 continue
             params.append(pytest.param(row, mode, id=f"{row.candidate.removesuffix('.py')}-{mode}",
-                                       marks=_mode_marks(mode) + _apart_marks(row, mode)))
+                                       marks=_mode_marks(mode) + _apart_marks(row, mode) + _batch_marks(row, mode)))
     return params
 
 
@@ -440,27 +370,210 @@ def rows_apart(request):
         yield
 
 
+# --------------------------------------------------------------------------------------
+# A contained mode's rows, judged by one harness (CI's time)
+# --------------------------------------------------------------------------------------
+# Every row of a contained mode (its jail keeps files and processes in) on the ReLU problem with
+# no options of its own runs in ONE `kernelagent eval` command with the others of its mode, one
+# after another on one harness, the honest kernel last: one harness start for ~35 rows instead
+# of one each (the table was a third of CI's worker-seconds). Each row is still its own test,
+# judged on its own verdict and its own JSON line (a canary in it is its leak); what the command
+# as a whole shows (its exit code and stderr, processes or files left, the cache tree, the honest
+# evaluation at the end) is judged for every row of the batch, since any of them could be its
+# cause. Each later candidate also shows that the harness that served the attacks before it
+# still judges correctly.
+BATCH_TIMEOUT = 1500
+
+
+def _batched(row: Row, mode: str) -> bool:
+    return mode not in UNCONTAINED and row.problem == RELU and not row.options
+
+
+def _batch_marks(row: Row, mode: str) -> list:
+    if not _batched(row, mode):
+        return []
+    return [pytest.mark.xdist_group(f"hostile-batch-{mode}"), pytest.mark.timeout(BATCH_TIMEOUT + 120)]
+
+
+@dataclass
+class Batch:
+    results: dict[str, dict] = field(default_factory=dict)
+    row_problems: dict[str, list[str]] = field(default_factory=dict)
+    honest: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # the command's, counted against every row
+    survival: list[str] = field(default_factory=list)
+
+
+_BATCHES: dict[str, Batch] = {}
+
+
+def _batch_modes(session) -> list[str]:
+    """The modes with batched rows among this session's selected tests."""
+    modes = set()
+    for item in session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.originalname == "test_hostile" and _batched(params["row"], params["mode"]):
+            modes.add(params["mode"])
+    return [m for m in ("default", "auto", "namespaces", "bwrap") if m in modes]
+
+
+def _batch(mode: str, template_home: Path, tmp_path_factory, config) -> Batch:
+    """The batch of `mode`, run once per session. Under pytest-xdist its rows may reach several
+    workers (`xdist_group` is asked for, but pytest 9.2 with pytest-xdist 3.8 ignores it:
+    pytest-dev/pytest-xdist#1386), so its result is a JSON file in the workers' shared folder:
+    the first worker to need it runs it under its lock; a worker that finds it running runs
+    another mode's batch meanwhile instead of waiting idle, then reads this one."""
+    if mode in _BATCHES:
+        return _BATCHES[mode]
+    folder = xdist_locks._lock_dir(config)
+    if folder is None:  # one process
+        _BATCHES[mode] = _compute_batch(mode, template_home, tmp_path_factory)
+        return _BATCHES[mode]
+    import fcntl
+
+    def attempt(m: str, block: bool) -> bool:
+        """Run m's batch here unless another worker has it or ran it; whether it is done."""
+        done = folder / f"hostile-batch-{m}.json"
+        fd = os.open(folder / f"hostile-batch-{m}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+            except BlockingIOError:
+                return False  # another worker runs it now
+            if not done.exists():
+                batch = _compute_batch(m, template_home, tmp_path_factory)
+                tmp = done.with_suffix(".part")
+                tmp.write_text(json.dumps(asdict(batch)))
+                tmp.replace(done)
+            return True
+        finally:
+            os.close(fd)
+
+    if not attempt(mode, block=False):
+        for other in _batch_modes(config._hostile_session):  # meanwhile, another mode's batch no worker has started
+            if other != mode and not (folder / f"hostile-batch-{other}.json").exists():
+                attempt(other, block=False)
+        attempt(mode, block=True)
+    _BATCHES[mode] = Batch(**json.loads((folder / f"hostile-batch-{mode}.json").read_text()))
+    return _BATCHES[mode]
+
+
+def _compute_batch(mode: str, template_home: Path, tmp_path_factory) -> Batch:
+    batch = Batch()
+    try:
+        _run_batch(mode, template_home, tmp_path_factory.mktemp(f"hostile-batch-{mode}"), batch)
+    except Exception as exc:  # noqa: BLE001 - said in every row of the batch
+        batch.survival.append(f"the batch's command failed: {type(exc).__name__}: {str(exc)[:600]}")
+    return batch
+
+
+def _run_batch(mode: str, template_home: Path, root: Path, batch: Batch) -> None:
+    rows = [r for r in TABLE if _batched(r, mode) and (mode != "default" or r.candidate in DEFAULT_ROWS)]
+    scene = make_scene(template_home, root)
+    home, workdir, env, cache = scene.home, scene.workdir, scene.env, scene.cache
+    for row in rows:
+        shutil.copyfile(ADV / row.candidate, workdir / row.candidate)
+    planted = file_canaries(workdir, scene.token)
+    secrets_to_hide = scene.secrets + list(planted)
+    cache_before = tree_hash(cache)
+    evil_before = evil_files(home)
+    try:
+        rc, out, err = _run_eval([workdir / r.candidate for r in rows] + [HONEST], mode, env, workdir,
+                                 timeout=BATCH_TIMEOUT)
+    finally:
+        for path in planted.values():
+            remove(path)
+
+    if rc not in (0, 1):
+        batch.survival.append(f"exit code {rc}")
+    if "Traceback (most recent call last)" in err:
+        batch.survival.append("traceback on stderr: " + err[-800:])
+    lines = out.splitlines()
+    if len(lines) != len(rows) + 1:
+        batch.survival.append(f"{len(lines)} lines on stdout for {len(rows) + 1} candidates: {out[-300:]!r}")
+    for row, line in zip(rows + [None], lines):
+        try:
+            result = json.loads(line)
+        except ValueError:
+            batch.survival.append(f"a stdout line is not one JSON object: {line[-300:]!r}")
+            continue
+        leaked = [x for x in secrets_to_hide if x in line]
+        if row is None:
+            batch.honest = result
+            if leaked:
+                batch.problems.append(f"canary in the honest evaluation's line: {leaked}")
+            continue
+        batch.results[row.candidate] = result
+        if leaked:
+            batch.row_problems.setdefault(row.candidate, []).append(f"canary in stdout: {leaked}")
+
+    found, daemons, new_files = aftermath(home, evil_before, secrets_to_hide, err, cache, cache_before)
+    batch.problems += found
+    judged = list(batch.results.values()) + ([batch.honest] if batch.honest else [])
+    expected_rc = max([_expected_rc(r) for r in judged] or [0])
+    if judged and rc in (0, 1) and rc != expected_rc:
+        batch.survival.append(f"exit code {rc} does not match the verdicts")
+    batch.problems += _honest_problems(batch.honest, 0 if batch.honest and _expected_rc(batch.honest) == 0 else 1,
+                                       err)
+    clean_up(daemons, new_files)
+
+
+def _honest_problems(honest: dict, hrc: int, herr: str) -> list[str]:
+    problems = []
+    if honest.get("status") != CORRECT or hrc != 0:
+        problems.append(f"the honest evaluation after it: exit {hrc}, status {honest.get('status')!r}: "
+                        f"{str(honest.get('reason'))[:300]} {herr[-300:]}")
+    for name, speedup in (honest.get("speedups") or {}).items():
+        if speedup > 10:  # the interpreter on the CPU is far slower than eager; 10x is absurd
+            problems.append(f"the honest evaluation after it reports a {speedup:.0f}x speedup over {name}")
+    return problems
+
+
+def _verdict_problems(row: Row, result: dict, honest: dict) -> list[str]:
+    """The row's own verdict: its status, its flag, its extra check."""
+    problems = []
+    status = result.get("status")
+    if result and status not in row.expected:
+        problems.append(f"status {status!r}, expected {' or '.join(row.expected)}: {str(result.get('reason'))[:300]}")
+    if result and row.flag and not any(f.get("kind") == row.flag for f in result.get("flags", [])):
+        problems.append(f"no {row.flag!r} flag: {[f.get('kind') for f in result.get('flags', [])]}")
+    if row.check is not None and result:
+        extra = row.check(result, honest)
+        if extra:
+            problems.append(extra)
+    return problems
+
+
+def _conclude(row: Row, mode: str, result: dict, survival: list[str], problems: list[str]) -> None:
+    # The caller's survival is a guarantee of every mode (it lives outside the candidate).
+    assert not survival, f"{row.candidate} [{mode}]: " + "; ".join(survival)
+    missing = row.needs - _held(mode, result)
+    if problems and missing:
+        pytest.xfail(f"mode {mode!r} cannot guarantee {sorted(missing)}; got through: " + "; ".join(problems))
+    assert not problems, f"{row.candidate} [{mode}] got through: " + "; ".join(problems)
+
+
 @pytest.mark.parametrize("row, mode", _params())
-def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, request) -> None:
-    home = tmp_path / "home"
-    shutil.copytree(template_home, home, symlinks=True)
-    token = secrets.token_hex(12)
-    canaries = {"OPENAI_API_KEY": f"sk-canary-{token}", "KA_CANARY_TOKEN": f"tok-canary-{token}"}
-    netrc_canary = f"netrc-canary-{token}"
-    (home / ".netrc").write_text(f"machine api.example.com login ka password {netrc_canary}\n")
-    # The caller's command line carries a canary too (the candidate's path).
-    cmdline_canary = f"cmdline-canary-{token}"
-    workdir = tmp_path / cmdline_canary
-    workdir.mkdir()
+def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, tmp_path_factory, request) -> None:
+    if _batched(row, mode):
+        request.config._hostile_session = request.session
+        batch = _batch(mode, template_home, tmp_path_factory, request.config)
+        result = batch.results.get(row.candidate, {})
+        survival = list(batch.survival) + ([] if result or batch.survival else ["no verdict for this candidate"])
+        problems = batch.row_problems.get(row.candidate, []) + batch.problems
+        if not batch.honest and not batch.survival:
+            survival.append("no verdict for the honest candidate after the batch")
+        _conclude(row, mode, result, survival, _verdict_problems(row, result, batch.honest) + problems)
+        return
+    scene = make_scene(template_home, tmp_path)
+    home, workdir, env, cache = scene.home, scene.workdir, scene.env, scene.cache
     candidate = workdir / row.candidate
     shutil.copyfile(ADV / row.candidate, candidate)
-    file_canaries = _file_canaries(workdir, token)
-    request.addfinalizer(lambda: [_remove(p) for p in file_canaries.values()])
-    secrets_to_hide = list(canaries.values()) + [netrc_canary, cmdline_canary] + list(file_canaries)
-    env = _base_env(home, canaries)
-    cache = home / ".cache" / "kernelagent"
-    cache_before = _tree_hash(cache)
-    evil_before = _evil_files(home)
+    planted = file_canaries(workdir, scene.token)
+    request.addfinalizer(lambda: [remove(p) for p in planted.values()])
+    secrets_to_hide = scene.secrets + list(planted)
+    cache_before = tree_hash(cache)
+    evil_before = evil_files(home)
 
     problems: list[str] = []
     # The honest evaluation after the attack runs in the same command, on the same harness: one
@@ -490,50 +603,18 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, reque
         result = {}
         survival.append(f"stdout is not one JSON object: {out[-300:]!r}")
 
-    # (b) nothing survives.
-    daemons = _evil_processes()
-    if daemons:
-        problems.append(f"ka-evil processes survived: {daemons}")
-    new_files = _evil_files(home) - evil_before
-    leaked_in_files = []
-    for path in new_files:
-        try:
-            data = path.read_bytes()[: 1 << 20] if path.is_file() else b""
-        except OSError:
-            data = b""
-        leaked_in_files += [s for s in secrets_to_hide if s.encode() in data]
-    if new_files:
-        problems.append(f"files left behind: {sorted(map(str, new_files))}")
+    # (a) and (b): nothing survives, no secret and no cache touched.
+    found, daemons, new_files = aftermath(home, evil_before, secrets_to_hide, err, cache, cache_before)
+    problems += found
+    leaked = [x for x in secrets_to_hide if x in out + (hout if together else "")]
+    if leaked:
+        problems.append(f"canary in stdout: {leaked}")
 
-    # (a) secrets and caches.
-    for name, text in (("stdout", out + (hout if together else "")), ("stderr", err)):
-        leaked = [s for s in secrets_to_hide if s in text]
-        if leaked:
-            problems.append(f"canary in {name}: {leaked}")
-    if leaked_in_files:
-        problems.append(f"canary in files left behind: {sorted(set(leaked_in_files))}")
-    cache_after = _tree_hash(cache)
-    if cache_after != cache_before:
-        changed = sorted(k for k in cache_before.keys() | cache_after.keys() if cache_before.get(k) != cache_after.get(k))
-        problems.append("the cache tree changed: " + ", ".join(changed[:6]))
-
-    # The verdict.
-    status = result.get("status")
-    if result and status not in row.expected:
-        problems.append(f"status {status!r}, expected {' or '.join(row.expected)}: {str(result.get('reason'))[:300]}")
-    if result and row.flag and not any(f.get("kind") == row.flag for f in result.get("flags", [])):
-        problems.append(f"no {row.flag!r} flag: {[f.get('kind') for f in result.get('flags', [])]}")
     expected_rc = _expected_rc(result)
 
     # Clean up what the attack left: before the honest run where that runs in a command of its
     # own (it must not inherit them), after both where they ran together.
-    for pid in daemons:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    for path in new_files:
-        _remove(path)
+    clean_up(daemons, new_files)
 
     # (c) the next evaluation, honest, with the same home and caches, still works.
     if not together:
@@ -546,28 +627,8 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, reque
         hrc = 0 if honest and _expected_rc(honest) == 0 else 1
         expected_rc = max(expected_rc, hrc)
     if result and rc in (0, 1) and rc != expected_rc:
-        survival.append(f"exit code {rc} does not match the verdict {status!r}")
-    if honest.get("status") != CORRECT or hrc != 0:
-        problems.append(f"the honest evaluation after it: exit {hrc}, status {honest.get('status')!r}: "
-                        f"{str(honest.get('reason'))[:300]} {herr[-300:]}")
-    for name, speedup in (honest.get("speedups") or {}).items():
-        if speedup > 10:  # the interpreter on the CPU is far slower than eager; 10x is absurd
-            problems.append(f"the honest evaluation after it reports a {speedup:.0f}x speedup over {name}")
-    if row.check is not None and result:
-        extra = row.check(result, honest)
-        if extra:
-            problems.append(extra)
-    for pid in _evil_processes():  # a daemon may have outlived even the honest run
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    for path in _evil_files(home) - evil_before:
-        _remove(path)
+        survival.append(f"exit code {rc} does not match the verdict {result.get('status')!r}")
+    problems += _honest_problems(honest, hrc, herr) + _verdict_problems(row, result, honest)
+    clean_up(evil_processes(), evil_files(home) - evil_before)  # a daemon may have outlived even the honest run
 
-    # The caller's survival is a guarantee of every mode (it lives outside the candidate).
-    assert not survival, f"{row.candidate} [{mode}]: " + "; ".join(survival)
-    missing = row.needs - _held(mode, result)
-    if problems and missing:
-        pytest.xfail(f"mode {mode!r} cannot guarantee {sorted(missing)}; got through: " + "; ".join(problems))
-    assert not problems, f"{row.candidate} [{mode}] got through: " + "; ".join(problems)
+    _conclude(row, mode, result, survival, problems)

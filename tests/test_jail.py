@@ -207,3 +207,55 @@ def test_bad_arguments_raise(tmp_path):
 
     with pytest.raises(ValueError):
         jail.enter_job_jail(tmp_path, [], [], "sandbox")
+
+
+def test_a_hide_path_that_vanishes_while_the_jail_is_made_is_skipped(tmp_path, monkeypatch):
+    """A directory to hide that another process removes between the hide list and the mount is
+    nothing to hide: the job starts (it was 'the candidate's sandbox could not be set up' when a
+    neighbour test removed its canary directory meanwhile). Anything else still fails the jail."""
+    import errno
+
+    from kernelagent.harness.child import namespaces
+
+    mounted = []
+    monkeypatch.setattr(namespaces, "_mount", lambda src, target, fstype, flags, data=None: mounted.append(
+        (str(target), fstype)))
+    assert namespaces._hide_one(tmp_path / "never-there", False) is False
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(namespaces.JailError, match="not a directory"):
+        namespaces._hide_one(tmp_path / "a-file", False)
+    there = tmp_path / "there"
+    there.mkdir()
+    assert namespaces._hide_one(there, False) is True and mounted == [(str(there), "tmpfs")]
+
+    def removed_then_enoent(src, target, fstype, flags, data=None):
+        Path(target).rmdir()
+        raise OSError(errno.ENOENT, "No such file or directory")
+
+    monkeypatch.setattr(namespaces, "_mount", removed_then_enoent)
+    going = tmp_path / "going"
+    going.mkdir()
+    assert namespaces._hide_one(going, False) is False
+
+    def refused(src, target, fstype, flags, data=None):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(namespaces, "_mount", refused)
+    with pytest.raises(OSError):
+        namespaces._hide_one(there, False)  # a mount that fails for another reason is the jail's failure
+
+
+def test_top_level_directories_made_after_the_server_started_are_hidden_from_later_jobs(tmp_path, monkeypatch):
+    """The server lists the top-level directories to hide once, at its start; a job entering its
+    jail later hides the ones made since as well (a harness serves jobs for hours)."""
+    from kernelagent.harness.child import jail, namespaces
+
+    monkeypatch.setattr(jail, "hidden_tops", lambda: [Path("/srv"), Path("/ka-made-later")])
+    assert jail.with_new_tops([Path("/srv"), Path("/home/u")]) == [Path("/srv"), Path("/home/u"),
+                                                                   Path("/ka-made-later")]
+    seen = {}
+    monkeypatch.setattr(namespaces, "enter_job_jail", lambda workdir, hide, keep_fds, mode, **k: seen.update(
+        hide=hide, mode=mode) or {"mode": mode})
+    monkeypatch.setattr(os, "dup2", lambda *a: None)  # enter() points fds 1 and 2 at the job's log
+    jail.enter(tmp_path, {"mode": "namespaces", "hide": ["/srv"], "keep_ro": []}, [], tmp_path / "log")
+    assert seen == {"hide": [Path("/srv"), Path("/ka-made-later")], "mode": "namespaces"}

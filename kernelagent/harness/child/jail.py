@@ -96,6 +96,15 @@ def hidden_tops() -> list[Path]:
     return tops
 
 
+def with_new_tops(hide: list[Path]) -> list[Path]:
+    """`hide` and every top-level directory made since it was listed (hidden_tops now): the
+    server lists them once, at its start, and a harness may serve jobs for hours while the host
+    makes new ones (a world-readable secret in a directory of its own is hidden from a job that
+    starts after it appeared, as from one that started before)."""
+    known = set(hide)
+    return hide + [top for top in hidden_tops() if top not in known]
+
+
 def _said(path: Path, cwd: Path) -> str:
     """A path for the result's isolation field: the caller's working directory by role, not by
     name (its name is the caller's, and results travel: reports, datasets)."""
@@ -159,6 +168,6 @@ def enter(workdir: Path, jail: dict[str, Any], keep_fds: list[int], log_path: Pa
     if jail.get("mode") != "namespaces":
         return namespaces.enter_job_jail(workdir, [], keep_fds, "none")
     run_as = jail.get("run_as")
-    return namespaces.enter_job_jail(workdir, [Path(p) for p in jail["hide"]], keep_fds, "namespaces",
+    return namespaces.enter_job_jail(workdir, with_new_tops([Path(p) for p in jail["hide"]]), keep_fds, "namespaces",
                                      keep_ro=[Path(p) for p in jail.get("keep_ro", [])],
                                      run_as=(int(run_as[0]), int(run_as[1])) if run_as else None)

@@ -435,6 +435,26 @@ def _die_with_waiter(alive_r: int) -> None:
         os._exit(255)
 
 
+def _hide_one(h: Path, as_private_tmp: bool) -> bool:
+    """Cover the directory `h` with an empty tmpfs (a private /tmp: a writable one); False where
+    it vanished meanwhile (another process removed it after the hide list was made, or after the
+    look above: a directory the host removes while a job starts is nothing to hide)."""
+    if not h.is_dir():
+        if not os.path.lexists(h):
+            return False
+        raise JailError(f"hide path {h} is not a directory (hide the directory that holds it)")
+    try:
+        if as_private_tmp:
+            _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, f"size={PRIVATE_TMP_BYTES},mode=1777")
+        else:
+            _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=0755")
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and not os.path.lexists(h):
+            return False
+        raise
+    return True
+
+
 def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: str = "namespaces", *,
                    keep_ro: list[Path] | None = None, shm_bytes: int = 256 << 20,
                    limits: dict[str, int] | None = None, run_as: tuple[int, int] | None = None,
@@ -527,12 +547,8 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     for h in hides:
         if any(_is_under(h, Path(done)) for done in hidden) or not os.path.lexists(h):
             continue  # hidden with a parent already, or nothing there to hide
-        if not h.is_dir():
-            raise JailError(f"hide path {h} is not a directory (hide the directory that holds it)")
-        if private_tmp and h == tmp:
-            _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, f"size={PRIVATE_TMP_BYTES},mode=1777")
-        else:
-            _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=0755")
+        if not _hide_one(h, private_tmp and h == tmp):
+            continue  # removed between the look and the mount: nothing left there to hide
         hidden.append(str(h))
     # 7. Bring back scratch (read-write) and keep_ro (read-only). Their mount points may lie
     #    inside a hiding tmpfs, which is still writable at this point: create them there.
