@@ -14,6 +14,9 @@ import pytest
 from kernelagent.harness import EvalConfig, Evaluator, Status, StageTimeouts
 from tests.conftest import BENCHMARKS, CANDIDATES, REPO, read
 
+# One worker for the file (pytest-xdist): its module fixtures (its evaluator) are made once.
+pytestmark = pytest.mark.xdist_group("adversarial")
+
 ADV = Path(__file__).resolve().parent / "adversarial"
 RELU = CANDIDATES / "relu_problem.py"
 SOFTMAX_WIDE = ADV / "softmax_wide_problem.py"

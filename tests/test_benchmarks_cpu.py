@@ -8,6 +8,9 @@ import pytest
 from kernelagent.harness import EvalConfig, Evaluator, Status, StageTimeouts
 from tests.conftest import BENCHMARKS, read
 
+# One worker for the file (pytest-xdist): its module fixtures (its evaluator) are made once.
+pytestmark = pytest.mark.xdist_group("benchmarks_cpu")
+
 SOLUTIONS = sorted((BENCHMARKS / "solutions").glob("level*/*.py"))
 
 

@@ -18,6 +18,9 @@ from kernelagent.harness import EvalConfig, Evaluator, StageTimeouts, Status
 from kernelagent.harness.server.gate import Admission, Gate, MemoryLedger, default_concurrency
 from tests.conftest import CANDIDATES, TESTS, read
 
+# One worker for the file (pytest-xdist): its module fixtures (its evaluator) are made once.
+pytestmark = pytest.mark.xdist_group("concurrency")
+
 SPINNER = TESTS / "adversarial" / "n1_spinner_neighbour.py"
 
 

@@ -18,6 +18,9 @@ from kernelagent.harness.server import build_cache
 from kernelagent.harness.server.precompile import find_nvcc
 from tests.conftest import CANDIDATES, REPO, TESTS, read
 
+# One worker for the file (pytest-xdist): its module fixtures (an evaluator, the nvcc build of relu_typo) are made once.
+pytestmark = pytest.mark.xdist_group("cuda_backend")
+
 CUDA = TESTS / "cuda_candidates"
 RELU = CANDIDATES / "relu_problem.py"
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")

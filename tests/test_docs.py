@@ -14,6 +14,9 @@ import pytest
 
 from tests.conftest import REPO
 
+# One worker for the file (pytest-xdist): its module fixtures (the built site) are made once.
+pytestmark = pytest.mark.xdist_group("docs")
+
 DOCS = REPO / "docs"
 RUNNABLE = re.compile(r'<!-- runnable: expect "(.*?)" -->\s*```bash\n(.*?)```', re.DOTALL)
 SETUP = ["pip install torch==2.13.0 && pip install -e '.[agent]' && kernelagent eval benchmarks/level1/1_relu.py "

@@ -38,6 +38,9 @@ from mcp import ClientSession  # noqa: E402
 
 from tests.conftest import CANDIDATES, REPO  # noqa: E402
 
+# One worker for the file (pytest-xdist): its module fixtures (the HTTP server and its folders) are made once.
+pytestmark = pytest.mark.xdist_group("mcp_trust")
+
 CANARY = "ka-canary-" + secrets.token_hex(8)  # the content of the secret file outside the roots
 ENV_CANARY = "ka-env-canary-" + secrets.token_hex(8)  # a secret in the server's environment
 TOKEN = "t0ken-" + secrets.token_hex(4)
@@ -53,6 +56,7 @@ THIEF = '''
 import os
 import torch
 import torch.nn as nn
+
 
 
 def _steal():

@@ -8,6 +8,9 @@ import pytest
 
 from tests.conftest import CANDIDATES
 
+# One worker for the file (pytest-xdist): its module fixtures (its evaluator) are made once.
+pytestmark = pytest.mark.xdist_group("segments")
+
 
 @pytest.fixture(scope="module")
 def small_keep_evaluator(tmp_path_factory):

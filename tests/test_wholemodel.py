@@ -18,6 +18,9 @@ from kernelagent.wholemodel.plan import PlanError, make_plan, render, splice
 from kernelagent.wholemodel.regions import group
 from tests.conftest import REPO
 
+# One worker for the file (pytest-xdist): its module fixtures (the block plan) are made once.
+pytestmark = pytest.mark.xdist_group("wholemodel")
+
 HERE = Path(__file__).resolve().parent / "wholemodel"
 KB3 = REPO.parent / "shared" / "kernelbench" / "KernelBench" / "level3"
 LN_KERNEL = (HERE / "layernorm_kernel.py").read_text()

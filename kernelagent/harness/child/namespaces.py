@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelagent.harness.child.fds import close_inherited_fds
+
 # -- kernel constants (linux/sched.h, linux/mount.h, linux/prctl.h, linux/securebits.h) ------
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -156,31 +158,6 @@ def _write(path: str, text: str) -> None:
         os.write(fd, text.encode())
     finally:
         os.close(fd)
-
-
-# -- file descriptors ---------------------------------------------------------------------------
-
-def close_inherited_fds(keep_fds: list[int]) -> list[int]:
-    """Close every descriptor but 0, 1, 2 and `keep_fds`; returns the kept ones.
-
-    Whatever the server held (the caller's socket, other jobs' pipes, cache files) would
-    otherwise be usable by candidate code. os.closerange uses close_range(2) where it exists,
-    so the gaps between kept fds cost one syscall each whatever the descriptor limit.
-    Python objects that wrapped the closed fds still exist in the forked memory: the job must
-    end with os._exit, not through interpreter shutdown, so no finaliser closes a reused fd.
-    """
-    keep = sorted({0, 1, 2, *(int(fd) for fd in keep_fds)})
-    for fd in keep:
-        os.fstat(fd)  # a kept fd that is not open is the caller's bug: fail loudly
-    # The highest open fd bounds the last range (listing /proc/self/fd briefly opens one more).
-    high = max(int(name) for name in os.listdir("/proc/self/fd")) + 1
-    low = 0
-    for fd in keep:
-        if fd > low:
-            os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, max(high, low))
-    return keep
 
 
 # -- mounts -------------------------------------------------------------------------------------

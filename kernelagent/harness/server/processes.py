@@ -49,7 +49,7 @@ def _in_fork(work: Any, workdir: Path, timeout: float, what: str) -> dict[str, A
     def target() -> None:
         try:
             from kernelagent.harness import procname
-            from kernelagent.harness.child.namespaces import close_inherited_fds
+            from kernelagent.harness.child.fds import close_inherited_fds
 
             procname.set_name("ka-fork")
 
