@@ -27,14 +27,13 @@ import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from tests.conftest import CANDIDATES, REPO
-from tests import xdist_locks
 from tests.hostile_scene import (aftermath, base_env, clean_up, evil_files, evil_processes, file_canaries,
                                  make_scene, remove, tree_hash)
 from tests.xdist_locks import held
@@ -342,6 +341,11 @@ def _expected_rc(result: dict) -> int:
         f.get("severity") in ("review", "reject") for f in result.get("flags", [])) else 1
 
 
+def _honest_rc(honest: dict) -> int:
+    """The exit code the honest verdict alone would give (1 where there is none)."""
+    return 0 if honest and _expected_rc(honest) == 0 else 1
+
+
 def _run_eval(candidates: list[Path], mode: str, env: dict[str, str], cwd: Path,
               options: tuple[str, ...] = (), problem: Path = RELU, timeout: float = EVAL_TIMEOUT) -> tuple[int, str, str]:
     """`kernelagent eval PROBLEM CANDIDATE...`: one JSON line per candidate on stdout."""
@@ -407,54 +411,12 @@ class Batch:
 _BATCHES: dict[str, Batch] = {}
 
 
-def _batch_modes(session) -> list[str]:
-    """The modes with batched rows among this session's selected tests."""
-    modes = set()
-    for item in session.items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        if item.originalname == "test_hostile" and _batched(params["row"], params["mode"]):
-            modes.add(params["mode"])
-    return [m for m in ("default", "auto", "namespaces", "bwrap") if m in modes]
-
-
-def _batch(mode: str, template_home: Path, tmp_path_factory, config) -> Batch:
-    """The batch of `mode`, run once per session. Under pytest-xdist its rows may reach several
-    workers (`xdist_group` is asked for, but pytest 9.2 with pytest-xdist 3.8 ignores it:
-    pytest-dev/pytest-xdist#1386), so its result is a JSON file in the workers' shared folder:
-    the first worker to need it runs it under its lock; a worker that finds it running runs
-    another mode's batch meanwhile instead of waiting idle, then reads this one."""
-    if mode in _BATCHES:
-        return _BATCHES[mode]
-    folder = xdist_locks._lock_dir(config)
-    if folder is None:  # one process
+def _batch(mode: str, template_home: Path, tmp_path_factory) -> Batch:
+    """The batch of `mode`, run by its first row in this process: its rows share one xdist
+    group, so one worker runs them all (tests/conftest.py keeps groups working under pytest 9.2,
+    and tests/test_xdist_groups.py checks it)."""
+    if mode not in _BATCHES:
         _BATCHES[mode] = _compute_batch(mode, template_home, tmp_path_factory)
-        return _BATCHES[mode]
-    import fcntl
-
-    def attempt(m: str, block: bool) -> bool:
-        """Run m's batch here unless another worker has it or ran it; whether it is done."""
-        done = folder / f"hostile-batch-{m}.json"
-        fd = os.open(folder / f"hostile-batch-{m}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
-            except BlockingIOError:
-                return False  # another worker runs it now
-            if not done.exists():
-                batch = _compute_batch(m, template_home, tmp_path_factory)
-                tmp = done.with_suffix(".part")
-                tmp.write_text(json.dumps(asdict(batch)))
-                tmp.replace(done)
-            return True
-        finally:
-            os.close(fd)
-
-    if not attempt(mode, block=False):
-        for other in _batch_modes(config._hostile_session):  # meanwhile, another mode's batch no worker has started
-            if other != mode and not (folder / f"hostile-batch-{other}.json").exists():
-                attempt(other, block=False)
-        attempt(mode, block=True)
-    _BATCHES[mode] = Batch(**json.loads((folder / f"hostile-batch-{mode}.json").read_text()))
     return _BATCHES[mode]
 
 
@@ -513,8 +475,7 @@ def _run_batch(mode: str, template_home: Path, root: Path, batch: Batch) -> None
     expected_rc = max([_expected_rc(r) for r in judged] or [0])
     if judged and rc in (0, 1) and rc != expected_rc:
         batch.survival.append(f"exit code {rc} does not match the verdicts")
-    batch.problems += _honest_problems(batch.honest, 0 if batch.honest and _expected_rc(batch.honest) == 0 else 1,
-                                       err)
+    batch.problems += _honest_problems(batch.honest, _honest_rc(batch.honest), err)
     clean_up(daemons, new_files)
 
 
@@ -556,8 +517,7 @@ def _conclude(row: Row, mode: str, result: dict, survival: list[str], problems: 
 @pytest.mark.parametrize("row, mode", _params())
 def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, tmp_path_factory, request) -> None:
     if _batched(row, mode):
-        request.config._hostile_session = request.session
-        batch = _batch(mode, template_home, tmp_path_factory, request.config)
+        batch = _batch(mode, template_home, tmp_path_factory)
         result = batch.results.get(row.candidate, {})
         survival = list(batch.survival) + ([] if result or batch.survival else ["no verdict for this candidate"])
         problems = batch.row_problems.get(row.candidate, []) + batch.problems
@@ -624,7 +584,7 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, tmp_p
     except ValueError:
         honest = {}
     if together:  # one exit code for both verdicts
-        hrc = 0 if honest and _expected_rc(honest) == 0 else 1
+        hrc = _honest_rc(honest)
         expected_rc = max(expected_rc, hrc)
     if result and rc in (0, 1) and rc != expected_rc:
         survival.append(f"exit code {rc} does not match the verdict {result.get('status')!r}")

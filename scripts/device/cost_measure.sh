@@ -3,12 +3,8 @@
 # by the device tool; writes under $OUT). Every step has its own timeout.
 #   bash scripts/device/cost_measure.sh [overlap-samples]
 set -u
-export PYTHONUNBUFFERED=1
-mkdir -p .bin && printf '#!/bin/sh\nexec python3 -m kernelagent "$@"\n' > .bin/kernelagent && chmod +x .bin/kernelagent
-export PATH="$PWD/.bin:$PATH"
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/env.sh"
 SAMPLES=${1:-2}
-log() { echo "== $(date +%T) $*"; }
 {
 log device; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader; nproc
 NCU=$(python3 -c "from kernelagent.harness.caller.ncu import find_ncu; print(find_ncu())")

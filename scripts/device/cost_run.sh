@@ -3,13 +3,9 @@
 # tests, then serial against overlapped throughput with the host's CPU by process kind.
 #   bash scripts/device/cost_run.sh [overlap-samples] [spinners] [pytest files...]
 set -u
-export PYTHONUNBUFFERED=1
-mkdir -p .bin && printf '#!/bin/sh\nexec python3 -m kernelagent "$@"\n' > .bin/kernelagent && chmod +x .bin/kernelagent
-export PATH="$PWD/.bin:$PATH"
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/env.sh"
 SAMPLES=${1:-2}; SPINNERS=${2:-2}; shift 2 || true
 TESTS=${*:-tests/test_kernel_evidence_gpu.py}
-log() { echo "== $(date +%T) $*"; }
 log device; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 log "latency: one server, cold then warm"
 timeout 150 python3 benchmarks/eval_latency.py --repeats 3 --out "$OUT/latency.json" 2>&1 | cut -c1-1500 | tail -8

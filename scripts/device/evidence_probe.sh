@@ -4,8 +4,7 @@
 # calls, and whether a freeze (SIGSTOP of the whole session) during the warm-up is survived.
 #   bash scripts/device/evidence_probe.sh [repeats]
 set -u
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/env.sh"
 REPEATS=${1:-3}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 timeout 400 python3 benchmarks/evidence_phases.py --repeats "$REPEATS" --calls 2,1 --variants plain,ncu,stop \

@@ -3,10 +3,7 @@
 # evaluation's wait. Needs KernelBench carried in .kb (carry [".kb"]): it is put where the tests
 # look (../shared/kernelbench).   bash scripts/device/gpu_suite.sh [seconds]
 set -u
-export PYTHONUNBUFFERED=1
-mkdir -p .bin && printf '#!/bin/sh\nexec python3 -m kernelagent "$@"\n' > .bin/kernelagent && chmod +x .bin/kernelagent
-export PATH="$PWD/.bin:$PATH"
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/env.sh"
 LIMIT=${1:-470}
 if [ -d .kb/KernelBench ] && [ ! -d ../shared/kernelbench/KernelBench ]; then
   mkdir -p ../shared/kernelbench && cp -r .kb/KernelBench ../shared/kernelbench/

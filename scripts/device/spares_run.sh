@@ -3,12 +3,8 @@
 # and the Triton warm-up (KERNELAGENT_EVIDENCE_SPARES, KERNELAGENT_TRITON_WARM), the evidence's GPU tests, then serial against overlapped throughput.
 #   bash scripts/device/spares_run.sh [overlap-samples]
 set -u
-export PYTHONUNBUFFERED=1
-mkdir -p .bin && printf '#!/bin/sh\nexec python3 -m kernelagent "$@"\n' > .bin/kernelagent && chmod +x .bin/kernelagent
-export PATH="$PWD/.bin:$PATH"
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/env.sh"
 SAMPLES=${1:-2}
-log() { echo "== $(date +%T) $*"; }
 log device; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 summ() { python3 -c "
 import json,sys; d=json.load(open(sys.argv[1]))

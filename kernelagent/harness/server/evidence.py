@@ -32,10 +32,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future
+from typing import Any
 
 from kernelagent.harness.result import Status
 
@@ -84,6 +81,13 @@ def _hide(job: Any) -> list[Path]:
     return hide + [Path(p) for p in (job.jail or {}).get("hide", [])] + [job.root.parent]
 
 
+def _session_settings(job: Any) -> dict[str, Any]:
+    """What an evidence session of this job is started with, besides its problem and candidate:
+    the backend, the jail (what it hides, the per-job namespaces or a probe) and the uid."""
+    return dict(backend=job.config.backend, device="cuda", hide=_hide(job),
+                namespaces=(job.jail or {}).get("mode") == "namespaces" or None, run_as=session_uid(job))
+
+
 def start_early(job: Any) -> None:
     """Start the job's evidence session now, while its checks run (kernel_evidence.Early): its
     set-up (ncu, the interpreter, torch, the CUDA context, the problem; our code only) is most
@@ -101,7 +105,8 @@ def start_early(job: Any) -> None:
     if find_ncu() is None:  # the late path says so
         return
     profilers = job.gate.profilers
-    key = spare_key(job)
+    settings = _session_settings(job)
+    key = spare_key(job, settings)
     spare = profilers.take_spare(key) if key is not None else None
     if spare is not None:
         job.early_counted = True
@@ -127,9 +132,8 @@ def start_early(job: Any) -> None:
             problem = job.root / "evidence-problem.py"
             problem.write_text(job.request["problem_source"])
             job.early_evidence = kernel_evidence.start(
-                problem, job.request["candidate_source"], backend=job.config.backend, device="cuda",
-                candidate_sha=job.request.get("candidate_sha256", ""), hide=_hide(job), scratch_parent=job.root,
-                namespaces=(job.jail or {}).get("mode") == "namespaces" or None, run_as=session_uid(job),
+                problem, job.request["candidate_source"], candidate_sha=job.request.get("candidate_sha256", ""),
+                scratch_parent=job.root, **settings,
                 wait_s=job.limit("evidence") + sum(job.limit(s) for s in ("start", "load", "compile", "correctness",
                                                                            "timing", "profile")) + 600)
             if job.early_evidence.setup is None:  # nothing runs: its reason is said when collected
@@ -139,7 +143,7 @@ def start_early(job: Any) -> None:
             job.early_evidence = None
             _ended(job)
     if key is not None:
-        _start_spare(job, key)
+        _start_spare(job, key, settings)
 
 
 # How long a spare waits at READY for the next job of its problem before it ends by itself (an
@@ -147,19 +151,20 @@ def start_early(job: Any) -> None:
 SPARE_WAIT_S = 180.0
 
 
-def spare_key(job: Any) -> tuple | None:
+def spare_key(job: Any, settings: dict[str, Any] | None = None) -> tuple | None:
     """What a spare must share with the job that takes it over: everything its set-up used (the
-    problem, the backend, the session's uid, the jail and what it hides). None where no spare
-    may serve: the CUDA backend (the target's build hook is set up for one candidate before
-    READY), or spares switched off (KERNELAGENT_EVIDENCE_SPARES=0)."""
+    problem and the session's settings: the backend, the jail and what it hides, the uid). None
+    where no spare may serve: the CUDA backend (the target's build hook is set up for one
+    candidate before READY), or spares switched off (KERNELAGENT_EVIDENCE_SPARES=0)."""
     if job.config.backend == "cuda" or os.environ.get("KERNELAGENT_EVIDENCE_SPARES", "1") == "0":
         return None
+    settings = settings or _session_settings(job)
     digest = hashlib.sha256(job.request["problem_source"].encode()).hexdigest()
-    return (digest, job.config.backend, session_uid(job), (job.jail or {}).get("mode") == "namespaces",
-            tuple(str(p) for p in _hide(job)))
+    return (digest, settings["backend"], settings["device"], settings["namespaces"], settings["run_as"],
+            tuple(str(p) for p in settings["hide"]))
 
 
-def _start_spare(job: Any, key: tuple) -> "Future[None] | None":
+def _start_spare(job: Any, key: tuple, settings: dict[str, Any]) -> None:
     """Start a session for the next job of this job's problem, unless one waits already or the
     cap of live early sessions is reached (a job's own session always comes first). Our code only
     runs in it until a job takes it over; it lives in the server's scratch root (removed with the
@@ -170,11 +175,8 @@ def _start_spare(job: Any, key: tuple) -> "Future[None] | None":
     spare started by a job's thread was killed the moment that job ended (H200, 2026-11-27)."""
     profilers = job.gate.profilers
     if profilers.has_spare(key) or not profilers.may_start():
-        return None
+        return
     source, parent = job.request["problem_source"], job.root.parent
-    kwargs = dict(backend=job.config.backend, device="cuda", candidate_sha="", hide=_hide(job),
-                  scratch_parent=job.root.parent, namespaces=(job.jail or {}).get("mode") == "namespaces" or None,
-                  run_as=session_uid(job), wait_s=SPARE_WAIT_S)
 
     def start() -> None:
         from kernelagent.harness.caller import kernel_evidence
@@ -186,7 +188,8 @@ def _start_spare(job: Any, key: tuple) -> "Future[None] | None":
             problem = Path(name)
             with os.fdopen(fd, "w") as f:
                 f.write(source)
-            spare = kernel_evidence.start(problem, "", **kwargs)
+            spare = kernel_evidence.start(problem, "", candidate_sha="", scratch_parent=parent,
+                                          wait_s=SPARE_WAIT_S, **settings)
         except Exception:  # noqa: BLE001 - no spare; the next job starts its own
             traceback.print_exc()
             profilers.ended(early=True)
@@ -199,7 +202,7 @@ def _start_spare(job: Any, key: tuple) -> "Future[None] | None":
             return
         profilers.put_spare(key, spare)
 
-    return _spawner().submit(start)
+    _spawner().submit(start)
 
 
 _SPAWNER: Any = None
@@ -253,7 +256,8 @@ def collect(job: Any) -> None:
     from kernelagent.harness.caller import kernel_evidence
 
     options = job.request.get("options") or {}
-    run_as = session_uid(job)
+    settings = _session_settings(job)
+    run_as = settings["run_as"]
     job.enter("evidence")
     started = time.monotonic()
     early = getattr(job, "early_evidence", None)
@@ -285,11 +289,10 @@ def collect(job: Any) -> None:
                     problem.write_text(job.request["problem_source"])
                     # "cuda", no index: the server's CUDA_VISIBLE_DEVICES (the caller's choice) stays as it is.
                     evidence = kernel_evidence.collect(
-                        problem, job.request["candidate_source"], backend=job.config.backend, device="cuda",
-                        cache_dir=options.get("cuda_cache_dir"), candidate_sha=job.request.get("candidate_sha256", ""),
-                        timeout=job.limit("evidence"), hide=_hide(job),
-                        scratch_parent=job.root, namespaces=(job.jail or {}).get("mode") == "namespaces" or None,
-                        triton_cache=triton_cache, on_ready=on_ready, lock_wait_s=lock_wait_s, run_as=run_as)
+                        problem, job.request["candidate_source"], cache_dir=options.get("cuda_cache_dir"),
+                        candidate_sha=job.request.get("candidate_sha256", ""), timeout=job.limit("evidence"),
+                        scratch_parent=job.root, triton_cache=triton_cache, on_ready=on_ready,
+                        lock_wait_s=lock_wait_s, **settings)
     except Exception:  # noqa: BLE001 - a harness bug is said as such, never the candidate's
         evidence = {"unavailable": "harness error while collecting it:\n" + traceback.format_exc(limit=3)}
     evidence["seconds"] = round(time.monotonic() - started, 3)

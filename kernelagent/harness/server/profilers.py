@@ -78,12 +78,11 @@ class Profilers:
             return None
         return spare
 
-    def drop_spares(self, keep: int = 0) -> int:
-        """End kept spares until at most `keep` are left; how many were ended."""
-        dropped = []
+    def drop_spares(self) -> int:
+        """End every kept spare; how many were ended."""
         with self._cond:
-            while len(self.spares) > keep:
-                dropped.append(self.spares.pop(next(iter(self.spares))))
+            dropped = list(self.spares.values())
+            self.spares.clear()
         for spare in dropped:
             self._end_spare(spare)
         return len(dropped)
