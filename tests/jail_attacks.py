@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from kernelagent.harness.child import mounts  # noqa: E402
 from kernelagent.harness.child import namespaces as jail  # noqa: E402
 
 CANARY_NAME = "KA_TEST_CANARY"  # not a "secret" name: the scrubber would not remove it, we do
@@ -45,7 +46,7 @@ def err(fn) -> str:
         return "ok"
     except OSError as exc:
         return errno.errorcode.get(exc.errno, str(exc.errno)) if exc.errno else type(exc).__name__
-    except jail.JailError as exc:
+    except mounts.JailError as exc:
         return errno.errorcode.get(getattr(exc, "errno", 0), "JailError")
 
 
@@ -114,17 +115,17 @@ def a_hidden(ctx):
 
 
 def a_mounts(ctx):
-    libc = jail._libc
+    libc = mounts._libc
     def mnt(src, tgt, fstype, flags):
-        jail._mount(src, tgt, fstype, flags)
+        mounts._mount(src, tgt, fstype, flags)
     os.mkdir("m")
     return {
         "tmpfs": err(lambda: mnt("tmpfs", "m", "tmpfs", 0)),
-        "remount_root_rw": err(lambda: mnt(None, "/", None, jail.MS_REMOUNT | jail.MS_BIND)),
-        "setattr_root_rw": err(lambda: jail._mount_setattr("/", 0, jail.MOUNT_ATTR_RDONLY, True)),
-        "bind_hidden": err(lambda: mnt(ctx["hidden"], "m", None, jail.MS_BIND)),
-        "umount_hide": err(lambda: jail._check(libc.umount2(jail._b(ctx["hidden"]), 2), "umount2")),
-        "umount_proc": err(lambda: jail._check(libc.umount2(b"/proc", 2), "umount2")),
+        "remount_root_rw": err(lambda: mnt(None, "/", None, mounts.MS_REMOUNT | mounts.MS_BIND)),
+        "setattr_root_rw": err(lambda: mounts._mount_setattr("/", 0, mounts.MOUNT_ATTR_RDONLY, True)),
+        "bind_hidden": err(lambda: mnt(ctx["hidden"], "m", None, mounts.MS_BIND)),
+        "umount_hide": err(lambda: mounts._check(libc.umount2(mounts._b(ctx["hidden"]), 2), "umount2")),
+        "umount_proc": err(lambda: mounts._check(libc.umount2(b"/proc", 2), "umount2")),
         "unshare_user": err(lambda: jail._unshare(jail.CLONE_NEWUSER)),
         "unshare_mount": err(lambda: jail._unshare(jail.CLONE_NEWNS)),
         "chroot": err(lambda: os.chroot(".")),
@@ -386,7 +387,7 @@ def run_attack(name: str, base: Path, mode: str, caller_pid: int, canary: str) -
             os.dup2(logfd, 1)
             os.dup2(logfd, 2)
             os.close(logfd)
-            jail.FORCE_REMOUNT_FALLBACK = bool(opts.get("force_fallback"))
+            mounts.FORCE_REMOUNT_FALLBACK = bool(opts.get("force_fallback"))
             desc = jail.enter_job_jail(scratch, [hidden, scratch_root], keep, mode, limits=opts.get("limits"),
                                        run_as=opts.get("run_as"))
             desc["ready_s"] = time.perf_counter() - started

@@ -68,7 +68,8 @@ def test_a_second_command_reuses_the_warm_harness_and_a_crash_does_not_end_it(ru
     assert oct(os.stat(runtime).st_mode & 0o777) == "0o700"
     assert oct(os.stat(info1["socket"]).st_mode & 0o777) == "0o600"
     crashed, info2, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "segfaults.py"))
-    assert crashed.status == Status.CRASHED and not info2["started_now"] and info2["pid"] == info1["pid"]
+    assert crashed.status == Status.CRASHED, crashed.reason
+    assert not info2["started_now"] and info2["pid"] == info1["pid"]
     again, info3, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
     assert again.status == Status.CORRECT and info3["pid"] == info1["pid"]
     assert again.stage_seconds.get("server_start", 0.0) < 2.0  # no server start: it was warm

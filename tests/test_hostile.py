@@ -505,9 +505,13 @@ def _verdict_problems(row: Row, result: dict, honest: dict) -> list[str]:
     return problems
 
 
-def _conclude(row: Row, mode: str, result: dict, survival: list[str], problems: list[str]) -> None:
+def _conclude(row: Row, mode: str, result: dict, survival: list[str], problems: list[str], honest: dict) -> None:
     # The caller's survival is a guarantee of every mode (it lives outside the candidate).
     assert not survival, f"{row.candidate} [{mode}]: " + "; ".join(survival)
+    # A jail that could not be made is the harness's fault in every mode, never an xfail.
+    for verdict in (result, honest):
+        assert not str(verdict.get("reason", "")).startswith("the candidate's sandbox could not be set up"), \
+            f"{row.candidate} [{mode}]: {verdict.get('reason')}"
     missing = row.needs - _held(mode, result)
     if problems and missing:
         pytest.xfail(f"mode {mode!r} cannot guarantee {sorted(missing)}; got through: " + "; ".join(problems))
@@ -523,7 +527,7 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, tmp_p
         problems = batch.row_problems.get(row.candidate, []) + batch.problems
         if not batch.honest and not batch.survival:
             survival.append("no verdict for the honest candidate after the batch")
-        _conclude(row, mode, result, survival, _verdict_problems(row, result, batch.honest) + problems)
+        _conclude(row, mode, result, survival, _verdict_problems(row, result, batch.honest) + problems, batch.honest)
         return
     scene = make_scene(template_home, tmp_path)
     home, workdir, env, cache = scene.home, scene.workdir, scene.env, scene.cache
@@ -591,4 +595,4 @@ def test_hostile(row: Row, mode: str, template_home: Path, tmp_path: Path, tmp_p
     problems += _honest_problems(honest, hrc, herr) + _verdict_problems(row, result, honest)
     clean_up(evil_processes(), evil_files(home) - evil_before)  # a daemon may have outlived even the honest run
 
-    _conclude(row, mode, result, survival, problems)
+    _conclude(row, mode, result, survival, problems, honest)

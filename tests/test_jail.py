@@ -209,40 +209,97 @@ def test_bad_arguments_raise(tmp_path):
         jail.enter_job_jail(tmp_path, [], [], "sandbox")
 
 
+def _mount_error(err: int):
+    from kernelagent.harness.child import mounts
+
+    exc = mounts.JailError(f"mount: {os.strerror(err)}")
+    exc.errno = err  # as mounts._check raises it
+    return exc
+
+
 def test_a_hide_path_that_vanishes_while_the_jail_is_made_is_skipped(tmp_path, monkeypatch):
     """A directory to hide that another process removes between the hide list and the mount is
     nothing to hide: the job starts (it was 'the candidate's sandbox could not be set up' when a
     neighbour test removed its canary directory meanwhile). Anything else still fails the jail."""
     import errno
 
-    from kernelagent.harness.child import namespaces
+    from kernelagent.harness.child import mounts
 
     mounted = []
-    monkeypatch.setattr(namespaces, "_mount", lambda src, target, fstype, flags, data=None: mounted.append(
+    monkeypatch.setattr(mounts, "_mount", lambda src, target, fstype, flags, data=None: mounted.append(
         (str(target), fstype)))
-    assert namespaces._hide_one(tmp_path / "never-there", False) is False
+    assert mounts._hide_one(tmp_path / "never-there", False) is False
     (tmp_path / "a-file").write_text("x")
-    with pytest.raises(namespaces.JailError, match="not a directory"):
-        namespaces._hide_one(tmp_path / "a-file", False)
+    with pytest.raises(mounts.JailError, match="not a directory"):
+        mounts._hide_one(tmp_path / "a-file", False)
     there = tmp_path / "there"
     there.mkdir()
-    assert namespaces._hide_one(there, False) is True and mounted == [(str(there), "tmpfs")]
+    assert mounts._hide_one(there, False) is True and mounted == [(str(there), "tmpfs")]
 
     def removed_then_enoent(src, target, fstype, flags, data=None):
         Path(target).rmdir()
-        raise OSError(errno.ENOENT, "No such file or directory")
+        raise _mount_error(errno.ENOENT)
 
-    monkeypatch.setattr(namespaces, "_mount", removed_then_enoent)
+    monkeypatch.setattr(mounts, "_mount", removed_then_enoent)
     going = tmp_path / "going"
     going.mkdir()
-    assert namespaces._hide_one(going, False) is False
+    assert mounts._hide_one(going, False) is False
 
     def refused(src, target, fstype, flags, data=None):
-        raise OSError(errno.EPERM, "Operation not permitted")
+        raise _mount_error(errno.EPERM)
 
-    monkeypatch.setattr(namespaces, "_mount", refused)
-    with pytest.raises(OSError):
-        namespaces._hide_one(there, False)  # a mount that fails for another reason is the jail's failure
+    monkeypatch.setattr(mounts, "_mount", refused)
+    with pytest.raises(mounts.JailError):
+        mounts._hide_one(there, False)  # a mount that fails for another reason is the jail's failure
+
+
+def test_a_hidden_directory_removed_or_made_again_before_it_is_sealed(tmp_path, monkeypatch):
+    """Sealing a hiding tmpfs read-only fails (ENOENT, EINVAL) when the host removed the directory
+    meanwhile, taking our tmpfs with it: gone, it is dropped; made again, it is hidden and sealed
+    again; with a bound-back path under it, or failing for another reason, the jail fails."""
+    import errno
+
+    from kernelagent.harness.child import mounts
+
+    calls = []
+    gone, again, kept = tmp_path / "gone", tmp_path / "again", tmp_path / "kept"
+    for d in (gone, again, kept):
+        d.mkdir()
+    failed_once = set()
+
+    def fake_mount(src, target, fstype, flags, data=None):
+        target = Path(target)
+        calls.append((target.name, "tmpfs" if fstype else "seal"))
+        if fstype is None and target in (gone, again) and target not in failed_once:
+            failed_once.add(target)
+            if target == gone:
+                target.rmdir()
+            raise _mount_error(errno.EINVAL if target == again else errno.ENOENT)
+
+    monkeypatch.setattr(mounts, "_mount", fake_mount)
+    assert mounts.seal([gone, again, kept], None, []) == [again, kept]
+    assert calls == [("gone", "seal"), ("again", "seal"), ("again", "tmpfs"), ("again", "seal"), ("kept", "seal")]
+    failed_once.clear()
+    with pytest.raises(mounts.JailError, match="bound back under it"):
+        mounts.seal([again], None, [again / "venv"])
+    monkeypatch.setattr(mounts, "_mount", lambda *a, **k: (_ for _ in ()).throw(_mount_error(errno.EPERM)))
+    with pytest.raises(mounts.JailError):
+        mounts.seal([kept], None, [])
+    assert mounts.seal([kept], kept, []) == [kept]  # a private /tmp is never sealed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes directories in /")
+def test_jobs_start_while_the_host_makes_and_removes_directories_to_hide():
+    """The race behind a CI flake (a crashed candidate reported as a harness error): 200 jails
+    made while a thread makes and removes top-level directories on the hide list. Before the fix,
+    about half failed (mount ENOENT, remount EINVAL or ENOENT, 'not a directory')."""
+    done = subprocess.run([sys.executable, str(TESTS / "jail_churn.py"), "200"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    if out["made"] == 0 and len(out["failures"]) == 1 and "unshare" in next(iter(out["failures"])):
+        pytest.skip(f"no user namespaces here: {out['failures']}")
+    assert out == {"made": 200, "failures": {}}
 
 
 def test_top_level_directories_made_after_the_server_started_are_hidden_from_later_jobs(tmp_path, monkeypatch):
@@ -259,3 +316,31 @@ def test_top_level_directories_made_after_the_server_started_are_hidden_from_lat
     monkeypatch.setattr(os, "dup2", lambda *a: None)  # enter() points fds 1 and 2 at the job's log
     jail.enter(tmp_path, {"mode": "namespaces", "hide": ["/srv"], "keep_ro": []}, [], tmp_path / "log")
     assert seen == {"hide": [Path("/srv"), Path("/ka-made-later")], "mode": "namespaces"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a directory in /")
+def test_a_jail_that_cannot_be_made_is_a_harness_error_that_says_why(tmp_path):
+    """The candidate's process could not enter its jail (exit 70 before any candidate code): a
+    harness error, never the candidate's failure, whose reason carries the jail's own line (it
+    was only in the log, and a CI flake could not be traced from the result)."""
+    from kernelagent.harness import EvalConfig, Evaluator, Status
+    from tests.conftest import CANDIDATES, read
+
+    hidden = Path(f"/ka-jail-test-{uuid.uuid4().hex[:12]}")  # a top-level directory: hidden by itself
+    hidden.mkdir()
+    config = EvalConfig(trials=1, baselines=False, seed=3)
+    try:
+        with Evaluator(device="cpu", cache_dir=tmp_path / "cache", isolation="namespaces") as ev:
+            first = ev.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), config)
+            assert first.status == Status.CORRECT, first.reason
+            hidden.rmdir()
+            hidden.write_text("now a file")  # the server listed it as a directory to hide
+            broken = ev.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "segfaults.py"), config)
+    finally:
+        if hidden.is_dir():
+            hidden.rmdir()
+        else:
+            hidden.unlink(missing_ok=True)
+    assert broken.status == Status.HARNESS_ERROR and broken.stage == "start"
+    assert broken.reason.startswith("the candidate's sandbox could not be set up: ")
+    assert f"hide path {hidden} is not a directory" in broken.reason, broken.reason

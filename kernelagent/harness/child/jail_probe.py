@@ -12,18 +12,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kernelagent.harness.child.mounts import MOUNT_ATTR_RDONLY, MS_PRIVATE, MS_REC, JailError, _mount, _mount_setattr
 from kernelagent.harness.child.namespaces import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
     CLONE_NEWPID,
     CLONE_NEWUSER,
-    MOUNT_ATTR_RDONLY,
-    MS_PRIVATE,
-    MS_REC,
-    JailError,
-    _mount,
-    _mount_setattr,
     _unshare,
     _write,
     enter_job_jail,

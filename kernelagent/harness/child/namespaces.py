@@ -31,10 +31,7 @@ What holds inside (checked by tests/test_jail.py):
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import errno
 import os
-import platform
 import resource
 import select
 import signal
@@ -43,6 +40,22 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.harness.child.fds import close_inherited_fds
+from kernelagent.harness.child.mounts import (
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_REC,
+    JailError,
+    _check,
+    _is_under,
+    _libc,
+    _mount,
+    _set_readonly,
+    hide_all,
+    seal,
+)
 
 # -- kernel constants (linux/sched.h, linux/mount.h, linux/prctl.h, linux/securebits.h) ------
 CLONE_NEWNS = 0x00020000
@@ -52,20 +65,6 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 JOB_NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
-MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 0x400, 0x800, 0x200000, 0x1000000
-
-MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
-AT_FDCWD = -100
-AT_RECURSIVE = 0x8000
-# The syscalls numbered from 424 up are the same on every architecture but alpha; we only
-# claim the two we can reason about.
-SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}.get(platform.machine())
-
-# Tests set this to exercise the path taken on kernels older than 5.12 (no mount_setattr).
-FORCE_REMOUNT_FALLBACK = False
 
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
@@ -78,7 +77,6 @@ SECUREBITS_ALL_LOCKED = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 # The per-user-namespace limits on creating namespaces (/proc/sys/user/max_*_namespaces).
-PRIVATE_TMP_BYTES = 1 << 30  # a private /tmp (enter_job_jail(private_tmp=True)): ncu's own files
 NESTED_NAMESPACE_LIMITS = ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time")
 
 DEFAULT_LIMITS = {
@@ -95,21 +93,6 @@ DEFAULT_LIMITS = {
 }
 
 
-class JailError(RuntimeError):
-    """A step of the jail failed in "namespaces" mode. The server turns this into a harness
-    error for the job: it never runs a candidate with less isolation than it reports."""
-
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-_libc.syscall.restype = ctypes.c_long
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
-
 
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -120,22 +103,6 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
-def _check(ret: int, what: str) -> int:
-    if ret < 0:
-        err = ctypes.get_errno()
-        exc = JailError(f"{what}: {os.strerror(err)} ({errno.errorcode.get(err, err)})")
-        exc.errno = err
-        raise exc
-    return ret
-
-
-def _b(path: str | Path | None) -> bytes | None:
-    return None if path is None else os.fsencode(str(path))
-
-
-def _mount(source: str | None, target: str | Path, fstype: str | None, flags: int, data: str | None = None) -> None:
-    _check(_libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)),
-           f"mount({source!r}, {str(target)!r}, {fstype!r}, {flags:#x})")
 
 
 def _prctl(option: int, arg2: int = 0, what: str = "prctl") -> None:
@@ -160,73 +127,6 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-# -- mounts -------------------------------------------------------------------------------------
-
-def _mount_setattr(path: str | Path, attr_set: int, attr_clr: int, recursive: bool) -> bool:
-    """mount_setattr(2): False when the kernel lacks it (ENOSYS) or the arch is unknown."""
-    if SYS_MOUNT_SETATTR is None:
-        return False
-    attr = _MountAttr(attr_set, attr_clr, 0, 0)
-    ret = _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, _b(path), AT_RECURSIVE if recursive else 0,
-                        ctypes.byref(attr), ctypes.sizeof(attr))
-    if ret < 0:
-        if ctypes.get_errno() == errno.ENOSYS:
-            return False
-        _check(ret, f"mount_setattr({str(path)!r})")
-    return True
-
-
-def _kept_flags(path: str) -> int:
-    """The per-mount flags a bind remount must repeat. In a user namespace the flags that came
-    from the parent namespace are locked, and a remount that would clear one fails (EPERM)."""
-    st = os.statvfs(path)
-    flags = 0
-    for st_flag, ms_flag in ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
-                             (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME),
-                             (os.ST_RELATIME, MS_RELATIME)):
-        if st.f_flag & st_flag:
-            flags |= ms_flag
-    return flags
-
-
-def _unescape_mountinfo(field: str) -> str:
-    return field.encode().decode("unicode_escape").encode("latin-1").decode(errors="surrogateescape")
-
-
-def _remount_all_readonly() -> None:
-    """Fallback without mount_setattr: remount every mount of our namespace read-only, one by
-    one, from /proc/self/mountinfo (a bind+remount of / alone would leave submounts such as
-    /tmp or /dev/shm writable). Overmounted mount points cannot be reached by path: they are
-    hidden, and the mounts that hide them are remounted too."""
-    with open("/proc/self/mountinfo") as fh:
-        targets = [_unescape_mountinfo(line.split()[4]) for line in fh]
-    for target in targets:
-        try:
-            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(target))
-        except FileNotFoundError:
-            continue  # statvfs: the mount point is gone (a mount on a since deleted path)
-        except JailError as exc:
-            if getattr(exc, "errno", None) == errno.ENOENT:
-                continue
-            raise
-
-
-def _set_readonly(path: str | Path, readonly: bool, recursive: bool, nosuid_nodev: bool = False) -> str:
-    """Make one mount (or the tree under it) read-only, or writable again; optionally also
-    nosuid+nodev. Other flags (noexec, atime) stay as they are. Returns the method used."""
-    extra = (MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) if nosuid_nodev else 0
-    if not FORCE_REMOUNT_FALLBACK and _mount_setattr(path, (MOUNT_ATTR_RDONLY if readonly else 0) | extra,
-                                                     0 if readonly else MOUNT_ATTR_RDONLY, recursive):
-        return "mount_setattr"
-    if recursive:
-        if not readonly or extra:
-            raise JailError("only a recursive read-only remount is supported without mount_setattr")
-        _remount_all_readonly()
-        return "remount"
-    flags = _kept_flags(str(path)) | (MS_RDONLY if readonly else 0) | (MS_NOSUID | MS_NODEV if extra else 0)
-    _mount(None, path, None, MS_REMOUNT | MS_BIND | flags)
-    return "remount"
-
 
 def _loopback_up() -> None:
     """`ip link set lo up` in the current network namespace (SIOCSIFFLAGS on "lo")."""
@@ -239,10 +139,6 @@ def _loopback_up() -> None:
         request = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), siocgifflags, request))[1]
         fcntl.ioctl(sock.fileno(), siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
-
-
-def _is_under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
 
 
 # -- capabilities and limits --------------------------------------------------------------------
@@ -412,26 +308,6 @@ def _die_with_waiter(alive_r: int) -> None:
         os._exit(255)
 
 
-def _hide_one(h: Path, as_private_tmp: bool) -> bool:
-    """Cover the directory `h` with an empty tmpfs (a private /tmp: a writable one); False where
-    it vanished meanwhile (another process removed it after the hide list was made, or after the
-    look above: a directory the host removes while a job starts is nothing to hide)."""
-    if not h.is_dir():
-        if not os.path.lexists(h):
-            return False
-        raise JailError(f"hide path {h} is not a directory (hide the directory that holds it)")
-    try:
-        if as_private_tmp:
-            _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, f"size={PRIVATE_TMP_BYTES},mode=1777")
-        else:
-            _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=0755")
-    except OSError as exc:
-        if exc.errno == errno.ENOENT and not os.path.lexists(h):
-            return False
-        raise
-    return True
-
-
 def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: str = "namespaces", *,
                    keep_ro: list[Path] | None = None, shm_bytes: int = 256 << 20,
                    limits: dict[str, int] | None = None, run_as: tuple[int, int] | None = None,
@@ -519,30 +395,23 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     # 5. Everything read-only, submounts included. Must come before the binds below, which
     #    would otherwise be made read-only with the rest.
     ro_method = _set_readonly("/", True, recursive=True)
-    # 6. Hide. A hide path under an already hidden one is gone with it.
-    hidden: list[str] = []
-    for h in hides:
-        if any(_is_under(h, Path(done)) for done in hidden) or not os.path.lexists(h):
-            continue  # hidden with a parent already, or nothing there to hide
-        if not _hide_one(h, private_tmp and h == tmp):
-            continue  # removed between the look and the mount: nothing left there to hide
-        hidden.append(str(h))
+    # 6. Hide. A hide path under an already hidden one is gone with it; one the host removes
+    #    meanwhile is nothing to hide (mounts.hide_all).
+    hidden = hide_all(hides, tmp if private_tmp else None)
     # 7. Bring back scratch (read-write) and keep_ro (read-only). Their mount points may lie
     #    inside a hiding tmpfs, which is still writable at this point: create them there.
     # Outer paths first: a read-only path bound back over a directory that holds the scratch
     # (ncu's own directory, say) would otherwise cover the scratch's writable mount.
     for path, fd in sorted(held.items(), key=lambda item: len(item[0].parts)):
-        if any(_is_under(path, Path(h)) for h in hidden):
+        if any(_is_under(path, h) for h in hidden):
             os.makedirs(path, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
         # The bind copied the source mount's read-only flag: clear it on the scratch mount only
         # (exec stays allowed there: Triton and CUDA builds load the .so files they write).
         _set_readonly(path, path != scratch, recursive=False, nosuid_nodev=True)
-    for h in hidden:  # now the hiding tmpfs may turn read-only (a private /tmp stays writable)
-        if private_tmp and Path(h) == tmp:
-            continue
-        _mount(None, h, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # Now the hiding tmpfs may turn read-only (a private /tmp stays writable).
+    hidden = [str(h) for h in seal(hidden, tmp if private_tmp else None, list(held))]
     # 8. A private /dev/shm (nothing of the server's or other jobs' segments; gone with the
     #    namespace), and a /proc that shows this pid namespace only. mount(proc) needs pid 1's
     #    namespace, which is why this runs after the fork.

@@ -42,7 +42,7 @@ from kernelagent.harness.server.channels import ChannelPhases
 from kernelagent.harness.server.checks import CheckPhases
 from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _describe_exit,
                                                    _kill_group, _open_log,
-                                                   _reference_process, _tail, _tail_fd, tree_cpu_s)
+                                                   _reference_process, _tail, _tail_fd, sandbox_failure, tree_cpu_s)
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
 from kernelagent.harness.server.memory import MemoryPhases
 from kernelagent.harness.server.timed import SLOT_MIN_S, TimedPhases
@@ -545,7 +545,9 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
         self.cand.join(2)
         code = self.cand.exitcode
         if code == 70 and self.stage == "start":
-            self.fail(Status.HARNESS_ERROR, "the candidate's sandbox could not be set up (see the log)", "start")
+            why = sandbox_failure(getattr(self, "cand_log_fd", None))
+            self.fail(Status.HARNESS_ERROR, "the candidate's sandbox could not be set up"
+                      + (f": {why}" if why else " (see the log)"), "start")
         elif code is None:  # alive, its channel closed: nothing more can be heard from it
             self.fail(Status.CRASHED, f"the candidate's process closed its channel to the server during stage "
                                       f"'{self.stage}' (it was then killed)", self.stage)

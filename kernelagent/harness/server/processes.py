@@ -175,6 +175,21 @@ def _tail_fd(fd: int) -> str:
     return ("... [earlier output cut] ...\n" if start else "") + data.decode("utf-8", "replace")
 
 
+SANDBOX_FAILED = "kernelagent: could not enter the sandbox: "
+
+
+def sandbox_failure(log_fd: int | None) -> str:
+    """Why the candidate's jail could not be made: the line _candidate_process wrote to the
+    job's log before any candidate code existed (bounded, printable), or "" where there is none."""
+    if log_fd is None:
+        return ""
+    lines = [line for line in _tail_fd(log_fd).splitlines() if line.startswith(SANDBOX_FAILED)]
+    if not lines:
+        return ""
+    why = lines[-1][len(SANDBOX_FAILED):][:300]
+    return "".join(ch if ch.isprintable() else "?" for ch in why)
+
+
 def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jail: dict[str, Any]) -> None:
     """The candidate's process, first thing after the fork: the jail (namespaces, every other
     descriptor closed), then the log, then the candidate."""
@@ -188,9 +203,13 @@ def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jai
     try:
         jail_mod.enter(workdir, jail, keep_fds=[conn.fileno()], log_path=log_path)
     except BaseException as exc:  # noqa: BLE001 - never run candidate code outside the jail asked for
+        line = f"{SANDBOX_FAILED}{exc}\n".encode(errors="replace")
         try:
-            with open(log_path, "a") as log:
-                log.write(f"kernelagent: could not enter the sandbox: {exc}\n")
+            try:
+                with open(log_path, "ab") as log:
+                    log.write(line)
+            except OSError:  # a half-made jail (read-only root, hidden scratch): fd 2 is the log
+                os.write(2, line)
         finally:
             os._exit(70)
     child_setup(log_path, workdir, [conn.fileno()])
