@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import xdist_locks
+from tests import server_zygote, xdist_locks
 from tests.file_budget import pytest_runtest_protocol, pytest_runtest_setup  # noqa: F401 - hooks: each GPU file's own time budget
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,6 +57,15 @@ CI_STARTED = "KERNELAGENT_CI_STARTED"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(xdist_locks, "kernelagent-xdist-locks")
+    # Harness servers fork from a process that has imported torch (tests/server_zygote.py). Not
+    # in xdist's controller, which runs no test.
+    is_controller = config.getoption("numprocesses", None) and not hasattr(config, "workerinput")
+    if not is_controller and server_zygote.wanted(config.option.markexpr or ""):
+        server_zygote.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    server_zygote.stop()
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: `-p no:xdist` runs without it

@@ -176,6 +176,58 @@ def test_live_panel_renders_on_a_terminal():
         assert expected in rendered, expected
 
 
+def test_live_panel_follows_a_whole_model_on_a_terminal():
+    """optimize --whole-model on a terminal: the panel's region row follows the plan, each
+    region, its turns and the end-to-end checks (orchestrate/whole_model.py's events, in its order)."""
+    import io
+
+    from rich.console import Console
+
+    from kernelagent.agent import Budget, Observation
+    from kernelagent.agent.live import LiveView
+    from kernelagent.models import tool_reply
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=140)
+    budget = Budget(max_turns=4, max_cost=1.0)
+    with LiveView(budget, console=console) as view:
+        assert view.use_live
+        view("plan_start", problem="model.py", device="cpu")
+        assert "region" in _panel(view) and "planning" in _panel(view)
+        view("plan", regions=3, chosen=[("region_0", 0.61, "gemm"), ("region_1", 0.2, "elementwise")],
+             totals={"warning": "the regions sum to 131.0% of the forward's time"})
+        assert "0/2 regions" in _panel(view)
+        view("region", region="region_0", index=1, count=2, share=0.61, kind="gemm", resumed=False)
+        budget.charge(100, 20, 0.01)
+        view("model", turn=1, reply=tool_reply("run_tests"), budget=budget.snapshot())
+        obs = Observation(text="", verdict="correct", passed=True, timed=True, measurable=True,
+                          speedups={"eager": 1.5}, seconds=1.0)
+        view("tool", tool="run_tests", obs=obs, best=obs, turn=1)
+        panel = _panel(view)
+        assert "1/2: region_0 (gemm, 61.0% of the model's time)" in panel and "1 / 4" in panel
+        view("region_done", region="region_0", status="kernel", why="", speedup=1.5)
+        view("splice", region="region_0", status="correct", why="", speedup=1.2)
+        assert "end-to-end checks: region_0" in _panel(view)
+        view("e2e", verdict="correct", spliced=["region_0"], speedup=1.2, interval=(1.1, 1.3), baseline="eager")
+        assert "done" in _panel(view)
+    rendered = buffer.getvalue()
+    for expected in ("plan: 3 regions; optimising 2: region_0 (gemm, 61.0%)", "warning: the regions sum to 131.0%",
+                     "region 1/2: region_0 (gemm, 61.0%)", "turn 1/4: model -> run_tests", "region_0: kernel, 1.500x",
+                     "end to end: correct, 1.200x [1.100, 1.300] vs eager; spliced: region_0"):
+        assert expected in rendered, expected
+
+
+def _panel(view) -> str:
+    """The panel as a terminal shows it now."""
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    Console(file=out, width=140, color_system=None).print(view.render())
+    return out.getvalue()
+
+
 def test_rejected_key_during_run_is_exit_2(server, problem, tmp_path):
     server.add(error(401, message="invalid api key"))
     out = tmp_path / "run"

@@ -130,17 +130,11 @@ def test_syntax_error_gives_no_findings():
     assert check_source("def broken(:\n") == []
 
 
-@pytest.mark.skipif(__import__("kernelagent.harness.server.precompile", fromlist=["x"]).find_nvcc() is None,
-                    reason="nvcc not installed")
-def test_cuda_extension_function_named_relu_reaches_the_compiler(tmp_path):
-    """`_ext.relu(x)` used to be rejected as a tensor's .relu(); now the candidate reaches nvcc
-    (compile-only without a GPU), which reports the error the candidate really has."""
-    from kernelagent.harness import EvalConfig, Evaluator, Status
-
+def test_cuda_extension_function_named_relu_is_not_a_tensors_relu():
+    """`_ext.relu(x)` used to be rejected as a tensor's .relu(); the static pass now lets it
+    through (tests/test_cuda_backend.py's relu_typo build shows it reaching the compiler, whose
+    error is reported)."""
     source = (CUDA_CANDIDATES / "relu_named_relu_error.py").read_text()
     assert not [f for f in check_source(source, backend="cuda") if f.severity == "reject"]
-    with Evaluator(device="cpu", cache_dir=tmp_path) as ev:
-        result = ev.evaluate(CANDIDATES / "relu_problem.py", source, EvalConfig(backend="cuda"))
-    assert result.status == Status.COMPILE_ERROR and result.stage == "compile", (result.status, result.reason)
-    assert "static" not in result.reason and "fmaxf" in result.reason
-    assert "candidate.py:12" in result.reason, result.reason
+    torch_relu = source.replace("return _ext.relu(x)", "return x.relu()")
+    assert [f for f in check_source(torch_relu, backend="cuda") if f.severity == "reject"]

@@ -1,4 +1,4 @@
-"""A CUDA candidate with a typo (blockIdxx) for tests/candidates/relu_problem.py (ReLU)."""
+"""A CUDA candidate with a typo (blockIdxx) for tests/candidates/relu_problem.py (ReLU); its function is `ext.relu`."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -12,7 +12,7 @@ __global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, 
     }
 }
 
-torch::Tensor relu_forward(torch::Tensor x) {
+torch::Tensor relu(torch::Tensor x) {
     TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat32, "float32 CUDA tensor expected");
     auto xc = x.contiguous();
     auto y = torch::empty_like(xc);
@@ -24,10 +24,10 @@ torch::Tensor relu_forward(torch::Tensor x) {
 }
 """
 
-CPP_SRC = "torch::Tensor relu_forward(torch::Tensor x);"
+CPP_SRC = "torch::Tensor relu(torch::Tensor x);"
 
 ext = load_inline(name="ka_relu_typo", cpp_sources=CPP_SRC, cuda_sources=CUDA_SRC,
-                  functions=["relu_forward"], extra_cuda_cflags=["-O3"])
+                  functions=["relu"], extra_cuda_cflags=["-O3"])
 
 
 class ModelNew(nn.Module):
@@ -35,4 +35,4 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x):
-        return ext.relu_forward(x)
+        return ext.relu(x)

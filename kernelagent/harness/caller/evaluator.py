@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.harness import protocol
-from kernelagent.harness.caller import sandbox
+from kernelagent.harness.caller import sandbox, zygote
 from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.caller.channel import ServerChannel
 from kernelagent.harness.config import EvalConfig
@@ -173,9 +173,18 @@ class Evaluator(ServerChannel):
         cmd[3:3] = ["--fd", str(child_sock.fileno())]
         log_path = self._scratch_root / "server.log"
         with open(log_path, "ab") as server_log:
-            self._proc = subprocess.Popen((prefix or []) + cmd, env=self._server_env(), pass_fds=[child_sock.fileno()],
-                                          stdin=subprocess.DEVNULL, stdout=server_log, stderr=server_log,
-                                          start_new_session=True)
+            if prefix is None and zygote.address():  # torch already imported (the test suite)
+                try:
+                    self._proc = zygote.spawn(zygote.address(), cmd, self._server_env(), child_sock.fileno(),
+                                              server_log.fileno(), self.start_timeout)
+                except zygote.ZygoteError as exc:
+                    child_sock.close()
+                    parent_sock.close()
+                    raise HarnessStartError(str(exc)) from None
+            else:
+                self._proc = subprocess.Popen((prefix or []) + cmd, env=self._server_env(),
+                                              pass_fds=[child_sock.fileno()], stdin=subprocess.DEVNULL,
+                                              stdout=server_log, stderr=server_log, start_new_session=True)
         child_sock.close()
         self._conn = Connection(parent_sock.detach())
         if not self._conn.poll(self.start_timeout):
