@@ -39,6 +39,8 @@ def start() -> str | None:
     env = sandbox.scrubbed_environ()  # what its servers may see of the environment, and no more
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("TRITON_INTERPRET", None)
+    if not Path("/dev/nvidiactl").exists():  # no GPU here: every server runs Triton's interpreter
+        env["TRITON_INTERPRET"] = "1"  # and the zygote imports Triton with it, once
     with open(folder / "zygote.log", "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "kernelagent.harness.server.zygote", "--socket", str(sock)],
                                 env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,

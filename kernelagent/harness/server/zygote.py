@@ -10,8 +10,9 @@ session, working directory, environment, argv, stdio and channel, `kernelagent` 
 
 Used where KERNELAGENT_SERVER_ZYGOTE names its socket (tests/conftest.py starts one per pytest
 worker), for servers that run on the host itself: never under bubblewrap's prefix, never for a
-warm harness. What torch reads at import (OMP_NUM_THREADS) is the zygote's: start it with the
-environment its servers get (sandbox.scrubbed_environ: no secret sits in its /proc/PID/environ,
+warm harness. What torch reads at import (OMP_NUM_THREADS) is the zygote's, and so is Triton's
+TRITON_INTERPRET where the zygote imports Triton too (given TRITON_INTERPRET=1: a machine
+without a GPU, where every server sets it): start it with the environment its servers get (sandbox.scrubbed_environ: no secret sits in its /proc/PID/environ,
 which a forked server shows as its own).
 
 The protocol: one request per connection, a JSON object (no pickle) with the channel and the
@@ -155,6 +156,11 @@ def _send(conn: socket.socket, message: dict) -> None:
 
 def serve(path: Path) -> None:
     import torch  # noqa: F401 - the point of this process
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        # Started for a machine without a GPU (tests/server_zygote.py): its servers all set
+        # TRITON_INTERPRET=1 before they import Triton (server/main.py), which reads it at import.
+        import triton  # noqa: F401
 
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
