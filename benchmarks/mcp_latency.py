@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 
-async def session(problem: Path, solution: Path, device: str, rows: list[dict]) -> None:
+async def session(problem: Path, solution: Path, device: str, rows: list[dict],
+                  tools: tuple[str, ...] = ("evaluate", "evaluate", "profile", "profile")) -> None:
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     # The problem's folder is trusted (--problems), the solution's is the client's (--root); where one
@@ -39,7 +40,7 @@ async def session(problem: Path, solution: Path, device: str, rows: list[dict]) 
         async with ClientSession(read, write) as s:
             await s.initialize()
             rows.append({"call": "initialize", "s": round(time.monotonic() - started, 3)})
-            for tool in ("evaluate", "evaluate", "profile", "profile"):
+            for tool in tools:
                 t = time.monotonic()
                 result = await s.call_tool(tool, {"problem": str(problem), "candidate": str(solution)},
                                            read_timeout_seconds=900)
@@ -60,10 +61,15 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", type=Path, default=Path("mcp_latency.json"))
     parser.add_argument("--evals", type=int, default=2, help="fresh `kernelagent eval` runs to compare with")
+    parser.add_argument("--calls", default="evaluate,evaluate,profile,profile",
+                        help="the tools called in the session, in order (comma-separated: evaluate, profile)")
     args = parser.parse_args()
+    tools = tuple(t for t in args.calls.split(",") if t)
+    if not tools or set(tools) - {"evaluate", "profile"}:
+        parser.error("--calls: a comma-separated list of evaluate and profile")
     problem, solution = args.problem.resolve(), args.solution.resolve()
     rows: list[dict] = []
-    asyncio.run(session(problem, solution, args.device, rows))
+    asyncio.run(session(problem, solution, args.device, rows, tools))
     args.out.write_text(json.dumps(rows, indent=1) + "\n")
     for _ in range(args.evals):
         t = time.monotonic()

@@ -136,6 +136,20 @@ def test_problem_that_raises_at_run_time_is_bad_problem(evaluator, fast_config):
     assert "broken get_inputs" in result.reason and "problem.py" in result.reason
 
 
+def test_a_library_allocation_failure_in_the_reference_is_the_machines_limit(evaluator, fast_config, tmp_path):
+    """cuBLAS that cannot allocate its handle beside other jobs (an H100 run, 2026-11-27) is out of
+    memory, not a broken problem: too_large alone, re-run alone when it shared the device."""
+    problem = tmp_path / "alloc_failed.py"
+    problem.write_text((CANDIDATES / "relu_problem.py").read_text().replace(
+        "class Model(nn.Module):",
+        "class Model(nn.Module):\n"
+        "    def __call__(self, *args):\n"
+        "        raise RuntimeError('CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`')\n"))
+    result = evaluate(evaluator, problem, "relu_good.py", fast_config)
+    assert result.status == Status.TOO_LARGE, (result.status, result.reason)
+    assert "not the candidate's failure" in result.reason
+
+
 def test_baselines_are_cached_between_candidates(evaluator, relu_problem, fast_config):
     first = evaluate(evaluator, relu_problem, "relu_good.py", fast_config)
     second = evaluate(evaluator, relu_problem, "reads_secret.py", fast_config)

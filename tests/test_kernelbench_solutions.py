@@ -157,6 +157,7 @@ def test_solution_passes_the_harness_at_full_size_on_the_gpu(path, full_size_res
     """Full KernelBench sizes through the harness (every defence on): correct and not flagged."""
     key = f"{path.parent.name}/{path.stem}"
     result = full_size_results[path]
-    print(f"{key}: {result.status} speedups {result.speedups} stages {result.stage_seconds}")
-    assert result.passed, f"{key}: {result.status} {result.reason} flags {[f.kind for f in result.flags]} " \
-                          f"concurrency {result.concurrency}"
+    print(f"{key}: {result.status} speedups {result.speedups} stages {result.stage_seconds} "
+          f"concurrency {result.concurrency}")
+    flags = [f"{f.kind} ({f.severity}): {f.message[:600]}" for f in result.flags if f.severity != "info"]
+    assert result.passed, f"{key}: {result.status} {result.reason} flags {flags} concurrency {result.concurrency}"

@@ -46,6 +46,15 @@ TABLE = [
     # the reference's own comparison failed: a harness error, never the candidate's
     (PLAN, {**all_passed(), "trial 0": rec("trial 0", passed=False, harness_error=True)},
      Status.HARNESS_ERROR, None, "mismatch"),
+    # ...on an extra input set too: the reference out of memory on a derived set beside other jobs
+    # is a harness error (re-run alone), never the candidate's shape specialisation
+    (PLAN, {**all_passed(), "extra input set 0": rec("extra input set 0", passed=False, kind="extra:0",
+                                                     harness_error=True)},
+     Status.HARNESS_ERROR, None, "extra input set 0"),
+    # a mutated input or a malformed payload on an extra set is rejected as on the main one
+    (PLAN, {**all_passed(), "extra input set 0": rec("extra input set 0", passed=False, kind="extra:0",
+                                                     rejected="input-mutation")},
+     Status.REJECTED, "input-mutation", "[input-mutation]"),
 ]
 
 

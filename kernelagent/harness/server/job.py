@@ -60,7 +60,8 @@ def _static_flags(problem_source: str) -> dict[str, bool]:
 # CUDA's and PyTorch's words for an allocation that failed (cudaErrorMemoryAllocation), read only
 # from the reference's log: our trusted process.
 _OOM_WORDS = ("CUDA error: out of memory", "cudaErrorMemoryAllocation", "CUDA out of memory",
-              "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError")
+              "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
+              "CUDNN_STATUS_ALLOC_FAILED", "CUFFT_ALLOC_FAILED")
 
 
 def _says_out_of_memory(log: str) -> bool:

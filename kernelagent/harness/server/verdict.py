@@ -122,10 +122,17 @@ def conclude_checks(planned: list[str], checks: dict[str, CheckRecord], compile_
         check = checks.get(name)
         if check is not None and not check.passed:
             (extra_failures if check.kind.startswith("extra:") else main_failures).append(check)
-    harness = [c for c in main_failures if c.harness_error]
+    # A harness error or a rejection on any set, an extra (other-shape) one too, outranks what the
+    # comparisons say: a reference that ran out of memory on a derived set beside other jobs is not
+    # the candidate's shape specialisation (an honest Sigmoid was flagged so on an H100; the job is
+    # re-run alone, conclude_concurrency), and a malformed payload or a mutated input on an extra
+    # set is as much a breach as on the main one.
+    harness = [c for c in main_failures + extra_failures if c.harness_error]
     if harness:
-        return Outcome(Status.HARNESS_ERROR, harness[0].message, "correctness")
-    rejected = [c for c in main_failures if c.rejected]
+        first = harness[0]
+        where = f" (extra input set '{first.name}')" if first.kind.startswith("extra:") else ""
+        return Outcome(Status.HARNESS_ERROR, first.message + where, "correctness")
+    rejected = [c for c in main_failures + extra_failures if c.rejected]
     if rejected:
         first = rejected[0]
         return Outcome(Status.REJECTED, f"[{first.rejected}] {first.name}: {first.message}", "correctness",
