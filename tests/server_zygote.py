@@ -19,7 +19,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 _started: dict[str, object] = {}
 
 
@@ -36,9 +35,7 @@ def start() -> str | None:
 
     folder = Path(tempfile.mkdtemp(prefix="ka-zygote-"))
     sock = folder / "zygote.sock"
-    env = sandbox.scrubbed_environ()  # what its servers may see of the environment, and no more
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.pop("TRITON_INTERPRET", None)
+    env = sandbox.server_environ()  # what its servers may see of the environment, and no more
     if not Path("/dev/nvidiactl").exists():  # no GPU here: every server runs Triton's interpreter
         env["TRITON_INTERPRET"] = "1"  # and the zygote imports Triton with it, once
     with open(folder / "zygote.log", "ab") as log:

@@ -118,3 +118,20 @@ def test_an_unreachable_zygote_is_a_harness_error_not_a_silent_fallback(tmp_path
         result = ev.evaluate(RELU, read(CANDIDATES / "relu_good.py"), CONFIG)
     assert result.status == Status.HARNESS_ERROR
     assert f"the zygote at {tmp_path / 'no-such.sock'} did not answer" in result.reason, result.reason
+
+
+def test_a_process_known_by_pid_runs_until_its_pid_is_gone():
+    """caller/pids.py, which a warm harness's client and a zygote-forked server (once its zygote is
+    gone) both use: running while the pid names a process, then ended."""
+    import subprocess
+    import sys
+
+    from kernelagent.harness.caller import pids
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    known = pids.PidProcess(proc.pid)
+    assert pids.alive(proc.pid) and known.poll() is None
+    assert pids.PidProcess(None).poll() is None and not pids.alive(0) and not pids.alive(-1)
+    proc.kill()
+    proc.wait()
+    assert not pids.alive(proc.pid) and known.poll() == 0 and known.wait(1.0) == 0

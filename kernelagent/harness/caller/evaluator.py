@@ -25,6 +25,7 @@ from kernelagent.harness import protocol
 from kernelagent.harness.caller import sandbox, zygote
 from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.caller.channel import ServerChannel
+from kernelagent.harness.caller.pids import PidProcess
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import EvalResult, Flag, Status
 from kernelagent.problem import Problem, candidate_static_problem, load_problem, sha256_text
@@ -120,7 +121,7 @@ class Evaluator(ServerChannel):
         self.close()
 
     def _server_env(self, scratch_root: Path | None = None) -> dict[str, str]:
-        env = sandbox.scrubbed_environ()
+        env = sandbox.server_environ()
         scratch_root = scratch_root or self._scratch_root
         if scratch_root is not None:
             # The only writable place under bubblewrap; torch's and Triton's caches go there.
@@ -135,13 +136,9 @@ class Evaluator(ServerChannel):
                 env[name] = threads
         if self.requested_device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
-        # Make this package importable by the server even when it is not installed.
-        package_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("PYTHONUNBUFFERED", "1")
-        env.pop("TRITON_INTERPRET", None)  # the server decides from the device it finds
-        # ... and from its own probe: the answer a restarting server hands itself is never a
-        # caller's (server/main.py _restart_knowing)
+        # The server decides from its own probe: the answer a restarting server hands itself is
+        # never a caller's (server/main.py _restart_knowing)
         env.pop("KERNELAGENT_SERVER_DEVICE_KNOWN", None)
         return env
 
@@ -173,9 +170,10 @@ class Evaluator(ServerChannel):
         cmd[3:3] = ["--fd", str(child_sock.fileno())]
         log_path = self._scratch_root / "server.log"
         with open(log_path, "ab") as server_log:
-            if prefix is None and zygote.address():  # torch already imported (the test suite)
+            where = zygote.address() if prefix is None else None
+            if where:  # torch already imported (the test suite)
                 try:
-                    self._proc = zygote.spawn(zygote.address(), cmd, self._server_env(), child_sock.fileno(),
+                    self._proc = zygote.spawn(where, cmd, self._server_env(), child_sock.fileno(),
                                               server_log.fileno(), self.start_timeout)
                 except zygote.ZygoteError as exc:
                     child_sock.close()
@@ -217,7 +215,7 @@ class Evaluator(ServerChannel):
             sandbox.remove_tree(scratch)  # the harness found has its own
         self._conn = attached.conn
         self._daemon = attached
-        self._proc = _DaemonProcess(attached.pid)
+        self._proc = PidProcess(attached.pid)
         self._hello(prefix, lambda: "", attached.hello)
 
     def _server_command(self, scratch_root: Path, extra_rw: list[Path] | None = None) -> tuple[list[str], list[str] | None]:
@@ -274,7 +272,7 @@ class Evaluator(ServerChannel):
 
             info = hello.get("daemon") if isinstance(hello.get("daemon"), dict) else {}
             if isinstance(info.get("pid"), int):
-                self._proc = _DaemonProcess(info["pid"])
+                self._proc = PidProcess(info["pid"])
             if isinstance(info.get("scratch_root"), str):
                 self._scratch_root = Path(info["scratch_root"])
             self.daemon_info = daemon.describe(hello, self._daemon)
@@ -538,31 +536,6 @@ class Evaluator(ServerChannel):
         from kernelagent.harness.caller.results import merge
 
         return merge(base, raw, cached, cache_key, config, self.cache)
-
-
-class _DaemonProcess:
-    """A warm harness this command did not start (or started detached): the little of
-    subprocess.Popen that the evaluator uses, by pid."""
-
-    def __init__(self, pid: int | None):
-        self.pid = pid if pid is not None else -1
-
-    def poll(self) -> int | None:
-        if self.pid <= 0:
-            return None  # unknown yet (the hello says)
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return 0
-        except PermissionError:
-            return None
-        return None
-
-    def wait(self, timeout: float | None = None) -> int:
-        until = time.monotonic() + (timeout if timeout is not None else 1e9)
-        while self.poll() is None and time.monotonic() < until:
-            time.sleep(0.05)
-        return 0
 
 
 def _made_dir(path: Path) -> Path | None:

@@ -68,6 +68,16 @@ def scrubbed_environ(base: dict[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in env.items() if is_allowed(k, v)}
 
 
+def server_environ() -> dict[str, str]:
+    """What a harness server starts from (a plain one, or a zygote that forks them): the allowed
+    environment, this package importable first (a checkout that is not installed too), and no
+    TRITON_INTERPRET (the server decides from the device it finds)."""
+    env = scrubbed_environ()
+    env["PYTHONPATH"] = str(PACKAGE_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("TRITON_INTERPRET", None)
+    return env
+
+
 def make_scratch_root() -> Path:
     """A private directory under which each evaluation gets its own scratch folder."""
     return Path(tempfile.mkdtemp(prefix="kernelagent-scratch-"))

@@ -17,6 +17,8 @@ import subprocess
 import time
 from typing import Any
 
+from kernelagent.harness.caller import pids
+
 ENV = "KERNELAGENT_SERVER_ZYGOTE"
 MODULE_ARGS = ["-m", "kernelagent.harness.server"]
 
@@ -44,7 +46,7 @@ class ZygoteProcess:
         if self.returncode is not None:
             return
         if self._conn is None:  # the zygote went away: the server's pid is all there is
-            if not _alive(self.pid):
+            if not pids.alive(self.pid):
                 self.returncode = -9
             else:
                 time.sleep(min(timeout, 0.05))
@@ -79,16 +81,6 @@ class ZygoteProcess:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
             self._read(min(left, 1.0))
         return self.returncode
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def spawn(where: str, cmd: list[str], env: dict[str, str], chan: int, log: int, timeout: float = 30.0) -> ZygoteProcess:

@@ -119,7 +119,7 @@ def _remount_all_readonly() -> None:
         except FileNotFoundError:
             continue  # statvfs: the mount point is gone (a mount on a since deleted path)
         except JailError as exc:
-            if getattr(exc, "errno", None) == errno.ENOENT:
+            if _errno_in(exc, errno.ENOENT):
                 continue
             raise
 
@@ -142,9 +142,10 @@ def _set_readonly(path: str | Path, readonly: bool, recursive: bool, nosuid_node
 
 # -- hiding ---------------------------------------------------------------------------------------
 
-def _gone_meanwhile(exc: BaseException, h: Path) -> bool:
-    """A mount call on `h` failed because the host removed `h` (or our mount on it) meanwhile."""
-    return getattr(exc, "errno", None) in (errno.ENOENT, errno.EINVAL)
+def _errno_in(exc: BaseException, *codes: int) -> bool:
+    """The failed call's errno is one of `codes` (a JailError carries it as an OSError does): the
+    one test by which a mount call that raced the host is told from a real failure."""
+    return getattr(exc, "errno", None) in codes
 
 
 def _hide_one(h: Path, as_private_tmp: bool) -> bool:
@@ -170,7 +171,7 @@ def _hide_one(h: Path, as_private_tmp: bool) -> bool:
                 _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=0755")
             return True
         except (OSError, JailError) as exc:
-            if getattr(exc, "errno", None) != errno.ENOENT:
+            if not _errno_in(exc, errno.ENOENT):
                 raise
             if not os.path.lexists(h):
                 return False  # removed between the look and the mount
@@ -206,7 +207,7 @@ def seal(hidden: list[Path], private_tmp: Path | None, held: list[Path]) -> list
                 sealed.append(h)
                 break
             except (OSError, JailError) as exc:
-                if not _gone_meanwhile(exc, h):
+                if not _errno_in(exc, errno.ENOENT, errno.EINVAL):  # the host removed h, or our mount on it
                     raise
                 if any(_is_under(p, h) for p in held):
                     raise JailError(f"hidden directory {h} was removed while the jail was made, "
