@@ -6,12 +6,15 @@ harness server (new CUDA context, new allocator, new Inductor compile unless cac
 a user sees between two `eval`s. The others run in one warm harness server in this process
 (`Evaluator`, a fresh candidate and reference process per evaluation, as `bench` and the RL
 reward run them), which costs seconds instead of the ~25 s of a fresh process, so a whole table
-fits one device call. Each row says which (`process`: fresh or warm), and the table compares the
-two (`fresh/warm`). Issue 13, scope 1; issue 25, scope 2.
+fits one device call. Up to `--jobs N` warm evaluations (default 8) are in flight at once: the
+server overlaps their host work (imports, compiles, checks) while each timed loop holds the
+device alone, a prime never runs beside a repetition, and a fresh process always runs alone. Each
+row says which (`process`: fresh or warm), and the table compares the two (`fresh/warm`). Issue
+13, scope 1; issue 25, scope 2; issue 42 (both tables in one 8-minute device call each).
 
     python benchmarks/fidelity.py --out fid.jsonl --summary fid.md [--reps 5] [--fresh 1] [--cache on|off|both]
         [--filter 'kb/*'] [--pair PROBLEM:CANDIDATE[@name=value,...]]... [--pairs FILE]
-        [--device auto] [--resume] [--max-minutes M] [--eval-timeout S] [--no-prime]
+        [--device auto] [--resume] [--max-minutes M] [--eval-timeout S] [--no-prime] [--jobs 8]
 
 Baseline cache: `on` shares one cache directory between all repetitions (the first, a "prime"
 evaluation that is not counted, fills it, so the counted ones reuse stored eager/Inductor times);
@@ -79,7 +82,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,12 +92,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # gpu_clocks beside this script, however it was started
 from gpu_clocks import gpu_index, nvml, read_clocks  # noqa: E402
+from fidelity_table import SMALL_KERNEL_MS, cv, fmt, header_for, pct, render, summarize  # noqa: E402,F401 (re-exported)
 # KernelBench's problems: ../shared/kernelbench beside the checkout, or shared/kernelbench inside it
 # (where the GPU machine's copy of the working tree puts it).
 KERNELBENCH = next((p for p in (ROOT.parent / "shared" / "kernelbench" / "KernelBench",
                                 ROOT / "shared" / "kernelbench" / "KernelBench") if p.is_dir()),
                    ROOT.parent / "shared" / "kernelbench" / "KernelBench")
-SMALL_KERNEL_MS = 0.05  # the issue's line between the 1% and the 3% targets
 
 
 class FidelityError(Exception):
@@ -175,8 +180,10 @@ def problem_file(pair: Pair, work: Path) -> Path:
     text += "".join(f"{k} = {v!r}\n" for k, v in pair.overrides.items())
     path = work / "problems" / (re.sub(r"[^A-Za-z0-9_.=-]+", "_", pair.label) + ".py")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.is_file() or path.read_text() != text:
-        path.write_text(text)
+    if not path.is_file() or path.read_text() != text:  # whole or not at all: a wave's threads read it
+        tmp = path.with_name(f".{path.name}.{threading.get_ident()}")
+        tmp.write_text(text)
+        tmp.replace(path)
     return path
 
 
@@ -187,14 +194,6 @@ def quarter_drift(samples: list[float]) -> float | None:
         return None
     first = statistics.median(samples[:q])
     return statistics.median(samples[-q:]) / first if first > 0 else None
-
-
-def cv(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    if len(values) < 2:
-        return None
-    mean = statistics.fmean(values)
-    return statistics.stdev(values) / mean if mean else None
 
 
 def run_eval(problem: Path, candidate: Path, cache_dir: Path, device: str, timeout: float,
@@ -274,160 +273,6 @@ def make_row(pair: Pair, cache: str, rep: int, prime: bool, rc: int, data: dict 
 
 # -- the summary ---------------------------------------------------------------------------------
 
-def fmt(value, spec: str = ".4g", none: str = "—") -> str:
-    return none if value is None else format(value, spec)
-
-
-def pct(value) -> str:
-    return fmt(None if value is None else 100 * value, ".2f") + ("%" if value is not None else "")
-
-
-def summarize(rows: list[dict], reps: int) -> list[dict]:
-    """One entry per (label, cache) over the counted repetitions (not the prime)."""
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for row in rows:
-        if not row.get("prime"):
-            groups.setdefault((row["label"], row["cache"]), []).append(row)
-    out = []
-    for (label, cache), group in groups.items():
-        group.sort(key=lambda r: r["rep"])
-        ok = [r for r in group if r.get("status") == "correct" and r.get("candidate_ms")]
-        mean = lambda key: statistics.fmean(v) if (v := [r[key] for r in ok if r.get(key) is not None]) else None  # noqa: E731
-        cand_ms, su_ind = mean("candidate_ms"), mean("speedup_compile")
-        base = "compile" if any(r.get("interval_compile") for r in ok) else "eager"
-        su_ref = su_ind if base == "compile" else mean("speedup_eager")
-        intervals = [r[f"interval_{base}"] for r in ok if r.get(f"interval_{base}")]
-        drifts = [r["drift_q4_q1"] for r in ok if r.get("drift_q4_q1") is not None]
-        loops = [r["timed_loop"]["ratio"] for r in ok if (r.get("timed_loop") or {}).get("ratio")]
-        meaningful = all(r.get("meaningful") for r in ok) and bool(ok)
-        cv_ind = cv([r.get("speedup_compile") for r in ok])
-        target = None if cand_ms is None else (0.01 if cand_ms >= SMALL_KERNEL_MS else 0.03)
-        if not meaningful or cv_ind is None or target is None:
-            verdict = "n/a"
-        else:
-            verdict = "ok" if cv_ind <= target else "MISS"
-        clocks = [c for r in group for c in (r.get("clocks_before"), r.get("clocks_after")) if c and "error" not in c]
-        span = lambda key: (min(v), max(v)) if (v := [c[key] for c in clocks if c.get(key) is not None]) else None  # noqa: E731
-        out.append({
-            "label": label, "cache": cache, "n_ok": len(ok), "n": len(group), "reps": reps, "meaningful": meaningful,
-            "candidate_ms": cand_ms, "cv_candidate": cv([r["candidate_ms"] for r in ok]),
-            "eager_ms": mean("eager_ms"), "cv_eager": cv([r.get("eager_ms") for r in ok]),
-            "compile_ms": mean("compile_ms"), "cv_compile": cv([r.get("compile_ms") for r in ok]),
-            "speedup_compile": su_ind, "cv_speedup_compile": cv_ind, "target": target, "verdict": verdict,
-            "speedup_eager": mean("speedup_eager"), "cv_speedup_eager": cv([r.get("speedup_eager") for r in ok]),
-            "interval_baseline": base,
-            "interval": [statistics.median(i[0] for i in intervals), statistics.median(i[1] for i in intervals)]
-            if intervals else None,
-            "interval_covers": sum(1 for i in intervals if su_ref is not None and i[0] <= su_ref <= i[1]),
-            "n_intervals": len(intervals),
-            "drift_q4_q1": statistics.median(drifts) if drifts else None,
-            "drift_q4_q1_worst": max(drifts, key=lambda d: abs(d - 1)) if drifts else None,
-            "rep_last_first": ok[-1]["candidate_ms"] / ok[0]["candidate_ms"] if len(ok) >= 2 else None,
-            "sources": sorted({str(r.get("source")) for r in ok}),
-            "loop_ratio": statistics.median(loops) if loops else None,
-            "cached": sum(1 for r in ok if r.get("baselines_cached")),
-            "fresh_over_warm": _fresh_over_warm(ok, "speedup_compile" if base == "compile" else "speedup_eager"),
-            "sm_mhz": span("clocks.sm"), "max_sm_mhz": span("clocks.max.sm"),
-            "temp_c": span("temperature.gpu"), "power_w": span("power.draw"),
-            # NVML's throttle reasons other than "GPU idle" (bit 0) seen around the repetitions
-            "throttled": sum(1 for c in clocks if (c.get("throttle_reasons") or 0) & ~1),
-            "throttle_read": sum(1 for c in clocks if c.get("throttle_reasons") is not None),
-            "failures": [f"rep {r['rep']}: {r.get('status')}: {str(r.get('reason', ''))[:160]}"
-                         for r in group if r not in ok],
-        })
-    return out
-
-
-def _fresh_over_warm(ok: list[dict], key: str) -> float | None:
-    """Mean speedup of the fresh-process repetitions over that of the warm-server ones."""
-    fresh = [r[key] for r in ok if r.get("process", "fresh") == "fresh" and r.get(key) is not None]
-    warm = [r[key] for r in ok if r.get("process") == "warm" and r.get(key) is not None]
-    if not fresh or not warm:
-        return None
-    return statistics.fmean(fresh) / statistics.fmean(warm)
-
-
-def render(summary: list[dict], rows: list[dict], header: dict) -> str:
-    meaningful = bool(summary) and all(s["meaningful"] for s in summary)
-    if not any(s["n_ok"] for s in summary):
-        # Nothing counted finished (only primes ran, or every repetition failed): that says
-        # nothing about the device, which an H100 run cut after its primes was told it was not.
-        warn = ("**No counted repetition finished** (primes only, a time cap, or failures below): "
-                "no target is judged.")
-    else:
-        warn = ("**Timings NOT MEANINGFUL**: " + (header.get("note") or "not measured on a GPU")
-                + "; the figures below only show that the script runs, and no target is judged.")
-    lines = ["# Fidelity: the same candidates, again and again (fresh processes and one warm server)", ""]
-    lines += [f"- device: {header['device']}; torch {header['torch']} (CUDA {header['torch_cuda']}), "
-              f"triton {header['triton']}, python {header['python']}",
-              f"- driver: {header['driver']}; clocks: {header['clocks']}",
-              f"- evaluations: {len(rows)} rows ({sum(1 for r in rows if r.get('prime'))} cache primes, not counted); "
-              f"repetitions asked per setting: {header['reps']}",
-              "- targets: CV of the speedup over Inductor <= 1% for kernels >= 50 us, <= 3% below", ""]
-    if not meaningful:
-        lines += [warn, ""]
-    cols = ["problem", "cache", "n", "cand ms", "CV cand", "eager ms", "CV eager", "Ind ms", "CV Ind", "x Ind",
-            "CV x Ind", "target", "x eager", "CV x eager", "interval", "in int.", "q4/q1 (worst)", "last/first",
-            "source", "srv/claim", "cached", "fresh/warm"]
-    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for s in summary:
-        target = "—" if s["target"] is None else f"<= {s['target'] * 100:.0f}%: {s['verdict']}"
-        interval = "—" if s["interval"] is None else (
-            f"[{s['interval'][0]:.4g}, {s['interval'][1]:.4g}]" + (" (eager)" if s["interval_baseline"] == "eager" else ""))
-        cells = [s["label"], s["cache"], f"{s['n_ok']}/{s['n']}", fmt(s["candidate_ms"]), pct(s["cv_candidate"]),
-                 fmt(s["eager_ms"]), pct(s["cv_eager"]), fmt(s["compile_ms"]), pct(s["cv_compile"]),
-                 fmt(s["speedup_compile"], ".4g"), pct(s["cv_speedup_compile"]), target,
-                 fmt(s["speedup_eager"], ".4g"), pct(s["cv_speedup_eager"]), interval,
-                 f"{s['interval_covers']}/{s['n_intervals']}",
-                 f"{fmt(s['drift_q4_q1'], '.3f')} ({fmt(s['drift_q4_q1_worst'], '.3f')})",
-                 fmt(s["rep_last_first"], ".3f"), ",".join(s["sources"]) or "—", fmt(s["loop_ratio"], ".3f"),
-                 f"{s['cached']}/{s['n_ok']}", fmt(s.get("fresh_over_warm"), ".3f")]
-        lines.append("| " + " | ".join(cells) + " |")
-    if not meaningful:
-        lines += ["", warn]
-    lines += ["", f"## GPU clocks ({header['clocks']})", ""]
-    if header["clocks"].startswith("nvidia-smi not found"):
-        lines.append("nvidia-smi not found on this machine: no clocks, temperatures or power were read.")
-    else:
-        lines += ["| problem | cache | SM MHz (min-max) | max SM MHz | temp C | power W | throttled readings |",
-                  "|---|---|---|---|---|---|---|"]
-        rng = lambda v, spec=".0f": "—" if v is None else f"{v[0]:{spec}}-{v[1]:{spec}}"  # noqa: E731
-        for s in summary:
-            throttled = f"{s.get('throttled', 0)}/{s['throttle_read']}" if s.get("throttle_read") else "—"
-            lines.append(f"| {s['label']} | {s['cache']} | {rng(s['sm_mhz'])} | {rng(s['max_sm_mhz'])} | "
-                         f"{rng(s['temp_c'])} | {rng(s['power_w'], '.1f')} | {throttled} |")
-    failures = [f"- {s['label']} (cache {s['cache']}) {f}" for s in summary for f in s["failures"]]
-    if failures:
-        lines += ["", "## Repetitions without a correct timed result", "", *failures]
-    judged = [s for s in summary if s["verdict"] in ("ok", "MISS")]
-    if judged:
-        met = sum(1 for s in judged if s["verdict"] == "ok")
-        lines += ["", f"Target met for {met} of {len(judged)} problem/cache settings."]
-    if header.get("notes"):
-        lines += ["", "## Notes", "", *[f"- {n}" for n in header["notes"]]]
-    return "\n".join(lines) + "\n"
-
-
-def header_for(rows: list[dict], reps: int, notes: list[str]) -> dict:
-    fp = next((r["fingerprint"] for r in rows if r.get("fingerprint")), {})
-    note = next((r["timing_note"] for r in rows if r.get("timing_note")), "")
-    driver, clocks = "—", "nvidia-smi not found: no GPU clocks read"
-    sources = sorted({c["source"] for r in rows for c in (r.get("clocks_before"), r.get("clocks_after"))
-                      if isinstance(c, dict) and c.get("source")})
-    if sources:
-        clocks = f"{', '.join(sources)}, before and after each repetition"
-    if shutil.which("nvidia-smi"):
-        clocks = clocks if sources else "nvidia-smi, before and after each repetition"
-        try:
-            driver = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                                    capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
-        except (OSError, subprocess.SubprocessError, IndexError):
-            driver = "nvidia-smi failed"
-    return {"device": fp.get("gpu_name") or fp.get("device") or "unknown", "torch": fp.get("torch"),
-            "torch_cuda": fp.get("torch_cuda"), "triton": fp.get("triton"), "python": fp.get("python"),
-            "driver": driver, "clocks": clocks, "reps": reps, "note": note, "notes": notes}
-
-
 # -- main ---------------------------------------------------------------------------------------
 
 def load_rows(path: Path) -> list[dict]:
@@ -446,6 +291,8 @@ def run(args: argparse.Namespace) -> int:
         raise FidelityError("--reps must be at least 1")
     if args.fresh < 0:
         raise FidelityError("--fresh must be 0 or more")
+    if not 1 <= args.jobs <= 64:
+        raise FidelityError("--jobs must be 1 to 64")
     notes: list[str] = []
     if args.pair or args.pairs:
         pairs = [parse_pair(p) for p in args.pair or []]
@@ -497,51 +344,73 @@ def run(args: argparse.Namespace) -> int:
     # far (per cache setting, primes count as "off": they time the baselines) still fits, and its
     # timeout is cut to the time left, so the run ends within --max-minutes plus the summary.
     slowest: dict[str, float] = {}
-    for index, (pair, cache, rep, prime) in enumerate(todo):
-        eval_timeout = args.eval_timeout
-        if args.max_minutes is not None:
-            left = args.max_minutes * 60 - (time.perf_counter() - started)
-            kind = "off" if prime else cache
-            expected = slowest.get(kind, max(slowest.values(), default=0.0))
-            if left <= 0 or (index > 0 and expected > left):
-                stopped_early = len(todo) - index
-                break
-            eval_timeout = min(eval_timeout, max(left, 1.0))
+    lock = threading.Lock()
+
+    def one(pair: Pair, cache: str, rep: int, prime: bool, process: str, eval_timeout: float) -> None:
         problem = problem_file(pair, work)
         if cache == "on":
             cache_dir = cache_on
             cache_dir.mkdir(exist_ok=True)
         else:  # a fresh, empty directory: nothing cached, the baselines are timed again
             cache_dir = Path(tempfile.mkdtemp(prefix="cache-off-", dir=work))
-        # the prime warms the server too, unless every repetition is to be fresh
-        process = "fresh" if (rep <= args.fresh if not prime else args.fresh >= args.reps) else "warm"
         try:
             before = read_clocks(gpu)
             if process == "fresh":
                 rc, data, stderr, wall = run_eval(problem, pair.candidate, cache_dir, args.device, eval_timeout,
                                                   args.kernel_evidence)
             else:
-                if warm is None:
-                    from kernelagent.harness import Evaluator
-
-                    cache_on.mkdir(exist_ok=True)
-                    warm = Evaluator(device=args.device, cache_dir=cache_on)
                 rc, data, stderr, wall = run_eval_warm(warm, problem, pair.candidate, cache, args.kernel_evidence)
             after = read_clocks(gpu)
-            kind = "off" if prime else cache
-            slowest[kind] = max(slowest.get(kind, 0.0), wall)
         finally:
             if cache == "off":
                 shutil.rmtree(cache_dir, ignore_errors=True)
         row = make_row(pair, cache, rep, prime, rc, data, stderr, wall, before, after, run_id, process)
-        with out.open("a") as fh:  # after every evaluation: a run cut short keeps what it measured
-            fh.write(json.dumps(row) + "\n")
-        existing.append(row)
-        clock = "—" if not before or before.get("clocks.sm") is None else f"{before['clocks.sm']:.0f}"
-        print(f"{pair.label[:44]:44} {cache:5} {'prime' if prime else rep:>5} {str(row['status'])[:10]:10} "
-              f"{fmt(row.get('candidate_ms'), '10.4g')} {fmt(row.get('speedup_compile'), '7.4g')} "
-              f"{fmt(row.get('speedup_eager'), '8.4g')} {fmt(row.get('drift_q4_q1'), '6.3f')} {wall:7.1f} {clock:>9}",
-              flush=True)
+        with lock:
+            kind = "off" if prime else cache
+            slowest[kind] = max(slowest.get(kind, 0.0), wall)
+            with out.open("a") as fh:  # after every evaluation: a run cut short keeps what it measured
+                fh.write(json.dumps(row) + "\n")
+            existing.append(row)
+            clock = "—" if not before or before.get("clocks.sm") is None else f"{before['clocks.sm']:.0f}"
+            print(f"{pair.label[:44]:44} {cache:5} {'prime' if prime else rep:>5} {str(row['status'])[:10]:10} "
+                  f"{fmt(row.get('candidate_ms'), '10.4g')} {fmt(row.get('speedup_compile'), '7.4g')} "
+                  f"{fmt(row.get('speedup_eager'), '8.4g')} {fmt(row.get('drift_q4_q1'), '6.3f')} {wall:7.1f} "
+                  f"{clock:>9}", flush=True)
+
+    # Waves: up to --jobs warm evaluations at once in the one server (it overlaps their host work;
+    # each timed loop still holds the device alone), never primes beside repetitions (a repetition
+    # with the cache on must find its prime's baselines); a fresh process runs alone (two servers
+    # would time on one device at once).
+    index = 0
+    while index < len(todo):
+        pair, cache, rep, prime = todo[index]
+        process = "fresh" if (rep <= args.fresh if not prime else args.fresh >= args.reps) else "warm"
+        wave = [(pair, cache, rep, prime, process)]
+        while process == "warm" and len(wave) < args.jobs and index + len(wave) < len(todo):
+            nxt = todo[index + len(wave)]
+            if bool(nxt[3]) != bool(prime) or (not nxt[3] and nxt[2] <= args.fresh):
+                break
+            wave.append((*nxt, "warm"))
+        eval_timeout = args.eval_timeout
+        if args.max_minutes is not None:
+            left = args.max_minutes * 60 - (time.perf_counter() - started)
+            expected = slowest.get("off" if prime else cache, max(slowest.values(), default=0.0))
+            if left <= 0 or (index > 0 and expected > left):
+                stopped_early = len(todo) - index
+                break
+            eval_timeout = min(eval_timeout, max(left, 1.0))
+        if process == "warm" and warm is None:
+            from kernelagent.harness import Evaluator
+
+            cache_on.mkdir(exist_ok=True)
+            warm = Evaluator(device=args.device, cache_dir=cache_on, concurrency=args.jobs)
+        if len(wave) == 1:
+            one(*wave[0], eval_timeout)
+        else:
+            with ThreadPoolExecutor(max_workers=len(wave)) as pool:
+                for future in [pool.submit(one, *step, eval_timeout) for step in wave]:
+                    future.result()
+        index += len(wave)
     if stopped_early:
         notes.append(f"stopped after --max-minutes {args.max_minutes}: {stopped_early} evaluations left; "
                      f"run again with --resume to finish")
@@ -580,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="cap on the whole invocation: no evaluation starts unless the slowest so far still "
                              "fits, and each one's timeout is cut to the time left (then --resume to go on)")
     parser.add_argument("--eval-timeout", type=float, default=900.0, help="seconds for one evaluation")
+    parser.add_argument("--jobs", type=int, default=8,
+                        help="warm evaluations in flight at once in the one server (1: one after another)")
     parser.add_argument("--no-prime", action="store_true",
                         help="do not fill the shared cache first (then repetition 1 with the cache on is a miss)")
     parser.add_argument("--work-dir", type=Path, default=None,

@@ -10,12 +10,15 @@ and their difference, the host overhead per call. The target: they agree within 
 50 us or more (harness/caller/profiling.py: clocks, AGREEMENT_PCT, AGREEMENT_MIN_MS).
 
     python benchmarks/profiler_agreement.py [--suite ours|kernelbench|both] [--problems DIR --solutions DIR]
-        [--filter GLOB] [--max-minutes 7] [--out agreement.jsonl] [--summary agreement.md]
+        [--filter GLOB] [--max-minutes 7] [--jobs 8] [--out agreement.jsonl] [--summary agreement.md]
         [--device auto] [--isolation auto]
 
-One harness server for the whole run (torch and triton are imported once). `--max-minutes` caps
-the run: no problem starts once the time spent plus the slowest evaluation so far would pass it;
-the ones left are listed as "not run (time cap)". Each row is appended to `--out` (JSON lines) as
+One harness server for the whole run (torch and triton are imported once), with `--jobs N`
+problems in flight at once (default 8): the server overlaps their host work (imports, compiles,
+checks) while each timed loop and each profile holds the device alone (server/gate.py), so the
+clocks compared are those of a job alone on the GPU. `--max-minutes` caps the run: no problem
+starts once the time spent plus the slowest evaluation so far (its queueing included) would pass
+it; the ones left are listed as "not run (time cap)". Each row is appended to `--out` (JSON lines) as
 soon as it is measured, with the GPU, driver, torch and triton versions. Needs none of litellm,
 openai, tenacity or pydantic (run with PYTHONPATH=.).
 
@@ -30,6 +33,7 @@ import fnmatch
 import json
 import sys
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -100,6 +104,8 @@ def measure(evaluator, label: str, problem: Path, solution: Path) -> dict:
         row["note"] = (result.reason or result.status).strip().splitlines()[0][:200] if result.reason else result.status
     timing = result.timings.get("candidate")
     row["reps"] = timing.reps if timing else None
+    span = (result.concurrency or {}).get("span")
+    row["span"] = span if isinstance(span, list) and len(span) == 2 else None  # the server's, for overlap
     return row
 
 
@@ -150,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--solutions", help="its solutions, in bench's --candidates layout")
     parser.add_argument("--filter", help="glob over the label (ours/level1/5_softmax), the key or the stem")
     parser.add_argument("--max-minutes", type=float, default=7.0)
+    parser.add_argument("--jobs", type=int, default=8,
+                        help="problems in flight at once, the server admitting as many (1: one after another)")
     parser.add_argument("--out", type=Path, help="JSON lines, one per problem, appended as measured")
     parser.add_argument("--summary", type=Path, help="write the Markdown table here too")
     parser.add_argument("--device", default="auto")
@@ -157,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.max_minutes > 0:
         parser.error("--max-minutes must be > 0")
+    if not 1 <= args.jobs <= 64:
+        parser.error("--jobs must be 1 to 64")
     todo, notes = pairs(args)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
@@ -167,25 +177,33 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     cap = args.max_minutes * 60.0
-    rows: list[dict] = []
+    rows: list[dict | None] = [None] * len(todo)
     slowest = 0.0
     out = args.out.open("a") if args.out else None
     try:
-        with Evaluator(device=args.device, isolation=args.isolation) as evaluator:
-            for label, problem, solution in todo:
-                spent = time.monotonic() - started
-                if rows and spent + slowest > cap:
-                    row = {"problem": label, "status": "not run"}
-                else:
-                    row = measure(evaluator, label, problem, solution)
+        with Evaluator(device=args.device, isolation=args.isolation, concurrency=args.jobs) as evaluator, \
+                ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            queue = list(enumerate(todo))
+            pending: dict = {}
+            while queue or pending:
+                while queue and len(pending) < args.jobs and not (
+                        any(rows) and time.monotonic() - started + slowest > cap):
+                    i, (label, problem, solution) = queue.pop(0)
+                    pending[pool.submit(measure, evaluator, label, problem, solution)] = i
+                if not pending:
+                    break
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    row = rows[pending.pop(future)] = future.result()
                     slowest = max(slowest, row["seconds"])
-                    print(f"{label}: {row['status']} harness {fmt(row.get('harness_ms'), '.4f')} ms, profiler "
-                          f"{fmt(row.get('profiler_ms'), '.4f')} ms ({row['seconds']:.1f} s)", file=sys.stderr,
-                          flush=True)
-                rows.append(row)
-                if out is not None and row["status"] != "not run":
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
+                    print(f"{row['problem']}: {row['status']} harness {fmt(row.get('harness_ms'), '.4f')} ms, "
+                          f"profiler {fmt(row.get('profiler_ms'), '.4f')} ms ({row['seconds']:.1f} s)",
+                          file=sys.stderr, flush=True)
+                    if out is not None:
+                        out.write(json.dumps(row) + "\n")
+                        out.flush()
+            for i, (label, _, _) in queue:
+                rows[i] = {"problem": label, "status": "not run"}
     finally:
         if out is not None:
             out.close()

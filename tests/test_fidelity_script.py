@@ -224,6 +224,40 @@ def test_plan_is_round_robin_over_pairs(tmp_path, monkeypatch):
                      (a, "on", 2), (a, "off", 2), (b, "on", 2), (b, "off", 2)]
 
 
+@pytest.mark.parametrize("jobs", [1, 4])
+def test_warm_repetitions_run_in_waves_of_jobs_and_never_beside_their_primes(tmp_path, monkeypatch, jobs):
+    """--jobs: warm evaluations in flight at once in the one server, primes apart from repetitions
+    (a repetition with the cache on must find its prime's baselines)."""
+    import threading
+    import time as real_time
+
+    mod = load_script()
+    inner, _ = _fake_eval([0.01])
+    lock, running, seen = threading.Lock(), [], []
+
+    def run_eval_warm(evaluator, problem, candidate, cache, evidence=False):
+        key = (problem.name, cache)
+        with lock:
+            running.append(key)
+            seen.append(list(running))
+        real_time.sleep(0.15)
+        with lock:
+            running.remove(key)
+        return inner(problem, candidate, None, "cpu", 1.0)
+
+    monkeypatch.setattr(mod, "run_eval_warm", run_eval_warm)
+    out = tmp_path / "rows.jsonl"
+    assert mod.main(["--reps", "3", "--fresh", "0", "--pair", PAIR, "--pair", PAIR + "@batch_size=8",
+                     "--device", "cpu", "--out", str(out), "--jobs", str(jobs)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 + 2 * 2 * 3 and {r["process"] for r in rows} == {"warm"}
+    assert max(len(s) for s in seen) == jobs
+    primes = [i for i, r in enumerate(rows) if r["prime"]]
+    assert primes == [0, 1]  # both primes written before any repetition started
+    counted = sorted((r["label"], r["cache"], r["rep"]) for r in rows if not r["prime"])
+    assert len(set(counted)) == 12
+
+
 def test_time_cap_is_predictive_and_bounds_the_timeout(tmp_path, monkeypatch):
     import time as real_time
     from types import SimpleNamespace

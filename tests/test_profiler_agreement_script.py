@@ -24,7 +24,7 @@ def load_script():
 def test_cpu_run_with_a_time_cap(tmp_path):
     # '1*' selects 1_relu then 10_conv2d, 11_..., in natural order; a tiny cap runs only the first.
     proc = subprocess.run([sys.executable, str(SCRIPT), "--filter", "1*", "--device", "cpu", "--max-minutes", "0.01",
-                           "--out", str(tmp_path / "rows.jsonl"), "--summary", str(tmp_path / "table.md")],
+                           "--jobs", "1", "--out", str(tmp_path / "rows.jsonl"), "--summary", str(tmp_path / "table.md")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
@@ -38,6 +38,21 @@ def test_cpu_run_with_a_time_cap(tmp_path):
     assert "NOT MEANINGFUL: no GPU" in table
     assert "| ours/level1/1_relu | correct |" in table and "not meaningful (CPU)" in table
     assert "| ours/level1/10_conv2d | not run |" in table and "time cap" in table
+
+
+def test_problems_are_in_flight_together_and_the_table_keeps_their_order(tmp_path):
+    """--jobs 2: both evaluations run in the one server at once (their server spans overlap); the
+    table lists them in the suite's order whichever finished first."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--filter", "1[45]_*", "--device", "cpu", "--jobs", "2",
+                           "--out", str(tmp_path / "rows.jsonl")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["problem"]: r for r in map(json.loads, (tmp_path / "rows.jsonl").read_text().splitlines())}
+    assert set(rows) == {"ours/level1/14_sigmoid", "ours/level1/15_leaky_relu"}
+    assert all(r["status"] == "correct" for r in rows.values())
+    (a0, a1), (b0, b1) = rows["ours/level1/14_sigmoid"]["span"], rows["ours/level1/15_leaky_relu"]["span"]
+    assert a0 < b1 and b0 < a1, (a0, a1, b0, b1)
+    assert proc.stdout.index("| ours/level1/14_sigmoid |") < proc.stdout.index("| ours/level1/15_leaky_relu |")
 
 
 def test_table_verdicts_on_synthetic_gpu_rows():

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 42 on the device: one of the two tables per call (each at most 8 minutes, KernelBench
+# level 1 included), many evaluations in flight in one server, timed loops and profiles alone on
+# the device. Needs KernelBench carried in .kb (carry [".kb"]).
+#   bash scripts/device/fidelity_run.sh agreement [minutes] [jobs]   # profiler_agreement.py --suite both
+#   bash scripts/device/fidelity_run.sh fidelity [minutes] [jobs]    # fidelity.py, warm and fresh
+set -u
+. "$(dirname "$0")/env.sh"
+WHAT=${1:-agreement}; MINUTES=${2:-7}; JOBS=${3:-8}
+if [ -d .kb/KernelBench ] && [ ! -d ../shared/kernelbench/KernelBench ]; then
+  mkdir -p ../shared/kernelbench && cp -r .kb/KernelBench ../shared/kernelbench/
+fi
+log device; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+LIMIT=$(( MINUTES * 60 + 60 ))
+case "$WHAT" in
+  agreement)
+    timeout -s INT "$LIMIT" python3 benchmarks/profiler_agreement.py --suite both --max-minutes "$MINUTES" \
+      --jobs "$JOBS" --out "$OUT/agreement.jsonl" --summary "$OUT/agreement.md" 2>&1 | tail -80 ;;
+  fidelity)
+    timeout -s INT "$LIMIT" python3 benchmarks/fidelity.py --cache on --reps 5 --fresh 1 --max-minutes "$MINUTES" \
+      --jobs "$JOBS" --out "$OUT/fidelity.jsonl" --summary "$OUT/fidelity.md" 2>&1 | tail -80 ;;
+  *) echo "usage: fidelity_run.sh agreement|fidelity [minutes] [jobs]"; exit 2 ;;
+esac
+log end
