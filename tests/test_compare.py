@@ -36,6 +36,26 @@ def test_all_zero_softmax_is_caught_although_within_atol():
     assert "relative L2 error" in result.message
 
 
+def test_small_outputs_wrong_by_a_few_percent_are_caught_although_within_atol():
+    ref = torch.softmax(torch.rand(2, 400_000), dim=-1)
+    result = compare_outputs([ref], [received(ref * 0.95)], None, None)
+    assert not result.passed and "relative L2 error" in result.message
+
+
+def test_rounding_left_in_a_few_small_outputs_passes():
+    # KernelBench level2/9 (matmul, subtract, multiply, ReLU) on signed-normal inputs at its derived
+    # CPU size: ReLU kept one output of 0.0056, the residue of (x @ W - 2.0) * 1.5 with x @ W near
+    # 2.0; an honest fp32 kernel was 7e-7 off there (eps of the values subtracted), a relative L2
+    # error of 1.3e-4, and was judged incorrect (CI, 2026-11-27).
+    ref = torch.zeros(16, 128)
+    ref[3, 77] = 0.00559008
+    honest = ref.clone()
+    honest[3, 77] += 7.15e-7
+    result = compare_outputs([ref], [received(honest)], None, None)
+    assert result.passed, result.message
+    assert result.rel_l2_err == pytest.approx(1.28e-4, rel=0.01)
+
+
 def test_fp32_rounding_of_long_cumsum_passes():
     x = torch.randn(8, 4096)
     ref = torch.cumsum(x.double(), dim=-1).float()
