@@ -15,6 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
+# The CUDA runtime's and libraries' own words for an allocation that failed on the device (cuBLAS's
+# handle for level1/3_Batched_matrix_multiplication's reference beside 36 other jobs on an H100:
+# "CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)", once said to be a broken problem):
+# the candidate's and reference's processes (child/common.py) and the server reading the reference's
+# log (server/job.py) call such an error out of memory.
+ALLOC_FAILED_WORDS = ("cudaErrorMemoryAllocation", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+                      "CUFFT_ALLOC_FAILED", "CUSOLVER_STATUS_ALLOC_FAILED", "CUSPARSE_STATUS_ALLOC_FAILED")
+
 # Datasheet facts. Bandwidth in GB/s, peaks in TFLOP/s (dense). "float32" is the plain FP32
 # (non-tensor-core) rate; "tf32" the tensor-core TF32 rate.
 _H100_SXM_PEAKS = {"float64": 67.0, "float32": 67.0, "tf32": 494.7, "bfloat16": 989.4, "float16": 989.4,

@@ -195,18 +195,12 @@ def _aliasing(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> str | 
     return None
 
 
-# A library's own words for an allocation that failed on the device: cuBLAS's handle or workspace
-# (level1/3_Batched_matrix_multiplication's reference beside 36 other jobs on an H100:
-# "CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)", once said to be a broken
-# problem), cuDNN's, cuFFT's and the runtime's.
-ALLOC_FAILED_WORDS = ("out of memory", "cublas_status_alloc_failed", "cudnn_status_alloc_failed",
-                      "cufft_alloc_failed", "cusolver_status_alloc_failed", "cusparse_status_alloc_failed",
-                      "cudaerrormemoryallocation")
+_OOM_WORDS = ("out of memory",) + tuple(word.lower() for word in hardware.ALLOC_FAILED_WORDS)
 
 
 def _error_kind(exc: BaseException, default: str) -> str:
     text = str(exc).lower()
-    if isinstance(exc, torch.OutOfMemoryError) or any(word in text for word in ALLOC_FAILED_WORDS):
+    if isinstance(exc, torch.OutOfMemoryError) or any(word in text for word in _OOM_WORDS):
         return "out_of_memory"
     if "illegal memory access" in text or "misaligned address" in text or "device-side assert" in text:
         return "cuda_fault"

@@ -72,14 +72,15 @@ def compare_outputs(reference: list[torch.Tensor], received: list[dict], atol: f
     return worst
 
 
+# The relative L2 rule's least threshold: an output wrong by more than 1% of its L2 norm while every
+# element is within atol is wrong wholesale (zeros, a dropped part, another scale); rounding is not.
+L2_FLOOR = 1e-2
+
 # Compare in chunks so the temporaries stay small: each chunk makes about ten of them (masks,
 # the float64 squares). A chunk is 2^21 elements (under 100 MiB of temporaries; 2^26 put the
 # reference of a 192 MiB matmul at 3.9x its I/O), or a 64th of the output when that is more:
 # every chunk waits on the device a few times, and 768 chunks of a 6 GiB output doubled the
 # time of its checks on an H100. So temporaries stay within about a sixth of the output.
-# The relative L2 rule's least threshold: an output wrong by more than 1% of its L2 norm while every
-# element is within atol is wrong wholesale (zeros, a dropped part, another scale); rounding is not.
-L2_FLOOR = 1e-2
 CHUNK_ELEMENTS = 1 << 21
 MAX_CHUNKS = 64
 
@@ -160,10 +161,11 @@ def compare_tensor(ref: torch.Tensor, out: torch.Tensor, label: str, atol: float
             f"max abs err {_fmt(max_abs)} at {_index(worst_at, shape)}; rel L2 err {_fmt(rel_l2)}",
             max_abs, max_rel, rel_l2,
         )
-    if rel_l2 > max(rtol, L2_FLOOR):
+    l2_limit = max(rtol, L2_FLOOR)
+    if rel_l2 > l2_limit:
         return Comparison(
             False,
-            f"{label} mismatch: relative L2 error {_fmt(rel_l2)} exceeds {max(rtol, L2_FLOOR):g} although every "
+            f"{label} mismatch: relative L2 error {_fmt(rel_l2)} exceeds {l2_limit:g} although every "
             f"element is within atol={atol:g} (the output is small next to atol; max |ref| = "
             f"{_fmt(ref_absmax)}, max abs err {_fmt(max_abs)})",
             max_abs, max_rel, rel_l2,

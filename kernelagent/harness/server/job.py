@@ -47,7 +47,7 @@ from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, Stag
 from kernelagent.harness.server.memory import MemoryPhases
 from kernelagent.harness.server.timed import SLOT_MIN_S, TimedPhases
 from kernelagent.harness.server.verdict import CheckRecord
-from kernelagent import pyast
+from kernelagent import hardware, pyast
 
 
 
@@ -57,11 +57,10 @@ def _static_flags(problem_source: str) -> dict[str, bool]:
     return {"has_smoke": "get_smoke_inputs" in names, "has_extra": "get_extra_inputs" in names}
 
 
-# CUDA's and PyTorch's words for an allocation that failed (cudaErrorMemoryAllocation), read only
-# from the reference's log: our trusted process.
-_OOM_WORDS = ("CUDA error: out of memory", "cudaErrorMemoryAllocation", "CUDA out of memory",
-              "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED",
-              "CUDNN_STATUS_ALLOC_FAILED", "CUFFT_ALLOC_FAILED")
+# PyTorch's and CUDA's words for an allocation that failed, read only from the reference's log:
+# our trusted process.
+_OOM_WORDS = ("CUDA error: out of memory", "CUDA out of memory", "torch.OutOfMemoryError",
+              "torch.cuda.OutOfMemoryError") + hardware.ALLOC_FAILED_WORDS
 
 
 def _says_out_of_memory(log: str) -> bool:

@@ -124,9 +124,9 @@ def conclude_checks(planned: list[str], checks: dict[str, CheckRecord], compile_
             (extra_failures if check.kind.startswith("extra:") else main_failures).append(check)
     # A harness error or a rejection on any set, an extra (other-shape) one too, outranks what the
     # comparisons say: a reference that ran out of memory on a derived set beside other jobs is not
-    # the candidate's shape specialisation (an honest Sigmoid was flagged so on an H100; the job is
-    # re-run alone, conclude_concurrency), and a malformed payload or a mutated input on an extra
-    # set is as much a breach as on the main one.
+    # the candidate's shape specialisation (the path found to an honest Sigmoid flagged so beside
+    # other jobs on an H100; the job is re-run alone, conclude_concurrency), and a malformed payload
+    # or a mutated input on an extra set is as much a breach as on the main one.
     harness = [c for c in main_failures + extra_failures if c.harness_error]
     if harness:
         first = harness[0]

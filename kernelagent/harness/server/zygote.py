@@ -12,8 +12,9 @@ Used where KERNELAGENT_SERVER_ZYGOTE names its socket (tests/conftest.py starts 
 worker), for servers that run on the host itself: never under bubblewrap's prefix, never for a
 warm harness. What torch reads at import (OMP_NUM_THREADS) is the zygote's, and so is Triton's
 TRITON_INTERPRET where the zygote imports Triton too (given TRITON_INTERPRET=1: a machine
-without a GPU, where every server sets it): start it with the environment its servers get (sandbox.scrubbed_environ: no secret sits in its /proc/PID/environ,
-which a forked server shows as its own).
+without a GPU, where every server sets it): start it with the environment its servers get
+(sandbox.server_environ: no secret sits in its /proc/PID/environ, which a forked server shows as
+its own).
 
 The protocol: one request per connection, a JSON object (no pickle) with the channel and the
 log as SCM_RIGHTS descriptors; the reply a JSON line {"pid": N}, then {"exit": code} when that
@@ -29,9 +30,10 @@ import os
 import select
 import signal
 import socket
-import struct
 import sys
 from pathlib import Path
+
+from kernelagent.harness.server.listen import peer_uid
 
 MODULE = "kernelagent.harness.server"
 MAX_REQUEST = 1 << 20
@@ -188,8 +190,7 @@ def serve(path: Path) -> None:
         if not readable:
             continue
         conn, _ = listener.accept()
-        uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
-        if uid != os.getuid():
+        if peer_uid(conn) != os.getuid():
             conn.close()
             continue
         conn.settimeout(10)
