@@ -8,7 +8,9 @@ a user sees between two `eval`s. The others run in one warm harness server in th
 reward run them), which costs seconds instead of the ~25 s of a fresh process, so a whole table
 fits one device call. Up to `--jobs N` warm evaluations (default 8) are in flight at once: the
 server overlaps their host work (imports, compiles, checks) while each timed loop holds the
-device alone, a prime never runs beside a repetition, and a fresh process always runs alone. Each
+device alone, a prime never runs beside a repetition, and up to `--fresh-jobs` fresh processes
+(default 3) start at once: their servers' starts overlap, and each server takes the GPU's host-wide
+lock for its job (server/device_lock.py), so no two servers time on the device at once. Each
 row says which (`process`: fresh or warm), and the table compares the two (`fresh/warm`). Issue
 13, scope 1; issue 25, scope 2; issue 42 (both tables in one 8-minute device call each).
 
@@ -91,6 +93,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # gpu_clocks beside this script, however it was started
+sys.path.insert(1, str(ROOT))  # the package from this checkout (the GPU machine has it uninstalled)
 from gpu_clocks import gpu_index, nvml, read_clocks  # noqa: E402
 from fidelity_table import SMALL_KERNEL_MS, cv, fmt, header_for, pct, render, summarize  # noqa: E402,F401 (re-exported)
 # KernelBench's problems: ../shared/kernelbench beside the checkout, or shared/kernelbench inside it
@@ -293,6 +296,8 @@ def run(args: argparse.Namespace) -> int:
         raise FidelityError("--fresh must be 0 or more")
     if not 1 <= args.jobs <= 64:
         raise FidelityError("--jobs must be 1 to 64")
+    if not 1 <= args.fresh_jobs <= 16:
+        raise FidelityError("--fresh-jobs must be 1 to 16")
     notes: list[str] = []
     if args.pair or args.pairs:
         pairs = [parse_pair(p) for p in args.pair or []]
@@ -391,6 +396,14 @@ def run(args: argparse.Namespace) -> int:
             if bool(nxt[3]) != bool(prime) or (not nxt[3] and nxt[2] <= args.fresh):
                 break
             wave.append((*nxt, "warm"))
+        # Fresh processes --fresh-jobs at a time: each starts its own server (imports, probe) at
+        # once, and their jobs take the GPU one server at a time (server/device_lock.py), so one
+        # process's start overlaps another's work and no two servers time on the device at once.
+        while process == "fresh" and len(wave) < args.fresh_jobs and index + len(wave) < len(todo):
+            nxt = todo[index + len(wave)]
+            if nxt[3] or nxt[2] > args.fresh:
+                break
+            wave.append((*nxt, "fresh"))
         eval_timeout = args.eval_timeout
         if args.max_minutes is not None:
             left = args.max_minutes * 60 - (time.perf_counter() - started)
@@ -451,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-timeout", type=float, default=900.0, help="seconds for one evaluation")
     parser.add_argument("--jobs", type=int, default=8,
                         help="warm evaluations in flight at once in the one server (1: one after another)")
+    parser.add_argument("--fresh-jobs", type=int, default=3,
+                        help="fresh `kernelagent eval` processes started at once (their servers take the GPU one "
+                             "at a time: server/device_lock.py; 1: one after another)")
     parser.add_argument("--no-prime", action="store_true",
                         help="do not fill the shared cache first (then repetition 1 with the cache on is a miss)")
     parser.add_argument("--work-dir", type=Path, default=None,

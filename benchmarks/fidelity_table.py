@@ -29,13 +29,15 @@ def pct(value) -> str:
 
 
 def summarize(rows: list[dict], reps: int) -> list[dict]:
-    """One entry per (label, cache) over the counted repetitions (not the prime)."""
-    groups: dict[tuple[str, str], list[dict]] = {}
+    """One entry per (label, cache, process) over the counted repetitions (not the prime): the
+    spread in one warm server and the spread across fresh processes are judged apart."""
+    groups: dict[tuple[str, str, str], list[dict]] = {}
     for row in rows:
         if not row.get("prime"):
-            groups.setdefault((row["label"], row["cache"]), []).append(row)
+            groups.setdefault((row["label"], row["cache"], row.get("process", "fresh")), []).append(row)
     out = []
-    for (label, cache), group in groups.items():
+    for (label, cache, process), group in sorted(groups.items(), key=lambda kv: (
+            list(dict.fromkeys(r["label"] for r in rows)).index(kv[0][0]), kv[0][1], kv[0][2] != "warm")):
         group.sort(key=lambda r: r["rep"])
         ok = [r for r in group if r.get("status") == "correct" and r.get("candidate_ms")]
         mean = lambda key: statistics.fmean(v) if (v := [r[key] for r in ok if r.get(key) is not None]) else None  # noqa: E731
@@ -55,7 +57,7 @@ def summarize(rows: list[dict], reps: int) -> list[dict]:
         clocks = [c for r in group for c in (r.get("clocks_before"), r.get("clocks_after")) if c and "error" not in c]
         span = lambda key: (min(v), max(v)) if (v := [c[key] for c in clocks if c.get(key) is not None]) else None  # noqa: E731
         out.append({
-            "label": label, "cache": cache, "n_ok": len(ok), "n": len(group), "reps": reps, "meaningful": meaningful,
+            "label": label, "cache": cache, "process": process, "n_ok": len(ok), "n": len(group), "reps": reps, "meaningful": meaningful,
             "candidate_ms": cand_ms, "cv_candidate": cv([r["candidate_ms"] for r in ok]),
             "eager_ms": mean("eager_ms"), "cv_eager": cv([r.get("eager_ms") for r in ok]),
             "compile_ms": mean("compile_ms"), "cv_compile": cv([r.get("compile_ms") for r in ok]),
@@ -72,7 +74,9 @@ def summarize(rows: list[dict], reps: int) -> list[dict]:
             "sources": sorted({str(r.get("source")) for r in ok}),
             "loop_ratio": statistics.median(loops) if loops else None,
             "cached": sum(1 for r in ok if r.get("baselines_cached")),
-            "fresh_over_warm": _fresh_over_warm(ok, "speedup_compile" if base == "compile" else "speedup_eager"),
+            "fresh_over_warm": _fresh_over_warm([r for r in rows if not r.get("prime") and r["label"] == label
+                                                 and r["cache"] == cache and r.get("status") == "correct"],
+                                                "speedup_compile" if base == "compile" else "speedup_eager"),
             "sm_mhz": span("clocks.sm"), "max_sm_mhz": span("clocks.max.sm"),
             "temp_c": span("temperature.gpu"), "power_w": span("power.draw"),
             # NVML's throttle reasons other than "GPU idle" (bit 0) seen around the repetitions
@@ -112,7 +116,7 @@ def render(summary: list[dict], rows: list[dict], header: dict) -> str:
               "- targets: CV of the speedup over Inductor <= 1% for kernels >= 50 us, <= 3% below", ""]
     if not meaningful:
         lines += [warn, ""]
-    cols = ["problem", "cache", "n", "cand ms", "CV cand", "eager ms", "CV eager", "Ind ms", "CV Ind", "x Ind",
+    cols = ["problem", "cache", "process", "n", "cand ms", "CV cand", "eager ms", "CV eager", "Ind ms", "CV Ind", "x Ind",
             "CV x Ind", "target", "x eager", "CV x eager", "interval", "in int.", "q4/q1 (worst)", "last/first",
             "source", "srv/claim", "cached", "fresh/warm"]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -120,7 +124,7 @@ def render(summary: list[dict], rows: list[dict], header: dict) -> str:
         target = "—" if s["target"] is None else f"<= {s['target'] * 100:.0f}%: {s['verdict']}"
         interval = "—" if s["interval"] is None else (
             f"[{s['interval'][0]:.4g}, {s['interval'][1]:.4g}]" + (" (eager)" if s["interval_baseline"] == "eager" else ""))
-        cells = [s["label"], s["cache"], f"{s['n_ok']}/{s['n']}", fmt(s["candidate_ms"]), pct(s["cv_candidate"]),
+        cells = [s["label"], s["cache"], s["process"], f"{s['n_ok']}/{s['n']}", fmt(s["candidate_ms"]), pct(s["cv_candidate"]),
                  fmt(s["eager_ms"]), pct(s["cv_eager"]), fmt(s["compile_ms"]), pct(s["cv_compile"]),
                  fmt(s["speedup_compile"], ".4g"), pct(s["cv_speedup_compile"]), target,
                  fmt(s["speedup_eager"], ".4g"), pct(s["cv_speedup_eager"]), interval,
@@ -135,20 +139,25 @@ def render(summary: list[dict], rows: list[dict], header: dict) -> str:
     if header["clocks"].startswith("nvidia-smi not found"):
         lines.append("nvidia-smi not found on this machine: no clocks, temperatures or power were read.")
     else:
-        lines += ["| problem | cache | SM MHz (min-max) | max SM MHz | temp C | power W | throttled readings |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["| problem | cache | process | SM MHz (min-max) | max SM MHz | temp C | power W | throttled readings |",
+                  "|---|---|---|---|---|---|---|---|"]
         rng = lambda v, spec=".0f": "—" if v is None else f"{v[0]:{spec}}-{v[1]:{spec}}"  # noqa: E731
         for s in summary:
             throttled = f"{s.get('throttled', 0)}/{s['throttle_read']}" if s.get("throttle_read") else "—"
-            lines.append(f"| {s['label']} | {s['cache']} | {rng(s['sm_mhz'])} | {rng(s['max_sm_mhz'])} | "
+            lines.append(f"| {s['label']} | {s['cache']} | {s['process']} | {rng(s['sm_mhz'])} | {rng(s['max_sm_mhz'])} | "
                          f"{rng(s['temp_c'])} | {rng(s['power_w'], '.1f')} | {throttled} |")
-    failures = [f"- {s['label']} (cache {s['cache']}) {f}" for s in summary for f in s["failures"]]
+    failures = [f"- {s['label']} (cache {s['cache']}, {s['process']}) {f}" for s in summary for f in s["failures"]]
     if failures:
         lines += ["", "## Repetitions without a correct timed result", "", *failures]
     judged = [s for s in summary if s["verdict"] in ("ok", "MISS")]
     if judged:
         met = sum(1 for s in judged if s["verdict"] == "ok")
-        lines += ["", f"Target met for {met} of {len(judged)} problem/cache settings."]
+        lines += ["", f"Target met for {met} of {len(judged)} problem/cache/process settings."]
+        for process in ("warm", "fresh"):
+            some = [s for s in judged if s["process"] == process]
+            if some:
+                lines.append(f"- {process} ({'one warm server' if process == 'warm' else 'a fresh process each'}): "
+                             f"met for {sum(1 for s in some if s['verdict'] == 'ok')} of {len(some)}")
     if header.get("notes"):
         lines += ["", "## Notes", "", *[f"- {n}" for n in header["notes"]]]
     return "\n".join(lines) + "\n"

@@ -266,6 +266,52 @@ def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
     assert result.status == Status.RUNTIME_ERROR and result.concurrency["retried_alone"]
 
 
+def test_a_full_device_while_timed_beside_others_is_retried_alone():
+    """The caching allocator gave memory back while the candidate's loop or profile, or a
+    baseline, was timed beside other jobs (common.AllocPressure): the times are not the kernel's
+    alone, so a correct result is a harness error with retry_alone; alone, or with no retries, the
+    result stands. A count a process reports is an int in range, else nothing."""
+    from kernelagent.harness.server import job as job_mod, verdict
+
+    def concluded(retries, shared=True, alone=False, status=Status.CORRECT):
+        job = job_mod.Job.__new__(job_mod.Job)
+        job.concurrency, job.alone, job.out_of_memory, job.shared_device = {}, alone, False, shared
+        job.alloc_retries = retries
+        job.result = {"status": status, "reason": "", "correct": status == Status.CORRECT}
+        job.conclude_concurrency()
+        return job.result
+
+    result = concluded({"candidate": 3, "reference": 0})
+    assert result["status"] == Status.HARNESS_ERROR and result["concurrency"]["retry_alone"]
+    assert result["concurrency"]["alloc_retries"] == {"candidate": 3} and "re-run alone" in result["reason"]
+    assert concluded({"reference": 1})["concurrency"]["retry_alone"]  # a baseline timed on a full device
+    assert concluded({"candidate": 3}, alone=True)["status"] == Status.CORRECT
+    assert concluded({"candidate": 3}, shared=False)["status"] == Status.CORRECT
+    assert concluded({"candidate": 0})["status"] == Status.CORRECT
+    assert concluded({"candidate": 3}, status=Status.INCORRECT)["status"] == Status.INCORRECT
+    for bad in (True, -1, 2.5, "3", 10**12, None):
+        assert verdict.count_claim(bad) == 0
+    assert verdict.count_claim(7) == 7
+
+
+def test_alloc_pressure_counts_only_inside_its_phases(monkeypatch):
+    import torch
+
+    from kernelagent.harness.child.common import AllocPressure
+
+    stats = {"num_alloc_retries": 0}
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device=None: dict(stats))
+    pressure = AllocPressure(torch.device("cuda", 0))
+    stats["num_alloc_retries"] = 5  # before any timed phase: not counted
+    with pressure.counting():
+        stats["num_alloc_retries"] = 7
+    stats["num_alloc_retries"] = 20  # between phases: not counted
+    with pressure.counting():
+        pass
+    assert pressure.retries == 2
+    assert AllocPressure(torch.device("cpu")).retries == 0
+
+
 def test_kernel_reward_batch_is_evaluated_concurrently(tmp_path):
     from kernelagent.harness.caller.pool import EvaluatorPool
     from kernelagent.rl.trl import KernelReward

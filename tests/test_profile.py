@@ -3,6 +3,8 @@ it can (CPU ops, interpreter timing). Plus the roofline and ncu parsing on fixed
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from kernelagent import hardware
@@ -79,6 +81,24 @@ NCU_CSV = '''"ID","Process ID","Process Name","Host Name","Kernel Name","Context
 "0","1","python","h","softmax_row_kernel(const float *, float *, long)","1","7","41.2","20.5","45.0","50.0","128","4096","0","1","8","32","4","1,000","6.0","1.5","0.5"
 "1","1","python","h","softmax_row_kernel(const float *, float *, long)","1","7","40.8","21.5","47.0","50.0","128","4096","0","1","8","32","4","1,100","6.0","1.5","0.5"
 '''
+
+
+def test_ncu_times_are_nanoseconds_whatever_unit_ncu_printed():
+    """ncu scales each value to a fitting unit by default: a 4 ms kernel's gpu__time_duration came
+    as 4.37 "msecond" on an H100 (2026-11-27), which the evidence read as 4.37 ns, so its clock
+    check (Nsight Compute's kernel time against the reported median) could never fire. Times are
+    converted to nanoseconds from the units row; the imports also ask for base units."""
+    scaled = NCU_CSV.replace('"nsecond"', '"msecond"').replace('"1,000"', '"4.37"').replace('"1,100"', '"4.39"')
+    kernels = profiling.summarise_ncu(profiling.parse_ncu_csv(scaled))
+    assert kernels[0]["time_ns"] == pytest.approx(4.38e6) and kernels[0]["total_ns"] == pytest.approx(8.76e6)
+    micro = NCU_CSV.replace('"nsecond"', '"usecond"').replace('"1,000"', '"182.5"').replace('"1,100"', '"182.5"')
+    assert profiling.summarise_ncu(profiling.parse_ncu_csv(micro))[0]["time_ns"] == pytest.approx(182_500)
+    # base units as printed: unchanged
+    assert profiling.summarise_ncu(profiling.parse_ncu_csv(NCU_CSV))[0]["time_ns"] == pytest.approx(1050)
+    from kernelagent.harness.caller import kernel_evidence
+    flags = kernel_evidence.judge({"kernels": [dict(kernels[0], name="softmax_row_kernel")]},
+                                  {"softmax_row_kernel"}, median_ms=1.0, calls=2)
+    assert [f["kind"] for f in flags] == ["clock-mismatch"]  # 4.38 ms of kernels a call, 1 ms claimed
 
 
 def test_ncu_parsing_and_summary():

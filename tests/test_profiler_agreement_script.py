@@ -59,18 +59,63 @@ def test_table_verdicts_on_synthetic_gpu_rows():
     mod = load_script()
     base = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580", "torch": "2.11", "triton": "3.6", "python": "3.12",
             "status": "correct", "meaningful": True}
+
+    def third(harness, profiler, ncu):
+        diff = 100 * (harness - profiler) / profiler
+        return {"status": "correct", "harness_ms": harness, "profiler_ms": profiler, "ncu_ms": ncu, "diff_pct": diff,
+                "within_pct": abs(diff) <= 3, "harness_vs_ncu_pct": 100 * (harness - ncu) / ncu,
+                "profiler_vs_ncu_pct": 100 * (profiler - ncu) / ncu}
+
     rows = [{**base, "problem": "a", "harness_ms": 0.1025, "profiler_ms": 0.1, "diff_pct": 2.5,
              "host_overhead_ms": 0.0025, "within_pct": True},
+            # a miss with no third clock: unexplained
             {**base, "problem": "b", "harness_ms": 0.2, "profiler_ms": 0.1, "diff_pct": 100.0,
-             "host_overhead_ms": 0.1, "within_pct": False},
+             "host_overhead_ms": 0.1, "within_pct": False,
+             "third": {"status": "not run", "ncu_note": "time cap"}},
             {**base, "problem": "c", "harness_ms": 0.02, "profiler_ms": 0.005, "diff_pct": 300.0,
-             "host_overhead_ms": 0.015, "within_pct": None}]
+             "host_overhead_ms": 0.015, "within_pct": None},
+            # the profiler reads 10% high again, ncu agrees with the harness: explained
+            {**base, "problem": "d", "harness_ms": 3.0, "profiler_ms": 3.3, "diff_pct": -9.1,
+             "host_overhead_ms": -0.3, "within_pct": False, "third": third(3.01, 3.31, 3.02)},
+            # ncu agrees with the profiler, not the harness: the harness's miss, unexplained
+            {**base, "problem": "e", "harness_ms": 3.0, "profiler_ms": 3.3, "diff_pct": -9.1,
+             "host_overhead_ms": -0.3, "within_pct": False, "third": third(3.0, 3.3, 3.29)},
+            # the second evaluation agrees: the miss did not repeat, still unexplained
+            {**base, "problem": "f", "harness_ms": 3.5, "profiler_ms": 3.0, "diff_pct": 16.7,
+             "host_overhead_ms": 0.5, "within_pct": False, "third": third(3.02, 3.0, 3.0)}]
     text = mod.table(rows)
     assert "GPU: NVIDIA H100 80GB HBM3, driver 580, torch 2.11, triton 3.6" in text
-    assert "| a | correct | 0.1025 | 0.1000 | +2.5 | 0.0025 | yes |" in text
-    assert "| b | correct |" in text and "| NO |" in text and "n/a (<50 us)" in text
-    assert "1 of 2 problems of 50 us or more agree within 3%." in text
+    assert "| a | correct | 0.1025 | 0.1000 | +2.5 | 0.0025 | – | yes |" in text
+    assert "| b | correct |" in text and "no: UNEXPLAINED (no ncu clock: time cap)" in text
+    assert "n/a (<50 us)" in text
+    assert ("| d | correct | 3.0000 | 3.3000 | -9.1 | -0.3000 | 3.0100 / 3.3100 / 3.0200 | no: explained: ncu "
+            "agrees with the harness (-0.3%), the profiler reads +9.6%") in text
+    assert "| e |" in text and "no: UNEXPLAINED (harness -8.8%, profiler +0.3% of ncu)" in text
+    assert "| f |" in text and "no: UNEXPLAINED: did not repeat (a second evaluation read +0.7%)" in text
+    assert ("1 of 5 problems of 50 us or more agree within 3%; of the 4 misses, 1 explained by the third "
+            "clock (ncu agrees with the harness) and 3 unexplained.") in text
     assert "NOT MEANINGFUL" not in text
+
+
+def test_the_third_clock_is_ncus_kernel_time_per_call():
+    """results.apply_kernel_evidence keeps ncu's summed kernel time per profiled call, over every
+    kernel (not only the 20 it lists), for the agreement table's third clock."""
+    from kernelagent.harness.caller import kernel_evidence, results
+    from kernelagent.harness.result import EvalResult, Timing
+
+    result = EvalResult(status="correct", correct=True, fingerprint={"cuda": True})
+    result.timings["candidate"] = Timing(median_ms=1.0, q1_ms=1.0, q3_ms=1.0, min_ms=1.0, reps=10)
+    kernels = [{"name": f"triton_k{i}", "launches": kernel_evidence.CALLS, "total_ns": 40_000.0}
+               for i in range(25)]
+    results.apply_kernel_evidence(result, {"kernels": kernels, "seconds": 1.0},
+                                  "import triton\n@triton.jit\n" + "".join(f"def triton_k{i}(): pass\n"
+                                                                           for i in range(25)))
+    assert len(result.kernel_evidence["kernels"]) == 20
+    assert abs(result.kernel_evidence["per_call_ms"] - 25 * 0.04 / kernel_evidence.CALLS) < 1e-12
+    # no kernel time, no third clock
+    empty = EvalResult(status="correct", correct=True, fingerprint={"cuda": True})
+    results.apply_kernel_evidence(empty, {"unavailable": "ncu was not found"}, "")
+    assert "per_call_ms" not in empty.kernel_evidence
 
 
 def test_no_problem_selected_is_bad_input(tmp_path):

@@ -17,7 +17,7 @@ case "$WHAT" in
     timeout -s INT "$LIMIT" python3 benchmarks/profiler_agreement.py --suite both --max-minutes "$MINUTES" \
       --jobs "$JOBS" --out "$OUT/agreement.jsonl" --summary "$OUT/agreement.md" 2>&1 | tail -80 ;;
   fidelity)
-    timeout -s INT "$LIMIT" python3 benchmarks/fidelity.py --cache on --reps 5 --fresh 1 --max-minutes "$MINUTES" \
+    timeout -s INT "$LIMIT" python3 benchmarks/fidelity.py --cache on --reps 6 --fresh 2 --max-minutes "$MINUTES" \
       --jobs "$JOBS" --out "$OUT/fidelity.jsonl" --summary "$OUT/fidelity.md" 2>&1 | tail -80 ;;
   *) echo "usage: fidelity_run.sh agreement|fidelity [minutes] [jobs]"; exit 2 ;;
 esac

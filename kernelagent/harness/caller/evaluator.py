@@ -457,10 +457,13 @@ class Evaluator(ServerChannel):
                     (reply["result"].get("concurrency") or {}).get("retry_alone"):
                 # Out of memory beside other jobs: never the candidate's verdict until it ran alone.
                 first = reply["result"].get("stage_seconds") or {}
+                first_retries = (reply["result"].get("concurrency") or {}).get("alloc_retries")
                 request["options"] = dict(options, alone=True)
                 reply = self._round_trip(request, self._deadline(config), cancel)
                 if reply is not None and "result" in reply:
                     reply["result"].setdefault("concurrency", {})["retried_alone"] = True
+                    if first_retries:  # why it was re-run: the device was full while it was timed
+                        reply["result"]["concurrency"]["first_try_alloc_retries"] = first_retries
                     reply["result"].setdefault("stage_seconds", {})["first_try"] = \
                         float(first.get("total_server", 0.0) or 0.0)
             if deferred and reply is not None and "result" in reply and \

@@ -71,14 +71,28 @@ def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
         return []
     header = rows[0]
     out = []
+    scale: dict[str, float] = {}
     for row in rows[1:]:
         if len(row) != len(header):
             continue
         record = dict(zip(header, row))
         if not record.get("ID", "").strip().isdigit():
-            continue  # the units row
+            # the units row: times in nanoseconds, whatever ncu chose to print
+            # (its default scales each value: a 4 ms kernel's gpu__time_duration came as "msecond")
+            scale = {name: UNIT_SCALE[unit.strip()] for name, unit in record.items()
+                     if unit.strip() in UNIT_SCALE and UNIT_SCALE[unit.strip()] != 1}
+            continue
+        for name, factor in scale.items():
+            value = _num(record.get(name))
+            if value is not None:
+                record[name] = repr(value * factor)
         out.append(record)
     return out
+
+
+# ncu's time units, to nanoseconds (`--print-units base` asks for nanoseconds and bytes; an ncu
+# that ignores it still scales times, which are converted here; sizes are read as printed).
+UNIT_SCALE = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
 
 
 def _num(value: Any) -> float | None:
@@ -399,7 +413,8 @@ def read_session(setup: Setup, proc: subprocess.CompletedProcess | None, timeout
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(2) as pool:
-        reads = [pool.submit(run_counted, [setup.ncu, "--import", str(rep), "--csv", "--page", "raw"] + extra, 60)
+        reads = [pool.submit(run_counted, [setup.ncu, "--import", str(rep), "--csv", "--page", "raw",
+                                                   "--print-units", "base"] + extra, 60)
                  for extra in ([], ["--print-kernel-base", "mangled"])]
         (imported, cpu_a), (mangled, cpu_b) = (f.result() for f in reads)
     records = parse_ncu_csv(imported.stdout)

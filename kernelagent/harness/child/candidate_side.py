@@ -21,7 +21,7 @@ import torch
 from kernelagent import hardware
 from kernelagent.harness import protocol
 from kernelagent.harness.child import cuda_evidence, defences, inputs as inputs_mod, timing, transfer
-from kernelagent.harness.child.common import (_aliasing, _device, _error_kind, _sync, _tensor_inputs,
+from kernelagent.harness.child.common import (AllocPressure, _aliasing, _device, _error_kind, _sync, _tensor_inputs,
                                                compact_traceback, import_problem, make_timer)
 from kernelagent.harness.config import EvalConfig
 
@@ -91,6 +91,7 @@ class CandidateSide:
     def run(self) -> None:
         self.stage("start")
         self.device = _device(self.job)
+        self.pressure = AllocPressure(self.device)
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)  # create the context now, not inside "load"
         self.problem = import_problem(self.job, self.workdir)
@@ -308,6 +309,8 @@ class CandidateSide:
             # a segment's seed comes with its `go`, and the server answers after checking the
             # outputs it chose in secret, if any.
             for _ in range(max(int(order["segments"]), 1)):
+                # read outside the server's clock on the segment (from `go` to the report)
+                began = self.pressure.begin()
                 go = protocol.recv(self.server, {"go"}, self.job_id)
                 try:
                     sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device,
@@ -331,6 +334,7 @@ class CandidateSide:
                     for d in cpu_described:
                         for data in d.payloads:
                             protocol.send_payload(self.server, data)
+                    self.pressure.end(began)
                     # The kept outputs stay as they are until the server has had them verified.
                     reply = protocol.recv(self.server, {"check_reply"}, self.job_id)
                 finally:
@@ -367,8 +371,9 @@ class CandidateSide:
         if order.get("profile"):
             self.stage("profile")
             try:
-                kernels = profile_kernels(self.model, self.problem, int(self.job["compile_seed"]) + 2, self.smoke,
-                                          self.device, own_names=self.own_kernel_names())
+                with self.pressure.counting():
+                    kernels = profile_kernels(self.model, self.problem, int(self.job["compile_seed"]) + 2,
+                                              self.smoke, self.device, own_names=self.own_kernel_names())
             except Exception as exc:  # noqa: BLE001 - a profiler failure is not the candidate's verdict
                 kernels = []
                 self.flags.append({"kind": "profile", "severity": "info", "message": f"torch.profiler failed: {exc}"})
@@ -382,7 +387,9 @@ class CandidateSide:
 
     def memory(self) -> dict[str, Any]:
         if getattr(self, "device", None) is not None and self.device.type == "cuda":
-            return {"peak_bytes": int(torch.cuda.max_memory_allocated(self.device))}
+            # alloc_retries: the device was full while timed work ran (common.AllocPressure)
+            return {"peak_bytes": int(torch.cuda.max_memory_allocated(self.device)),
+                    "alloc_retries": int(self.pressure.retries)}
         return {}
 
     def final_flags(self) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ runs this code too, so nothing here may be relied on to hold once candidate code
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -169,6 +170,43 @@ def make_timing_sets(problem: Any, seed: int, config: EvalConfig, smoke: bool,
         sets.append(inputs_mod.make_inputs(problem, "main", seed + j,
                                            smoke, device))
     return sets
+
+
+class AllocPressure:
+    """How often the caching allocator had to give memory back to the device to satisfy an
+    allocation (`num_alloc_retries`: the device was full) while timed work ran: the candidate's
+    timed segments and profile, the reference's baselines. Beside other jobs that hold device
+    memory, such a loop frees and maps memory between its calls, and its times are partly its
+    neighbours'; the server re-runs such a job alone (server/job.py conclude_concurrency). A
+    guard, not a measured cause: in the 62-problem agreement run on an H100 (2026-11-27, 8 jobs
+    at once) no job counted a retry. Counted around each timed phase only (begin/end, or
+    `with pressure.counting(): ...`)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.retries = 0
+
+    def _read(self) -> int:
+        if self.device.type != "cuda":
+            return 0
+        try:
+            return int(torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0))
+        except Exception:  # noqa: BLE001 - an allocator without statistics: nothing counted
+            return 0
+
+    def begin(self) -> int:
+        return self._read()
+
+    def end(self, began: int) -> None:
+        self.retries += max(self._read() - began, 0)
+
+    @contextlib.contextmanager
+    def counting(self) -> Any:
+        began = self.begin()
+        try:
+            yield
+        finally:
+            self.end(began)
 
 
 def make_timer(device: torch.device, config: EvalConfig, l2_bytes: int | None) -> timing.Timer:

@@ -20,8 +20,9 @@ import torch
 
 from kernelagent.harness import protocol
 from kernelagent.harness.child import compare, inputs as inputs_mod, timing, transfer
-from kernelagent.harness.child.common import (_device, _error_kind, _op_names, _param_bytes, _sync, child_setup,
-                                               compact_traceback, import_problem, make_timer, make_timing_sets)
+from kernelagent.harness.child.common import (AllocPressure, _device, _error_kind, _op_names, _param_bytes, _sync,
+                                               child_setup, compact_traceback, import_problem, make_timer,
+                                               make_timing_sets)
 from kernelagent.harness.config import EvalConfig
 
 _ASKS = frozenset({"check", "calibrate", "baselines", "idle_probe", "exit"})
@@ -43,6 +44,7 @@ class ReferenceSide:
         self.server = server
         self.workdir = workdir
         self.device = _device(job)
+        self.pressure = AllocPressure(self.device)
         self.smoke = job["smoke"]
 
     def send(self, msg_type: str, /, **fields: Any) -> None:
@@ -199,7 +201,8 @@ class ReferenceSide:
             elif kind == "exit":
                 memory = {}
                 if self.device.type == "cuda":
-                    memory = {"peak_bytes": int(torch.cuda.max_memory_allocated(self.device))}
+                    memory = {"peak_bytes": int(torch.cuda.max_memory_allocated(self.device)),
+                              "alloc_retries": int(self.pressure.retries)}  # while baselines were timed
                 self.send("ref_stats", memory=memory)
                 return
 
@@ -501,8 +504,9 @@ class ReferenceSide:
         with torch.no_grad():
             runner(*input_sets[0])  # compiles torch.compile's graph, untimed
         _sync(self.device)
-        return timer.measure(runner, input_sets, self.config.warmup_ms, self.config.target_ms,
-                             self.config.min_reps, self.config.max_reps, budget_s=self.config.timeouts.timing)
+        with self.pressure.counting():
+            return timer.measure(runner, input_sets, self.config.warmup_ms, self.config.target_ms,
+                                 self.config.min_reps, self.config.max_reps, budget_s=self.config.timeouts.timing)
 
 
 class _EmptyModel(torch.nn.Module):

@@ -248,17 +248,24 @@ class Hold:
 
 class Admission:
     """At most `limit` jobs at once; a job `alone` waits for every other to end and keeps the
-    others out while it runs (a reader-writer lock, writers first)."""
+    others out while it runs (a reader-writer lock, writers first). With a `device_lock`
+    (server/device_lock.py), the first job of a busy period takes the device's host-wide lock
+    before it starts (the others admitted meanwhile wait for that), and the last to end lets it
+    go: another harness server on the same GPU then never runs beside this one. `admit` yields
+    what the job's result records of that lock (`device_lock`, `device_lock_wait_s`)."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, device_lock: Any = None):
         self.limit = max(1, int(limit))
+        self.device_lock = device_lock
         self._cond = threading.Condition()
         self._running = 0
         self._alone = False
         self._alone_waiting = 0
+        self._acquiring = False
+        self._lock_info: dict[str, Any] = {}
 
     @contextmanager
-    def admit(self, alone: bool = False) -> Iterator[None]:
+    def admit(self, alone: bool = False) -> Iterator[dict[str, Any]]:
         with self._cond:
             if alone:
                 self._alone_waiting += 1
@@ -269,16 +276,32 @@ class Admission:
                     self._alone_waiting -= 1
                 self._alone = True
             else:
-                while self._alone or self._alone_waiting or self._running >= self.limit:
+                while self._alone or self._alone_waiting or self._acquiring or self._running >= self.limit:
                     self._cond.wait()
             self._running += 1
+            first = self._running == 1 and self.device_lock is not None
+            if first:
+                self._acquiring = True
+        info: dict[str, Any] = {}
         try:
-            yield
+            if first:
+                try:
+                    info = self.device_lock.acquire()
+                finally:
+                    with self._cond:
+                        self._acquiring = False
+                        self._lock_info = dict(info)
+                        self._cond.notify_all()
+            elif self.device_lock is not None:
+                info = {"device_lock": self._lock_info.get("device_lock"), "device_lock_wait_s": 0.0}
+            yield info
         finally:
             with self._cond:
                 self._running -= 1
                 if alone:
                     self._alone = False
+                if self._running == 0 and self.device_lock is not None:
+                    self.device_lock.release()
                 self._cond.notify_all()
 
     def running(self) -> int:

@@ -111,6 +111,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
         self.cpu: dict[str, float] = {}  # host CPU seconds by part (finish_result)
         self.alone = bool((request.get("options") or {}).get("alone"))
         self.out_of_memory = False  # an out-of-memory error was seen (retried alone when it ran beside others)
+        self.alloc_retries: dict[str, int] = {}  # the allocator gave memory back while timed work ran (per process)
 
     # -- helpers -------------------------------------------------------------------
     def fail(self, status: str, reason: str, stage: str | None) -> None:
@@ -417,6 +418,18 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
         shared = bool(getattr(self, "shared_device", False))
         self.concurrency.update(shared_device=shared, alone=self.alone,
                                 span=[round(getattr(self, "started_epoch", time.time()), 4), round(time.time(), 4)])
+        retries = {k: v for k, v in getattr(self, "alloc_retries", {}).items() if v}
+        if retries:
+            self.concurrency["alloc_retries"] = retries
+        if retries and shared and not self.alone and self.result["status"] == Status.CORRECT:
+            # The device was full while the candidate's loop or profile, or a baseline, was timed:
+            # the caching allocator gave memory back and mapped fresh pages call after call, so the
+            # times are the neighbours' memory's as much as the kernel's (common.AllocPressure). A
+            # candidate that claims this only buys itself a run alone.
+            self.result.update(status=Status.HARNESS_ERROR, correct=False,
+                               reason="the device's memory was full while this evaluation was timed beside others "
+                                      f"(allocator retries: {retries}); it is re-run alone before its times count")
+            self.concurrency["retry_alone"] = True
         if self.out_of_memory and shared and not self.alone and \
                 self.result["status"] in (Status.RUNTIME_ERROR, Status.HARNESS_ERROR, Status.CRASHED,
                                           Status.TOO_LARGE):
@@ -483,6 +496,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
         peak = message["memory"].get("peak_bytes")
         if isinstance(peak, int):
             self.result["memory"]["peak_candidate_bytes"] = peak
+        self.alloc_retries["candidate"] = verdict.count_claim(message["memory"].get("alloc_retries"))
 
     def end_early(self) -> None:
         """A check failed and stops the evaluation: collect the candidate's evidence, conclude."""

@@ -34,6 +34,7 @@ from kernelagent.harness import protocol
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import gate as gate_mod
+from kernelagent.harness.server.device_lock import DeviceLock
 from kernelagent.harness.server.job import FORK, Job
 
 def probe_device(requested: str) -> dict[str, Any]:
@@ -214,7 +215,7 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
     fingerprint["concurrency"] = {"jobs": limit, "default": chosen, "why": why if concurrency <= 0 else "asked for"}
     if listener is not None:
         gate = Dispatcher.make_gate(fingerprint, limit)
-        admission = gate_mod.Admission(limit)
+        admission = Dispatcher.make_admission(fingerprint, limit)
 
         def connection(client: Connection) -> "Dispatcher":
             dispatcher = Dispatcher(client, scratch_root, fingerprint, sandbox, limit, gate=gate, admission=admission)
@@ -241,7 +242,7 @@ class Dispatcher:
         self.conn, self.scratch_root, self.fingerprint, self.sandbox = conn, scratch_root, fingerprint, sandbox
         # Shared by every connection of a warm harness (server/listen.py): one device, one slot.
         self.gate = gate if gate is not None else self.make_gate(fingerprint, limit)
-        self.admission = admission if admission is not None else gate_mod.Admission(limit)
+        self.admission = admission if admission is not None else self.make_admission(fingerprint, limit)
         self._send_lock = threading.Lock()
         self._nonces: dict[str, queue.Queue[str]] = {}
         self._jobs: dict[str, Job] = {}
@@ -254,6 +255,10 @@ class Dispatcher:
         if fingerprint.get("cuda") and limit > 1:
             gate.memory = gate_mod.MemoryLedger(fingerprint.get("free_bytes"))
         return gate
+
+    @staticmethod
+    def make_admission(fingerprint: dict[str, Any], limit: int) -> gate_mod.Admission:
+        return gate_mod.Admission(limit, device_lock=DeviceLock.for_fingerprint(fingerprint))
 
     def send(self, msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) -> None:
         with self._send_lock:
@@ -320,8 +325,8 @@ class Dispatcher:
         job_id = str(request["job"])
         alone = bool((request.get("options") or {}).get("alone"))
         try:
-            with self.admission.admit(alone=alone):
-                self._handle(request, job_id)
+            with self.admission.admit(alone=alone) as device_lock:
+                self._handle(request, job_id, device_lock)
         except Exception:  # noqa: BLE001 - the server goes on; the caller hears a harness error
             try:
                 self.send("result", job_id, "-", result={"status": Status.HARNESS_ERROR,
@@ -334,10 +339,11 @@ class Dispatcher:
                 self._jobs.pop(job_id, None)
                 self._cancelled.discard(job_id)
 
-    def _handle(self, request: dict[str, Any], job_id: str) -> None:
+    def _handle(self, request: dict[str, Any], job_id: str, device_lock: dict[str, Any] | None = None) -> None:
         cpu_before = _cpu_seconds()
         admitted = time.monotonic()
         job = Job(request, self.scratch_root, self.fingerprint, self.sandbox, gate=self.gate)
+        job.concurrency.update(device_lock or {})  # another server's hold of this GPU (server/device_lock.py)
         with self._lock:
             if job_id in self._cancelled:
                 return  # cancelled while queued: `cancel` has answered

@@ -518,6 +518,7 @@ class TimedPhases:
             peak = message["memory"].get("peak_bytes")
             if isinstance(peak, int):
                 self.result["memory"]["peak_reference_bytes"] = peak
+            self.alloc_retries["reference"] = verdict.count_claim(message["memory"].get("alloc_retries"))
         except (StageTimeout, ReferenceGone, _Stop, OSError, protocol.ProtocolError):
             pass
 

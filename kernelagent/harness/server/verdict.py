@@ -67,6 +67,17 @@ def flag(kind: str, message: str, severity: str | None = None) -> dict[str, str]
     return {"kind": kind, "message": message, "severity": severity or SEVERITY.get(kind, "info")}
 
 
+MAX_COUNT_CLAIM = 10**9
+
+
+def count_claim(value: Any) -> int:
+    """A count a child process reported (allocator retries, say): an int from 0 to
+    MAX_COUNT_CLAIM, else 0 (a bool, a float, a negative or absurd number says nothing)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT_CLAIM:
+        return 0
+    return value
+
+
 def trusted_flags(claimed: list[Any]) -> list[dict[str, str]]:
     """Flags reported by the candidate's process, with severities from our table: a claimed
     severity is ignored (a candidate cannot downgrade its own evidence), and an unknown kind is
