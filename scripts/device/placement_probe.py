@@ -6,7 +6,16 @@ the whole sweep ROUNDS times. A pair that reads slow in every round while others
 the cause in the buffers' placement, not in any harness. Also the read-only time (x.sum) per buffer.
 JSON lines to $OUT/placement.jsonl and a summary on stdout. Trusted code only (no candidate).
 
+On an H100 (2026-11-27) no pair of 10 fixed buffers read slow, while the harness's loop ran the same
+kernel at 4.29 and 4.98 ms. `--loop` then runs a loop shaped like the harness's, with each part
+switchable, and prints every call's time with the addresses of its input and output, so that the
+slow calls can be tied to a part or to where the allocator put a buffer:
+  a fresh input each call (torch.randn into a new tensor; --reuse-input: one input for all),
+  the L2 flush before each call (--no-flush), a new output each call (torch.relu), and the
+  output copied into one of two kept slots after each call (--no-kept).
+
     python scripts/device/placement_probe.py [--buffers 8] [--reps 5] [--rounds 3]
+    python scripts/device/placement_probe.py --loop [--calls 40] [--no-flush] [--no-kept] [--reuse-input]
 """
 from __future__ import annotations
 
@@ -18,31 +27,103 @@ from pathlib import Path
 
 import torch
 
+# The CPU fallback only lets the script be tried off the GPU machine: its times mean nothing.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class _HostEvent:
+    def __init__(self, enable_timing: bool = True):
+        self.t = 0.0
+
+    def record(self) -> None:
+        import time
+
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: "_HostEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
+Event = torch.cuda.Event if DEVICE == "cuda" else _HostEvent
+
+
+def sync() -> None:
+    if DEVICE == "cuda":
+        sync()
+
 
 def timed(fn, reps: int) -> list[float]:
     out = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
+        start, end = Event(enable_timing=True), Event(enable_timing=True)
+        sync()
         start.record()
         fn()
         end.record()
-        torch.cuda.synchronize()
+        sync()
         out.append(start.elapsed_time(end))
     return out
 
 
+def harness_like(args) -> int:
+    """A loop shaped like the harness's timed loop (see the module docstring), every call's time and
+    buffer addresses to $OUT/placement_loop.jsonl."""
+    path = Path(os.environ.get("OUT", "/tmp")) / "placement_loop.jsonl"
+    shape = (args.rows, args.cols)
+    flush = torch.empty(2 * 50 * 2**20 // 4, dtype=torch.int32, device=DEVICE)
+    kept = [torch.empty(shape, device=DEVICE) for _ in range(0 if args.no_kept else 2)]
+    fixed = torch.randn(shape, device=DEVICE) if args.reuse_input else None
+    times = []
+    with path.open("a") as fh:
+        for call in range(args.calls):
+            x = fixed if fixed is not None else torch.randn(shape, device=DEVICE)
+            if not args.no_flush:
+                flush.zero_()
+            sync()
+            start, end = Event(enable_timing=True), Event(enable_timing=True)
+            start.record()
+            y = torch.relu(x)
+            end.record()
+            sync()
+            ms = start.elapsed_time(end)
+            if kept:
+                kept[call % len(kept)].copy_(y)
+            row = {"call": call, "ms": round(ms, 4), "x_gib": round(x.data_ptr() / 2**30, 3),
+                   "y_gib": round(y.data_ptr() / 2**30, 3), "flush": not args.no_flush, "kept": bool(kept),
+                   "fresh_input": fixed is None}
+            fh.write(json.dumps(row) + "\n")
+            times.append((ms, row["x_gib"], row["y_gib"]))
+            del y
+            if fixed is None:
+                del x
+    fast = min(t for t, _, _ in times[1:])
+    slow = [(i, t, xa, ya) for i, (t, xa, ya) in enumerate(times) if i and t > 1.05 * fast]
+    print(f"loop: {args.calls} calls, flush={not args.no_flush}, kept={not args.no_kept}, "
+          f"fresh input={not args.reuse_input}: fastest {fast:.4f} ms, median {statistics.median(t for t, _, _ in times):.4f},"
+          f" {len(slow)} calls above +5%")
+    for i, t, xa, ya in slow[:20]:
+        print(f"  call {i}: {t:.4f} ms, x at {xa} GiB, y at {ya} GiB")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--loop", action="store_true", help="a loop shaped like the harness's (see above)")
+    parser.add_argument("--calls", type=int, default=40)
+    parser.add_argument("--no-flush", action="store_true")
+    parser.add_argument("--no-kept", action="store_true")
+    parser.add_argument("--reuse-input", action="store_true")
     parser.add_argument("--buffers", type=int, default=8)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", type=int, default=4096)
     parser.add_argument("--cols", type=int, default=393216)
     args = parser.parse_args()
+    if args.loop:
+        return harness_like(args)
     path = Path(os.environ.get("OUT", "/tmp")) / "placement.jsonl"
-    bufs = [torch.randn(args.rows, args.cols, device="cuda") for _ in range(args.buffers)]
-    print(f"{torch.cuda.get_device_name()}: {args.buffers} buffers of {bufs[0].numel() * 4 / 1e9:.1f} GB; "
+    bufs = [torch.randn(args.rows, args.cols, device=DEVICE) for _ in range(args.buffers)]
+    print(f"{torch.cuda.get_device_name() if DEVICE == 'cuda' else 'CPU (not meaningful)'}: {args.buffers} buffers of {bufs[0].numel() * 4 / 1e9:.1f} GB; "
           f"addresses (GiB): {[round(b.data_ptr() / 2**30, 2) for b in bufs]}", flush=True)
     by_pair: dict[tuple[int, int], list[float]] = {}
     with path.open("w") as fh:
