@@ -294,6 +294,64 @@ def test_a_full_device_while_timed_beside_others_is_retried_alone():
     assert verdict.count_claim(7) == 7
 
 
+def test_a_stage_past_its_limit_beside_others_is_retried_alone():
+    """8 cold jobs at once on a 16-core H100 host ran 7 honest candidates past their 'start' or
+    'compile' limits (their neighbours' compiles had the CPUs): a stage limit is the
+    candidate's only once it is reached alone. A timed loop that held the device too long is the
+    candidate's at once (its queued work), as before."""
+    from kernelagent.harness.server import job as job_mod
+
+    def concluded(stage_timed_out=True, shared=True, alone=False, status=Status.TIMEOUT):
+        job = job_mod.Job.__new__(job_mod.Job)
+        job.concurrency, job.alone, job.out_of_memory, job.shared_device = {}, alone, False, shared
+        job.stage_timed_out, job.alloc_retries = stage_timed_out, {}
+        job.result = {"status": status, "reason": "stage 'compile' ran past its 120 s limit", "correct": False}
+        job.conclude_concurrency()
+        return job.result
+
+    result = concluded()
+    assert result["status"] == Status.HARNESS_ERROR and result["concurrency"]["retry_alone"]
+    assert "re-run alone" in result["reason"] and "'compile' ran past" in result["reason"]
+    assert concluded(alone=True)["status"] == Status.TIMEOUT
+    assert concluded(shared=False)["status"] == Status.TIMEOUT
+    assert concluded(stage_timed_out=False)["status"] == Status.TIMEOUT  # the slot limit: the candidate's
+
+
+def test_inductor_compile_workers_are_the_servers_cpus_shared_among_its_jobs(monkeypatch):
+    """Inductor's default is min(32, CPUs) workers in every reference process that compiles; the
+    server shares its CPUs among the jobs it runs at once, and the caller's
+    TORCHINDUCTOR_COMPILE_THREADS wins. The reference process sets Inductor's config itself (a
+    server forked from the zygote may have imported it under another environment)."""
+    import os
+
+    import torch._inductor.config as inductor_config
+
+    from kernelagent.harness.child import reference_side
+    from kernelagent.harness.server import main as server_main
+
+    monkeypatch.setenv(server_main.COMPILE_WORKERS_ENV, "unset")  # restored (removed) at teardown
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert server_main.share_compile_workers(8) == 2 and os.environ[server_main.COMPILE_WORKERS_ENV] == "2"
+    assert server_main.share_compile_workers(1) == 16
+    assert server_main.share_compile_workers(32) == 1
+    before = inductor_config.compile_threads
+    try:
+        monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+        monkeypatch.setenv(server_main.COMPILE_WORKERS_ENV, "2")
+        inductor_config.compile_threads = 16  # as decided when Inductor's config was imported
+        assert reference_side.set_compile_workers() == 2 and inductor_config.compile_threads == 2
+        monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "5")  # the caller's choice wins
+        assert reference_side.set_compile_workers() == 5 and inductor_config.compile_threads == 5
+        monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "many")
+        assert reference_side.set_compile_workers() is None and inductor_config.compile_threads == 5
+    finally:
+        inductor_config.compile_threads = before
+    from kernelagent.harness import Evaluator
+
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in Evaluator(device="cpu", cpus=[0, 1])._server_env()
+
+
 def test_alloc_pressure_counts_only_inside_its_phases(monkeypatch):
     import torch
 

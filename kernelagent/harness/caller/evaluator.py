@@ -131,8 +131,9 @@ class Evaluator(ServerChannel):
             env["CUDA_VISIBLE_DEVICES"] = self.visible_devices
         if self.cpus:
             threads = str(len(self.cpus))
-            for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                         "TORCHINDUCTOR_COMPILE_THREADS"):
+            # Inductor's compile workers are the server's to share among its jobs
+            # (server/main.py share_compile_workers), from the CPUs it is pinned to.
+            for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
                 env[name] = threads
         if self.requested_device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""

@@ -416,6 +416,7 @@ class ReferenceSide:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_dir)
         if triton_dir:  # Inductor's kernels land in Triton's cache, not its own
             os.environ["TRITON_CACHE_DIR"] = str(triton_dir)
+        set_compile_workers()
         errors: dict[str, str] = {}
         empty = _EmptyModel().to(self.device)
         runners: dict[str, Any] = {"eager": (self.model, empty)}
@@ -507,6 +508,25 @@ class ReferenceSide:
         with self.pressure.counting():
             return timer.measure(runner, input_sets, self.config.warmup_ms, self.config.target_ms,
                                  self.config.min_reps, self.config.max_reps, budget_s=self.config.timeouts.timing)
+
+
+def set_compile_workers() -> int | None:
+    """Inductor's compile workers for this process's baselines: TORCHINDUCTOR_COMPILE_THREADS where
+    the caller set it, else the server's share of the host's CPUs per job
+    (KERNELAGENT_COMPILE_WORKERS, server/main.py share_compile_workers). Inductor reads its own
+    variable once, when its config is first imported, which a server forked from the zygote may
+    have done under another environment: so the value is set on its config here, before
+    anything compiles. None (Inductor's choice stands) where neither is a positive integer."""
+    for name in ("TORCHINDUCTOR_COMPILE_THREADS", "KERNELAGENT_COMPILE_WORKERS"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            if not value.isdigit() or int(value) < 1:
+                return None
+            import torch._inductor.config as inductor_config
+
+            inductor_config.compile_threads = int(value)
+            return inductor_config.compile_threads
+    return None
 
 
 class _EmptyModel(torch.nn.Module):

@@ -111,6 +111,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
         self.cpu: dict[str, float] = {}  # host CPU seconds by part (finish_result)
         self.alone = bool((request.get("options") or {}).get("alone"))
         self.out_of_memory = False  # an out-of-memory error was seen (retried alone when it ran beside others)
+        self.stage_timed_out = False  # a stage ran past its limit (retried alone when it ran beside others)
         self.alloc_retries: dict[str, int] = {}  # the allocator gave memory back while timed work ran (per process)
 
     # -- helpers -------------------------------------------------------------------
@@ -336,6 +337,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
                                                 "limit while processes of this job were left stopped by the harness "
                                                 f"({', '.join(left)[:300]})", self.stage)
             else:
+                self.stage_timed_out = True  # beside other jobs, re-run alone first (conclude_concurrency)
                 self.fail(Status.TIMEOUT, f"stage '{self.stage}' ran past its {self.limit(self.stage):.0f} s limit; "
                                           "the candidate's processes were killed", self.stage)
         except CandidateGone:
@@ -411,13 +413,25 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
                 traceback.print_exc()
 
     def conclude_concurrency(self) -> None:
-        """What running beside other jobs cost this one (result.concurrency), and the rule for
-        memory: an out-of-memory error in a job that shared the device is a harness error the
-        caller re-runs alone (caller/evaluator.py), never the candidate's; alone, it is the
-        candidate's as before."""
+        """What running beside other jobs cost this one (result.concurrency), and the rules for what
+        neighbours can cause: an out-of-memory error, a stage past its limit, or a full device
+        while timed work ran, in a job that shared the device, is a harness error the caller
+        re-runs alone (caller/evaluator.py), never the candidate's; alone, it is the candidate's
+        as before."""
         shared = bool(getattr(self, "shared_device", False))
         self.concurrency.update(shared_device=shared, alone=self.alone,
                                 span=[round(getattr(self, "started_epoch", time.time()), 4), round(time.time(), 4)])
+        if getattr(self, "stage_timed_out", False) and shared and not self.alone and \
+                self.result["status"] == Status.TIMEOUT:
+            # Beside other jobs the host's CPUs are shared, and a stage's clock is paused only while
+            # a neighbour holds the device: 8 cold jobs' compiles on a 16-core host ran 7 honest
+            # candidates past their 'start' or 'compile' limits (H100, 2026-11-27). A stage limit
+            # is the candidate's only once it is reached alone.
+            self.result.update(status=Status.HARNESS_ERROR, correct=False,
+                               reason="ran past a stage limit while other evaluations shared the host; it is re-run "
+                                      "alone before anything is said about the candidate (was: "
+                                      + str(self.result.get("reason", ""))[:300] + ")")
+            self.concurrency["retry_alone"] = True
         retries = {k: v for k, v in getattr(self, "alloc_retries", {}).items() if v}
         if retries:
             self.concurrency["alloc_retries"] = retries

@@ -212,7 +212,8 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
     chosen, why = gate_mod.default_concurrency(cuda=bool(fingerprint.get("cuda")),
                                                device_free_bytes=fingerprint.get("free_bytes"))
     limit = concurrency if concurrency > 0 else chosen
-    fingerprint["concurrency"] = {"jobs": limit, "default": chosen, "why": why if concurrency <= 0 else "asked for"}
+    fingerprint["concurrency"] = {"jobs": limit, "default": chosen, "why": why if concurrency <= 0 else "asked for",
+                                  "compile_workers": share_compile_workers(limit)}
     if listener is not None:
         gate = Dispatcher.make_gate(fingerprint, limit)
         admission = Dispatcher.make_admission(fingerprint, limit)
@@ -229,6 +230,26 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
     dispatcher = Dispatcher(conn, scratch_root, fingerprint, sandbox, limit)
     protocol.send(conn, "hello", "-", fingerprint=protocol.json_safe(fingerprint), pid=os.getpid(), daemon={})
     dispatcher.run()
+
+
+COMPILE_WORKERS_ENV = "KERNELAGENT_COMPILE_WORKERS"
+
+
+def share_compile_workers(jobs: int) -> int:
+    """Inductor's compile workers for each reference process that compiles baselines: this
+    server's CPUs shared among the jobs it runs at once, at least one. Inductor's own default is
+    min(32, CPUs) per process: 8 reference processes of a cold server each compiling with 16
+    workers on a 16-core H100 host starved the candidates' own compiles, and 7 of 8 honest jobs
+    ran past their 'start' or 'compile' limits (2026-11-27, benchmarks/fidelity.py's primes). Set
+    in the environment the job processes are forked with (child/reference_side.py
+    set_compile_workers); TORCHINDUCTOR_COMPILE_THREADS, where the caller set it, wins."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    workers = max(1, cpus // max(1, int(jobs)))
+    os.environ[COMPILE_WORKERS_ENV] = str(workers)
+    return workers
 
 
 class Dispatcher:
