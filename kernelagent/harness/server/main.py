@@ -238,9 +238,9 @@ COMPILE_WORKERS_ENV = "KERNELAGENT_COMPILE_WORKERS"
 def share_compile_workers(jobs: int) -> int:
     """Inductor's compile workers for each reference process that compiles baselines: this
     server's CPUs shared among the jobs it runs at once, at least one. Inductor's own default is
-    min(32, CPUs) per process: 8 reference processes of a cold server each compiling with 16
-    workers on a 16-core H100 host starved the candidates' own compiles, and 7 of 8 honest jobs
-    ran past their 'start' or 'compile' limits (2026-11-27, benchmarks/fidelity.py's primes). Set
+    min(32, CPUs) per process: with 8 reference processes of a cold server compiling at once on
+    a 16-core H100 host, 7 of 8 honest jobs ran past their 'start' or 'compile' limits
+    (2026-11-27, benchmarks/fidelity.py's primes; starved CPUs inferred, not measured). Set
     in the environment the job processes are forked with (child/reference_side.py
     set_compile_workers); TORCHINDUCTOR_COMPILE_THREADS, where the caller set it, wins."""
     try:
