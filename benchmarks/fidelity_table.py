@@ -35,9 +35,10 @@ def summarize(rows: list[dict], reps: int) -> list[dict]:
     for row in rows:
         if not row.get("prime"):
             groups.setdefault((row["label"], row["cache"], row.get("process", "fresh")), []).append(row)
+    order = {label: i for i, label in enumerate(dict.fromkeys(r["label"] for r in rows))}  # as the rows came
     out = []
     for (label, cache, process), group in sorted(groups.items(), key=lambda kv: (
-            list(dict.fromkeys(r["label"] for r in rows)).index(kv[0][0]), kv[0][1], kv[0][2] != "warm")):
+            order[kv[0][0]], kv[0][1], kv[0][2] != "warm")):
         group.sort(key=lambda r: r["rep"])
         ok = [r for r in group if r.get("status") == "correct" and r.get("candidate_ms")]
         mean = lambda key: statistics.fmean(v) if (v := [r[key] for r in ok if r.get(key) is not None]) else None  # noqa: E731
@@ -74,8 +75,8 @@ def summarize(rows: list[dict], reps: int) -> list[dict]:
             "sources": sorted({str(r.get("source")) for r in ok}),
             "loop_ratio": statistics.median(loops) if loops else None,
             "cached": sum(1 for r in ok if r.get("baselines_cached")),
-            "fresh_over_warm": _fresh_over_warm([r for r in rows if not r.get("prime") and r["label"] == label
-                                                 and r["cache"] == cache and r.get("status") == "correct"],
+            "fresh_over_warm": _fresh_over_warm([r for p in ("warm", "fresh") for r in groups.get((label, cache, p), [])
+                                                 if r.get("status") == "correct"],
                                                 "speedup_compile" if base == "compile" else "speedup_eager"),
             "sm_mhz": span("clocks.sm"), "max_sm_mhz": span("clocks.max.sm"),
             "temp_c": span("temperature.gpu"), "power_w": span("power.draw"),

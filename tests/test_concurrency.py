@@ -231,6 +231,7 @@ def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
 
     job = job_mod.Job.__new__(job_mod.Job)
     job.concurrency, job.alone, job.out_of_memory, job.shared_device = {}, False, True, True
+    job.stage_timed_out, job.alloc_retries = False, {}
     job.result = {"status": Status.RUNTIME_ERROR, "reason": "out of memory on the device", "correct": False}
     job.conclude_concurrency()
     assert job.result["status"] == Status.HARNESS_ERROR and job.result["concurrency"]["retry_alone"]
@@ -276,7 +277,7 @@ def test_a_full_device_while_timed_beside_others_is_retried_alone():
     def concluded(retries, shared=True, alone=False, status=Status.CORRECT):
         job = job_mod.Job.__new__(job_mod.Job)
         job.concurrency, job.alone, job.out_of_memory, job.shared_device = {}, alone, False, shared
-        job.alloc_retries = retries
+        job.stage_timed_out, job.alloc_retries = False, retries
         job.result = {"status": status, "reason": "", "correct": status == Status.CORRECT}
         job.conclude_concurrency()
         return job.result
@@ -520,6 +521,7 @@ def test_the_reference_dying_of_cuda_out_of_memory_beside_others_is_retried_alon
     assert not job_mod._says_out_of_memory("ValueError: the problem raised\n")
     job = job_mod.Job.__new__(job_mod.Job)
     job.concurrency, job.alone, job.shared_device = {}, False, True
+    job.stage_timed_out, job.alloc_retries = False, {}
     job.out_of_memory = job_mod._says_out_of_memory(log)
     job.result = {"status": Status.HARNESS_ERROR, "correct": False,
                   "reason": "the reference process exited with code 1 during stage 'compile'"}

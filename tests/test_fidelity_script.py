@@ -218,6 +218,32 @@ def _fake_eval(walls: list[float]):
     return run_eval, calls
 
 
+class InFlight:
+    """Stand-ins for run_eval and run_eval_warm that each take `seconds` and record which calls were
+    in flight together (`seen`: the keys running as each call started)."""
+
+    def __init__(self, seconds: float):
+        import threading
+
+        self.inner, _ = _fake_eval([0.01])
+        self.seconds, self.lock, self.running, self.seen = seconds, threading.Lock(), [], []
+
+    def stand_in(self, key):
+        """A stand-in recording key(args) for each call."""
+        import time as real_time
+
+        def run(*args, **kwargs):
+            entry = key(args)
+            with self.lock:
+                self.running.append(entry)
+                self.seen.append(list(self.running))
+            real_time.sleep(self.seconds)
+            with self.lock:
+                self.running.remove(entry)
+            return self.inner(None, None, None, "cpu", 1.0)
+        return run
+
+
 def test_fresh_evaluations_run_without_the_kernel_evidence_unless_asked(tmp_path, monkeypatch):
     """It changes no time and cost ~8 s per win on an H200: off here unless --kernel-evidence."""
     mod = load_script()
@@ -249,24 +275,11 @@ def test_plan_is_round_robin_over_pairs(tmp_path, monkeypatch):
 def test_warm_repetitions_run_in_waves_of_jobs_and_never_beside_their_primes(tmp_path, monkeypatch, jobs):
     """--jobs: warm evaluations in flight at once in the one server, primes apart from repetitions
     (a repetition with the cache on must find its prime's baselines)."""
-    import threading
-    import time as real_time
-
     mod = load_script()
-    inner, _ = _fake_eval([0.01])
-    lock, running, seen = threading.Lock(), [], []
-
-    def run_eval_warm(evaluator, problem, candidate, cache, evidence=False):
-        key = (problem.name, cache)
-        with lock:
-            running.append(key)
-            seen.append(list(running))
-        real_time.sleep(0.15)
-        with lock:
-            running.remove(key)
-        return inner(problem, candidate, None, "cpu", 1.0)
-
-    monkeypatch.setattr(mod, "run_eval_warm", run_eval_warm)
+    flight = InFlight(0.15)
+    seen = flight.seen
+    # run_eval_warm(evaluator, problem, candidate, cache, evidence): one key per problem and cache
+    monkeypatch.setattr(mod, "run_eval_warm", flight.stand_in(lambda args: (args[1].name, args[3])))
     out = tmp_path / "rows.jsonl"
     assert mod.main(["--reps", "3", "--fresh", "0", "--pair", PAIR, "--pair", PAIR + "@batch_size=8",
                      "--device", "cpu", "--out", str(out), "--jobs", str(jobs)]) == 0
@@ -317,26 +330,11 @@ def test_nvml_absent_here_and_clock_index():
 def test_fresh_processes_start_fresh_jobs_at_a_time_after_the_warm_ones(tmp_path, monkeypatch, fresh_jobs):
     """--fresh-jobs: that many `kernelagent eval` processes at once (their servers take the GPU one
     at a time through the device lock), never beside a warm wave."""
-    import threading
-    import time as real_time
-
     mod = load_script()
-    inner, _ = _fake_eval([0.01])
-    lock, running, seen = threading.Lock(), [], []
-
-    def tracked(process):
-        def run(*args, **kwargs):
-            with lock:
-                running.append(process)
-                seen.append(list(running))
-            real_time.sleep(0.1)
-            with lock:
-                running.remove(process)
-            return inner(args[1] if process == "warm" else args[0], None, None, "cpu", 1.0)
-        return run
-
-    monkeypatch.setattr(mod, "run_eval", tracked("fresh"))
-    monkeypatch.setattr(mod, "run_eval_warm", tracked("warm"))
+    flight = InFlight(0.1)
+    seen = flight.seen
+    monkeypatch.setattr(mod, "run_eval", flight.stand_in(lambda args: "fresh"))
+    monkeypatch.setattr(mod, "run_eval_warm", flight.stand_in(lambda args: "warm"))
     out = tmp_path / "rows.jsonl"
     pairs = ["--pair", PAIR, "--pair", PAIR + "@batch_size=8", "--pair", PAIR + "@batch_size=16"]
     assert mod.main(["--reps", "3", "--fresh", "2", "--cache", "on", *pairs, "--device", "cpu", "--out", str(out),

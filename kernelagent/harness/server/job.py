@@ -421,38 +421,37 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
         shared = bool(getattr(self, "shared_device", False))
         self.concurrency.update(shared_device=shared, alone=self.alone,
                                 span=[round(getattr(self, "started_epoch", time.time()), 4), round(time.time(), 4)])
-        if getattr(self, "stage_timed_out", False) and shared and not self.alone and \
-                self.result["status"] == Status.TIMEOUT:
+        retries = {k: v for k, v in self.alloc_retries.items() if v}
+        if retries:
+            self.concurrency["alloc_retries"] = retries
+        beside = shared and not self.alone
+        if beside and self.stage_timed_out and self.result["status"] == Status.TIMEOUT:
             # Beside other jobs the host's CPUs are shared, and a stage's clock is paused only while
             # a neighbour holds the device: 8 cold jobs' compiles on a 16-core host ran 7 honest
             # candidates past their 'start' or 'compile' limits (H100, 2026-11-27). A stage limit
             # is the candidate's only once it is reached alone.
-            self.result.update(status=Status.HARNESS_ERROR, correct=False,
-                               reason="ran past a stage limit while other evaluations shared the host; it is re-run "
-                                      "alone before anything is said about the candidate (was: "
-                                      + str(self.result.get("reason", ""))[:300] + ")")
-            self.concurrency["retry_alone"] = True
-        retries = {k: v for k, v in getattr(self, "alloc_retries", {}).items() if v}
-        if retries:
-            self.concurrency["alloc_retries"] = retries
-        if retries and shared and not self.alone and self.result["status"] == Status.CORRECT:
+            self.retry_alone("ran past a stage limit while other evaluations shared the host; it is re-run alone "
+                             "before anything is said about the candidate (was: "
+                             + str(self.result.get("reason", ""))[:300] + ")")
+        if beside and retries and self.result["status"] == Status.CORRECT:
             # The device was full while the candidate's loop or profile, or a baseline, was timed:
             # the caching allocator gave memory back and mapped fresh pages call after call, so the
             # times are the neighbours' memory's as much as the kernel's (common.AllocPressure). A
             # candidate that claims this only buys itself a run alone.
-            self.result.update(status=Status.HARNESS_ERROR, correct=False,
-                               reason="the device's memory was full while this evaluation was timed beside others "
-                                      f"(allocator retries: {retries}); it is re-run alone before its times count")
-            self.concurrency["retry_alone"] = True
-        if self.out_of_memory and shared and not self.alone and \
-                self.result["status"] in (Status.RUNTIME_ERROR, Status.HARNESS_ERROR, Status.CRASHED,
-                                          Status.TOO_LARGE):
-            self.result.update(status=Status.HARNESS_ERROR, correct=False,
-                               reason="out of device memory while other evaluations shared the device; it is re-run "
-                                      "alone before anything is said about the candidate (was: "
-                                      + str(self.result.get("reason", ""))[:300] + ")")
-            self.concurrency["retry_alone"] = True
+            self.retry_alone("the device's memory was full while this evaluation was timed beside others "
+                             f"(allocator retries: {retries}); it is re-run alone before its times count")
+        if beside and self.out_of_memory and self.result["status"] in (Status.RUNTIME_ERROR, Status.HARNESS_ERROR,
+                                                                       Status.CRASHED, Status.TOO_LARGE):
+            self.retry_alone("out of device memory while other evaluations shared the device; it is re-run "
+                             "alone before anything is said about the candidate (was: "
+                             + str(self.result.get("reason", ""))[:300] + ")")
         self.result["concurrency"] = gate_mod.describe(self.concurrency)
+
+    def retry_alone(self, reason: str) -> None:
+        """A harness error that the caller answers by running the job again alone
+        (caller/evaluator.py), where this job shared the device (conclude_concurrency)."""
+        self.result.update(status=Status.HARNESS_ERROR, correct=False, reason=reason)
+        self.concurrency["retry_alone"] = True
 
     def precompile_only(self) -> dict[str, Any]:
         """A CUDA candidate without a GPU: compile its sources with nvcc; nothing runs.
