@@ -55,6 +55,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _gone(info: dict) -> str:
+    """What became of the harness of `info` (for a failed assertion): alive, or its exit status
+    (this test process started it, so it is ours to reap), and its log's last lines."""
+    pid, status = info.get("pid"), "alive"
+    if isinstance(pid, int) and not _alive(pid):
+        try:
+            _, code = os.waitpid(pid, os.WNOHANG)
+            status = f"ended: {'signal ' + str(os.WTERMSIG(code)) if os.WIFSIGNALED(code) else 'exit ' + str(os.WEXITSTATUS(code))}"
+        except ChildProcessError:
+            status = "ended (reaped already)"
+    log = Path(info["log"]) if info.get("log") else None
+    tail = log.read_text(errors="replace")[-1500:] if log is not None and log.exists() else "(no log)"
+    return f"harness {pid}: {status}; log:\n{tail}"
+
+
 def _evaluate(cache: Path, candidate: str, **kwargs) -> tuple:
     with Evaluator(device="cpu", cache_dir=cache, daemon=True, **kwargs) as ev:
         result = ev.evaluate(RELU, candidate, CONFIG)
@@ -65,11 +80,13 @@ def test_a_second_command_reuses_the_warm_harness_and_a_crash_does_not_end_it(ru
     first, info1, iso = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
     assert first.status == Status.CORRECT, first.reason
     assert info1["started_now"] and _alive(info1["pid"]) and iso["daemon"]["pid"] == info1["pid"]
+    assert info1["why_started"] == "no harness of these settings was listening (no socket)"
     assert oct(os.stat(runtime).st_mode & 0o777) == "0o700"
     assert oct(os.stat(info1["socket"]).st_mode & 0o777) == "0o600"
     crashed, info2, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "segfaults.py"))
     assert crashed.status == Status.CRASHED, crashed.reason
-    assert not info2["started_now"] and info2["pid"] == info1["pid"]
+    assert not info2["started_now"] and info2["pid"] == info1["pid"], (info2, _gone(info1))
+    assert "why_started" not in info2 and info2["log"] == info1["log"]
     again, info3, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
     assert again.status == Status.CORRECT and info3["pid"] == info1["pid"]
     assert again.stage_seconds.get("server_start", 0.0) < 2.0  # no server start: it was warm
@@ -89,7 +106,8 @@ def test_a_runtime_folder_past_the_socket_path_limit_is_used_as_it_is(tmp_path, 
         assert first.status == Status.CORRECT, first.reason
         assert len(os.fsencode(info1["socket"])) > 108 and info1["started_now"]
         again, info2, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
-        assert again.status == Status.CORRECT and not info2["started_now"] and info2["pid"] == info1["pid"]
+        assert again.status == Status.CORRECT, again.reason
+        assert not info2["started_now"] and info2["pid"] == info1["pid"], (info2, _gone(info1))
     finally:
         _stop_all(where)
 
@@ -119,6 +137,9 @@ def test_a_harness_that_died_or_runs_old_code_is_replaced(runtime, tmp_path, mon
     assert result.status == Status.CORRECT, result.reason
     assert info2["started_now"] and info2["pid"] != info1["pid"]
     assert info2["socket"] == info1["socket"]
+    # its socket refused us, or (the kill still under way) took us and closed without a word
+    assert info2["why_started"].startswith(("no harness answered at the socket (Connection refused",
+                                            "the socket's harness closed the connection without a hello")), info2
     # changed code: another socket, a new harness; the old one is never asked again
     monkeypatch.setitem(daemon._DIGEST, "d", "changed-code")
     result, info3, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
@@ -137,6 +158,8 @@ def test_an_idle_harness_stops_and_takes_its_socket_and_scratch_with_it(runtime,
         time.sleep(0.1)
     assert not _alive(info["pid"])
     assert not Path(info["socket"]).exists() and not scratch.exists()
+    # its log outlives it, and ends with why it stopped
+    assert Path(info["log"]).read_text().strip().splitlines()[-1].endswith("exiting: idle for 2 s")
 
 
 def test_another_user_is_refused(tmp_path, monkeypatch):
@@ -238,3 +261,87 @@ def test_an_interrupted_command_ends_only_its_own_job(runtime, tmp_path):
     slow.close()
     assert result.status == Status.CORRECT, result.reason
     assert _alive(pid)
+
+
+class _Flaky:
+    """A listening socket whose accept() fails as a loaded host's may, then times out."""
+
+    def __init__(self, errors: list):
+        self.errors = errors
+
+    def accept(self):
+        raise self.errors.pop(0) if self.errors else socket.timeout()
+
+    def fileno(self) -> int:
+        return 3
+
+
+def test_a_failed_accept_or_greeting_costs_one_client_not_the_harness(tmp_path):
+    import errno
+
+    from kernelagent.harness.server.listen import Listener
+
+    listener = Listener(tmp_path / "h.sock", idle_timeout=1.0)
+    try:
+        greeted: list = []
+
+        def connection(conn):
+            greeted.append(conn)
+            if len(greeted) == 1:
+                raise RuntimeError("a bug in one greeting")
+            raise AssertionError("unreachable")
+
+        real = listener.sock
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(str(tmp_path / "h.sock"))
+        first, _ = real.accept()
+        listener.sock = _Flaky([OSError(errno.EMFILE, "Too many open files")])
+        # no descriptors left once, then idle: it serves on, and stops only when idle
+        assert listener.serve(connection, busy=lambda: False) == "idle for 1 s"
+        listener.sock = _Flaky([OSError(errno.EBADF, "Bad file descriptor")])
+        assert listener.serve(connection, busy=lambda: False).startswith("its socket failed")
+        # a greeting that raises: that client's connection closes, the harness goes on
+        class _Once(_Flaky):
+            def accept(self):
+                if first is not None and not greeted:
+                    return first, None
+                return super().accept()
+        listener.sock = _Once([])
+        assert listener.serve(connection, busy=lambda: False) == "idle for 1 s"
+        assert len(greeted) == 1
+        client.settimeout(5)
+        assert client.recv(10) == b""  # closed on it
+        client.close()
+        real.close()
+    finally:
+        listener.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.close()
+
+
+def test_a_reaped_job_process_is_never_signalled_by_its_pid(monkeypatch):
+    """Pids wrap (32768 on many hosts): once a job's process is reaped, its pid may be a warm
+    harness's or anyone's, so only its group (reserved while a member lives) is signalled."""
+    import multiprocessing as mp
+    import signal
+
+    from kernelagent.harness.server import processes
+
+    ctx = mp.get_context("fork")
+    proc = ctx.Process(target=os._exit, args=(0,))
+    proc.start()
+    proc.join(10)
+    sent: list = []
+    monkeypatch.setattr(processes.os, "kill", lambda pid, sig: sent.append(("kill", pid, sig)))
+    monkeypatch.setattr(processes.os, "killpg", lambda pid, sig: sent.append(("killpg", pid, sig)))
+    processes._kill_group(proc)
+    assert sent == [("killpg", proc.pid, signal.SIGKILL)]
+    live = ctx.Process(target=time.sleep, args=(30,))
+    live.start()
+    try:
+        sent.clear()
+        processes._kill_group(live)
+        assert sent == [("killpg", live.pid, signal.SIGKILL), ("kill", live.pid, signal.SIGKILL)]
+    finally:
+        monkeypatch.undo()
+        live.kill()
+        live.join(10)

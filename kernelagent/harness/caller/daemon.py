@@ -18,7 +18,9 @@ H100 host) and finds the reference-side compile caches warm.
   peer (SO_PEERCRED) is not its own uid; this side checks the harness's uid the same way.
 - **When it goes.** After `idle_timeout` seconds with no connection and no job
   (KERNELAGENT_DAEMON_IDLE_S, default 600), removing its socket and scratch. A socket whose
-  harness is gone (killed, a crash) is removed and a new harness started.
+  harness is gone (killed, a crash) is removed and a new harness started; the result says why
+  (`isolation.daemon.why_started`). Its log (`harness-<key>.log` beside the socket) outlives
+  it and ends with why it stopped.
 - **What it changes.** Nothing in a verdict: each connection is served as a private server
   serves its caller, every job in its own jail; a command that ends or is interrupted takes only
   its own jobs with it.
@@ -121,18 +123,24 @@ def peer_uid(sock: socket.socket) -> int | None:
     return uid_of(sock)
 
 
-def connect(path: Path) -> socket.socket | None:
-    """A connection to the harness at `path` if one answers there as this user; None else."""
+def connect(path: Path, why: list[str] | None = None) -> socket.socket | None:
+    """A connection to the harness at `path` if one answers there as this user; None else (and
+    why, appended to `why`)."""
     from kernelagent.harness.server.listen import unix_call
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         unix_call(Path(path), sock.connect)
-    except OSError:
+    except OSError as exc:
         sock.close()
+        if why is not None:
+            why.append(f"no harness answered at the socket ({exc.strerror or exc})")
         return None
-    if peer_uid(sock) != os.getuid():
+    uid = peer_uid(sock)
+    if uid != os.getuid():
         sock.close()
+        if why is not None:
+            why.append(f"the socket's harness runs as uid {uid}, not as this user")
         return None
     return sock
 
@@ -153,24 +161,29 @@ class Attached:
     harness's), whether this command started it, and its log."""
 
     def __init__(self, conn: Connection, hello: dict[str, Any], pid: int | None, spawned: bool, socket_path: Path,
-                 log: Path | None):
+                 log: Path | None, why_started: str | None = None):
         self.conn, self.hello, self.pid, self.spawned = conn, hello, pid, spawned
-        self.socket_path, self.log = socket_path, log
+        self.socket_path, self.log, self.why_started = socket_path, log, why_started
 
 
-def _greeted(sock: socket.socket, timeout: float) -> tuple[Connection, dict[str, Any]] | None:
+def _greeted(sock: socket.socket, timeout: float, why: list[str] | None = None
+             ) -> tuple[Connection, dict[str, Any]] | None:
     """The harness's hello on a fresh connection, or None (it closed: a harness dying, or one
-    that refused us)."""
+    that refused us; why is appended to `why`)."""
     from kernelagent.harness import protocol
 
     conn = Connection(sock.detach())
     try:
         if not conn.poll(timeout):
             conn.close()
+            if why is not None:
+                why.append(f"the socket's harness said nothing within {timeout:.0f} s")
             return None
         hello = protocol.recv(conn, {"hello"}, max_bytes=protocol.MAX_CALLER_FRAME)
-    except (EOFError, OSError, protocol.ProtocolError):
+    except (EOFError, OSError, protocol.ProtocolError) as exc:
         conn.close()
+        if why is not None:
+            why.append(f"the socket's harness closed the connection without a hello ({type(exc).__name__})")
         return None
     return conn, hello
 
@@ -184,15 +197,19 @@ def attach(command: list[str], env: dict[str, str], settings: list[str], scratch
     name = key(settings)
     path = where / f"harness-{name}.sock"
     with _locked(where / f"harness-{name}.lock"):
-        sock = connect(path)
-        greeted = _greeted(sock, start_timeout) if sock is not None else None
+        why: list[str] = []
+        sock = connect(path, why) if os.path.lexists(path) else None
+        greeted = _greeted(sock, start_timeout, why) if sock is not None else None
+        log = where / f"harness-{name}.log"
         if greeted is not None:
             conn, hello = greeted
-            return Attached(conn, hello, None, False, path, None)
+            return Attached(conn, hello, None, False, path, log)
+        why_started = why[0] if why else "no harness of these settings was listening (no socket)"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a harness that died (or is dying): its socket goes, a new one starts
-        log = scratch_root / "server.log"
-        with open(log, "ab") as out:
+        # Its log outlives it (its scratch goes with it): the last lines say why it ended.
+        with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600),
+                  "wb") as out:
             proc = subprocess.Popen(command + ["--listen", str(path), "--idle-timeout", str(idle_s or idle_seconds()),
                                                "--owns-scratch"],
                                     env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
@@ -202,7 +219,7 @@ def attach(command: list[str], env: dict[str, str], settings: list[str], scratch
             if sock is not None:
                 greeted = _greeted(sock, max(1.0, until - time.monotonic()))
                 if greeted is not None:
-                    return Attached(greeted[0], greeted[1], proc.pid, True, path, log)
+                    return Attached(greeted[0], greeted[1], proc.pid, True, path, log, why_started)
             if proc.poll() is not None:
                 break
             time.sleep(0.05)
@@ -214,5 +231,8 @@ def attach(command: list[str], env: dict[str, str], settings: list[str], scratch
 
 def describe(hello: dict[str, Any], attached: Attached) -> dict[str, Any]:
     info = dict(hello.get("daemon") or {}) if isinstance(hello.get("daemon"), dict) else {}
-    return {"socket": str(attached.socket_path), "pid": info.get("pid"), "started_now": attached.spawned,
-            "idle_timeout_s": info.get("idle_timeout_s")}
+    described = {"socket": str(attached.socket_path), "pid": info.get("pid"), "started_now": attached.spawned,
+                 "idle_timeout_s": info.get("idle_timeout_s"), "log": str(attached.log) if attached.log else None}
+    if attached.spawned and attached.why_started:  # why no harness of these settings served it
+        described["why_started"] = attached.why_started
+    return described

@@ -15,12 +15,15 @@ own: the inode it bound).
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import stat
 import struct
+import sys
 import threading
 import time
+import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +32,9 @@ from typing import Any, Callable
 # sun_path holds 108 bytes with its NUL: a longer socket path is reached through the directory's
 # descriptor instead (/proc/self/fd/N/NAME), which names the same file.
 _SUN_PATH_MAX = 107
+# accept() errors that mean the listening socket itself is gone; others (no descriptors or memory
+# left, a client that vanished) cost one client.
+_ACCEPT_FATAL = frozenset({errno.EBADF, errno.EINVAL, errno.ENOTSOCK, errno.EOPNOTSUPP})
 
 
 def unix_call(path: Path, call: Callable[[str], Any]) -> Any:
@@ -80,9 +86,12 @@ class Listener:
         return {"socket": str(self.path), "pid": os.getpid(), "idle_timeout_s": self.idle_timeout,
                 "started": round(self.started, 3)}
 
-    def serve(self, connection: Callable[[Connection], Any], busy: Callable[[], bool]) -> None:
+    def serve(self, connection: Callable[[Connection], Any], busy: Callable[[], bool]) -> str:
         """Accept until idle: `connection(conn)` greets a new client and returns its dispatcher,
-        whose run() is its thread; `busy()` says whether any job runs."""
+        whose run() is its thread; `busy()` says whether any job runs. Returns why it stopped
+        (main.py writes it to the harness's log). A client whose greeting fails, or an accept
+        that fails for want of descriptors or memory, costs that client only: the harness
+        serves the others on."""
         lock = threading.Lock()
         clients: set[int] = set()
         last = [time.monotonic()]
@@ -103,16 +112,20 @@ class Listener:
                 with lock:
                     idle = not clients and time.monotonic() - last[0] > self.idle_timeout
                 if idle and not busy():
-                    return
+                    return f"idle for {self.idle_timeout:.0f} s"
                 if not self._still_ours():
                     # Unlinked or replaced (a newer harness of this user took the name): take no
                     # new client; the ones here finish first.
                     with lock:
                         if not clients and not busy():
-                            return
+                            return "its socket was removed or taken by another harness"
                 continue
-            except OSError:
-                return
+            except OSError as exc:
+                if exc.errno in _ACCEPT_FATAL or self.sock.fileno() < 0:
+                    return f"its socket failed: {exc}"
+                print(f"kernelagent harness: accept failed ({exc}); serving on", file=sys.stderr, flush=True)
+                time.sleep(0.1)
+                continue
             if peer_uid(client) != os.getuid():
                 self.refused += 1  # another user: closed before a word is said
                 client.close()
@@ -121,7 +134,8 @@ class Listener:
             conn = Connection(client.detach())
             try:
                 dispatcher = connection(conn)
-            except (OSError, ValueError):
+            except Exception:  # noqa: BLE001 - one client's greeting never ends the harness
+                traceback.print_exc()
                 conn.close()
                 continue
             with lock:

@@ -224,7 +224,8 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
                           daemon=dict(listener.describe(), scratch_root=str(scratch_root)))
             return dispatcher
 
-        listener.serve(connection, busy=lambda: admission.running() > 0)
+        why = listener.serve(connection, busy=lambda: admission.running() > 0)
+        print(f"kernelagent harness {os.getpid()}: exiting: {why}", file=sys.stderr, flush=True)
         return
     assert conn is not None
     dispatcher = Dispatcher(conn, scratch_root, fingerprint, sandbox, limit)

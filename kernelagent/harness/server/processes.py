@@ -114,9 +114,19 @@ def tree_cpu_s(pid: int | None) -> float:
 
 
 def _kill_group(proc: mp.Process | None) -> None:
-    if proc is None or proc.pid is None:
+    """Kill a job process and its group. Once the process is reaped its pid may name another
+    process (pids wrap: 32768 on many hosts), so it is never signalled by pid again; its group
+    still is, since a group's id stays reserved while any member lives (what it started)."""
+    if proc is None or proc.pid is None or proc.pid <= 0:
         return
-    for target in (lambda: os.killpg(proc.pid, signal.SIGKILL), lambda: os.kill(proc.pid, signal.SIGKILL)):
+    try:
+        reaped = proc.exitcode is not None
+    except (ValueError, OSError):  # a closed Process object
+        return
+    targets = [lambda: os.killpg(proc.pid, signal.SIGKILL)]
+    if not reaped:
+        targets.append(lambda: os.kill(proc.pid, signal.SIGKILL))
+    for target in targets:
         try:
             target()
         except (ProcessLookupError, PermissionError, OSError):
