@@ -345,3 +345,23 @@ def test_a_reaped_job_process_is_never_signalled_by_its_pid(monkeypatch):
         monkeypatch.undo()
         live.kill()
         live.join(10)
+
+
+def test_a_passing_refusal_is_tried_again_before_the_harness_is_replaced(runtime, tmp_path, monkeypatch):
+    first, info1, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
+    assert first.status == Status.CORRECT and info1["started_now"]
+    real, calls = daemon.connect, []
+
+    def refuses_once(path, why=None):
+        calls.append(path)
+        if len(calls) == 1:
+            if why is not None:
+                why.append("no harness answered at the socket (Resource temporarily unavailable)")
+            return None
+        return real(path, why)
+
+    monkeypatch.setattr(daemon, "connect", refuses_once)
+    again, info2, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
+    assert again.status == Status.CORRECT, again.reason
+    assert not info2["started_now"] and info2["pid"] == info1["pid"], (info2, _gone(info1))
+    assert info2["reconnected_after"].startswith("no harness answered") and len(calls) == 2

@@ -42,6 +42,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 DEFAULT_IDLE_S = 600.0
+# A socket that refuses us, or a harness that closes on us, is tried once more after a pause
+# before it is taken for dead and replaced.
+RECONNECT_TRIES, RECONNECT_PAUSE_S = 2, 0.25
 
 
 class DaemonUnavailable(Exception):
@@ -164,6 +167,7 @@ class Attached:
                  log: Path | None, why_started: str | None = None):
         self.conn, self.hello, self.pid, self.spawned = conn, hello, pid, spawned
         self.socket_path, self.log, self.why_started = socket_path, log, why_started
+        self.reconnected: str | None = None  # what the first try met, where a second one answered
 
 
 def _greeted(sock: socket.socket, timeout: float, why: list[str] | None = None
@@ -198,12 +202,20 @@ def attach(command: list[str], env: dict[str, str], settings: list[str], scratch
     path = where / f"harness-{name}.sock"
     with _locked(where / f"harness-{name}.lock"):
         why: list[str] = []
-        sock = connect(path, why) if os.path.lexists(path) else None
-        greeted = _greeted(sock, start_timeout, why) if sock is not None else None
+        greeted = None
         log = where / f"harness-{name}.log"
-        if greeted is not None:
-            conn, hello = greeted
-            return Attached(conn, hello, None, False, path, log)
+        for attempt in range(RECONNECT_TRIES if os.path.lexists(path) else 0):
+            if attempt:
+                time.sleep(RECONNECT_PAUSE_S)  # a passing refusal (a loaded host) is not a dead harness
+            sock = connect(path, why)
+            greeted = _greeted(sock, start_timeout, why) if sock is not None else None
+            if greeted is not None:
+                conn, hello = greeted
+                attached = Attached(conn, hello, None, False, path, log)
+                attached.reconnected = why[0] if why else None
+                return attached
+            if why and why[-1].startswith("the socket's harness said nothing"):
+                break  # silent for the whole start timeout already: not a passing refusal
         why_started = why[0] if why else "no harness of these settings was listening (no socket)"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a harness that died (or is dying): its socket goes, a new one starts
@@ -235,4 +247,6 @@ def describe(hello: dict[str, Any], attached: Attached) -> dict[str, Any]:
                  "idle_timeout_s": info.get("idle_timeout_s"), "log": str(attached.log) if attached.log else None}
     if attached.spawned and attached.why_started:  # why no harness of these settings served it
         described["why_started"] = attached.why_started
+    if attached.reconnected:
+        described["reconnected_after"] = attached.reconnected
     return described
