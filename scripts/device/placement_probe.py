@@ -49,7 +49,47 @@ Event = torch.cuda.Event if DEVICE == "cuda" else _HostEvent
 
 def sync() -> None:
     if DEVICE == "cuda":
-        sync()
+        torch.cuda.synchronize()
+
+
+class Gpu:
+    """NVML readings after each call (ctypes; nothing when NVML is missing): SM and memory clocks
+    (MHz), power (W), temperature (C) and the clock-event reasons bitmask (power cap 0x4, HW
+    slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80), so that a run of slow
+    calls can be tied to the card's state."""
+
+    def __init__(self):
+        import ctypes
+
+        self.ct = ctypes
+        try:
+            self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if self.lib.nvmlInit_v2() != 0:
+                raise OSError("nvmlInit failed")
+            self.handle = ctypes.c_void_p()
+            if self.lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle)) != 0:
+                raise OSError("no handle")
+        except (OSError, AttributeError):
+            self.lib = None
+
+    def read(self) -> dict:
+        if self.lib is None:
+            return {}
+        ct, out = self.ct, {}
+        value = ct.c_uint()
+        for name, clock in (("sm_mhz", 1), ("mem_mhz", 2)):
+            if self.lib.nvmlDeviceGetClockInfo(self.handle, clock, ct.byref(value)) == 0:
+                out[name] = value.value
+        if self.lib.nvmlDeviceGetPowerUsage(self.handle, ct.byref(value)) == 0:
+            out["watts"] = round(value.value / 1000, 1)
+        if self.lib.nvmlDeviceGetTemperature(self.handle, 0, ct.byref(value)) == 0:
+            out["temp_c"] = value.value
+        reasons = ct.c_ulonglong()
+        for fn in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            if hasattr(self.lib, fn) and getattr(self.lib, fn)(self.handle, ct.byref(reasons)) == 0:
+                out["reasons"] = hex(reasons.value)
+                break
+        return out
 
 
 def timed(fn, reps: int) -> list[float]:
@@ -74,6 +114,7 @@ def harness_like(args) -> int:
     kept = [torch.empty(shape, device=DEVICE) for _ in range(0 if args.no_kept else 2)]
     fixed = torch.randn(shape, device=DEVICE) if args.reuse_input else None
     times = []
+    gpu = Gpu()
     with path.open("a") as fh:
         for call in range(args.calls):
             x = fixed if fixed is not None else torch.randn(shape, device=DEVICE)
@@ -90,19 +131,26 @@ def harness_like(args) -> int:
                 kept[call % len(kept)].copy_(y)
             row = {"call": call, "ms": round(ms, 4), "x_gib": round(x.data_ptr() / 2**30, 3),
                    "y_gib": round(y.data_ptr() / 2**30, 3), "flush": not args.no_flush, "kept": bool(kept),
-                   "fresh_input": fixed is None}
+                   "fresh_input": fixed is None, **gpu.read()}
             fh.write(json.dumps(row) + "\n")
-            times.append((ms, row["x_gib"], row["y_gib"]))
+            times.append((ms, row["x_gib"], row["y_gib"], row))
             del y
             if fixed is None:
                 del x
-    fast = min(t for t, _, _ in times[1:])
-    slow = [(i, t, xa, ya) for i, (t, xa, ya) in enumerate(times) if i and t > 1.05 * fast]
+    fast = min(t[0] for t in times[1:])
+    slow = [(i, t, xa, ya, row) for i, (t, xa, ya, row) in enumerate(times) if i and t > 1.05 * fast]
     print(f"loop: {args.calls} calls, flush={not args.no_flush}, kept={not args.no_kept}, "
-          f"fresh input={not args.reuse_input}: fastest {fast:.4f} ms, median {statistics.median(t for t, _, _ in times):.4f},"
+          f"fresh input={not args.reuse_input}: fastest {fast:.4f} ms, median {statistics.median(t[0] for t in times):.4f},"
           f" {len(slow)} calls above +5%")
-    for i, t, xa, ya in slow[:20]:
-        print(f"  call {i}: {t:.4f} ms, x at {xa} GiB, y at {ya} GiB")
+    state = ("sm_mhz", "mem_mhz", "watts", "temp_c", "reasons")
+    for i, t, xa, ya, row in slow[:20]:
+        print(f"  call {i}: {t:.4f} ms, x at {xa} GiB, y at {ya} GiB; " + " ".join(f"{k}={row.get(k)}" for k in state))
+    fast_rows = [row for i, (t, _, _, row) in enumerate(times) if i and t <= 1.05 * fast]
+    for label, rows in (("fast", fast_rows), ("slow", [r for *_, r in slow])):
+        if rows and rows[0].get("sm_mhz") is not None:
+            print(f"  {label} calls ({len(rows)}): " + ", ".join(
+                f"{k} {statistics.median(r[k] for r in rows if isinstance(r.get(k), (int, float))):.0f}"
+                for k in state[:4] if any(isinstance(r.get(k), (int, float)) for r in rows)))
     return 0
 
 

@@ -1,0 +1,53 @@
+"""The device scripts (scripts/device/) are run on the GPU machine, where a crash costs a device
+call: here they are parsed, and the probes that can run on the CPU run on tiny buffers (times
+not meaningful), so that a script broken on the CPU never reaches the device."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts" / "device"
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.sh")))
+def test_shell_scripts_parse(script):
+    done = subprocess.run(["bash", "-n", str(SCRIPTS / script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.py")))
+def test_python_scripts_compile_and_answer_help(script):
+    done = subprocess.run([sys.executable, str(SCRIPTS / script), "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0 and "usage" in done.stdout.lower(), done.stdout[-1000:] + done.stderr[-2000:]
+
+
+def _probe(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OUT=str(tmp_path))
+    return subprocess.run([sys.executable, str(SCRIPTS / "placement_probe.py"), "--rows", "16", "--cols", "256", *args],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-flush", "--no-kept", "--reuse-input"]])
+def test_placement_probe_loop_runs_and_writes_a_row_per_call(tmp_path, flags):
+    done = _probe(tmp_path, "--loop", "--calls", "5", *flags)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "placement_loop.jsonl").read_text().splitlines()]
+    assert [r["call"] for r in rows] == list(range(5))
+    assert all(r["flush"] == ("--no-flush" not in flags) and r["fresh_input"] == ("--reuse-input" not in flags)
+               for r in rows)
+    assert done.stdout.startswith("loop: 5 calls")
+
+
+def test_placement_probe_pairs_every_ordered_pair(tmp_path):
+    done = _probe(tmp_path, "--buffers", "3", "--reps", "2", "--rounds", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "placement.jsonl").read_text().splitlines()]
+    assert sorted((r["in"], r["out"]) for r in rows if "in" in r) == [(i, j) for i in range(3) for j in range(3) if i != j]
