@@ -159,7 +159,9 @@ def test_an_idle_harness_stops_and_takes_its_socket_and_scratch_with_it(runtime,
     assert not _alive(info["pid"])
     assert not Path(info["socket"]).exists() and not scratch.exists()
     # its log outlives it, and ends with why it stopped
-    assert Path(info["log"]).read_text().strip().splitlines()[-1].endswith("exiting: idle for 2 s")
+    lines = Path(info["log"]).read_text().strip().splitlines()
+    assert lines[0].endswith("harness started: no harness of these settings was listening (no socket)"), lines
+    assert lines[-1].endswith("exiting: idle for 2 s"), lines
 
 
 def test_another_user_is_refused(tmp_path, monkeypatch):

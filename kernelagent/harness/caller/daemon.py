@@ -45,6 +45,7 @@ DEFAULT_IDLE_S = 600.0
 # A socket that refuses us, or a harness that closes on us, is tried once more after a pause
 # before it is taken for dead and replaced.
 RECONNECT_TRIES, RECONNECT_PAUSE_S = 2, 0.25
+LOG_MAX_BYTES = 1 << 20  # a harness's log (beside its socket) is cut back past this when one starts
 
 
 class DaemonUnavailable(Exception):
@@ -219,9 +220,14 @@ def attach(command: list[str], env: dict[str, str], settings: list[str], scratch
         why_started = why[0] if why else "no harness of these settings was listening (no socket)"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a harness that died (or is dying): its socket goes, a new one starts
-        # Its log outlives it (its scratch goes with it): the last lines say why it ended.
-        with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600),
-                  "wb") as out:
+        # Its log outlives it (its scratch goes with it): the last lines say why it ended. Appended
+        # to (a harness taken for dead may still write), and cut back once it passes LOG_MAX_BYTES.
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with open(fd, "ab") as out:
+            if os.fstat(fd).st_size > LOG_MAX_BYTES:
+                os.ftruncate(fd, 0)
+            out.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')} harness started: {why_started}\n".encode())
+            out.flush()
             proc = subprocess.Popen(command + ["--listen", str(path), "--idle-timeout", str(idle_s or idle_seconds()),
                                                "--owns-scratch"],
                                     env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
