@@ -88,11 +88,11 @@ def test_a_second_command_reuses_the_warm_harness_and_a_crash_does_not_end_it(ru
     assert not info2["started_now"] and info2["pid"] == info1["pid"], (info2, _gone(info1))
     assert "why_started" not in info2 and info2["log"] == info1["log"]
     again, info3, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
-    assert again.status == Status.CORRECT and info3["pid"] == info1["pid"]
+    assert again.status == Status.CORRECT and info3["pid"] == info1["pid"], (again.reason, info3, _gone(info1))
     assert again.stage_seconds.get("server_start", 0.0) < 2.0  # no server start: it was warm
     # other settings (another cache root): another harness
     other, info4, _ = _evaluate(tmp_path / "cache2", read(CANDIDATES / "relu_good.py"))
-    assert other.status == Status.CORRECT and info4["pid"] != info1["pid"]
+    assert other.status == Status.CORRECT and info4["pid"] != info1["pid"], (other.reason, info4)
 
 
 def test_a_runtime_folder_past_the_socket_path_limit_is_used_as_it_is(tmp_path, monkeypatch):
@@ -117,7 +117,7 @@ def test_the_same_results_as_a_private_server(runtime, tmp_path):
     with Evaluator(device="cpu", cache_dir=tmp_path / "cache-private", daemon=False) as ev:
         private = ev.evaluate(RELU, read(CANDIDATES / "relu_wrong.py"), CONFIG)
         assert "daemon" not in ev.isolation
-    assert warm.status == private.status == Status.INCORRECT
+    assert warm.status == private.status == Status.INCORRECT, (warm.reason, private.reason)
     assert [t.passed for t in warm.trials] == [t.passed for t in private.trials]
     assert warm.seeds["base"] == private.seeds["base"] == 7
     assert [t.max_abs_err for t in warm.trials] == [t.max_abs_err for t in private.trials]
@@ -143,13 +143,15 @@ def test_a_harness_that_died_or_runs_old_code_is_replaced(runtime, tmp_path, mon
     # changed code: another socket, a new harness; the old one is never asked again
     monkeypatch.setitem(daemon._DIGEST, "d", "changed-code")
     result, info3, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
-    assert result.status == Status.CORRECT and info3["started_now"] and info3["socket"] != info2["socket"]
+    assert result.status == Status.CORRECT and info3["started_now"] and info3["socket"] != info2["socket"], \
+        (result.reason, info3)
 
 
 def test_an_idle_harness_stops_and_takes_its_socket_and_scratch_with_it(runtime, tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELAGENT_DAEMON_IDLE_S", "2")
     with Evaluator(device="cpu", cache_dir=tmp_path / "cache", daemon=True) as ev:
-        assert ev.evaluate(RELU, read(CANDIDATES / "relu_good.py"), CONFIG).status == Status.CORRECT
+        result = ev.evaluate(RELU, read(CANDIDATES / "relu_good.py"), CONFIG)
+        assert result.status == Status.CORRECT, result.reason
         info, scratch = dict(ev.daemon_info), ev._scratch_root
         assert scratch is not None and scratch.exists()
     assert info["idle_timeout_s"] == 2.0
@@ -215,7 +217,7 @@ def _refused(runtime: Path, tmp_path: Path) -> None:
     assert as_nobody(True) == "closed"  # SO_PEERCRED: closed before a word is said
     os.chmod(runtime, 0o700)
     result, again, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
-    assert result.status == Status.CORRECT and again["pid"] == info["pid"]  # and it serves its user on
+    assert result.status == Status.CORRECT and again["pid"] == info["pid"], (result.reason, again)  # serves on
 
 
 def test_an_unsafe_runtime_directory_is_not_used(tmp_path, monkeypatch):
@@ -235,7 +237,7 @@ def test_an_unsafe_runtime_directory_is_not_used(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELAGENT_RUNTIME_DIR", str(where))
     with Evaluator(device="cpu", cache_dir=tmp_path / "cache", daemon=True) as ev:
         result = ev.evaluate(RELU, read(CANDIDATES / "relu_good.py"), CONFIG)
-        assert result.status == Status.CORRECT
+        assert result.status == Status.CORRECT, result.reason
         assert str(result.isolation["daemon"]).startswith("not used:") and ev._daemon is None
 
 
@@ -351,7 +353,7 @@ def test_a_reaped_job_process_is_never_signalled_by_its_pid(monkeypatch):
 
 def test_a_passing_refusal_is_tried_again_before_the_harness_is_replaced(runtime, tmp_path, monkeypatch):
     first, info1, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_good.py"))
-    assert first.status == Status.CORRECT and info1["started_now"]
+    assert first.status == Status.CORRECT and info1["started_now"], (first.reason, info1)
     real, calls = daemon.connect, []
 
     def refuses_once(path, why=None):
