@@ -542,12 +542,6 @@ def main(argv: list[str] | None = None) -> None:
     # Applied by __main__.py before torch is imported; accepted here so the command line parses.
     parser.add_argument("--cpus", default=None, help="comma-separated CPUs this server and its jobs run on")
     args = parser.parse_args(argv)
-    # `kill -USR1 <server pid>` writes every thread's stack to the server's log (a hung harness
-    # explains itself; docs/troubleshooting.md).
-    import faulthandler
-    import signal
-
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us exits, which
     # kills servers started from short-lived worker threads. We exit when the caller's
     # socket closes (recv raises EOFError), and jobs are bounded by their stage timeouts.
