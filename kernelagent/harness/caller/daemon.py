@@ -203,7 +203,6 @@ def attach(command: list[str], env: dict[str, str], settings: list[str], scratch
     path = where / f"harness-{name}.sock"
     with _locked(where / f"harness-{name}.lock"):
         why: list[str] = []
-        greeted = None
         log = where / f"harness-{name}.log"
         for attempt in range(RECONNECT_TRIES if os.path.lexists(path) else 0):
             if attempt:
