@@ -51,3 +51,17 @@ def test_placement_probe_pairs_every_ordered_pair(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in (tmp_path / "placement.jsonl").read_text().splitlines()]
     assert sorted((r["in"], r["out"]) for r in rows if "in" in r) == [(i, j) for i in range(3) for j in range(3) if i != j]
+
+
+def test_scrub_probe_runs_every_scenario_it_is_asked(tmp_path):
+    env = dict(os.environ, OUT=str(tmp_path))
+    done = subprocess.run([sys.executable, str(SCRIPTS / "scrub_probe.py"), "--gb", "0.001", "--calls", "2",
+                           "--rounds", "1", "--rows", "8", "--cols", "64", "--copy-mb", "0.5", "--reads", "2",
+                           "--scenarios", "none,free-self,free-other"],
+                          capture_output=True, text=True, timeout=180, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "scrub.jsonl").read_text().splitlines()]
+    assert sorted((r["work"], r["scenario"]) for r in rows) == sorted(
+        (w, s) for w in ("relu", "copy") for s in ("none", "free-self", "free-other"))
+    assert all(len(r["rows"]) == (2 if r["work"] == "relu" else 8) for r in rows)
+    assert "no reading on this device" in done.stdout  # the bandwidth reading is a GPU's

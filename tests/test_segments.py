@@ -64,3 +64,21 @@ def test_segmented_loop_catches_wrong_timed_calls(small_keep_evaluator):
                                            (CANDIDATES / "relu_wrong_late.py").read_text(), _config())
     assert result.status == "incorrect", (result.status, result.reason)
     assert "timed call" in result.reason
+
+
+def test_the_loop_reports_what_the_candidates_timer_took_off_each_call(small_keep_evaluator):
+    """`timed_loop.empty_call_ms`: the empty call's event pair and host overhead the candidate's
+    timer subtracted, shown for diagnosis (an inflated pair lowers every reading alike)."""
+    from kernelagent.harness.server.timed import empty_call_claim
+
+    result = small_keep_evaluator.evaluate(CANDIDATES / "relu_problem.py",
+                                           (CANDIDATES / "relu_good.py").read_text(), _config())
+    assert result.status == "correct", result.reason
+    claim = result.timed_loop["empty_call_ms"]
+    assert set(claim) == {"event", "host"} and all(0 <= v <= 1e3 for v in claim.values()), claim
+    # a claim is shown only when both are plain numbers in range
+    assert empty_call_claim({"event_ms": [0.0012], "overhead_ms": 0.02}) == {"event": 0.0012, "host": 0.02}
+    for bad in ({"event_ms": [], "overhead_ms": 0.02}, {"event_ms": [1, 2], "overhead_ms": 0.02},
+                {"event_ms": [-1.0], "overhead_ms": 0.02}, {"event_ms": [True], "overhead_ms": 0.02},
+                {"event_ms": [0.001], "overhead_ms": 1e9}, {"event_ms": ["0.1"], "overhead_ms": 0.02}):
+        assert empty_call_claim(bad) is None, bad

@@ -57,7 +57,8 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "check": {"name": (str,), "kind": (str,), "seed": (int,), "n_outputs": (int,), "outputs": (list,),
               "inputs": (list,), "stop_on_failure": (bool,),
               # an extra input set the candidate raised on (then no outputs): what it raised
-              "candidate_error": (str, type(None))},
+              "candidate_error": (str, type(None)),
+              "keep_cache": (bool,)},  # no torch.cuda.empty_cache after it (the timed loop's segments)
     "calibrate": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,), "segments": (int,),
                   "budget_bytes": (int,), "l2_bytes": (int, type(None)), "payloads": (bool,)},
     "go": {"seed": (int,)},
@@ -66,7 +67,8 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "idle_probe": {},
     "exit": {},
     # reference -> server
-    "idle": {"us": _NUM, "idle": (bool,)},
+    # copy_us: the median device time of a pass over twice the L2 (memory bandwidth), or null
+    "idle": {"us": _NUM, "idle": (bool,), "copy_us": _NUM + (type(None),)},
     "ref_ready": {"n_extra": (int,), "extra_plan": (list,), "extra_skipped": (dict,), "alt": (bool,),
                   "near_one": (bool,), "input_bytes": (int,), "output_bytes": (int,),
                   "output_dtype": (str,), "flops": _NUM + (type(None),), "param_bytes": (int,),
@@ -95,6 +97,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "compiled": {},
     "outputs": {"name": (str,), "n_outputs": (int,), "outputs": (list,), "inputs": (list,),
                 "error": (str, type(None))},  # extra input sets only: the exception instead of outputs
+    # event_ms: [the empty event pair's time], overhead_ms: an empty call's host time beyond it
     "timing": {"samples_ms": (list,), "event_ms": (list,), "overhead_ms": _NUM, "calls": (int,),
                "kept": (list,), "meaningful": (bool,)},
     "kernels": {"kernels": (list,)},

@@ -71,6 +71,21 @@ def one(ev: Evaluator, label: str, mode: str, overrides: dict | None = None) -> 
             "flags": [f"{f.kind}: {f.message[:200]}" for f in r.flags], "kernels": (r.kernels or [])[:4]}
 
 
+def summary(row: dict) -> str:
+    """One line: the clocks, and every timed call as `.` (within 5% of the fastest) or `S`."""
+    samples = row["samples_ms"] or []
+    fast = min(samples) if samples else 0.0
+    pattern = "".join("S" if x > 1.05 * fast else "." for x in samples)[:120]
+    conc = row.get("concurrency") or {}
+
+    def num(x, digits=4):
+        return "-" if x is None else f"{x:.{digits}f}"
+
+    return (f"{row['label']:32s} {row['mode']:20s} {row['status']:8s} median {num(row['median_ms'])} "
+            f"min {num(row['min_ms'])} profiler {num(row['profiler_ms'])} source {row['source']} "
+            f"bw_wait {conc.get('bandwidth_wait_s', 0):.3f}s copy_us {num(conc.get('copy_us'), 1)} {pattern}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("labels", nargs="+")
@@ -88,13 +103,11 @@ def main() -> int:
             for label in args.labels:
                 row = one(ev, label, mode, overrides)
                 fh.write(json.dumps(row, default=str) + "\n"); fh.flush()
-                print(json.dumps({k: row[k] for k in ("label", "mode", "median_ms", "min_ms", "reps", "source",
-                                                        "profiler_ms", "timed_loop")}, default=str), flush=True)
+                print(summary(row), flush=True)
         with ThreadPoolExecutor(args.jobs) as pool:
             for row in pool.map(lambda lb: one(ev, lb, "together", base), args.labels * 2):
                 fh.write(json.dumps(row, default=str) + "\n"); fh.flush()
-                print(json.dumps({k: row[k] for k in ("label", "mode", "median_ms", "min_ms", "reps", "source",
-                                                        "profiler_ms", "timed_loop")}, default=str), flush=True)
+                print(summary(row), flush=True)
     return 0
 
 

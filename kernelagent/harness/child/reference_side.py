@@ -19,20 +19,13 @@ from typing import Any
 import torch
 
 from kernelagent.harness import protocol
-from kernelagent.harness.child import compare, inputs as inputs_mod, timing, transfer
+from kernelagent.harness.child import compare, idle_probe, inputs as inputs_mod, timing, transfer
 from kernelagent.harness.child.common import (AllocPressure, _device, _error_kind, _op_names, _param_bytes, _sync,
                                                child_setup, compact_traceback, import_problem, make_timer,
                                                make_timing_sets)
 from kernelagent.harness.config import EvalConfig
 
 _ASKS = frozenset({"check", "calibrate", "baselines", "idle_probe", "exit"})
-# The device reads idle when a spin of IDLE_SPIN_CYCLES (a few microseconds), launched and
-# synchronised, returns within this many microseconds (the median of IDLE_READS). Alone on an
-# H100 it takes ~60 us; beside another context's kernels the device time-slices and it takes
-# 0.9-2.5 ms (measured with a neighbour spinning 2-200 ms kernels).
-IDLE_SPIN_CYCLES = 10_000
-IDLE_MAX_US = 500.0
-IDLE_READS = 5
 
 
 class ReferenceSide:
@@ -190,7 +183,8 @@ class ReferenceSide:
                                  if isinstance(r, dict) and r.get("kind") == "bytes")
                 payloads = [protocol.recv_payload(self.server) for _ in range(n_payloads)]
                 self.check(message, payloads)
-                self.release()
+                if not message["keep_cache"]:
+                    self.release()
             elif kind == "calibrate":
                 self.calibrate(message)
             elif kind == "idle_probe":
@@ -364,22 +358,12 @@ class ReferenceSide:
                 self.release()
 
     def idle_probe(self) -> None:
-        """Is the device idle? A tiny spin, launched and synchronised, IDLE_READS times: another
-        context's kernels (a neighbour's, queued before it was stopped) time-slice with it and
-        stretch it to milliseconds. The server asks before each timed phase (server/gate.py)."""
-        reads = [0.0]
+        """Is the device idle, and its memory bandwidth quiet? (child/idle_probe.py)"""
         self.join_compiling()
-        if self.device.type == "cuda" and timing._cuda_sleep is not None:
-            reads = []
-            for _ in range(IDLE_READS):
-                started = time.perf_counter()
-                timing._cuda_sleep(IDLE_SPIN_CYCLES)
-                _sync(self.device)
-                reads.append((time.perf_counter() - started) * 1e6)
-        # The median: alone, a read now and then pays a context switch (one of 20 read 0.77 ms
-        # on an H100); beside a busy context every read waits for a time slice.
-        typical = sorted(reads)[len(reads) // 2]
-        self.send("idle", us=float(typical), idle=typical <= IDLE_MAX_US)
+        if getattr(self, "_bandwidth", None) is None:
+            self._bandwidth = idle_probe.Bandwidth(self.device)
+        typical = idle_probe.spin_us(self.device)
+        self.send("idle", us=typical, idle=typical <= idle_probe.IDLE_MAX_US, copy_us=self._bandwidth.read_us())
 
     def start_compiling(self) -> None:
         """When the server will want the torch.compile baselines (job["baselines_compile"]: a

@@ -150,10 +150,14 @@ class CheckPhases:
         return not stop
 
     def compare(self, check: dict[str, Any], n_outputs: int, outputs: list[Any], inputs: list[Any],
-                payloads: list[bytes], deadline: float, candidate_error: str | None = None) -> CheckRecord:
+                payloads: list[bytes], deadline: float, candidate_error: str | None = None,
+                keep_cache: bool = False) -> CheckRecord:
+        """The reference's verdict on one check; it gives its cached device memory back after the
+        check unless `keep_cache` (between the timed loop's segments)."""
         protocol.send(self.to_ref, "check", self.job_id, self.ref_nonce, name=check["name"], kind=check["kind"],
                       seed=check["seed"], n_outputs=n_outputs, outputs=outputs, inputs=inputs,
-                      stop_on_failure=bool(check.get("stop", True)), candidate_error=candidate_error)
+                      stop_on_failure=bool(check.get("stop", True)), candidate_error=candidate_error,
+                      keep_cache=keep_cache)
         for data in payloads:
             protocol.send_payload(self.to_ref, data)
         record = CheckRecord.from_message(self.ref_recv({"verdict"}, deadline))

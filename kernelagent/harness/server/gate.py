@@ -41,6 +41,11 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Protocol
 
+# A bandwidth reading within this factor of the recent best is quiet (Bandwidth); the wait for
+# quiet bandwidth, on a device already idle of other kernels, lasts at most BANDWIDTH_WAIT_S.
+BANDWIDTH_SLACK = 1.08
+BANDWIDTH_WAIT_S = 1.0
+
 # A job's processes, as the gate sees them.
 
 
@@ -78,6 +83,7 @@ class Gate:
         # length came from the reference's eager time per job, which differs by a few percent,
         # and so did the calibration's key: on an H100 every job calibrated again, 2026-11-26).
         self.plans: dict[str, dict[str, int]] = {}
+        self.bandwidth = Bandwidth()
         from kernelagent.harness.server.profilers import Profilers
 
         # ncu sessions and in-process profiles kept apart (profilers.py); at most this many early
@@ -226,15 +232,33 @@ class Hold:
         """Probe until the device reads idle, with the holder's own candidate stopped too (its
         backlog drains like the neighbours'); False (and `busy`) when it did not within the
         gate's idle_wait_s. The wait is not credited to anyone: a job whose queued kernels keep
-        the device busy runs into its own stage limit."""
+        the device busy runs into its own stage limit.
+
+        A probe answers a bool (no kernels of another context) or a pair (that, and whether the
+        device's memory bandwidth reads quiet: see Bandwidth). Memory a process gives back to
+        the driver is cleared by the driver in the background, and that takes bandwidth from
+        whatever runs next: the wait goes on for quiet bandwidth too, but at most
+        BANDWIDTH_WAIT_S, since a device that stays slower for good (its clocks) is no
+        neighbour's work; that wait is recorded (`bandwidth_wait_s`, `bandwidth_busy`)."""
         if self.probe is None:
             return True
         started = time.monotonic()
         self.job.freeze_candidate(True)
+        loud_since: float | None = None
         try:
             pause = 0.005
             while True:
-                if self.probe():
+                reading = self.probe()
+                idle, quiet = reading if isinstance(reading, tuple) else (reading, True)
+                if idle and not quiet:
+                    now = time.monotonic()
+                    loud_since = now if loud_since is None else loud_since
+                    if now - loud_since >= BANDWIDTH_WAIT_S:
+                        self.stats["bandwidth_busy"] = True
+                        quiet = True
+                if idle and quiet:
+                    if loud_since is not None:
+                        add_seconds(self.stats, "bandwidth_wait_s", time.monotonic() - loud_since)
                     return True
                 if time.monotonic() - started > self.gate.idle_wait_s:
                     self.busy = True
@@ -244,6 +268,33 @@ class Hold:
         finally:
             self.job.freeze_candidate(False)
             self.stats["idle_wait_s"] = self.stats.get("idle_wait_s", 0.0) + time.monotonic() - started
+
+
+class Bandwidth:
+    """The device's memory bandwidth, as the trusted reference reads it in its idle probe: the
+    median device time of a read-and-write pass over twice the L2 cache (`copy_us`). A reading is
+    quiet within BANDWIDTH_SLACK of the least of the last WINDOW readings in this server (a
+    window, so that clocks that drop for good become the new normal).
+
+    On an H100 (2026-11-27) memory given back to the driver (`torch.cuda.empty_cache`, a process's
+    exit) slowed the kernels that ran next, whichever process had freed it: a 4.29 ms streaming
+    ReLU read 4.96-5.05 ms for about 25 ms after 13 GB were freed, and the spin probe read idle
+    throughout. This reading rose to 1.15-1.22x its idle least then; 60 idle readings stayed
+    within 1.062x (scripts/device/scrub_probe.py)."""
+
+    WINDOW = 32
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reads: list[float] = []
+
+    def quiet(self, copy_us: float | None) -> bool:
+        if copy_us is None or not copy_us > 0:
+            return True  # no reading (the CPU, or no memory for the pass): nothing to wait for
+        with self._lock:
+            self._reads = (self._reads + [float(copy_us)])[-self.WINDOW:]
+            least = min(self._reads)
+        return copy_us <= BANDWIDTH_SLACK * least
 
 
 class Admission:

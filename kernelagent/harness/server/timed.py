@@ -74,6 +74,18 @@ def check_samples(samples_ms: list[Any], segment_s: float) -> None:
                                          f"saw last {segment_s * 1e3:.3f} ms")
 
 
+def empty_call_claim(message: dict[str, Any]) -> dict[str, float] | None:
+    """What the candidate's timer took off every call (its empty call's event pair and host
+    overhead, in ms), as it claims: shown for diagnosis in `timed_loop`, believed for nothing.
+    None unless both are finite numbers from 0 to 1000."""
+    event = message["event_ms"][0] if len(message["event_ms"]) == 1 else None
+    values = {"event": event, "host": message["overhead_ms"]}
+    for value in values.values():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e3:
+            return None
+    return {k: round(float(v), 6) for k, v in values.items()}
+
+
 def loop_plan(config: Any, estimate_ms: float, budget: int, output_bytes: int) -> dict[str, int]:
     """The timed loop's shape from the reference's time per call: `total` measured calls (at
     least target_ms of work), `warmup` calls, and with the defences on `keep` outputs kept per
@@ -161,16 +173,20 @@ class TimedPhases:
             return False
         return verdict.needs_recalibration(samples, measured, loop_s, calibration_s)
 
-    def idle_probe(self) -> bool:
+    def idle_probe(self) -> tuple[bool, bool]:
         """The trusted reference process's reading: is the device idle (no other context's
-        kernels stretching a tiny spin)? Bounded in wall time: the holder's clock is paused."""
+        kernels stretching a tiny spin), and is its memory bandwidth quiet (gate.Bandwidth: no
+        memory being cleared by the driver)? Bounded in wall time: the holder's clock is paused."""
         protocol.send(self.to_ref, "idle_probe", self.job_id, self.ref_nonce)
         if not wait([self.to_ref, self.ref_alive_fd], timeout=30):
             raise ReferenceGone("did not answer the device idle probe within 30 s")
         message = self.ref_recv({"idle"}, self.clock() + 1)
         self.concurrency["probe_us"] = max(float(self.concurrency.get("probe_us", 0.0)), float(message["us"]))
         self.concurrency["probes"] = int(self.concurrency.get("probes", 0)) + 1
-        return bool(message["idle"])
+        copy_us = message["copy_us"]
+        if copy_us is not None:
+            self.concurrency["copy_us"] = max(float(self.concurrency.get("copy_us", 0.0)), float(copy_us))
+        return bool(message["idle"]), self.gate.bandwidth.quiet(copy_us)
 
     def _timed_loop(self, deadline: float) -> bool:
         config = self.config
@@ -256,6 +272,8 @@ class TimedPhases:
                         or len(samples) + len(message["samples_ms"]) > 100_000:
                     raise protocol.ProtocolError("the timed loop did not run as ordered")
                 samples += message["samples_ms"]
+                if segment == 0:
+                    self.result["timed_loop"]["empty_call_ms"] = empty_call_claim(message)
                 meaningful = meaningful and bool(message["meaningful"])
                 kept_payloads = []
                 for entry in kept:
@@ -285,8 +303,11 @@ class TimedPhases:
                         raise protocol.ProtocolError("kept outputs out of order")
                     check = {"name": f"timed call {index}", "kind": "main", "seed": timed_seed + index, "stop": True}
                     self.planned.append(check["name"])
+                    # The reference keeps its cached memory until the loop's last segment: memory
+                    # it gave back to the driver between segments was cleared in the background
+                    # while the candidate's next calls ran (gate.Bandwidth).
                     record = self.compare(check, len(entry["outputs"]), entry["outputs"], [], kept_payloads[slot],
-                                          deadline)
+                                          deadline, keep_cache=segment < segments - 1)
                     if not record.passed:
                         ok = False
                         break
