@@ -236,6 +236,12 @@ def run_eval_warm(evaluator, problem: Path, candidate: Path, cache: str,
     return (0 if result.passed else 1), data, "", time.perf_counter() - started
 
 
+# What a row keeps of the result's `concurrency` (harness/server/gate.py and job.py).
+CONCURRENCY_KEYS = ("shared_device", "alone", "retried_alone", "first_try_alloc_retries", "wait_s", "memory_wait_s",
+                    "device_lock_wait_s", "idle_wait_s", "bandwidth_wait_s", "bandwidth_busy", "held_s",
+                    "slot_freeze_s", "slot_calibration_s", "slot_loop_s")
+
+
 def make_row(pair: Pair, cache: str, rep: int, prime: bool, rc: int, data: dict | None, stderr: str,
              wall: float, clocks_before: dict | None, clocks_after: dict | None, run_id: str,
              process: str = "fresh") -> dict:
@@ -268,6 +274,11 @@ def make_row(pair: Pair, cache: str, rep: int, prime: bool, rc: int, data: dict 
                     "calls": loop.get("calls"), "source": loop.get("source")},
         fingerprint={k: fp.get(k) for k in ("gpu_name", "torch", "torch_cuda", "triton", "python", "device")},
         problem_sha256=data.get("problem_sha256"),
+        # Where the wall time went, for the slow cold primes (150-213 s beside 11-25 s on an H100,
+        # 2026-11-27): the harness's stage clocks and what sharing the device cost.
+        stage_seconds={k: round(float(v), 3) for k, v in (data.get("stage_seconds") or {}).items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool)},
+        concurrency={k: v for k, v in (data.get("concurrency") or {}).items() if k in CONCURRENCY_KEYS},
     )
     if data.get("status") != "correct":
         row["stderr_tail"] = stderr

@@ -65,3 +65,14 @@ def test_scrub_probe_runs_every_scenario_it_is_asked(tmp_path):
         (w, s) for w in ("relu", "copy") for s in ("none", "free-self", "free-other"))
     assert all(len(r["rows"]) == (2 if r["work"] == "relu" else 8) for r in rows)
     assert "no reading on this device" in done.stdout  # the bandwidth reading is a GPU's
+
+
+def test_segment_probe_reports_every_call_of_every_segment(tmp_path):
+    env = dict(os.environ, OUT=str(tmp_path))
+    done = subprocess.run([sys.executable, str(SCRIPTS / "segment_probe.py"), "--segments", "2", "--covers", "150",
+                           "--gap-ms", "1"], capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "segment_probe.jsonl").read_text().splitlines()]
+    assert [(r["cover_us"], r["segment"], r["stop"]) for r in rows] == [(150.0, 0, True), (150.0, 1, True)]
+    assert all(len(r["readings"]) == 2 and all(e > 0 and h > 0 for e, h in r["readings"]) for r in rows)
+    assert "call 0: event median" in done.stdout and "call 1: event median" in done.stdout

@@ -67,6 +67,9 @@ def test_rows_one_per_evaluation_with_cache_on_and_off(cpu_run):
         assert loop["ratio"] == pytest.approx(loop["server_ms_per_call"] / loop["claimed_mean_ms"])
         assert row["n_samples"] >= 4 and row["drift_q4_q1"] > 0
         assert row["clocks_before"] is None and row["clocks_after"] is None  # no nvidia-smi here
+        # where the time went: the harness's stage clocks and what sharing the device cost
+        assert row["stage_seconds"]["total_server"] > 0, row["stage_seconds"]
+        assert "shared_device" in row["concurrency"] and set(row["concurrency"]) <= set(load_script().CONCURRENCY_KEYS)
     # shared cache: the counted 'on' repetitions reuse the prime's baselines; 'off' never finds any
     assert [r["baselines_cached"] for r in rows if r["cache"] == "on"] == [False, True, True]
     assert [r["baselines_cached"] for r in rows if r["cache"] == "off"] == [False, False]
