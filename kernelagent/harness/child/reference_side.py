@@ -23,7 +23,7 @@ from kernelagent.harness.child import compare, idle_probe, inputs as inputs_mod,
 from kernelagent.harness.child.common import (AllocPressure, _device, _error_kind, _op_names, _param_bytes, _sync,
                                                child_setup, compact_traceback, import_problem, make_timer,
                                                make_timing_sets)
-from kernelagent.harness.config import EvalConfig
+from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig
 
 _ASKS = frozenset({"check", "calibrate", "baselines", "idle_probe", "exit"})
 
@@ -501,7 +501,7 @@ def set_compile_workers() -> int | None:
     variable once, when its config is first imported, which a server forked from the zygote may
     have done under another environment: so the value is set on its config here, before
     anything compiles. None (Inductor's choice stands) where neither is a positive integer."""
-    for name in ("TORCHINDUCTOR_COMPILE_THREADS", "KERNELAGENT_COMPILE_WORKERS"):
+    for name in ("TORCHINDUCTOR_COMPILE_THREADS", COMPILE_WORKERS_ENV):
         value = os.environ.get(name, "").strip()
         if value:
             if not value.isdigit() or int(value) < 1:

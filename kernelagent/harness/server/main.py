@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 
 from kernelagent.harness import protocol
-from kernelagent.harness.config import EvalConfig
+from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.device_lock import DeviceLock
@@ -231,9 +231,6 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
     dispatcher = Dispatcher(conn, scratch_root, fingerprint, sandbox, limit)
     protocol.send(conn, "hello", "-", fingerprint=protocol.json_safe(fingerprint), pid=os.getpid(), daemon={})
     dispatcher.run()
-
-
-COMPILE_WORKERS_ENV = "KERNELAGENT_COMPILE_WORKERS"
 
 
 def share_compile_workers(jobs: int) -> int:
