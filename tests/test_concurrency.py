@@ -574,3 +574,25 @@ def test_the_reference_dying_of_cuda_out_of_memory_beside_others_is_retried_alon
                   "reason": "the reference process exited with code 1 during stage 'compile'"}
     job.conclude_concurrency()
     assert job.result["concurrency"]["retry_alone"] and "re-run alone" in job.result["reason"]
+
+
+@pytest.mark.parametrize("readings, flagged", [([(True, True)], None), ([(True, False)], "bandwidth-busy"),
+                                               ([(False, True)], "device-busy")])
+def test_a_timed_loop_says_when_the_device_never_read_quiet(monkeypatch, readings, flagged):
+    """Bandwidth that stays loud past the wait is said in an info flag (it may be the device's own
+    state, never the candidate's doing); a device never idle of other kernels stays `device-busy`."""
+    from types import SimpleNamespace
+
+    from kernelagent.harness.server import gate as gate_mod, timed
+
+    monkeypatch.setattr(gate_mod, "BANDWIDTH_WAIT_S", 0.02)
+    gate = Gate(idle_wait_s=0.1)
+    flags = []
+    job = SimpleNamespace(job_id="a", freeze=lambda stop: None, freeze_candidate=lambda stop: None,
+                          pause_clock=lambda paused: None, gate=gate, fingerprint={"cuda": True}, concurrency={},
+                          idle_probe=lambda: readings[0], _timed_loop=lambda deadline: True, flag=flags.append)
+    gate.register(job)
+    assert timed.TimedPhases.timed_loop(job, time.monotonic() + 5) is True
+    assert [f["kind"] for f in flags] == ([flagged] if flagged else [])
+    if flagged == "bandwidth-busy":
+        assert flags[0]["severity"] == "info"

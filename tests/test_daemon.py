@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelagent.harness import EvalConfig, Evaluator, Status
+from kernelagent.harness import EvalConfig, Evaluator, StageTimeouts, Status
 from kernelagent.harness.caller import daemon
 from tests.conftest import CANDIDATES, read
 
@@ -369,3 +369,28 @@ def test_a_passing_refusal_is_tried_again_before_the_harness_is_replaced(runtime
     assert again.status == Status.CORRECT, again.reason
     assert not info2["started_now"] and info2["pid"] == info1["pid"], (info2, _gone(info1))
     assert info2["reconnected_after"].startswith("no harness answered") and len(calls) == 2
+
+
+def test_a_private_server_that_dies_mid_job_says_how_its_log_ends(tmp_path):
+    """Under load beside the hostile tests a private server died mid-job and the result said only
+    "the harness server died": the reason now carries its log's last line."""
+    import threading
+
+    config = EvalConfig(trials=1, target_ms=10, warmup_ms=2, max_reps=10, derived_checks=0,
+                        timeouts=StageTimeouts(start=60, load=60, compile=60, correctness=60, timing=60))
+    with Evaluator(device="cpu", cache_dir=tmp_path / "cache", daemon=False) as ev:
+        ev.fingerprint()
+        proc, log = ev._proc, ev._scratch_root / "server.log"
+        box = {}
+        worker = threading.Thread(target=lambda: box.update(r=ev.evaluate(RELU, read(CANDIDATES / "hangs.py"), config)))
+        worker.start()
+        time.sleep(3)  # the job is under way
+        with open(log, "a") as fh:
+            fh.write("kernelagent harness 4242: the last words\x1b[31m\n")
+        os.killpg(proc.pid, 9)
+        worker.join(120)
+    result = box["r"]
+    assert result.status == Status.HARNESS_ERROR, result.reason
+    # its last line, with the terminal sequence taken out
+    assert "server died" in result.reason and \
+        result.reason.endswith("(its log ends: kernelagent harness 4242: the last words)"), result.reason

@@ -49,6 +49,8 @@ SEVERITY: dict[str, str] = {
     "l2-flush": "info",  # the L2 flush did not measurably evict on this device: times are warm-L2
     "l2-reset": "info",  # the persisting-L2 state could not be reset (driver symbol missing or failing)
     "launch-bound": "info",  # a baseline's call is under 2x its own empty call: launch overhead dominates
+    # the memory bandwidth still read loud after the wait before a timed loop (server/gate.Bandwidth)
+    "bandwidth-busy": "info",
 }
 
 # A loop whose SM clock fell by more than this share (first vs last decile) is flagged `throttling`.

@@ -29,6 +29,7 @@ from kernelagent.harness.caller.pids import PidProcess
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import EvalResult, Flag, Status
 from kernelagent.problem import Problem, candidate_static_problem, load_problem, sha256_text
+from kernelagent.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +309,19 @@ class Evaluator(ServerChannel):
         """The server's jobs at once, its default and why (after start)."""
         return dict((self._fingerprint or {}).get("concurrency") or {})
 
+    def _server_log_tail(self, error: str) -> str:
+        """For a private server that died mid-job: its log's last line, so that the reason says
+        why where the server could (a test beside hostile ones, 2 cores under load, lost one with
+        no more than "the harness server died")."""
+        if "server died" not in error or self._scratch_root is None or getattr(self, "_daemon", None) is not None:
+            return ""
+        try:
+            lines = [line for line in (self._scratch_root / "server.log").read_text(errors="replace").splitlines()
+                     if line.strip()]
+        except OSError:
+            return ""
+        return f" (its log ends: {clean_text(lines[-1]).strip()[:300]})" if lines else ""
+
     def _kill_server(self, misbehaved: bool = False) -> None:
         """The server stopped answering or broke the protocol: it goes, and the next evaluation
         starts another. A warm harness is killed only when it `misbehaved` (hung past a job's
@@ -486,7 +500,7 @@ class Evaluator(ServerChannel):
                                "will be restarted")
                 return base
             if "error" in reply:
-                base.reason = reply["error"]
+                base.reason = reply["error"] + self._server_log_tail(reply["error"])
                 return base
             evidence = reply["result"].pop("evidence", None)
             result = self._merge(base, reply["result"], cached, cache_key, config)

@@ -138,6 +138,13 @@ class TimedPhases:
                         "device-busy", "another process kept the device busy through the timed loop (the harness "
                         f"waited {self.gate.idle_wait_s:.0f} s for it to go idle): the times are not the "
                         "candidate's alone and do not count", "review"))
+                elif self.concurrency.get("bandwidth_busy"):
+                    # Not the candidate's doing, and maybe the device's own state (gate.Bandwidth):
+                    # said, never held against it.
+                    self.flag(verdict.flag(
+                        "bandwidth-busy", "the device's memory bandwidth still read below its recent best after "
+                        "the harness's wait before the timed loop (memory being cleared by the driver, or "
+                        "copies queued by another process): the times may read slow", "info"))
 
     def loop_plan(self, estimate_ms: float, settings: dict[str, Any]) -> tuple[dict[str, int], bool]:
         """The timed loop's shape (module loop_plan) and whether it was reused. On a GPU a later job
