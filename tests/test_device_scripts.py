@@ -57,12 +57,12 @@ def test_scrub_probe_runs_every_scenario_it_is_asked(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path))
     done = subprocess.run([sys.executable, str(SCRIPTS / "scrub_probe.py"), "--gb", "0.001", "--calls", "2",
                            "--rounds", "1", "--rows", "8", "--cols", "64", "--copy-mb", "0.5", "--reads", "2",
-                           "--scenarios", "none,free-self,free-other"],
+                           "--scenarios", "none,free-self,free-other,alloc-other"],
                           capture_output=True, text=True, timeout=180, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [json.loads(line) for line in (tmp_path / "scrub.jsonl").read_text().splitlines()]
     assert sorted((r["work"], r["scenario"]) for r in rows) == sorted(
-        (w, s) for w in ("relu", "copy") for s in ("none", "free-self", "free-other"))
+        (w, s) for w in ("relu", "copy") for s in ("none", "free-self", "free-other", "alloc-other"))
     assert all(len(r["rows"]) == (2 if r["work"] == "relu" else 8) for r in rows)
     assert "no reading on this device" in done.stdout  # the bandwidth reading is a GPU's
 

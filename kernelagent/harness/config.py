@@ -22,12 +22,13 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 }
 
 
-# torch.compile modes the Inductor baseline can be timed in (`--inductor-modes`). "default" is
-# always timed: optimize's target, bench's fast_p and verify's gate compare against it. Each mode's
-# timing is reported under its own baseline name (baseline_name).
 # The environment variable through which the server (server/main.py share_compile_workers) gives
 # each reference process its share of Inductor's compile workers (child/reference_side.py).
 COMPILE_WORKERS_ENV = "KERNELAGENT_COMPILE_WORKERS"
+
+# torch.compile modes the Inductor baseline can be timed in (`--inductor-modes`). "default" is
+# always timed: optimize's target, bench's fast_p and verify's gate compare against it. Each mode's
+# timing is reported under its own baseline name (baseline_name).
 INDUCTOR_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
 
 

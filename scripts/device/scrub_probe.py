@@ -100,6 +100,8 @@ def event(kind: str, nbytes: int) -> float:
     helper = Helper()
     HELPERS.append(helper)  # closed after the calls (its exit would free memory among them)
     helper.ask(f"alloc {nbytes}")
+    if kind == "alloc-other":  # it keeps what it allocated until close_helpers
+        return time.perf_counter()
     if kind == "free-other":
         helper.ask("free")
         return time.perf_counter()
@@ -118,16 +120,6 @@ def close_helpers() -> None:
 
 def run(kind: str, nbytes: int, fn, calls: int, device_clock: bool) -> list[tuple[float, float]]:
     """(ms after the thing, ms of the work) for each of `calls` runs of fn."""
-    if kind == "alloc-other":
-        # the helper's exit (inside event) would free memory mid-calls: keep it alive instead
-        helper = Helper()
-        try:
-            helper.ask(f"alloc {nbytes}")
-            done = time.perf_counter()
-            rows = _calls(done, fn, calls, device_clock)
-        finally:
-            helper.close()
-        return rows
     done = event(kind, nbytes)
     try:
         return _calls(done, fn, calls, device_clock)

@@ -330,8 +330,9 @@ class CandidateSide:
                 kept = [{"index": index, "outputs": d.records}
                         for index, d in zip(kept_outputs.index, cpu_described)]
                 try:
-                    self.send("timing", samples_ms=[float(x) for x in report.samples_ms], event_ms=[float(timer.event_ms)],
-                              overhead_ms=float(timer.overhead_ms), calls=calls, kept=kept,
+                    self.send("timing", samples_ms=[float(x) for x in report.samples_ms],
+                              event_ms=[float(timer.event_ms)], overhead_ms=float(timer.overhead_ms), calls=calls,
+                              kept=kept,
                               meaningful=bool(report.timing.meaningful))
                     for d in cpu_described:
                         for data in d.payloads:

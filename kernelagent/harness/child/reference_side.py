@@ -37,6 +37,7 @@ class ReferenceSide:
         self.server = server
         self.workdir = workdir
         self.device = _device(job)
+        self.bandwidth = idle_probe.Bandwidth(self.device)  # its buffer is made at the first probe
         self.pressure = AllocPressure(self.device)
         self.smoke = job["smoke"]
 
@@ -360,10 +361,8 @@ class ReferenceSide:
     def idle_probe(self) -> None:
         """Is the device idle, and its memory bandwidth quiet? (child/idle_probe.py)"""
         self.join_compiling()
-        if getattr(self, "_bandwidth", None) is None:
-            self._bandwidth = idle_probe.Bandwidth(self.device)
         typical = idle_probe.spin_us(self.device)
-        self.send("idle", us=typical, idle=typical <= idle_probe.IDLE_MAX_US, copy_us=self._bandwidth.read_us())
+        self.send("idle", us=typical, idle=typical <= idle_probe.IDLE_MAX_US, copy_us=self.bandwidth.read_us())
 
     def start_compiling(self) -> None:
         """When the server will want the torch.compile baselines (job["baselines_compile"]: a

@@ -283,9 +283,9 @@ class Timer:
         reads, one H100 evaluation beside seven others (2026-11-27) read a 0.19 ms matvec at
         0.115 ms, below what its 0.5 GB of reads allow, and the next read 0.189 ms: an inflated
         empty pair is the one path found that lowers every event reading alike (the loop now
-        reports both, `timed_loop.empty_call_ms`). A least host overhead was tried as well (more loops
-        take the host's noisier readings then): in that H100 run the CV of 0.18 ms kernels beside
-        seven jobs was 1.8-2.1%, against 0.05-0.3% in the run before."""
+        reports both, `timed_loop.empty_call_ms`). A least host overhead was tried as well (more
+        loops take the host's noisier readings then): in that H100 run the CV of 0.18 ms kernels
+        beside seven jobs was 1.8-2.1%, against 0.05-0.3% in the run before."""
         samples, events = [], []
         for _ in range(20):
             event, host = self._one(lambda: None, [])
