@@ -8,7 +8,8 @@ a user sees between two `eval`s. The others run in one warm harness server in th
 reward run them), which costs seconds instead of the ~25 s of a fresh process, so a whole table
 fits one device call. Up to `--jobs N` warm evaluations (default 8) are in flight at once: the
 server overlaps their host work (imports, compiles, checks) while each timed loop holds the
-device alone, a prime never runs beside a repetition, and up to `--fresh-jobs` fresh processes
+device alone, a prime never runs beside a repetition (and at most `--prime-jobs` primes, default
+4, run at once: they compile cold), and up to `--fresh-jobs` fresh processes
 (default 3) start at once: their servers' starts overlap, and each server takes the GPU's host-wide
 lock for its job (server/device_lock.py), so no two servers time on the device at once. Each
 row says which (`process`: fresh or warm), and the table compares the two (`fresh/warm`). Issue
@@ -16,7 +17,7 @@ row says which (`process`: fresh or warm), and the table compares the two (`fres
 
     python benchmarks/fidelity.py --out fid.jsonl --summary fid.md [--reps 5] [--fresh 1] [--cache on|off|both]
         [--filter 'kb/*'] [--pair PROBLEM:CANDIDATE[@name=value,...]]... [--pairs FILE]
-        [--device auto] [--resume] [--max-minutes M] [--eval-timeout S] [--no-prime] [--jobs 8]
+        [--device auto] [--resume] [--max-minutes M] [--eval-timeout S] [--no-prime] [--jobs 8] [--prime-jobs 4]
 
 Baseline cache: `on` shares one cache directory between all repetitions (the first, a "prime"
 evaluation that is not counted, fills it, so the counted ones reuse stored eager/Inductor times);
@@ -237,7 +238,7 @@ def run_eval_warm(evaluator, problem: Path, candidate: Path, cache: str,
 
 
 # What a row keeps of the result's `concurrency` (harness/server/gate.py and job.py).
-CONCURRENCY_KEYS = ("shared_device", "alone", "retried_alone", "first_try_alloc_retries", "wait_s", "memory_wait_s",
+CONCURRENCY_KEYS = ("shared_device", "alone", "retried_alone", "first_try_alloc_retries", "first_try", "wait_s", "memory_wait_s",
                     "device_lock_wait_s", "idle_wait_s", "bandwidth_wait_s", "bandwidth_busy", "held_s",
                     "slot_freeze_s", "slot_calibration_s", "slot_loop_s")
 
@@ -309,6 +310,8 @@ def run(args: argparse.Namespace) -> int:
         raise FidelityError("--jobs must be 1 to 64")
     if not 1 <= args.fresh_jobs <= 16:
         raise FidelityError("--fresh-jobs must be 1 to 16")
+    if not 1 <= args.prime_jobs <= 64:
+        raise FidelityError("--prime-jobs must be 1 to 64")
     notes: list[str] = []
     if args.pair or args.pairs:
         pairs = [parse_pair(p) for p in args.pair or []]
@@ -402,7 +405,8 @@ def run(args: argparse.Namespace) -> int:
         pair, cache, rep, prime = todo[index]
         process = "fresh" if (rep <= args.fresh if not prime else args.fresh >= args.reps) else "warm"
         wave = [(pair, cache, rep, prime, process)]
-        while process == "warm" and len(wave) < args.jobs and index + len(wave) < len(todo):
+        size = min(args.jobs, args.prime_jobs) if prime else args.jobs
+        while process == "warm" and len(wave) < size and index + len(wave) < len(todo):
             nxt = todo[index + len(wave)]
             if bool(nxt[3]) != bool(prime) or (not nxt[3] and nxt[2] <= args.fresh):
                 break
@@ -478,6 +482,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh-jobs", type=int, default=3,
                         help="fresh `kernelagent eval` processes started at once (their servers take the GPU one "
                              "at a time: server/device_lock.py; 1: one after another)")
+    parser.add_argument("--prime-jobs", type=int, default=4,
+                        help="cache primes in flight at once (each compiles and times its baselines, cold): on an "
+                             "H100 (2026-11-27) 7 of a wave of 8 ran past their 60 s start limit and were re-run "
+                             "alone one by one, 158 s for the wave")
     parser.add_argument("--no-prime", action="store_true",
                         help="do not fill the shared cache first (then repetition 1 with the cache on is a miss)")
     parser.add_argument("--work-dir", type=Path, default=None,

@@ -299,7 +299,13 @@ def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
     # The caller's side: a retry_alone reply is sent again with options.alone.
     sent = []
     ev = Evaluator(device="cpu", cache_dir=tmp_path)
-    replies = iter([{"result": {"status": Status.HARNESS_ERROR, "concurrency": {"retry_alone": True}}},
+    first_reason = "ran past a stage limit while other evaluations shared the host (was: \x1b[2J" + "x" * 900 + ")"
+    replies = iter([{"result": {"status": Status.HARNESS_ERROR, "stage": "start", "reason": first_reason,
+                                "stage_seconds": {"start": 60.2, "total_server": 61.4, "bogus": float("nan"),
+                                                  "flag": True},
+                                "concurrency": {"retry_alone": True, "wait_s": 1.5, "memory_wait_s": float("inf"),
+                                                "at_limit": {"candidate": ["812 python3 T do_signal_stop\x1b[31m"],
+                                                             "reference": "not a list"}}}},
                     {"result": {"status": Status.RUNTIME_ERROR, "reason": "oom alone", "concurrency": {}}}])
 
     def fake_round_trip(request, deadline, cancel=None):
@@ -312,6 +318,16 @@ def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
     result = ev.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), _config())
     assert [o.get("alone") for o in sent] == [None, True]
     assert result.status == Status.RUNTIME_ERROR and result.concurrency["retried_alone"]
+    # What the first try met stays in the result: its stage, its reason (cut, terminal sequences
+    # removed) and its stage clocks (numbers only), beside the seconds it cost.
+    first = result.concurrency["first_try"]
+    assert first["status"] == Status.HARNESS_ERROR and first["stage"] == "start"
+    assert first["reason"].startswith("ran past a stage limit") and "\x1b" not in first["reason"]
+    assert len(first["reason"]) == 300
+    assert first["stage_seconds"] == {"start": 60.2, "total_server": 61.4}
+    assert first["concurrency"] == {"wait_s": 1.5}  # numbers only: no flags, no infinities
+    assert first["at_limit"] == {"candidate": ["812 python3 T do_signal_stop"]}
+    assert result.stage_seconds["first_try"] == 61.4
 
 
 def test_a_full_device_while_timed_beside_others_is_retried_alone():

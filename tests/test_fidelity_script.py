@@ -291,6 +291,17 @@ def test_warm_repetitions_run_in_waves_of_jobs_and_never_beside_their_primes(tmp
     assert max(len(s) for s in seen) == jobs
     primes = [i for i, r in enumerate(rows) if r["prime"]]
     assert primes == [0, 1]  # both primes written before any repetition started
+    # --prime-jobs caps the cold wave (primes compile their baselines) below --jobs
+    flight.seen.clear()
+    out2 = tmp_path / "rows2.jsonl"
+    pairs = [a for size in (8, 16, 32) for a in ("--pair", f"{PAIR}@batch_size={size}")]
+    assert mod.main(["--reps", "1", "--fresh", "0", "--cache", "on", "--pair", PAIR, *pairs, "--device", "cpu",
+                     "--out", str(out2), "--jobs", str(jobs), "--prime-jobs", "2"]) == 0
+    rows2 = [json.loads(line) for line in out2.read_text().splitlines()]
+    assert [r["prime"] for r in rows2] == [True] * 4 + [False] * 4
+    assert max(len(s) for s in flight.seen[:4]) == min(jobs, 2)  # two prime waves of two
+    assert max(len(s) for s in flight.seen[4:]) == jobs  # the repetitions: --jobs at once
+    assert mod.main(["--prime-jobs", "0", "--pair", PAIR, "--out", str(tmp_path / "x.jsonl")]) == 2
     counted = sorted((r["label"], r["cache"], r["rep"]) for r in rows if not r["prime"])
     assert len(set(counted)) == 12
 

@@ -50,6 +50,7 @@ class WorldModel:
         self.calls: list[tuple[float, float]] = []
         self.approaches = 0
         self.interrupt_at = interrupt_at
+        self.started = 0
 
     def fresh(self) -> str:
         self.approaches += 1
@@ -68,7 +69,10 @@ class WorldModel:
     def query(self, messages, tools=None) -> ModelReply:
         start = time.time()
         with self.lock:
-            if self.interrupt_at is not None and len(self.calls) >= self.interrupt_at:
+            # Counted as calls start: two calls that both began before the fifth had ended were
+            # both answered, and the test's count of saved replies read 6.
+            self.started += 1
+            if self.interrupt_at is not None and self.started > self.interrupt_at:
                 raise KeyboardInterrupt
             # What it is shown: the last two messages (a chain's last reply and its feedback,
             # or a child's request with its parents). It grows the cheapest correct one shown,
@@ -373,3 +377,31 @@ def test_resuming_a_search_that_met_its_target_buys_no_more_replies(tmp_path):
     _restore_spend(budget, tree, saved["search"]["spend"])
     again, model, _, _ = run_search("beam", seed, 12, path=path, tree=tree, budget=budget, model=WorldModel(1))
     assert again.stop_reason == "target_met" and model.calls == []
+
+
+def test_every_write_to_a_node_is_made_under_the_runners_lock(monkeypatch):
+    """save() serialises the whole tree (dataclasses.asdict) from whichever worker thread finished
+    a step; a node's `times` written outside the lock meanwhile raised "dictionary changed size
+    during iteration" (CI, 2026-11-27, the evolve row above). Every clock reading the runner
+    stamps on a node is taken with its lock held."""
+    from types import SimpleNamespace
+
+    from kernelagent.search import runner as runner_mod
+
+    model, tools = WorldModel(7, delay=0.02), WorldTools(delay=0.02)
+    trajectory = Trajectory(None)
+    search = Search(model, tools, Prompts(), Budget(max_turns=8), trajectory,
+                    AgentConfig(mode="text", target_speedup=1 / BEST_COST - 0.01),
+                    SearchConfig(strategy="evolve", samples=4, seed=7), system="system", task="task")
+    unlocked: list[str] = []
+
+    def checked_time() -> float:
+        if not search.lock._is_owned():
+            unlocked.append(threading.current_thread().name)
+        return time.time()
+
+    monkeypatch.setattr(runner_mod, "time", SimpleNamespace(time=checked_time))
+    search.run()
+    stamped = [n for n in search.tree.nodes if n.times]
+    assert stamped and all({"model_start", "model_end"} <= set(n.times) for n in stamped)
+    assert not unlocked, f"{len(unlocked)} node clock readings outside the lock"

@@ -209,7 +209,11 @@ class Search:
         self.judge_node(node)
 
     def ask(self, node: Node) -> None:
-        node.times["model_start"] = time.time()
+        # Every write to a node is made under the lock: save() serialises the whole tree from any
+        # worker thread, and a node's dict that grew meanwhile broke it ("dictionary changed size
+        # during iteration", CI 2026-11-27).
+        with self.lock:
+            node.times["model_start"] = time.time()
         try:
             reply = self.model.query([dict(m) for m in node.messages], None)
         except ModelConfigError:
@@ -217,8 +221,8 @@ class Search:
                 self.stop = ("model_error", "model configuration")
             raise
         except ModelError as exc:
-            node.times["model_end"] = time.time()
             with self.lock:
+                node.times["model_end"] = time.time()
                 self.budget.charge()  # the call took its turn: the turn lines and the stop line agree
                 node.state, node.verdict = "failed", "model_error"
                 node.feedback = f"model error: {exc}"
@@ -227,8 +231,8 @@ class Search:
                 self.save()
             self.notify("model_error", turn=turn, node=node.id, error=str(exc), budget=self.budget.snapshot())
             return
-        node.times["model_end"] = time.time()
         with self.lock:
+            node.times["model_end"] = time.time()
             self.budget.charge(reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.cost_usd)
             turn = self.budget.turns
             node.reply = {**reply.to_dict(), "raw": reply.raw}
@@ -252,7 +256,8 @@ class Search:
             self.notify("tool", tool="reply", obs=Observation(text=text, verdict=exc.kind), best=self.best_obs(),
                         turn=None, node=node.id)
             return
-        node.code, node.code_hash = code, normalised_hash(code)
+        with self.lock:
+            node.code, node.code_hash = code, normalised_hash(code)
         while True:  # the same candidate from two calls of one round is evaluated once
             with self.lock:
                 first = self.tree.evaluated(node.code_hash)
@@ -265,11 +270,12 @@ class Search:
                 return
             running.wait()
         try:
-            node.times["eval_start"] = time.time()
+            with self.lock:
+                node.times["eval_start"] = time.time()
             obs = self.tools.evaluate(code)
-            node.times["eval_end"] = time.time()
         finally:
             with self.lock:
+                node.times["eval_end"] = time.time()
                 self.running.pop(node.code_hash).set()
         with self.lock:
             self.tool_seconds["evaluate"] += obs.seconds

@@ -4,6 +4,7 @@
 # the device. Needs KernelBench carried in .kb (carry [".kb"]).
 #   bash scripts/device/fidelity_run.sh agreement [minutes] [jobs]   # profiler_agreement.py --suite both
 #   bash scripts/device/fidelity_run.sh fidelity [minutes] [jobs]    # fidelity.py, warm and fresh
+# (fidelity: REPS, FRESH, PRIME_JOBS and FRESH_JOBS in the environment override 6, 2, 4 and 3)
 set -u
 . "$(dirname "$0")/env.sh"
 WHAT=${1:-agreement}; MINUTES=${2:-7}; JOBS=${3:-8}
@@ -17,8 +18,9 @@ case "$WHAT" in
     timeout -s INT "$LIMIT" python3 benchmarks/profiler_agreement.py --suite both --max-minutes "$MINUTES" \
       --jobs "$JOBS" --out "$OUT/agreement.jsonl" --summary "$OUT/agreement.md" 2>&1 | tail -80 ;;
   fidelity)
-    timeout -s INT "$LIMIT" python3 benchmarks/fidelity.py --cache on --reps 6 --fresh 2 --max-minutes "$MINUTES" \
-      --jobs "$JOBS" --out "$OUT/fidelity.jsonl" --summary "$OUT/fidelity.md" 2>&1 | tail -80 ;;
+    timeout -s INT "$LIMIT" python3 benchmarks/fidelity.py --cache on --reps "${REPS:-6}" --fresh "${FRESH:-2}" \
+      --max-minutes "$MINUTES" --jobs "$JOBS" --prime-jobs "${PRIME_JOBS:-4}" --fresh-jobs "${FRESH_JOBS:-3}" \
+      --out "$OUT/fidelity.jsonl" --summary "$OUT/fidelity.md" 2>&1 | tail -80 ;;
   *) echo "usage: fidelity_run.sh agreement|fidelity [minutes] [jobs]"; exit 2 ;;
 esac
 log end

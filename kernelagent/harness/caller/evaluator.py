@@ -25,6 +25,7 @@ from kernelagent.harness import protocol
 from kernelagent.harness.caller import sandbox, zygote
 from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.caller.channel import ServerChannel
+from kernelagent.harness.caller.results import first_try_summary
 from kernelagent.harness.caller.pids import PidProcess
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import EvalResult, Flag, Status
@@ -471,14 +472,18 @@ class Evaluator(ServerChannel):
             if reply is not None and "result" in reply and \
                     (reply["result"].get("concurrency") or {}).get("retry_alone"):
                 # Out of memory beside other jobs: never the candidate's verdict until it ran alone.
-                first = reply["result"].get("stage_seconds") or {}
-                first_retries = (reply["result"].get("concurrency") or {}).get("alloc_retries")
+                first_result = reply["result"]
+                first = first_result.get("stage_seconds") or {}
+                first_retries = (first_result.get("concurrency") or {}).get("alloc_retries")
                 request["options"] = dict(options, alone=True)
                 reply = self._round_trip(request, self._deadline(config), cancel)
                 if reply is not None and "result" in reply:
                     reply["result"].setdefault("concurrency", {})["retried_alone"] = True
                     if first_retries:  # why it was re-run: the device was full while it was timed
                         reply["result"]["concurrency"]["first_try_alloc_retries"] = first_retries
+                    # What the first try met, where and after how long in each stage: a cold wave of
+                    # jobs that all ran past a stage limit said only how long the first try took.
+                    reply["result"]["concurrency"]["first_try"] = first_try_summary(first_result)
                     reply["result"].setdefault("stage_seconds", {})["first_try"] = \
                         float(first.get("total_server", 0.0) or 0.0)
             if deferred and reply is not None and "result" in reply and \

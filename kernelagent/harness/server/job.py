@@ -42,7 +42,8 @@ from kernelagent.harness.server.channels import ChannelPhases
 from kernelagent.harness.server.checks import CheckPhases
 from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _describe_exit,
                                                    _kill_group, _open_log,
-                                                   _reference_process, _tail, _tail_fd, sandbox_failure, tree_cpu_s)
+                                                   _reference_process, _tail, _tail_fd, sandbox_failure, tree_cpu_s,
+                                                   tree_states)
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
 from kernelagent.harness.server.memory import MemoryPhases
 from kernelagent.harness.server.timed import SLOT_MIN_S, TimedPhases
@@ -340,6 +341,11 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
                 self.stage_timed_out = True  # beside other jobs, re-run alone first (conclude_concurrency)
                 self.fail(Status.TIMEOUT, f"stage '{self.stage}' ran past its {self.limit(self.stage):.0f} s limit; "
                                           "the candidate's processes were killed", self.stage)
+                # What each process was doing then (pid, name, state, kernel wait): a hang beside
+                # other jobs showed no CPU in either process and nothing more (H100, 2026-11-27).
+                self.concurrency["at_limit"] = {
+                    "candidate": tree_states(self.cand.pid if self.cand is not None else None),
+                    "reference": tree_states(self.ref.pid if self.ref is not None else None)}
         except CandidateGone:
             self.cand_died()
         except ReferenceGone as exc:

@@ -113,6 +113,65 @@ def tree_cpu_s(pid: int | None) -> float:
     return total
 
 
+def tree_states(pid: int | None, limit: int = 12) -> list[str]:
+    """'pid comm state wchan' for a process and its descendants (at most `limit`), read from
+    /proc as a stage runs past its limit: what each was doing then. A job beside others whose
+    processes had used no CPU for its whole 60 s 'start' (H100, 2026-11-27) said only that it
+    ran out of time; stopped (T), asleep in the kernel (S, and where) or running (R) tell a
+    harness fault from a slow candidate. Names are cut to 16 printable characters."""
+    found: list[str] = []
+    todo, seen = [int(pid)] if pid else [], set()
+    while todo and len(found) < limit:
+        current = todo.pop(0)
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            raw = open(f"/proc/{current}/stat", "rb").read().decode(errors="replace")
+            comm = "".join(c for c in raw[raw.find("(") + 1:raw.rfind(")")] if c.isprintable())[:16]
+            state = raw[raw.rfind(")") + 2:].split()[0][:1]
+        except (OSError, ValueError, IndexError):
+            continue
+        try:
+            wchan = open(f"/proc/{current}/wchan").read().strip()
+            wchan = "".join(c for c in wchan if c.isalnum() or c == "_")[:40] or "-"
+        except OSError:
+            wchan = "?"
+        found.append(f"{current} {comm.replace(' ', '_') or '?'} {state} {wchan} {_switches(current)} "
+                     f"{_kernel_stack(current)}".rstrip())
+        try:
+            for task in sorted(os.listdir(f"/proc/{current}/task")):
+                with open(f"/proc/{current}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _switches(pid: int) -> str:
+    """'ctxt=V/N': the process's voluntary and involuntary context switches so far (a process in
+    state R that never ran has few of either; one starved of CPU, many involuntary ones)."""
+    try:
+        fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":" in line)
+        return f"ctxt={int(fields['voluntary_ctxt_switches'])}/{int(fields['nonvoluntary_ctxt_switches'])}"
+    except (OSError, KeyError, ValueError):
+        return "ctxt=?"
+
+
+def _kernel_stack(pid: int, frames: int = 3) -> str:
+    """'stack=f1<f2<f3': the innermost kernel functions of the process's main thread, where the
+    server may read /proc/<pid>/stack (root); empty otherwise."""
+    try:
+        lines = open(f"/proc/{pid}/stack").read().splitlines()
+    except OSError:
+        return ""
+    names = []
+    for line in lines[:frames]:
+        name = line.split("] ", 1)[-1].split("+", 1)[0]
+        names.append("".join(c for c in name if c.isalnum() or c == "_")[:32])
+    return "stack=" + "<".join(n for n in names if n) if names else ""
+
+
 def _kill_group(proc: mp.Process | None) -> None:
     """Kill a job process and its group. Once the process is reaped its pid may name another
     process (pids wrap: 32768 on many hosts), so it is never signalled by pid again; its group
