@@ -18,8 +18,11 @@ Each row also carries a host-time profile: the seconds every stage took, summed 
 evaluations (starting the harness servers, the caller's wait for another GPU's baselines, the
 server's load, compile, correctness, timing and baselines, the round trip), the store's share,
 how many evaluations timed baselines, the CPU seconds the harness processes used (user +
-system, counted by each server for its jobs), and each GPU's idle time (wall minus its
-evaluations).
+system, counted by each server for its jobs: overlapping jobs count each other's), and each GPU's
+idle time (wall minus its evaluations). `host_cpu` is the host's CPU while the batch ran, by
+process kind (benchmarks/host_cpu.py: the servers, the references, the candidates, Inductor's
+compile workers, ncu, the toolchain), and per evaluation: the machine's, and what was sampled
+below this process.
 
 --overlap measures one device instead: the same candidates evaluated one at a time, then several
 at once, plus one candidate beside hostile spinners (benchmarks/overlap.py):
@@ -80,14 +83,18 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
     cache = work / f"cache-{tag}"
     spec = BenchSpec(root=str(HERE), candidates=str(cdir), filter=pattern, trials=trials)
     sys.path.insert(0, str(HERE))
-    from host_cpu import machine_cpu_seconds
+    from host_cpu import HostCpu
 
-    started, cpu0 = time.monotonic(), machine_cpu_seconds()
-    outcome = run_bench(spec, Session(gpus="cpu" if cpu_workers else gpus, cpu_workers=cpu_workers or 1,
-                                      store=str(store), cache_dir=str(cache), out=str(work / f"run-{tag}"),
-                                      host_tuning=tuning))
+    started = time.monotonic()
+    # Where the host's CPU goes, by process kind (servers, references, candidates, Inductor's
+    # compile workers, ncu, the toolchain), sampled from /proc below this process: issue 44.
+    with HostCpu(interval=0.5) as sampler:
+        outcome = run_bench(spec, Session(gpus="cpu" if cpu_workers else gpus, cpu_workers=cpu_workers or 1,
+                                          store=str(store), cache_dir=str(cache), out=str(work / f"run-{tag}"),
+                                          host_tuning=tuning))
     wall = time.monotonic() - started
-    machine_cpu = machine_cpu_seconds() - cpu0  # every process on the host meanwhile
+    sampled = sampler.report(max(outcome.evaluations, 1))
+    machine_cpu = sampled["machine_cpu_s"]  # every process on the host meanwhile
     with Store(store) as db:
         log = db.evaluation_log(outcome.run_id)
         attempts = db.attempts(outcome.run_id)
@@ -102,6 +109,8 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
             "evaluations_per_minute": round(outcome.evaluations / (wall / 60), 3),
             "sum_of_evaluation_seconds": round(eval_seconds, 2),
             "machine_cpu_s_per_evaluation": round(machine_cpu / max(outcome.evaluations, 1), 2),
+            "host_cpu": {k: sampled[k] for k in ("machine_cpu_s", "sampled_cpu_s", "reaped_cpu_s",
+                                                  "sampled_cpu_s_per_evaluation", "by_kind") if k in sampled},
             # each job's own processes, its evidence session and its server thread (bench/cost.py)
             "cost": cost_of(results, wall),
             "host_profile": {**host_profile(results, wall, n_gpus, eval_seconds),
@@ -125,8 +134,10 @@ def host_profile(results: list[dict], wall: float, n_gpus: int, eval_seconds: fl
     return {"stage_seconds_sum": ordered,
             "baselines_timed": sum(1 for r in results if "baselines" in (r.get("stage_seconds") or {})),
             "baselines_cached": sum(1 for r in results if r.get("baselines_cached")),
-            # Counted by each server around each job (its own and its reaped job processes'):
-            # getrusage of this process's children would miss what the sandbox's init reaps.
+            # Counted by each server around each job (its own and its reaped job processes'): with
+            # several jobs at once each span holds its neighbours' CPU too, so this sum counts the
+            # same seconds several times over (the per-evaluation figures are cost's
+            # host_cpu_s_per_evaluation and the row's host_cpu).
             "harness_cpu_s": round(stages.get("server_cpu", 0.0), 1),
             "gpu_idle_s": round(max(0.0, wall - eval_seconds / n_gpus), 2)}
 
@@ -192,8 +203,11 @@ def main() -> None:
                       f"in {row['wall_s']:.1f} s = {row['evaluations_per_gpu_minute']:.2f} evaluations per "
                       f"GPU-minute ({row['evaluations_per_minute']:.2f} per minute); correct "
                       f"{row['correct_samples']}/{row['evaluations'] + row['reused']}; statuses {row['statuses']}\n"
-                      f"  host: {profile['harness_cpu_s']} CPU s, GPU idle {profile['gpu_idle_s']} s each, store "
-                      f"{profile['store_s']} s, "
+                      f"  host CPU per evaluation: {row['machine_cpu_s_per_evaluation']} s on the machine, "
+                      f"{row['cost']['host_cpu_s_per_evaluation']} s in the job's own processes; by kind "
+                      f"{ {k: v['cpu_s'] for k, v in row['host_cpu'].get('by_kind', {}).items()} } "
+                      f"(the servers' overlapping per-job sum: {profile['harness_cpu_s']} s)\n"
+                      f"  GPU idle {profile['gpu_idle_s']} s each, store {profile['store_s']} s, "
                       f"baselines timed {profile['baselines_timed']}x; stage sums {profile['stage_seconds_sum']}",
                       flush=True)
         result = {"candidates": n, "samples": args.samples, "filter": args.filter, "rows": rows}

@@ -238,9 +238,10 @@ def run_eval_warm(evaluator, problem: Path, candidate: Path, cache: str,
 
 
 # What a row keeps of the result's `concurrency` (harness/server/gate.py and job.py).
-CONCURRENCY_KEYS = ("shared_device", "alone", "retried_alone", "first_try_alloc_retries", "first_try", "wait_s", "memory_wait_s",
-                    "device_lock_wait_s", "idle_wait_s", "bandwidth_wait_s", "bandwidth_busy", "held_s",
-                    "slot_freeze_s", "slot_calibration_s", "slot_loop_s")
+CONCURRENCY_KEYS = ("shared_device", "alone", "retried_alone", "first_try_alloc_retries", "first_try", "wait_s",
+                    "memory_wait_s", "device_lock_wait_s", "idle_wait_s", "bandwidth_wait_s", "bandwidth_busy",
+                    "held_s", "slot_freeze_s", "slot_calibration_s", "slot_loop_s", "estimate_s", "estimate_error",
+                    "fork_wait_s")
 
 
 def make_row(pair: Pair, cache: str, rep: int, prime: bool, rc: int, data: dict | None, stderr: str,

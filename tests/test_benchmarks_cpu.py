@@ -48,9 +48,14 @@ def test_bench_throughput_profiles_host_time_before_and_after(tmp_path):
     import sys
 
     out = tmp_path / "throughput.json"
+    import os
+
+    # Servers started by the bench itself (not forked from the test session's zygote), so that the
+    # per-kind sampler sees them below the bench's process.
+    env = {k: v for k, v in os.environ.items() if k != "KERNELAGENT_SERVER_ZYGOTE"}
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_throughput.py"), "--gpu-sets", "cpu:2",
                            "--filter", "level1/1_relu", "--samples", "2", "--trials", "1", "--compare",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {r["host_tuning"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {False, True}
@@ -67,8 +72,14 @@ def test_bench_throughput_profiles_host_time_before_and_after(tmp_path):
             cost["host_cpu_s_by_part"])
         assert cost["slot_held_s"] > 0 and 0 < cost["slot_busy_share"] and "slot_loop_s" in cost["slot_parts_s"]
         assert row["machine_cpu_s_per_evaluation"] > 0
+        # issue 44: where the host's CPU went, by process kind, sampled below the bench
+        kinds = row["host_cpu"]["by_kind"]
+        assert {"server", "reference", "candidate"} <= set(kinds), kinds
+        assert all(kinds[k]["cpu_s"] > 0 for k in ("server", "reference", "candidate")), kinds
+        assert row["host_cpu"]["sampled_cpu_s_per_evaluation"] > 0
     assert rows[False]["host_profile"]["baselines_timed"] == 2
     assert rows[True]["host_profile"]["baselines_timed"] == 1
+    assert "CPU per evaluation" in proc.stdout and "by kind" in proc.stdout
     # One was deferred to the other's baselines (the key exists only then); how long it waited
     # depends on which finished first, so it may round to zero.
     assert rows[True]["host_profile"]["stage_seconds_sum"]["baseline_wait"] >= 0

@@ -25,6 +25,7 @@ def test_a_stage_past_its_limit_says_what_each_process_was_doing():
             time.sleep(0.01)
         assert lines and lines[0].split()[1] == "sleep" and lines[0].split()[2] == "T", lines
         assert lines[0].split()[4].startswith("ctxt=")  # its context switches, read from /proc
+        assert lines[0].split()[5].startswith("cpus=") and lines[0].split()[5] != "cpus=?"  # its affinity
         assert tree_states(os.getpid(), limit=1) == [tree_states(os.getpid())[0]]  # the limit holds
         assert tree_states(None) == [] and tree_states(2**22 + 12345) == []  # nothing to read
     finally:

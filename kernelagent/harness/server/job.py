@@ -44,6 +44,7 @@ from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candida
                                                    _kill_group, _open_log,
                                                    _reference_process, _tail, _tail_fd, sandbox_failure, tree_cpu_s,
                                                    tree_states)
+from kernelagent.harness.server import forking
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
 from kernelagent.harness.server.memory import MemoryPhases
 from kernelagent.harness.server.timed import SLOT_MIN_S, TimedPhases
@@ -249,6 +250,8 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
                                 args=(self.child_job, ref_end, self.refdir))
         self.cand = FORK.Process(target=_candidate_process, name="kernelagent-candidate",
                                  args=(self.child_job, cand_end, self.scratch, self.jail))
+        # No other thread mid-import as the job's processes are forked (server/forking.py).
+        self.concurrency["fork_wait_s"] = round(forking.quiet_imports(), 4)
         self.ref.start()
         self.cand.start()
         ref_end.close()

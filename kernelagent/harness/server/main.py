@@ -201,6 +201,13 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
         from kernelagent.harness.child import triton_warm
 
         triton_warm.warm()
+    # Every module of ours a job's thread or forked child imports lazily, now, before any job
+    # thread exists: a fork while another thread is mid-import leaves that module locked for
+    # ever in the child (server/forking.py).
+    from kernelagent.harness.server import forking
+
+    for failure in forking.preload():
+        print(f"kernelagent harness: preload: {failure}", file=sys.stderr, flush=True)
     if fingerprint is None:
         fingerprint = probe()
         if bool(fingerprint.get("cuda")) != expects_cuda and not known:

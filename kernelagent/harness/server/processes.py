@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.harness import protocol
+from kernelagent.harness.server import forking
 
 FORK = mp.get_context("fork")
 LOG_TAIL_BYTES = 6000
@@ -62,6 +63,7 @@ def _in_fork(work: Any, workdir: Path, timeout: float, what: str) -> dict[str, A
         os._exit(0)
 
     proc = FORK.Process(target=target, name="kernelagent-derive")
+    forking.quiet_imports()  # no other thread mid-import as this helper is forked (server/forking.py)
     proc.start()
     child_end.close()
     try:
@@ -149,13 +151,16 @@ def tree_states(pid: int | None, limit: int = 12) -> list[str]:
 
 
 def _switches(pid: int) -> str:
-    """'ctxt=V/N': the process's voluntary and involuntary context switches so far (a process in
-    state R that never ran has few of either; one starved of CPU, many involuntary ones)."""
+    """'ctxt=V/N cpus=LIST': the process's voluntary and involuntary context switches so far (a
+    process in state R that never ran has few of either; one starved of CPU, many involuntary
+    ones) and the CPUs it may run on (an affinity is inherited from the forking thread)."""
     try:
         fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":" in line)
-        return f"ctxt={int(fields['voluntary_ctxt_switches'])}/{int(fields['nonvoluntary_ctxt_switches'])}"
+        cpus = "".join(c for c in fields.get("Cpus_allowed_list", "?").strip() if c in "0123456789,-?")[:40]
+        return (f"ctxt={int(fields['voluntary_ctxt_switches'])}/{int(fields['nonvoluntary_ctxt_switches'])} "
+                f"cpus={cpus or '?'}")
     except (OSError, KeyError, ValueError):
-        return "ctxt=?"
+        return "ctxt=? cpus=?"
 
 
 def _kernel_stack(pid: int, frames: int = 3) -> str:
