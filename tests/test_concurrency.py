@@ -308,7 +308,7 @@ def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
                                                              "reference": "not a list"}}}},
                     {"result": {"status": Status.RUNTIME_ERROR, "reason": "oom alone", "concurrency": {}}}])
 
-    def fake_round_trip(request, deadline, cancel=None):
+    def fake_round_trip(request, deadline, cancel=None, on_baselines=None):
         sent.append(dict(request["options"]))
         return next(replies)
 

@@ -50,6 +50,9 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "started": {},
     "nonce": {"nonce": (str,)},
     "result": {"result": (dict,)},
+    # the reference's baseline timings, with the job's nonce, before its slower last stage (the
+    # kernel evidence): the caller stores them and lets go of their claim at once
+    "baselines_ready": {"baselines": (dict,)},
     "cancel": {},  # the caller gave up on this job: its processes are killed (Dispatcher.cancel)
     "shutdown": {},
     # server -> reference

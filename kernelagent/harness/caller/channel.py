@@ -1,7 +1,8 @@
 """The caller's socket to its harness server (mixed into caller/evaluator.py's Evaluator): one
-reader thread routes each `started` and `result` to the thread waiting for that job; a job is
-sent, given its nonce once forked, and waited for within its deadline; a caller that gives up
-cancels that job alone; a server silent past a deadline, or one that breaks the protocol, goes."""
+reader thread routes each `started`, `baselines_ready` and `result` to the thread waiting for
+that job; a job is sent, given its nonce once forked, and waited for within its deadline; a
+caller that gives up cancels that job alone; a server silent past a deadline, or one that breaks
+the protocol, goes."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import secrets
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -28,7 +30,8 @@ class ServerChannel:
         that job; when the server is gone, every waiting thread hears None."""
         while True:
             try:
-                message = protocol.recv(conn, {"started", "result"}, max_bytes=protocol.MAX_CALLER_FRAME)
+                message = protocol.recv(conn, {"started", "baselines_ready", "result"},
+                                        max_bytes=protocol.MAX_CALLER_FRAME)
             except (EOFError, OSError, protocol.ProtocolError, ValueError, TypeError):
                 break  # TypeError: the connection was closed under us (abort, close)
             self._heard = time.monotonic()  # the server is alive and answering (queued jobs wait on this)
@@ -40,12 +43,14 @@ class ServerChannel:
                 box.put(None)
 
     def _round_trip(self, request: dict[str, Any], deadline_s: float,
-                    cancel: threading.Event | None = None) -> dict[str, Any] | None:
+                    cancel: threading.Event | None = None,
+                    on_baselines: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
         """Send one job, give it its nonce once the server has forked it, and wait for the
         result that carries both. Several jobs share the socket (the reader thread routes the
         replies). A job past its overall deadline means a server that stopped answering: it is
         killed (the jobs in flight with it end as harness errors) and restarted next time. A
-        `cancel` set meanwhile ends this job alone ({"cancelled": True}: _cancel_job)."""
+        `cancel` set meanwhile ends this job alone ({"cancelled": True}: _cancel_job). The
+        baselines may come first, with the nonce too: `on_baselines` gets them."""
         job = secrets.token_hex(8)
         nonce = secrets.token_hex(16)
         box: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -68,6 +73,17 @@ class ServerChannel:
                 with self._send_lock:
                     protocol.send(conn, "nonce", job, nonce=nonce)
                 message = self._next(box, until, cancel)
+                while message is not None and message.get("type") == "baselines_ready":
+                    if message.get("nonce") != nonce:
+                        self._kill_server_if(proc, misbehaved=True)
+                        return {"error": "the harness server sent baselines without this job's nonce; it was "
+                                         "killed and will be restarted"}
+                    if on_baselines is not None:
+                        try:
+                            on_baselines(message["baselines"])
+                        except Exception:  # noqa: BLE001 - the result carries them again
+                            pass
+                    message = self._next(box, until, cancel)
                 if message is not None and message.get("type") == "cancelled":
                     return self._cancel_job(conn, job, box)
                 if message is None or message.get("type") != "result":

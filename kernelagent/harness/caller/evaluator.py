@@ -25,7 +25,7 @@ from kernelagent.harness import protocol
 from kernelagent.harness.caller import sandbox, zygote
 from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.caller.channel import ServerChannel
-from kernelagent.harness.caller.results import first_try_summary
+from kernelagent.harness.caller.results import first_try_summary, store_baselines
 from kernelagent.harness.caller.pids import PidProcess
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import EvalResult, Flag, Status
@@ -432,9 +432,10 @@ class Evaluator(ServerChannel):
                 base.stage_seconds["total"] = time.monotonic() - started
                 return base
             static_flags = [Flag(f"static:{f.kind}", f.message_with_line(), "info") for f in findings]
-        # The claim (below) is held until _merge has written the baselines' entry; the lock only
-        # around the server's round trip, as before.
+        # The claim (below) is held until the baselines' entry is written (early, or by _merge);
+        # the lock only around the server's round trip, as before.
         with contextlib.ExitStack() as claims:
+            claim = claims.enter_context(contextlib.ExitStack())  # this problem's baselines' claim
             with self._lock:
                 try:
                     self.start()
@@ -454,11 +455,18 @@ class Evaluator(ServerChannel):
                 # Taken without waiting: when another evaluation (a thread here, or another
                 # evaluator) holds it, this one runs without baselines and waits for that entry
                 # only after its own verdict, so same-problem candidates still overlap.
-                if claims.enter_context(self.cache.claim(cache_key, wait_s=0)):
+                if claim.enter_context(self.cache.claim(cache_key, wait_s=0)):
                     cached = self.cache.get(cache_key)
                     want_baselines = cached is None
                 else:
                     want_baselines, deferred = False, True
+
+            def early(baselines: dict[str, Any]) -> None:
+                """The server's baselines before its evidence stage: stored, and their claim let go,
+                so an evaluation of this problem waiting for them goes on now."""
+                if request["want_baselines"] and store_baselines(self.cache, cache_key, baselines, base.fingerprint,
+                                                                 base.problem_sha256, config):
+                    claim.close()
             options: dict[str, Any] = {"cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}
             if self.reference_compile_dir is not None:
                 options["reference_compile_dir"] = str(self.reference_compile_dir)
@@ -468,7 +476,7 @@ class Evaluator(ServerChannel):
             request = {"config": config.to_dict(), "problem_source": problem.source,
                        "candidate_source": candidate_source, "want_baselines": want_baselines,
                        "candidate_sha256": base.candidate_sha256, "options": options}
-            reply = self._round_trip(request, self._deadline(config), cancel)
+            reply = self._round_trip(request, self._deadline(config), cancel, early)
             if reply is not None and "result" in reply and \
                     (reply["result"].get("concurrency") or {}).get("retry_alone"):
                 # Out of memory beside other jobs: never the candidate's verdict until it ran alone.
@@ -476,7 +484,7 @@ class Evaluator(ServerChannel):
                 first = first_result.get("stage_seconds") or {}
                 first_retries = (first_result.get("concurrency") or {}).get("alloc_retries")
                 request["options"] = dict(options, alone=True)
-                reply = self._round_trip(request, self._deadline(config), cancel)
+                reply = self._round_trip(request, self._deadline(config), cancel, early)
                 if reply is not None and "result" in reply:
                     reply["result"].setdefault("concurrency", {})["retried_alone"] = True
                     if first_retries:  # why it was re-run: the device was full while it was timed

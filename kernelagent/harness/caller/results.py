@@ -64,6 +64,22 @@ def apply_kernel_evidence(result: EvalResult, evidence: dict[str, Any] | None, c
     result.correct = outcome.correct
 
 
+def store_baselines(cache: Any, cache_key: str, baselines: dict[str, Any], fingerprint: dict[str, Any],
+                    problem_sha256: str, config: EvalConfig) -> bool:
+    """The baselines' cache entry, from the trusted reference's timings; True once written.
+    What was measured is cached even when one mode failed (a mode that cannot compile this
+    problem fails the same way next time); otherwise every later evaluation would re-time all
+    the baselines afresh, and `profile` and `submit` could divide by different ones. A failed
+    setup (no eager time) is not cached."""
+    timings = baselines.get("timings") if isinstance(baselines.get("timings"), dict) else {}
+    errors = baselines.get("errors") if isinstance(baselines.get("errors"), dict) else {}
+    if not (timings and "eager" in timings and "setup" not in errors and config.use_baseline_cache):
+        return False
+    cache.put(cache_key, {"timings": timings, "fingerprint": fingerprint, "problem_sha256": problem_sha256,
+                          "errors": dict(errors)})
+    return True
+
+
 def merge(base: EvalResult, raw: dict[str, Any], cached: dict[str, Any] | None, cache_key: str,
           config: EvalConfig, cache: Any) -> EvalResult:
     data = base.to_dict()
@@ -88,15 +104,7 @@ def merge(base: EvalResult, raw: dict[str, Any], cached: dict[str, Any] | None, 
             result.flags.append(Flag("baseline-error", f"{name} baseline failed: {error[-400:]}", "info"))
         for name, why in baselines.get("skipped", {}).items():
             result.flags.append(Flag("baseline-skipped", why, "info"))
-        # What was measured is cached even when one mode failed (a mode that cannot compile
-        # this problem fails the same way next time); otherwise every later evaluation would
-        # re-time all the baselines afresh, and `profile` and `submit` could divide by
-        # different ones. A failed setup (no eager time) is not cached.
-        if timings and "eager" in timings and "setup" not in baselines.get("errors", {}) \
-                and config.use_baseline_cache:
-            cache.put(cache_key, {"timings": timings, "fingerprint": result.fingerprint,
-                                       "problem_sha256": result.problem_sha256,
-                                       "errors": dict(baselines.get("errors", {}))})
+        store_baselines(cache, cache_key, baselines, result.fingerprint, result.problem_sha256, config)
     else:
         timings = {}
     from kernelagent.harness import stats

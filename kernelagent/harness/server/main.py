@@ -398,6 +398,8 @@ class Dispatcher:
             self.send("result", job_id, "-", result=dict(CANCELLED))
             return
         if job.result["status"] is None:
+            job.on_baselines = lambda baselines: self.send("baselines_ready", job_id, nonce,
+                                                           baselines=protocol.json_safe(baselines))
             try:
                 result = job.run()
             except Exception:  # noqa: BLE001
