@@ -37,6 +37,20 @@ from typing import Any
 from kernelagent.harness.result import Status
 
 
+def announce_baselines(job: Any) -> None:
+    """The job's baselines, to the caller before this stage (seconds of ncu), through the job's
+    `on_baselines` (the dispatcher's `baselines_ready`, with the job's nonce): an evaluation of the
+    same problem waiting for them (caller/evaluator.py) need not wait for the evidence too."""
+    baselines = job.result.get("baselines")
+    send = getattr(job, "on_baselines", None)
+    if send is None or not isinstance(baselines, dict) or not baselines.get("timings"):
+        return
+    try:
+        send(baselines)
+    except Exception:  # noqa: BLE001 - the result still carries them
+        traceback.print_exc()
+
+
 def wanted(job: Any) -> bool:
     """Did the caller ask for evidence, and is this a correct GPU result that nothing rejected?
 

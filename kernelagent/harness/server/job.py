@@ -377,7 +377,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
                 self.result["baselines"] = {"errors": {"harness": traceback.format_exc(limit=3)}}
         self.publish_build()
         if evidence.wanted(self):  # before the reference ends: the slot's idle probe runs there
-            self.announce_baselines()
+            evidence.announce_baselines(self)
             evidence.collect(self)
         else:
             evidence.discard(self)
@@ -462,18 +462,6 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
         (caller/evaluator.py), where this job shared the device (conclude_concurrency)."""
         self.result.update(status=Status.HARNESS_ERROR, correct=False, reason=reason)
         self.concurrency["retry_alone"] = True
-
-    def announce_baselines(self) -> None:
-        """The baselines, to the caller before the evidence stage (seconds of ncu): an evaluation
-        of the same problem waiting for them (caller/evaluator.py) need not wait for the rest."""
-        baselines = self.result.get("baselines")
-        send = getattr(self, "on_baselines", None)
-        if send is None or not isinstance(baselines, dict) or not baselines.get("timings"):
-            return
-        try:
-            send(baselines)
-        except Exception:  # noqa: BLE001 - the result still carries them
-            traceback.print_exc()
 
     def precompile_only(self) -> dict[str, Any]:
         """A CUDA candidate without a GPU: compile its sources with nvcc; nothing runs.
