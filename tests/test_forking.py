@@ -131,8 +131,8 @@ class _Job(memory.MemoryPhases):
 @pytest.mark.parametrize("answer, cached", [
     ({"input_bytes": 1}, True),
     ({"error": "the problem cannot be built on the meta device"}, True),
-    ({"error": "estimating the problem's memory took more than 20 s"}, False),
-    ({"error": "the process estimating the problem's memory died"}, False),
+    ({"error": "estimating the problem's memory took more than 20 s", "helper_failed": True}, False),
+    ({"error": "the process estimating the problem's memory died", "helper_failed": True}, False),
 ])
 def test_the_memory_estimate_runs_on_a_paused_clock_and_a_hung_helper_is_tried_again(tmp_path, monkeypatch,
                                                                                        answer, cached):
@@ -153,3 +153,16 @@ def test_the_memory_estimate_runs_on_a_paused_clock_and_a_hung_helper_is_tried_a
     job2 = _Job(tmp_path, estimates)
     job2.reserve_device_memory()
     assert len(seen) == (1 if cached else 2)
+
+
+def test_a_forked_helper_that_hangs_or_dies_says_so_and_an_answer_cannot_claim_it(tmp_path):
+    """processes._in_fork marks its own failures (HELPER_FAILED), which server/memory.py does not
+    cache; an answer from the helper never carries the mark (problem code runs there)."""
+    from kernelagent.harness.server import processes
+
+    hung = processes._in_fork(lambda: time.sleep(30), tmp_path, 0.5, "sleeping")
+    assert hung == {"error": "sleeping took more than 0 s", processes.HELPER_FAILED: True}
+    died = processes._in_fork(lambda: os._exit(3), tmp_path, 10.0, "exiting")
+    assert died == {"error": "the process exiting died", processes.HELPER_FAILED: True}
+    said = processes._in_fork(lambda: {"error": "cannot build", processes.HELPER_FAILED: True}, tmp_path, 10.0, "x")
+    assert said == {"error": "cannot build"}

@@ -118,10 +118,10 @@ class EvalConfig:
     # it with the rest of the loop's own cost (its calibration), so a candidate that skips it
     # and forges its clocks is credited up to this much per call; Nsight Compute's sum of its
     # kernels bounds such a claim (caller/kernel_evidence.py, SLOWER_FACTOR). 150 us was too
-    # short on an H100 (2026-11-27): our 0.073 ms batchnorm, about 80 us to launch, read 0.077-
-    # 0.082 ms in 3 of 7 harness runs (calls whose launch outran the spin); under 400 us, 0.0729-
-    # 0.0735 ms in all six (profiler 0.0711-0.0722). A segment's first call gets more
-    # (child/timing.FIRST_COVER_FACTOR).
+    # short on an H100 (2026-11-27): our 0.073 ms batchnorm, about 80 us to launch, read 0.0731-
+    # 0.0816 ms over 9 harness runs, 6 of them more than 3% above the profiler (calls whose
+    # launch outran the spin); under 400 us, 0.0729-0.0738 ms, none (profiler 0.0711-0.0727). A
+    # segment's first call gets more (child/timing.FIRST_COVER_FACTOR).
     launch_cover_us: float = 400.0
     # Re-check correctness on fresh inputs after the timing loop (defeats output caching).
     post_timing_check: bool = True

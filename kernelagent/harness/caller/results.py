@@ -142,18 +142,18 @@ def first_try_summary(result: dict[str, Any]) -> dict[str, Any]:
     ran past its limit, its processes' states then (`at_limit`)."""
     from kernelagent.text import clean_text
 
-    stages = result.get("stage_seconds") if isinstance(result.get("stage_seconds"), dict) else {}
-    seconds = {str(k)[:40]: round(float(v), 3) for k, v in stages.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0}
+    def numbers(field: str) -> dict[str, float]:  # the finite, non-negative numbers of a dict field
+        value = result.get(field) if isinstance(result.get(field), dict) else {}
+        return {str(k)[:40]: round(float(v), 3) for k, v in value.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0}
+
     concurrency = result.get("concurrency") if isinstance(result.get("concurrency"), dict) else {}
-    waits = {str(k)[:40]: round(float(v), 3) for k, v in concurrency.items()
-             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0}
     at_limit = concurrency.get("at_limit") if isinstance(concurrency.get("at_limit"), dict) else {}
     states = {side: [clean_text(line)[:160] for line in at_limit.get(side, [])[:12] if isinstance(line, str)]
               for side in ("candidate", "reference") if isinstance(at_limit.get(side), list)}
     summary = {"status": clean_text(result.get("status", ""))[:40], "stage": clean_text(result.get("stage", ""))[:40],
-               "reason": clean_text(result.get("reason", ""))[:FIRST_TRY_REASON_CHARS], "stage_seconds": seconds,
-               "concurrency": waits}
+               "reason": clean_text(result.get("reason", ""))[:FIRST_TRY_REASON_CHARS],
+               "stage_seconds": numbers("stage_seconds"), "concurrency": numbers("concurrency")}
     if states:  # what the job's processes were doing when a stage ran past its limit (server/job.py)
         summary["at_limit"] = states
     return summary

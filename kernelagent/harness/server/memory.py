@@ -10,18 +10,12 @@ import time
 
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import gate as gate_mod
-from kernelagent.harness.server.processes import _device_estimate, _gib, _plan_cpu_inputs
+from kernelagent.harness.server.processes import HELPER_FAILED, _device_estimate, _gib, _plan_cpu_inputs
 
 
 # How long the memory plan's estimate (a meta-device build, in a forked helper) may take: under
 # 2 s alone on an H100; without it the job reserves from the reference's measured sizes.
 ESTIMATE_TIMEOUT_S = 20.0
-
-
-def _helper_failed(sizes: dict) -> bool:
-    """Did the estimate's helper run out of time or die (processes._in_fork), rather than answer?"""
-    error = str(sizes.get("error", ""))
-    return error.endswith(" s") and " took more than " in error or error.startswith("the process ")
 
 
 class MemoryPhases:
@@ -48,7 +42,7 @@ class MemoryPhases:
             self.concurrency["estimate_s"] = round(time.monotonic() - started, 3)
             if "error" in sizes:
                 self.concurrency["estimate_error"] = str(sizes["error"])[:200]
-            if not _helper_failed(sizes):  # a helper that hung or died is tried again by the next job
+            if not sizes.get(HELPER_FAILED):  # a helper that hung or died is tried again by the next job
                 self.gate.estimates[key] = sizes
         if "error" in sizes or self.gate_memory is None:
             return

@@ -14,6 +14,7 @@ from typing import Any
 
 from kernelagent.harness import protocol
 from kernelagent.harness.server import forking
+from kernelagent.harness.server.gate import proc_stat, process_tree
 
 FORK = mp.get_context("fork")
 LOG_TAIL_BYTES = 6000
@@ -44,6 +45,11 @@ def _device_estimate(source: str, workdir: Path, timeout: float) -> dict[str, An
     return _in_fork(estimate, workdir, timeout, "estimating the problem's memory")
 
 
+# In a forked helper's answer: the helper ran out of time or died, rather than answering (its
+# "error" then says which); a caller may try again (server/memory.py).
+HELPER_FAILED = "helper_failed"
+
+
 def _in_fork(work: Any, workdir: Path, timeout: float, what: str) -> dict[str, Any]:
     parent_end, child_end = FORK.Pipe(duplex=False)
 
@@ -69,10 +75,11 @@ def _in_fork(work: Any, workdir: Path, timeout: float, what: str) -> dict[str, A
     try:
         if parent_end.poll(timeout):
             plan = json.loads(parent_end.recv_bytes(1 << 20))
+            plan.pop(HELPER_FAILED, None)  # only this process says so
         else:
-            plan = {"error": f"{what} took more than {timeout:.0f} s"}
-    except (EOFError, OSError, ValueError):
-        plan = {"error": f"the process {what} died"}
+            plan = {"error": f"{what} took more than {timeout:.0f} s", HELPER_FAILED: True}
+    except (EOFError, OSError, ValueError, AttributeError):  # AttributeError: not a JSON object
+        plan = {"error": f"the process {what} died", HELPER_FAILED: True}
     finally:
         _kill_group(proc)
         proc.join(5)
@@ -116,37 +123,28 @@ def tree_cpu_s(pid: int | None) -> float:
 
 
 def tree_states(pid: int | None, limit: int = 12) -> list[str]:
-    """'pid comm state wchan' for a process and its descendants (at most `limit`), read from
-    /proc as a stage runs past its limit: what each was doing then. A job beside others whose
-    processes had used no CPU for its whole 60 s 'start' (H100, 2026-11-27) said only that it
-    ran out of time; stopped (T), asleep in the kernel (S, and where) or running (R) tell a
-    harness fault from a slow candidate. Names are cut to 16 printable characters."""
+    """'pid comm state wchan ctxt=V/N cpus=LIST stack=...' for a process and its descendants (the
+    process first, at most `limit`), read from /proc as a stage runs past its limit: what each was
+    doing then. A job beside others whose processes had used no CPU for its whole 60 s 'start'
+    (H100, 2026-11-27) said only that it ran out of time; stopped (T), asleep in the kernel (S,
+    and where) or running (R) tell a harness fault from a slow candidate. Names are cut to 16
+    printable characters."""
+    if not pid:
+        return []
     found: list[str] = []
-    todo, seen = [int(pid)] if pid else [], set()
-    while todo and len(found) < limit:
-        current = todo.pop(0)
-        if current in seen:
+    for current in [int(pid)] + sorted(process_tree(int(pid)) - {int(pid)}):
+        stat = proc_stat(current)
+        if stat is None:
             continue
-        seen.add(current)
-        try:
-            raw = open(f"/proc/{current}/stat", "rb").read().decode(errors="replace")
-            comm = "".join(c for c in raw[raw.find("(") + 1:raw.rfind(")")] if c.isprintable())[:16]
-            state = raw[raw.rfind(")") + 2:].split()[0][:1]
-        except (OSError, ValueError, IndexError):
-            continue
+        comm = "".join(c for c in stat[0] if c.isprintable())[:16].replace(" ", "_") or "?"
         try:
             wchan = open(f"/proc/{current}/wchan").read().strip()
             wchan = "".join(c for c in wchan if c.isalnum() or c == "_")[:40] or "-"
         except OSError:
             wchan = "?"
-        found.append(f"{current} {comm.replace(' ', '_') or '?'} {state} {wchan} {_switches(current)} "
-                     f"{_kernel_stack(current)}".rstrip())
-        try:
-            for task in sorted(os.listdir(f"/proc/{current}/task")):
-                with open(f"/proc/{current}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
-            continue
+        found.append(f"{current} {comm} {stat[1][:1]} {wchan} {_switches(current)} {_kernel_stack(current)}".rstrip())
+        if len(found) >= limit:
+            break
     return found
 
 
