@@ -232,6 +232,10 @@ def test_a_hide_path_that_vanishes_while_the_jail_is_made_is_skipped(tmp_path, m
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(mounts.JailError, match="not a directory"):
         mounts._hide_one(tmp_path / "a-file", False)
+    # A top-level directory the jail listed itself, since replaced by a file: skipped as every
+    # top-level file is (another process's passing file failed this job: a CI flake).
+    assert mounts._hide_one(tmp_path / "a-file", False, listed=True) is False
+    assert mounts.hide_all([tmp_path / "a-file"], None, frozenset({tmp_path / "a-file"})) == [] and mounted == []
     there = tmp_path / "there"
     there.mkdir()
     assert mounts._hide_one(there, False) is True and mounted == [(str(there), "tmpfs")]
@@ -303,26 +307,29 @@ def test_jobs_start_while_the_host_makes_and_removes_directories_to_hide():
 
 
 def test_top_level_directories_made_after_the_server_started_are_hidden_from_later_jobs(tmp_path, monkeypatch):
-    """The server lists the top-level directories to hide once, at its start; a job entering its
-    jail later hides the ones made since as well (a harness serves jobs for hours)."""
+    """A job entering its jail lists the top-level directories to hide then, not at the
+    server's start: one made since is hidden too (a harness serves jobs for hours), and they
+    go as `listed_tops`, apart from the paths a caller named (which must stay directories)."""
     from kernelagent.harness.child import jail, namespaces
 
     monkeypatch.setattr(jail, "hidden_tops", lambda: [Path("/srv"), Path("/ka-made-later")])
-    assert jail.with_new_tops([Path("/srv"), Path("/home/u")]) == [Path("/srv"), Path("/home/u"),
-                                                                   Path("/ka-made-later")]
+    assert jail.tops_now([Path("/srv"), Path("/home/u")]) == [Path("/ka-made-later")]
     seen = {}
     monkeypatch.setattr(namespaces, "enter_job_jail", lambda workdir, hide, keep_fds, mode, **k: seen.update(
-        hide=hide, mode=mode) or {"mode": mode})
+        hide=hide, mode=mode, tops=k.get("listed_tops")) or {"mode": mode})
     monkeypatch.setattr(os, "dup2", lambda *a: None)  # enter() points fds 1 and 2 at the job's log
-    jail.enter(tmp_path, {"mode": "namespaces", "hide": ["/srv"], "keep_ro": []}, [], tmp_path / "log")
-    assert seen == {"hide": [Path("/srv"), Path("/ka-made-later")], "mode": "namespaces"}
+    jail.enter(tmp_path, {"mode": "namespaces", "hide": ["/home/u"], "keep_ro": []}, [], tmp_path / "log")
+    assert seen == {"hide": [Path("/home/u")], "mode": "namespaces", "tops": [Path("/srv"), Path("/ka-made-later")]}
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="makes a directory in /")
 def test_a_jail_that_cannot_be_made_is_a_harness_error_that_says_why(tmp_path):
     """The candidate's process could not enter its jail (exit 70 before any candidate code): a
     harness error, never the candidate's failure, whose reason carries the jail's own line (it
-    was only in the log, and a CI flake could not be traced from the result)."""
+    was only in the log, and a CI flake could not be traced from the result). Only a server that
+    NAMED the directory fails so: to every other one it is a top-level directory the jail listed
+    itself, and a file in its place is a top-level file, not hidden and no failure (this test's
+    file failed another test's jobs on CI, running beside it)."""
     from kernelagent.harness import EvalConfig, Evaluator, Status
     from tests.conftest import CANDIDATES, read
 
@@ -330,17 +337,21 @@ def test_a_jail_that_cannot_be_made_is_a_harness_error_that_says_why(tmp_path):
     hidden.mkdir()
     config = EvalConfig(trials=1, baselines=False, seed=3)
     try:
-        with Evaluator(device="cpu", cache_dir=tmp_path / "cache", isolation="namespaces") as ev:
-            first = ev.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), config)
-            assert first.status == Status.CORRECT, first.reason
+        with Evaluator(device="cpu", cache_dir=tmp_path / "cache", isolation="namespaces", hide=[hidden]) as ev, \
+                Evaluator(device="cpu", cache_dir=tmp_path / "other", isolation="namespaces") as other:
+            for evaluator in (ev, other):
+                first = evaluator.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), config)
+                assert first.status == Status.CORRECT, first.reason
             hidden.rmdir()
             hidden.write_text("now a file")  # the server listed it as a directory to hide
             broken = ev.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "segfaults.py"), config)
+            beside = other.evaluate(CANDIDATES / "relu_problem.py", read(CANDIDATES / "segfaults.py"), config)
     finally:
         if hidden.is_dir():
             hidden.rmdir()
         else:
             hidden.unlink(missing_ok=True)
+    assert beside.status not in (Status.HARNESS_ERROR, Status.CORRECT), (beside.status, beside.stage, beside.reason)
     assert broken.status == Status.HARNESS_ERROR and broken.stage == "start"
     assert broken.reason.startswith("the candidate's sandbox could not be set up: ")
     assert f"hide path {hidden} is not a directory" in broken.reason, broken.reason

@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,7 @@ JAILED_NCU = """#!/bin/sh
 # Everything on one line: run_ncu reports the last lines of a failed run.
 r="PIDNS=$(readlink /proc/self/ns/pid)"
 if cat /proc/{caller}/environ >/dev/null 2>&1; then r="$r CALLER_ENV=readable"; else r="$r CALLER_ENV=hidden"; fi
-r="$r TMP=[$(ls -A /tmp | tr '\\n' ' ')] HIDDEN=[$(ls -A {hidden} 2>&1 | tr '\\n' ' ')]"
+r="$r TMP=[$(ls -A /tmp | tr '\\n' ' ')] HIDDEN=[$(ls -A {hidden} 2>&1 | tr '\\n' ' ')] TOP=[$(ls -A {top} 2>&1 | tr '\\n' ' ')]"
 if touch /tmp/ncu-lock 2>/dev/null; then r="$r TMP_WRITABLE=yes"; else r="$r TMP_WRITABLE=no"; fi
 if touch {outside}/x 2>/dev/null; then r="$r OUTSIDE_WRITABLE=yes"; else r="$r OUTSIDE_WRITABLE=no"; fi
 r="$r TRITON=[$(ls -A .triton 2>&1)] LO=$(cat /sys/class/net/lo/operstate 2>/dev/null) $(grep CapEff /proc/self/status)"
@@ -85,8 +86,12 @@ def test_without_bubblewrap_ncu_runs_in_the_per_job_jail(tmp_path, monkeypatch):
     outside.mkdir()
     (tmp_path / "bin").mkdir()
     ncu = tmp_path / "bin" / "ncu"  # under /tmp, which the jail replaces: bound back read-only
+    # A top-level directory made after the caller started: hidden as every job's jail hides it.
+    top = Path(f"/ka-ncu-top-{os.getpid()}-{uuid.uuid4().hex[:8]}") if os.geteuid() == 0 else tmp_path / "no-top"
+    top.mkdir()
+    (top / "top-secret").write_text("x")
     ncu.write_text(JAILED_NCU.replace("{caller}", str(os.getpid())).replace("{hidden}", str(hidden))
-                   .replace("{outside}", str(outside)))
+                   .replace("{outside}", str(outside)).replace("{top}", str(top)))
     ncu.chmod(0o755)
     monkeypatch.setenv("KERNELAGENT_NCU", str(ncu))
     real_which = shutil.which
@@ -102,11 +107,13 @@ def test_without_bubblewrap_ncu_runs_in_the_per_job_jail(tmp_path, monkeypatch):
                                 triton_cache=own_cache)
     finally:
         sentinel.unlink()
+        shutil.rmtree(top, ignore_errors=True)
     text = got["unavailable"]
     assert "PIDNS=" in text, text
     assert f"PIDNS={os.readlink('/proc/self/ns/pid')}" not in text  # its own pid namespace
     assert "CALLER_ENV=hidden" in text
     assert "HIDDEN=[" in text and "secret-entry" not in text  # the caller's caches: out of sight
+    assert "TOP=[" in text and "top-secret" not in text  # a top-level directory: out of sight too
     assert "OUTSIDE_WRITABLE=no" in text  # a read-only root
     assert "TMP_WRITABLE=yes" in text and sentinel.name not in text  # a private /tmp of its own
     assert "LO=" in text and "LO=down" not in text  # a loopback, for ncu and its target

@@ -112,10 +112,10 @@ class Confinement:
             prefix = [sys.executable, "-m", "kernelagent.harness.child.jail_exec", "--scratch", str(scratch)]
             if jail.get("run_as"):
                 prefix += ["--run-as", f"{int(jail['run_as'][0])}:{int(jail['run_as'][1])}"]
-            for path in jail.get("hide") or []:  # its home, working directory, top-level folders, roots
+            for path in jail.get("hide") or []:  # its home, working directory, roots
                 if not Path(path).is_relative_to(scratch):
                     prefix += ["--hide", str(path)]
-            prefix.append("--")
+            prefix += ["--hide-tops", "--"]  # and the top-level folders, listed as it starts
         out_path = outer / "output.log"
         started = time.monotonic()
         with open(out_path, "wb") as out:

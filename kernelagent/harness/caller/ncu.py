@@ -186,7 +186,8 @@ def ncu_sandbox(scratch: Path, allow_unsandboxed: bool, hide: list[Path] | None 
             # Directories only (the jail hides directories), never the scratch or the root itself.
             if path.is_dir() and path not in (scratch.resolve(), Path("/")) and scratch.resolve() not in path.parents:
                 argv += ["--hide", str(path)]
-        return argv + ["--"], None
+        # The top-level directories, as every job's jail hides them: listed as the jail is entered.
+        return argv + ["--hide-tops", "--"], None
     if allow_unsandboxed:
         return [], None
     return None, UNSANDBOXED_NCU

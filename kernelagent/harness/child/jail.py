@@ -88,21 +88,25 @@ def _kept_readable(hide: list[Path]) -> list[Path]:
 
 def hidden_tops() -> list[Path]:
     """Every real top-level directory outside VISIBLE_TOP (symlinks such as /lib -> usr/lib
-    lead into a visible one)."""
+    lead into a visible one), but one the interpreter lives in as a whole (then nothing runs)."""
+    interpreter = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
     tops = []
     for entry in os.scandir("/"):
-        if entry.name not in VISIBLE_TOP and entry.is_dir(follow_symlinks=False):
+        if (entry.name not in VISIBLE_TOP and entry.is_dir(follow_symlinks=False)
+                and Path("/", entry.name) not in interpreter):
             tops.append(Path("/") / entry.name)
     return tops
 
 
-def with_new_tops(hide: list[Path]) -> list[Path]:
-    """`hide` and every top-level directory made since it was listed (hidden_tops now): the
-    server lists them once, at its start, and a harness may serve jobs for hours while the host
-    makes new ones (a world-readable secret in a directory of its own is hidden from a job that
-    starts after it appeared, as from one that started before)."""
+def tops_now(hide: list[Path]) -> list[Path]:
+    """The top-level directories to hide besides `hide`, listed as a job enters its jail (not
+    once at the server's start): a harness may serve jobs for hours while the host makes new
+    ones (a world-readable secret in a directory of its own is hidden from a job that starts
+    after it appeared, as from one that started before), and one the host has replaced by a
+    file since is no directory to hide (`mounts.hide_all`: a test's passing file in / failed
+    other servers' jobs)."""
     known = set(hide)
-    return hide + [top for top in hidden_tops() if top not in known]
+    return [top for top in hidden_tops() if top not in known]
 
 
 def _said(path: Path, cwd: Path) -> str:
@@ -125,9 +129,10 @@ def resolve(requested: str, scratch_root: Path, hide: list[str] | None = None) -
     home = Path(os.path.expanduser("~")).resolve()
     cwd = Path.cwd().resolve()
     paths = [Path(p).resolve() for p in (hide or [])] + [Path(scratch_root).resolve(), cwd]
-    paths += hidden_tops()
     if str(home) not in ("/", "") and home.is_dir():
         paths.append(home)
+    named = set(paths)
+    paths += hidden_tops()
     # Never hide a directory the interpreter itself lives in as a whole (then nothing would run),
     # nor the root or a visible top-level directory as a whole (a caller working in /usr).
     interpreter = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
@@ -147,7 +152,10 @@ def resolve(requested: str, scratch_root: Path, hide: list[str] | None = None) -
         who = f"uid 0 outside: files only root may read stay readable where the view shows them ({probe.get('run_as_error')})"
     else:
         who = f"the caller's uid {os.geteuid()}"
-    return {"mode": "namespaces", "hide": [str(p) for p in paths], "keep_ro": [str(p) for p in keep_ro],
+    # "hide": what the caller named, the scratch root, its working directory and home (each
+    # must be a directory); the top-level directories are listed anew as each job enters.
+    return {"mode": "namespaces", "hide": [str(p) for p in paths if p in named],
+            "keep_ro": [str(p) for p in keep_ro],
             "run_as": run_as,
             "describe": {"mode": "namespaces", "root": probe.get("root"), "in_bubblewrap": probe.get("in_bubblewrap"),
                          "hidden": [_said(p, cwd) for p in paths], "keep_ro": [_said(p, cwd) for p in keep_ro],
@@ -168,6 +176,7 @@ def enter(workdir: Path, jail: dict[str, Any], keep_fds: list[int], log_path: Pa
     if jail.get("mode") != "namespaces":
         return namespaces.enter_job_jail(workdir, [], keep_fds, "none")
     run_as = jail.get("run_as")
-    return namespaces.enter_job_jail(workdir, with_new_tops([Path(p) for p in jail["hide"]]), keep_fds, "namespaces",
+    hide = [Path(p) for p in jail["hide"]]
+    return namespaces.enter_job_jail(workdir, hide, keep_fds, "namespaces", listed_tops=tops_now(hide),
                                      keep_ro=[Path(p) for p in jail.get("keep_ro", [])],
                                      run_as=(int(run_as[0]), int(run_as[1])) if run_as else None)

@@ -1,7 +1,10 @@
 """Run a program inside the per-job jail (namespaces.py), for the processes the harness does not
 fork itself: Nsight Compute, which starts the candidate's code in a process of its own.
 
-    python -m kernelagent.harness.child.jail_exec --scratch DIR [--hide DIR ...] [--run-as UID:GID] -- PROGRAM ARGS...
+    python -m kernelagent.harness.child.jail_exec --scratch DIR [--hide DIR ...] [--hide-tops] [--run-as UID:GID] -- PROGRAM ARGS...
+
+--hide-tops hides every top-level directory outside the system ones as well, listed as the jail
+is entered (jail.tops_now), as each evaluation job's jail does.
 
 The jail is the one every evaluation job gets (user, pid, mount, net, ipc and uts namespaces;
 a read-only root with the caches, the store, other jobs' scratch and the home hidden; no
@@ -26,6 +29,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="kernelagent.harness.child.jail_exec")
     parser.add_argument("--scratch", required=True)
     parser.add_argument("--hide", action="append", default=[])
+    parser.add_argument("--hide-tops", action="store_true", help="hide the top-level directories too")
     parser.add_argument("--run-as", default=None, help="UID:GID the program runs as (a root caller only)")
     parser.add_argument("program", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -50,14 +54,15 @@ def main(argv: list[str]) -> int:
         return 127
     program[0] = os.path.abspath(found)
     hide = [Path(h) for h in args.hide]
-    hidden = hide + [Path("/tmp").resolve()]
+    tops = jail.tops_now(hide) if args.hide_tops else []
+    hidden = hide + tops + [Path("/tmp").resolve()]
     keep_ro = jail._kept_readable(hidden)
     where = Path(program[0]).resolve().parent
     if any(h == where or h in where.parents for h in hidden) and where not in hidden:
         keep_ro.append(where)  # the program itself lives under a hidden directory: bound back read-only
     try:
         namespaces.enter_job_jail(Path(args.scratch), hide, [], "namespaces", keep_ro=keep_ro,
-                                  private_tmp=True, loopback=True, run_as=run_as)
+                                  private_tmp=True, loopback=True, run_as=run_as, listed_tops=tops)
     except (namespaces.JailError, OSError) as exc:
         print(f"kernelagent: the jail could not be entered: {exc}", file=sys.stderr, flush=True)
         return JAIL_FAILED

@@ -148,10 +148,13 @@ def _errno_in(exc: BaseException, *codes: int) -> bool:
     return getattr(exc, "errno", None) in codes
 
 
-def _hide_one(h: Path, as_private_tmp: bool) -> bool:
+def _hide_one(h: Path, as_private_tmp: bool, listed: bool = False) -> bool:
     """Cover the directory `h` with an empty tmpfs (a private /tmp: a writable one); False where
     it vanished meanwhile (another process removed it after the hide list was made, or after the
-    look above: a directory the host removes while a job starts is nothing to hide)."""
+    look above: a directory the host removes while a job starts is nothing to hide). `listed`:
+    `h` is a top-level directory the jail listed itself (jail.hidden_tops), not one a caller
+    named: one that is no longer a directory is skipped as every top-level file is, where a
+    named one that is not a directory fails the jail (what it holds would be in view)."""
     for _ in range(HIDE_TRIES):
         try:
             is_dir = stat.S_ISDIR(os.stat(h).st_mode)  # one look: is_dir() then lexists() races the host
@@ -163,6 +166,8 @@ def _hide_one(h: Path, as_private_tmp: bool) -> bool:
             else:
                 continue  # made again since the look: look again
         if not is_dir:
+            if listed:
+                return False
             raise JailError(f"hide path {h} is not a directory (hide the directory that holds it)")
         try:
             if as_private_tmp:
@@ -178,14 +183,15 @@ def _hide_one(h: Path, as_private_tmp: bool) -> bool:
     raise JailError(f"hide path {h} was removed and made again {HIDE_TRIES} times while it was hidden")
 
 
-def hide_all(hides: list[Path], private_tmp: Path | None) -> list[Path]:
+def hide_all(hides: list[Path], private_tmp: Path | None, listed: frozenset[Path] = frozenset()) -> list[Path]:
     """Cover each directory of `hides` (shortest paths first) with an empty tmpfs, writable
-    until `seal`; one under an already hidden directory is gone with it. Returns what was hidden."""
+    until `seal`; one under an already hidden directory is gone with it. `listed`: those of
+    `hides` the jail listed itself (`_hide_one`). Returns what was hidden."""
     hidden: list[Path] = []
     for h in hides:
         if any(_is_under(h, done) for done in hidden) or not os.path.lexists(h):
             continue  # hidden with a parent already, or nothing there to hide
-        if _hide_one(h, h == private_tmp):
+        if _hide_one(h, h == private_tmp, h in listed):
             hidden.append(h)
     return hidden
 

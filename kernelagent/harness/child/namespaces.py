@@ -311,13 +311,18 @@ def _die_with_waiter(alive_r: int) -> None:
 def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: str = "namespaces", *,
                    keep_ro: list[Path] | None = None, shm_bytes: int = 256 << 20,
                    limits: dict[str, int] | None = None, run_as: tuple[int, int] | None = None,
-                   private_tmp: bool = False, loopback: bool = False) -> dict[str, Any]:
+                   private_tmp: bool = False, loopback: bool = False,
+                   listed_tops: list[Path] | None = None) -> dict[str, Any]:
     """Enter the job's jail. Call it FIRST in a freshly forked child of the server, after the
     caller has pointed fds 1 and 2 at the job's log, before any candidate code is imported.
 
     scratch: the job's own directory; the only writable place afterwards (it must exist).
     hide: directories replaced by an empty read-only tmpfs (caches, the store, the scratch
-        ROOT holding the other jobs' scratch, the user's home). Missing ones are skipped.
+        ROOT holding the other jobs' scratch, the user's home). Missing ones are skipped; one
+        that is not a directory fails the jail.
+    listed_tops: top-level directories hidden as well, listed by the jail itself just before
+        (jail.tops_now): one the host has since replaced by a file is skipped, as top-level
+        files are (another process's passing file must not fail this job).
     keep_fds: descriptors the job keeps besides 0, 1, 2 (its channel); all others are closed.
     mode: "namespaces" or "none" (fds closed and a process group of its own: nothing else).
     keep_ro: paths under a hidden directory to bind back read-only (e.g. a virtualenv in the
@@ -349,8 +354,9 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
 
     scratch = Path(os.path.abspath(scratch))
     tmp = Path("/tmp").resolve()
-    hides = sorted({Path(os.path.abspath(h)) for h in hide} | ({tmp} if private_tmp else set()),
-                   key=lambda p: len(p.parts))
+    named = {Path(os.path.abspath(h)) for h in hide} | ({tmp} if private_tmp else set())
+    listed = frozenset(Path(os.path.abspath(t)) for t in (listed_tops or [])) - named
+    hides = sorted(named | listed, key=lambda p: len(p.parts))
     keep_ro_paths = [Path(os.path.abspath(p)) for p in (keep_ro or [])]
     if not scratch.is_dir():
         raise JailError(f"scratch directory {scratch} does not exist")
@@ -397,7 +403,7 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     ro_method = _set_readonly("/", True, recursive=True)
     # 6. Hide. A hide path under an already hidden one is gone with it; one the host removes
     #    meanwhile is nothing to hide (mounts.hide_all).
-    hidden = hide_all(hides, tmp if private_tmp else None)
+    hidden = hide_all(hides, tmp if private_tmp else None, listed)
     # 7. Bring back scratch (read-write) and keep_ro (read-only). Their mount points may lie
     #    inside a hiding tmpfs, which is still writable at this point: create them there.
     # Outer paths first: a read-only path bound back over a directory that holds the scratch
