@@ -10,8 +10,9 @@ fits one device call. Up to `--jobs N` warm evaluations (default 8) are in fligh
 server overlaps their host work (imports, compiles, checks) while each timed loop holds the
 device alone, a prime never runs beside a repetition (and at most `--prime-jobs` primes, default
 4, run at once: they compile cold), and up to `--fresh-jobs` fresh processes
-(default 3) start at once: their servers' starts overlap, and each server takes the GPU's host-wide
-lock for its job (server/device_lock.py), so no two servers time on the device at once. Each
+(default 3) are in flight at once, a new one starting as each ends: their servers' starts overlap,
+and each server takes the GPU's host-wide lock for its job (server/device_lock.py), so no two
+servers time on the device at once. Each
 row says which (`process`: fresh or warm), and the table compares the two (`fresh/warm`). Issue
 13, scope 1; issue 25, scope 2; issue 42 (both tables in one 8-minute device call each).
 
@@ -397,6 +398,40 @@ def run(args: argparse.Namespace) -> int:
                   f"{fmt(row.get('speedup_eager'), '8.4g')} {fmt(row.get('drift_q4_q1'), '6.3f')} {wall:7.1f} "
                   f"{clock:>9}", flush=True)
 
+    def fresh_pipeline(steps: list[tuple], first: bool) -> int:
+        """Run `steps` (fresh processes) --fresh-jobs at a time; each starts only if the slowest
+        fresh evaluation so far still fits the cap (the run's very first always starts), with its
+        timeout cut to the time left. Returns how many were left out for the cap."""
+        queue = list(enumerate(steps))
+        left_out = 0
+
+        def worker() -> None:
+            nonlocal left_out
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    position, step = queue.pop(0)
+                    eval_timeout = args.eval_timeout
+                    if args.max_minutes is not None:
+                        left = args.max_minutes * 60 - (time.perf_counter() - started)
+                        expected = slowest.get(step[1], max(slowest.values(), default=0.0))
+                        if left <= 0 or (not (first and position == 0) and expected > left):
+                            left_out += 1 + len(queue)  # the rest would not fit either: none starts
+                            queue.clear()
+                            return
+                        eval_timeout = min(eval_timeout, max(left, 1.0))
+                one(*step, eval_timeout)
+
+        workers = min(args.fresh_jobs, len(steps))
+        if workers == 1:
+            worker()
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                for future in [pool.submit(worker) for _ in range(workers)]:
+                    future.result()
+        return left_out
+
     # Waves: up to --jobs warm evaluations at once in the one server (it overlaps their host work;
     # each timed loop still holds the device alone), never primes beside repetitions (a repetition
     # with the cache on must find its prime's baselines); a fresh process runs alone (two servers
@@ -412,14 +447,21 @@ def run(args: argparse.Namespace) -> int:
             if bool(nxt[3]) != bool(prime) or (not nxt[3] and nxt[2] <= args.fresh):
                 break
             wave.append((*nxt, "warm"))
-        # Fresh processes --fresh-jobs at a time: each starts its own server (imports, probe) at
-        # once, and their jobs take the GPU one server at a time (server/device_lock.py), so one
-        # process's start overlaps another's work and no two servers time on the device at once.
-        while process == "fresh" and len(wave) < args.fresh_jobs and index + len(wave) < len(todo):
-            nxt = todo[index + len(wave)]
-            if nxt[3] or nxt[2] > args.fresh:
+        # Fresh processes --fresh-jobs at a time, as a pipeline (a new one starts as soon as one
+        # ends, not in waves that wait for their slowest): each starts its own server (imports,
+        # probe), and their jobs take the GPU one server at a time (server/device_lock.py), so
+        # one process's start overlaps another's work and no two servers time on the device at
+        # once.
+        if process == "fresh" and not prime:
+            while index + len(wave) < len(todo) and not todo[index + len(wave)][3] \
+                    and todo[index + len(wave)][2] <= args.fresh:
+                wave.append((*todo[index + len(wave)], "fresh"))
+            left_out = fresh_pipeline(wave, first=index == 0)
+            index += len(wave)
+            if left_out:
+                stopped_early = left_out + len(todo) - index
                 break
-            wave.append((*nxt, "fresh"))
+            continue
         eval_timeout = args.eval_timeout
         if args.max_minutes is not None:
             left = args.max_minutes * 60 - (time.perf_counter() - started)
