@@ -398,10 +398,11 @@ def run(args: argparse.Namespace) -> int:
                   f"{fmt(row.get('speedup_eager'), '8.4g')} {fmt(row.get('drift_q4_q1'), '6.3f')} {wall:7.1f} "
                   f"{clock:>9}", flush=True)
 
-    def fresh_pipeline(steps: list[tuple], first: bool) -> int:
-        """Run `steps` (fresh processes) --fresh-jobs at a time; each starts only if the slowest
-        fresh evaluation so far still fits the cap (the run's very first always starts), with its
-        timeout cut to the time left. Returns how many were left out for the cap."""
+    def pipeline(steps: list[tuple], workers: int, first: bool) -> int:
+        """Run `steps` `workers` at a time, a new one starting as each ends (not in waves that wait
+        for their slowest). Each starts only if the slowest evaluation of its kind so far still
+        fits the cap (the run's very first always starts), with its timeout cut to the time left.
+        Returns how many were left out for the cap (once one is, the rest are too)."""
         queue = list(enumerate(steps))
         left_out = 0
 
@@ -415,15 +416,15 @@ def run(args: argparse.Namespace) -> int:
                     eval_timeout = args.eval_timeout
                     if args.max_minutes is not None:
                         left = args.max_minutes * 60 - (time.perf_counter() - started)
-                        expected = slowest.get(step[1], max(slowest.values(), default=0.0))
+                        expected = slowest.get("off" if step[3] else step[1], max(slowest.values(), default=0.0))
                         if left <= 0 or (not (first and position == 0) and expected > left):
-                            left_out += 1 + len(queue)  # the rest would not fit either: none starts
+                            left_out += 1 + len(queue)
                             queue.clear()
                             return
                         eval_timeout = min(eval_timeout, max(left, 1.0))
                 one(*step, eval_timeout)
 
-        workers = min(args.fresh_jobs, len(steps))
+        workers = max(1, min(workers, len(steps)))
         if workers == 1:
             worker()
         else:
@@ -432,56 +433,38 @@ def run(args: argparse.Namespace) -> int:
                     future.result()
         return left_out
 
-    # Waves: up to --jobs warm evaluations at once in the one server (it overlaps their host work;
-    # each timed loop still holds the device alone), never primes beside repetitions (a repetition
-    # with the cache on must find its prime's baselines); a fresh process runs alone (two servers
-    # would time on one device at once).
+    # Phases, each a pipeline, one after another: the primes (--prime-jobs at a time: they compile
+    # cold), the warm repetitions (--jobs at once in the one server, which overlaps their host
+    # work while each timed loop holds the device alone; never beside their primes: a repetition
+    # with the cache on must find its prime's baselines), and the fresh processes (--fresh-jobs at
+    # once: each starts its own server, imports and probe, and their jobs take the GPU one server
+    # at a time through server/device_lock.py, so one process's start overlaps another's work and
+    # no two servers time on the device at once; never beside the warm server's jobs).
+    def process_of(step: tuple) -> str:
+        _pair, _cache, rep, prime = step
+        return "fresh" if (rep <= args.fresh if not prime else args.fresh >= args.reps) else "warm"
+
     index = 0
     while index < len(todo):
-        pair, cache, rep, prime = todo[index]
-        process = "fresh" if (rep <= args.fresh if not prime else args.fresh >= args.reps) else "warm"
-        wave = [(pair, cache, rep, prime, process)]
-        size = min(args.jobs, args.prime_jobs) if prime else args.jobs
-        while process == "warm" and len(wave) < size and index + len(wave) < len(todo):
-            nxt = todo[index + len(wave)]
-            if bool(nxt[3]) != bool(prime) or (not nxt[3] and nxt[2] <= args.fresh):
-                break
-            wave.append((*nxt, "warm"))
-        # Fresh processes --fresh-jobs at a time, as a pipeline (a new one starts as soon as one
-        # ends, not in waves that wait for their slowest): each starts its own server (imports,
-        # probe), and their jobs take the GPU one server at a time (server/device_lock.py), so
-        # one process's start overlaps another's work and no two servers time on the device at
-        # once.
-        if process == "fresh" and not prime:
-            while index + len(wave) < len(todo) and not todo[index + len(wave)][3] \
-                    and todo[index + len(wave)][2] <= args.fresh:
-                wave.append((*todo[index + len(wave)], "fresh"))
-            left_out = fresh_pipeline(wave, first=index == 0)
-            index += len(wave)
-            if left_out:
-                stopped_early = left_out + len(todo) - index
-                break
-            continue
-        eval_timeout = args.eval_timeout
-        if args.max_minutes is not None:
-            left = args.max_minutes * 60 - (time.perf_counter() - started)
-            expected = slowest.get("off" if prime else cache, max(slowest.values(), default=0.0))
-            if left <= 0 or (index > 0 and expected > left):
-                stopped_early = len(todo) - index
-                break
-            eval_timeout = min(eval_timeout, max(left, 1.0))
+        prime, process = bool(todo[index][3]), process_of(todo[index])
+        phase = []
+        while index + len(phase) < len(todo) and bool(todo[index + len(phase)][3]) == prime \
+                and process_of(todo[index + len(phase)]) == process:
+            phase.append((*todo[index + len(phase)], process))
         if process == "warm" and warm is None:
             from kernelagent.harness import Evaluator
 
             cache_on.mkdir(exist_ok=True)
             warm = Evaluator(device=args.device, cache_dir=cache_on, concurrency=args.jobs)
-        if len(wave) == 1:
-            one(*wave[0], eval_timeout)
+        if process == "fresh":
+            workers = args.fresh_jobs if not prime else 1  # a fresh prime times its baselines alone
         else:
-            with ThreadPoolExecutor(max_workers=len(wave)) as pool:
-                for future in [pool.submit(one, *step, eval_timeout) for step in wave]:
-                    future.result()
-        index += len(wave)
+            workers = min(args.jobs, args.prime_jobs) if prime else args.jobs
+        left_out = pipeline(phase, workers, first=index == 0)
+        index += len(phase)
+        if left_out:
+            stopped_early = left_out + len(todo) - index
+            break
     if stopped_early:
         notes.append(f"stopped after --max-minutes {args.max_minutes}: {stopped_early} evaluations left; "
                      f"run again with --resume to finish")

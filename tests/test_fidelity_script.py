@@ -360,10 +360,12 @@ def test_fresh_processes_start_fresh_jobs_at_a_time_after_the_warm_ones(tmp_path
     assert mod.main(["--fresh-jobs", "0", "--pair", PAIR, "--out", str(tmp_path / "x.jsonl")]) == 2
 
 
-def test_fresh_processes_run_as_a_pipeline_not_in_waves(tmp_path, monkeypatch):
-    """A new fresh process starts as soon as one ends: one slow evaluation (a KernelBench problem
-    of several ms) no longer holds back the next --fresh-jobs - 1 starts behind it, as waves that
-    waited for their slowest did (issue 42: the fresh repetitions are most of the table's run)."""
+@pytest.mark.parametrize("process", ["fresh", "warm"])
+def test_evaluations_run_as_a_pipeline_not_in_waves(tmp_path, monkeypatch, process):
+    """A new evaluation starts as soon as one ends: one slow evaluation (a KernelBench problem of
+    several ms) no longer holds back the starts behind it, as waves that waited for their slowest
+    did (issue 42: the whole table in one 8-minute run). Fresh processes --fresh-jobs at a time,
+    warm ones --jobs at a time."""
     import threading
     import time as real_time
 
@@ -371,22 +373,30 @@ def test_fresh_processes_run_as_a_pipeline_not_in_waves(tmp_path, monkeypatch):
     inner, _ = _fake_eval([0.01])
     lock, order = threading.Lock(), []
 
-    def run_eval(problem, candidate, cache_dir, device, timeout, evidence=None):
+    def timed(problem):
         slow = "batch_size" not in problem.name  # the first pair is the slow one
         with lock:
             order.append(("start", problem.name, slow))
         real_time.sleep(0.6 if slow else 0.05)
         with lock:
             order.append(("end", problem.name, slow))
+
+    def run_eval(problem, candidate, cache_dir, device, timeout, evidence=None):
+        timed(problem)
         return inner(problem, candidate, cache_dir, device, timeout, evidence)
 
+    def run_eval_warm(evaluator, problem, candidate, cache, evidence=None):
+        timed(problem)
+        return inner(problem, candidate, None, "cpu", 1.0, evidence)
+
     monkeypatch.setattr(mod, "run_eval", run_eval)
+    monkeypatch.setattr(mod, "run_eval_warm", run_eval_warm)
     out = tmp_path / "rows.jsonl"
     pairs = [a for size in ("", "@batch_size=8", "@batch_size=16", "@batch_size=32") for a in ("--pair", PAIR + size)]
-    assert mod.main(["--reps", "1", "--fresh", "1", "--cache", "on", "--no-prime", *pairs, "--device", "cpu",
-                     "--out", str(out), "--fresh-jobs", "2"]) == 0
+    assert mod.main(["--reps", "1", "--fresh", "1" if process == "fresh" else "0", "--cache", "on", "--no-prime",
+                     *pairs, "--device", "cpu", "--out", str(out), "--fresh-jobs", "2", "--jobs", "2"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows) == 4 and {r["process"] for r in rows} == {"fresh"}
+    assert len(rows) == 4 and {r["process"] for r in rows} == {process}
     slow_end = next(i for i, e in enumerate(order) if e[0] == "end" and e[2])
     # While the slow one ran, the other worker went through all three fast ones.
     assert sum(1 for e in order[:slow_end] if e[0] == "end" and not e[2]) == 3, order
