@@ -139,7 +139,16 @@ def host_profile(results: list[dict], wall: float, n_gpus: int, eval_seconds: fl
             # same seconds several times over (the per-evaluation figures are cost's
             # host_cpu_s_per_evaluation and the row's host_cpu).
             "harness_cpu_s": round(stages.get("server_cpu", 0.0), 1),
+            # Nsight Compute sessions: the evaluations that had one, and how many of those took
+            # over a spare started ahead (host_cpu's ncu 'processes' is how many were started).
+            "evidence_sessions": _evidence_sessions(results),
             "gpu_idle_s": round(max(0.0, wall - eval_seconds / n_gpus), 2)}
+
+
+def _evidence_sessions(results: list[dict]) -> dict:
+    phases = [(r.get("kernel_evidence") or {}).get("phases") for r in results]
+    phases = [p for p in phases if isinstance(p, dict)]
+    return {"evaluations_with_evidence": len(phases), "from_spares": sum(1 for p in phases if p.get("spare"))}
 
 
 def _counts(values) -> dict:
@@ -199,16 +208,19 @@ def main() -> None:
                 row = measure(gpus, cdir, args.filter, work, args.trials, tuning=tuning)
                 rows.append(row)
                 profile = row["host_profile"]
+                kinds = ", ".join(f"{k} {v['cpu_s']} s/{v['processes']}p"
+                                  for k, v in row["host_cpu"].get("by_kind", {}).items())
                 print(f"GPUs {gpus} (host tuning {'on' if tuning else 'off'}): {row['evaluations']} evaluations "
                       f"in {row['wall_s']:.1f} s = {row['evaluations_per_gpu_minute']:.2f} evaluations per "
                       f"GPU-minute ({row['evaluations_per_minute']:.2f} per minute); correct "
                       f"{row['correct_samples']}/{row['evaluations'] + row['reused']}; statuses {row['statuses']}\n"
                       f"  host CPU per evaluation: {row['machine_cpu_s_per_evaluation']} s on the machine, "
                       f"{row['cost']['host_cpu_s_per_evaluation']} s in the job's own processes; by kind "
-                      f"{ {k: v['cpu_s'] for k, v in row['host_cpu'].get('by_kind', {}).items()} } "
+                      f"{kinds} "
                       f"(the servers' overlapping per-job sum: {profile['harness_cpu_s']} s)\n"
                       f"  GPU idle {profile['gpu_idle_s']} s each, store {profile['store_s']} s, "
-                      f"baselines timed {profile['baselines_timed']}x; stage sums {profile['stage_seconds_sum']}",
+                      f"baselines timed {profile['baselines_timed']}x; evidence {profile['evidence_sessions']}; "
+                      f"stage sums {profile['stage_seconds_sum']}",
                       flush=True)
         result = {"candidates": n, "samples": args.samples, "filter": args.filter, "rows": rows}
         for tuning in (False, True):

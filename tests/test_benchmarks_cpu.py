@@ -80,9 +80,28 @@ def test_bench_throughput_profiles_host_time_before_and_after(tmp_path):
     assert rows[False]["host_profile"]["baselines_timed"] == 2
     assert rows[True]["host_profile"]["baselines_timed"] == 1
     assert "CPU per evaluation" in proc.stdout and "by kind" in proc.stdout
+    # each kind's CPU-seconds and how many processes it had (ncu's count: sessions started)
+    import re
+
+    assert re.search(r"by kind server [0-9.]+ s/[1-9][0-9]*p", proc.stdout), proc.stdout[-2000:]
+    for row in rows.values():  # no Nsight Compute on the CPU
+        assert row["host_profile"]["evidence_sessions"] == {"evaluations_with_evidence": 0, "from_spares": 0}
     # One was deferred to the other's baselines (the key exists only then); how long it waited
     # depends on which finished first, so it may round to zero.
     assert rows[True]["host_profile"]["stage_seconds_sum"]["baseline_wait"] >= 0
+
+
+def test_bench_throughput_counts_evidence_sessions_and_spares():
+    """Issue 44: how many evaluations had an Nsight Compute session and how many took over a
+    spare started ahead (a spare no job takes is host CPU spent for nothing)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_throughput_t", BENCHMARKS / "bench_throughput.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    results = [{"kernel_evidence": {"phases": {"spare": True}}}, {"kernel_evidence": {"phases": {"spare": False}}},
+               {"kernel_evidence": {"phases": {}}}, {"kernel_evidence": None}, {}]
+    assert mod._evidence_sessions(results) == {"evaluations_with_evidence": 3, "from_spares": 1}
 
 
 def test_search_wall_runs_the_three_searches_against_the_scripted_server(tmp_path):
