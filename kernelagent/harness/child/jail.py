@@ -86,16 +86,18 @@ def _kept_readable(hide: list[Path]) -> list[Path]:
     return keep
 
 
+def _interpreter_dirs() -> set[Path]:
+    """The directories the interpreter lives in as a whole: never hidden (then nothing runs)."""
+    return {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+
+
 def hidden_tops() -> list[Path]:
     """Every real top-level directory outside VISIBLE_TOP (symlinks such as /lib -> usr/lib
-    lead into a visible one), but one the interpreter lives in as a whole (then nothing runs)."""
-    interpreter = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
-    tops = []
-    for entry in os.scandir("/"):
-        if (entry.name not in VISIBLE_TOP and entry.is_dir(follow_symlinks=False)
-                and Path("/", entry.name) not in interpreter):
-            tops.append(Path("/") / entry.name)
-    return tops
+    lead into a visible one), but one the interpreter lives in as a whole."""
+    interpreter = _interpreter_dirs()
+    tops = [Path("/", entry.name) for entry in os.scandir("/")
+            if entry.name not in VISIBLE_TOP and entry.is_dir(follow_symlinks=False)]
+    return [top for top in tops if top not in interpreter]
 
 
 def tops_now(hide: list[Path]) -> list[Path]:
@@ -135,7 +137,7 @@ def resolve(requested: str, scratch_root: Path, hide: list[str] | None = None) -
     paths += hidden_tops()
     # Never hide a directory the interpreter itself lives in as a whole (then nothing would run),
     # nor the root or a visible top-level directory as a whole (a caller working in /usr).
-    interpreter = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    interpreter = _interpreter_dirs()
     paths = [p for p in dict.fromkeys(paths) if p not in interpreter and p != Path("/")
              and not (len(p.parts) == 2 and p.name in VISIBLE_TOP)]
     keep_ro = _kept_readable(paths)
