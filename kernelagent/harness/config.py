@@ -74,7 +74,7 @@ class StageTimeouts:
                  "correctness": self.correctness, "post-check": self.correctness, "timing": self.timing,
                  "profile": self.timing, "baselines": self.baselines,
                  # the kernel evidence's ncu run (a fresh process that imports torch; its kernels
-                 # come from its own Triton cache): one session per host, so a long one delays others
+                 # come from its own Triton cache): one session per device, so a long one delays others
                  "evidence": self.correctness}.get(stage, self.correctness)
         if backend == "cuda" and stage in ("load", "compile"):
             value = max(value, self.cuda_build)

@@ -27,6 +27,7 @@ from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.caller.channel import ServerChannel
 from kernelagent.harness.caller.results import first_try_summary, store_baselines
 from kernelagent.harness.caller.pids import PidProcess
+from kernelagent.errors import UserError
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import EvalResult, Flag, Status
 from kernelagent.problem import Problem, candidate_static_problem, load_problem, sha256_text
@@ -124,6 +125,15 @@ class Evaluator(ServerChannel):
 
     def _server_env(self, scratch_root: Path | None = None) -> dict[str, str]:
         env = sandbox.server_environ()
+        from kernelagent.harness.caller import ncu_session
+
+        try:  # checked here, before any server starts, not at a job's evidence stage
+            ncu_session.lock_scope()
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        # The servers' temp directory is their scratch root: the Nsight Compute locks stay in
+        # the caller's, so that every server and the caller's own sessions share them.
+        env.setdefault("KERNELAGENT_NCU_LOCK_DIR", str(ncu_session.ncu_lock_path().parent))
         scratch_root = scratch_root or self._scratch_root
         if scratch_root is not None:
             # The only writable place under bubblewrap; torch's and Triton's caches go there.

@@ -141,12 +141,13 @@ def collect(problem_path: str | Path, candidate_source: str, *, backend: str, de
             hide: list[Path] | None = None, on_spawn: Any = None,
             scratch_parent: Path | None = None, namespaces: bool | None = None,
             triton_cache: Path | None = None, on_ready: Any = None,
-            lock_wait_s: float | None = None, run_as: tuple[int, int] | None = None) -> dict[str, Any]:
+            lock_wait_s: float | None = None, run_as: tuple[int, int] | None = None,
+            lock_key: str | None = None) -> dict[str, Any]:
     """Run the candidate under ncu (jailed: bubblewrap, else the per-job kernel namespaces;
     never unjailed) for CALLS forward calls and return every kernel it launched:
     {"kernels": [...], "seconds": ...} or {"unavailable": why}. hide: the caller's caches and
     scratch, which the jail hides besides the home; on_spawn, scratch_parent,
-    namespaces, triton_cache, on_ready, lock_wait_s: see ncu.run_ncu."""
+    namespaces, triton_cache, on_ready, lock_wait_s, lock_key: see ncu.run_ncu."""
     from kernelagent.harness.caller import ncu
 
     return ncu.run_ncu(problem_path, candidate_source, backend=backend, device=device, calls=CALLS,
@@ -156,7 +157,8 @@ def collect(problem_path: str | Path, candidate_source: str, *, backend: str, de
                        triton_cache=triton_cache,
                        # the device's clocks stay as they are: other jobs time beside this run
                        # (and the evidence compares with times taken at those clocks)
-                       clock_control="none", on_ready=on_ready, lock_wait_s=lock_wait_s, run_as=run_as)
+                       clock_control="none", on_ready=on_ready, lock_wait_s=lock_wait_s, run_as=run_as,
+                       lock_key=lock_key)
 
 
 class Early:
@@ -173,7 +175,7 @@ class Early:
 
     def collect(self, *, timeout: float, on_ready: Any, lock_wait_s: float, triton_cache: Path | None,
                 cache_dir: str | Path | None, candidate_sha: str, backend: str,
-                run_as: tuple[int, int] | None) -> dict[str, Any]:
+                run_as: tuple[int, int] | None, lock_key: str | None = None) -> dict[str, Any]:
         import time
 
         from kernelagent.harness.caller import ncu
@@ -186,7 +188,7 @@ class Early:
             if backend == "cuda":
                 self.setup.stage_build_cache(cache_dir, candidate_sha, run_as)
             try:
-                proc = self.session.run(timeout, ncu._with_the_lock(on_ready, lock_wait_s))
+                proc = self.session.run(timeout, ncu._with_the_lock(on_ready, lock_wait_s, lock_key))
             except ncu.NcuBusy:
                 return ncu._busy(lock_wait_s)
             result = ncu.read_session(self.setup, proc, timeout, None, 1000, started)

@@ -219,6 +219,7 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
             scratch_parent: Path | None = None, namespaces: bool | None = None,
             triton_cache: Path | None = None, clock_control: str = "base",
             on_ready: Callable[[], Any] | None = None, lock_wait_s: float | None = None,
+            lock_key: str | None = None,
             run_as: tuple[int, int] | None = None) -> dict[str, Any]:
     """Nsight Compute metrics for the top kernels: {"kernels": [...]} or {"unavailable": why}.
     metric_sets: the metric lists to try in turn (default: the profile's, with stalls first);
@@ -232,13 +233,16 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
     can only mislead itself with them); clock_control: ncu's --clock-control ("base" locks the
     GPU's clocks for repeatable metrics, for the whole device: "none" where other evaluations
     share it, as the kernel evidence does); on_ready: see _run_session; lock_wait_s: how long to
-    wait for another session to finish (default: `timeout`), not counted in `timeout`.
+    wait for another session to finish (default: `timeout`), not counted in `timeout`; lock_key:
+    the device whose lock to take (ncu_session.ncu_lock; None: the host's).
 
-    One ncu session profiles at a time on this host (`ncu_lock`): Nsight Compute serialises its
+    One ncu session profiles at a time on a device (`ncu_lock`): Nsight Compute serialises its
     sessions through a lock file in /tmp, which a jailed session's private /tmp no longer shares
-    (ncu does not support two sessions profiling one device at once). With `on_ready` (the
-    server's handshake) the lock covers the profiled part only, from the target's READY to the
-    session's end; without it, the whole session."""
+    (ncu does not support two sessions profiling one device at once). A harness server's
+    kernel evidence takes its device's lock (`lock_key`), so the servers of several GPUs profile
+    at once; a session without a key (the caller's `profile`) takes the host's, and waits for
+    every device's. With `on_ready` (the server's handshake) the lock covers the profiled part
+    only, from the target's READY to the session's end; without it, the whole session."""
     started = time.monotonic()
     setup = prepare(problem_path, candidate_source, backend=backend, device=device, kernel_names=kernel_names,
                     calls=calls, cache_dir=cache_dir, candidate_sha=candidate_sha,
@@ -257,10 +261,10 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
             # at READY before any of their candidate's code runs.
             try:
                 return _ncu_attempts(setup, attempts, timeout, started, on_spawn, kernel_names, top,
-                                     _with_the_lock(on_ready, wait_s))
+                                     _with_the_lock(on_ready, wait_s, lock_key))
             except NcuBusy:
                 return _busy(wait_s)
-        with ncu_lock(wait_s) as held:
+        with ncu_lock(wait_s, lock_key) as held:
             if not held:
                 return _busy(wait_s)
             started = time.monotonic()  # the wait for another session is not this run's time

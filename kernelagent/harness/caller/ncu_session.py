@@ -200,13 +200,14 @@ class NcuBusy(Exception):
     """The host's ncu lock was not had within its wait."""
 
 
-def _with_the_lock(on_ready: Callable[[], Any], wait_s: float) -> Callable[[], Any]:
-    """on_ready's slot, entered after the host's ncu lock (never the slot first: a session that
-    held the device slot while it waited for the lock would stop every other job meanwhile)."""
+def _with_the_lock(on_ready: Callable[[], Any], wait_s: float, key: str | None = None) -> Callable[[], Any]:
+    """on_ready's slot, entered after the ncu lock (never the slot first: a session that held
+    the device slot while it waited for the lock would stop every other job meanwhile); `key`:
+    see ncu_lock."""
 
     @contextlib.contextmanager
     def slot() -> Iterator[None]:
-        with ncu_lock(wait_s) as held:
+        with ncu_lock(wait_s, key) as held:
             if not held:
                 raise NcuBusy(wait_s)
             with on_ready() as hold:
@@ -215,32 +216,66 @@ def _with_the_lock(on_ready: Callable[[], Any], wait_s: float) -> Callable[[], A
     return slot
 
 
+LOCK_SCOPES = ("device", "host")
+
+
+def lock_scope() -> str:
+    """How far the profiled part of a harness server's Nsight Compute session (the kernel
+    evidence) excludes the others: `$KERNELAGENT_NCU_LOCK`, "device" (the default: one at a time
+    on each device, so the servers of several GPUs profile at once) or "host" (one at a time on
+    the host). Anything else is a ValueError that names the variable (the caller checks it
+    before a server starts: Evaluator._server_env)."""
+    value = os.environ.get("KERNELAGENT_NCU_LOCK", "").strip().lower() or "device"
+    if value not in LOCK_SCOPES:
+        raise ValueError(f"KERNELAGENT_NCU_LOCK={value[:40]!r} is not one of {', '.join(LOCK_SCOPES)}")
+    return value
+
+
 def ncu_lock_path() -> Path:
-    """The host-wide lock file of Nsight Compute sessions (one per user, in the temp directory)."""
-    return Path(tempfile.gettempdir()) / f"kernelagent-ncu-{os.getuid()}.lock"
+    """The host-wide lock file of Nsight Compute sessions (one per user), in
+    `$KERNELAGENT_NCU_LOCK_DIR`, else the temp directory. A harness server's temp directory is
+    its own scratch root, so the caller names its own temp directory there (_server_env): the
+    servers of every device and the caller's own sessions (`profile`) see the same files."""
+    return Path(os.environ.get("KERNELAGENT_NCU_LOCK_DIR") or tempfile.gettempdir()) / \
+        f"kernelagent-ncu-{os.getuid()}.lock"
+
+
+def device_lock_path(key: str) -> Path:
+    """The lock file of one device's sessions, beside the host's."""
+    import hashlib
+
+    host = ncu_lock_path()
+    return host.with_name(f"{host.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}{host.suffix}")
 
 
 @contextlib.contextmanager
-def ncu_lock(wait_s: float) -> Iterator[bool]:
-    """This host's one Nsight Compute session (an flock on a file in the temp directory, outside
-    every jail); yields False when it could not be had within `wait_s`."""
+def ncu_lock(wait_s: float, key: str | None = None) -> Iterator[bool]:
+    """This host's Nsight Compute lock (flocks on files in the temp directory, outside every
+    jail); yields False when it could not be had within `wait_s`. Without `key`: the host's lock,
+    exclusive (one session on the host). With a device's `key`: the host's lock shared and that
+    device's exclusive, so sessions on different devices profile at once while a host-wide
+    session (no key) still waits for all of them, and they for it."""
     import fcntl
 
-    fd = os.open(str(ncu_lock_path()), os.O_RDWR | os.O_CREAT, 0o600)
+    wanted = [(ncu_lock_path(), fcntl.LOCK_EX)] if key is None else \
+        [(ncu_lock_path(), fcntl.LOCK_SH), (device_lock_path(key), fcntl.LOCK_EX)]
+    fds = [os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600) for path, _ in wanted]
+    locked: list[int] = []
     try:
         until = time.monotonic() + max(0.0, wait_s)
-        while True:
+        while len(locked) < len(fds):
+            i = len(locked)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                fcntl.flock(fds[i], wanted[i][1] | fcntl.LOCK_NB)
+                locked.append(fds[i])
             except BlockingIOError:
                 if time.monotonic() >= until:
                     yield False
                     return
                 time.sleep(0.1)
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        yield True
     finally:
-        os.close(fd)
+        for fd in reversed(locked):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        for fd in fds:
+            os.close(fd)

@@ -13,8 +13,9 @@ device idle) and lets it go: the candidate's import, warm-up and profiled calls 
 to themselves, and the slot is held until the whole session has ended (nothing of it is left to
 run beside a neighbour's loop), bounded by ncu.PROFILED_HOLD_S (caller/ncu.py). Nothing of the
 session is ever stopped mid-way (sessions stopped with their job while neighbours timed hung on
-an H100). One session's profiled part runs at a time on a host (ncu.ncu_lock, taken at READY
-before the slot); the start-ups of several sessions, our code only, run side by side.
+an H100). One session's profiled part runs at a time on a device (ncu.ncu_lock keyed by the
+device, taken at READY before the slot; `KERNELAGENT_NCU_LOCK=host`: one on the host); the
+start-ups of several sessions, our code only, run side by side.
 
 The session is jailed like every job (ncu_sandbox with `namespaces=True`: the per-job kernel
 namespaces through child/jail_exec.py, with the server's scratch root, the caches and the home
@@ -35,6 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.harness.result import Status
+
+
+def ncu_lock_key(fingerprint: dict[str, Any]) -> str | None:
+    """The key of this server's Nsight Compute lock: its device's (device_lock.device_key), or
+    None (the host's one lock) under `KERNELAGENT_NCU_LOCK=host` or without a device identity."""
+    from kernelagent.harness.caller.ncu_session import lock_scope
+    from kernelagent.harness.server.device_lock import device_key
+
+    return device_key(fingerprint) if lock_scope() == "device" else None
 
 
 def announce_baselines(job: Any) -> None:
@@ -278,8 +288,9 @@ def collect(job: Any) -> None:
     job.early_evidence = None
     triton_cache = getattr(job, "scratch", job.root / "candidate") / ".triton"
     on_ready = lambda: job.gate.hold(job, job.idle_probe, job.concurrency.setdefault("evidence_slot", {}))  # noqa: E731
-    # one session per host: every job alive here may be ahead of this one, each bounded
+    # one session per device: every job alive here may be ahead of this one, each bounded
     lock_wait_s = job.limit("evidence") * max(1, job.gate.active())
+    lock_key = ncu_lock_key(job.fingerprint)
     try:
         if early is not None:
             # Two phases: the slot taken with the other jobs running on while the session warms up
@@ -288,6 +299,7 @@ def collect(job: Any) -> None:
                 "evidence_slot", {}), freeze=False)
             try:
                 evidence = early.collect(timeout=job.limit("evidence"), on_ready=warm_first, lock_wait_s=lock_wait_s,
+                                         lock_key=lock_key,
                                          triton_cache=triton_cache, cache_dir=options.get("cuda_cache_dir"),
                                          candidate_sha=job.request.get("candidate_sha256", ""),
                                          backend=job.config.backend, run_as=run_as)
@@ -306,10 +318,11 @@ def collect(job: Any) -> None:
                         problem, job.request["candidate_source"], cache_dir=options.get("cuda_cache_dir"),
                         candidate_sha=job.request.get("candidate_sha256", ""), timeout=job.limit("evidence"),
                         scratch_parent=job.root, triton_cache=triton_cache, on_ready=on_ready,
-                        lock_wait_s=lock_wait_s, **settings)
+                        lock_wait_s=lock_wait_s, lock_key=lock_key, **settings)
     except Exception:  # noqa: BLE001 - a harness bug is said as such, never the candidate's
         evidence = {"unavailable": "harness error while collecting it:\n" + traceback.format_exc(limit=3)}
     evidence["seconds"] = round(time.monotonic() - started, 3)
+    evidence["ncu_lock"] = "device" if lock_key else "host"
     evidence["uid"] = run_as[0] if run_as else os.getuid()  # the session's uid outside
     cpu = (evidence.get("phases") or {}).get("cpu_s") if isinstance(evidence.get("phases"), dict) else None
     if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):

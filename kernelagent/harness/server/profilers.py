@@ -36,7 +36,7 @@ class Profilers:
         self.early = 0  # of those, started early (beside their job's checks)
         self.in_process_users = 0  # jobs waiting for, or inside, an in-process profile
         # At most this many early sessions at once: each is an interpreter importing torch and
-        # a CUDA context, and one profiles at a time on a host anyway (ncu.ncu_lock). With one
+        # a CUDA context, and one profiles at a time on a device anyway (ncu.ncu_lock). With one
         # per job, 14 jobs at once swamped a 16-core host until a job ran past its stage limit
         # (H200, 2026-11-26).
         self.max_early = max_early
