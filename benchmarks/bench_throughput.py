@@ -51,7 +51,7 @@ sys.path.insert(0, str(HERE.parent))
 from kernelagent.bench import BenchSpec, Session, discover, find_candidates, run_bench  # noqa: E402
 from kernelagent.bench.store import Store  # noqa: E402
 from kernelagent.harness.caller.pool import visible_gpus  # noqa: E402
-from kernelagent.bench.cost import cost as cost_of  # noqa: E402
+from kernelagent.bench.cost import _num, cost as cost_of  # noqa: E402
 
 
 def build_candidates(target: Path, pattern: str | None, samples: int) -> int:
@@ -75,10 +75,11 @@ STAGES = ("server_start", "baseline_wait", "start", "derive", "load", "compile",
           "post-check", "baselines", "start_to_reply", "total", "server_cpu")
 
 
-def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int, tuning: bool = True) -> dict:
+def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int, tuning: bool = True,
+            pin: bool = True) -> dict:
     # "cpu:N": N CPU workers; else GPU indices.
     cpu_workers = int(gpus.split(":")[1]) if gpus.startswith("cpu:") else None
-    tag = gpus.replace(",", "_").replace(":", "") + ("" if tuning else "-untuned")
+    tag = gpus.replace(",", "_").replace(":", "") + ("" if tuning else "-untuned") + ("" if pin else "-unpinned")
     store = work / f"store-{tag}.sqlite"
     cache = work / f"cache-{tag}"
     spec = BenchSpec(root=str(HERE), candidates=str(cdir), filter=pattern, trials=trials)
@@ -86,24 +87,27 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
     from host_cpu import HostCpu
 
     started = time.monotonic()
+    started_wall = time.time()
     # Where the host's CPU goes, by process kind (servers, references, candidates, Inductor's
     # compile workers, ncu, the toolchain), sampled from /proc below this process: issue 44.
     with HostCpu(interval=0.5) as sampler:
         outcome = run_bench(spec, Session(gpus="cpu" if cpu_workers else gpus, cpu_workers=cpu_workers or 1,
                                           store=str(store), cache_dir=str(cache), out=str(work / f"run-{tag}"),
-                                          host_tuning=tuning))
+                                          host_tuning=tuning, pin_cpus=pin))
     wall = time.monotonic() - started
     sampled = sampler.report(max(outcome.evaluations, 1))
     machine_cpu = sampled["machine_cpu_s"]  # every process on the host meanwhile
     with Store(store) as db:
         log = db.evaluation_log(outcome.run_id)
         attempts = db.attempts(outcome.run_id)
-        results = [json.loads(r["result"]) for r in db._query(
-            "SELECT e.result FROM evaluation_log l JOIN evaluations e ON e.key = l.key WHERE l.run_id = ?",
-            (outcome.run_id,))]
+        rows = db._query("SELECT e.result, l.device, l.seconds, l.created FROM evaluation_log l "
+                         "JOIN evaluations e ON e.key = l.key WHERE l.run_id = ?", (outcome.run_id,))
+        results = [json.loads(r["result"]) for r in rows]
+        ends = [(r["device"], r["seconds"], r["created"]) for r in rows]
     n_gpus = cpu_workers or len(gpus.split(","))
     eval_seconds = sum(r["seconds"] or 0.0 for r in log)
-    return {"gpus": gpus, "n_gpus": n_gpus, "host_tuning": tuning, "evaluations": outcome.evaluations,
+    return {"gpus": gpus, "n_gpus": n_gpus, "host_tuning": tuning, "pinned": bool(tuning and pin),
+            "evaluations": outcome.evaluations,
             "reused": outcome.reused,
             "wall_s": round(wall, 2), "evaluations_per_gpu_minute": round(outcome.evaluations / (wall / 60) / n_gpus, 3),
             "evaluations_per_minute": round(outcome.evaluations / (wall / 60), 3),
@@ -115,6 +119,9 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
             "cost": cost_of(results, wall),
             "host_profile": {**host_profile(results, wall, n_gpus, eval_seconds),
                              "store_s": round(outcome.store_seconds, 4)},
+            "timeline": timeline(results, ends, started_wall),
+            "evidence_by_problem": evidence_by_problem(results),
+            "retried": retried(results),
             "correct_samples": sum(1 for a in attempts if a["summary"].get("passed")),
             "statuses": _counts(a["summary"].get("status") for a in attempts),
             "metrics": {k: outcome.metrics[k] for k in ("problems", "correct", "correctness_rate", "fast_p",
@@ -145,6 +152,89 @@ def host_profile(results: list[dict], wall: float, n_gpus: int, eval_seconds: fl
             "gpu_idle_s": round(max(0.0, wall - eval_seconds / n_gpus), 2)}
 
 
+def timeline(results: list[dict], ends: list[tuple], started_wall: float) -> dict:
+    """When each evaluation ran, from the run's start (s): [device, problem, start, end, its
+    slot seconds, its baseline wait] by start; and the fill (the first evaluation's end) and the
+    drain (from the last start to the end), the parts of a batch that more GPUs do not shorten."""
+    spans = []
+    for result, (device, seconds, created) in zip(results, ends):
+        if not isinstance(created, (int, float)) or not isinstance(seconds, (int, float)):
+            continue
+        conc = result.get("concurrency") or {}
+        slot = _num(conc.get("held_s")) + sum(_num((conc.get(k) if isinstance(conc.get(k), dict) else {})
+                                                   .get("held_s")) for k in ("evidence_slot", "profile_slot"))
+        stages = result.get("stage_seconds") or {}
+        spans.append([str(device), Path(str(result.get("problem") or "?")).stem,
+                      round(created - seconds - started_wall, 2), round(created - started_wall, 2),
+                      round(slot, 2), round(float(stages.get("baseline_wait") or 0.0), 2)])
+    spans.sort(key=lambda s: s[2])
+    if not spans:
+        return {"spans": [], "first_end_s": None, "last_start_s": None, "end_s": None}
+    return {"spans": spans, "first_end_s": min(s[3] for s in spans), "last_start_s": spans[-1][2],
+            "end_s": max(s[3] for s in spans)}
+
+
+def retried(results: list[dict]) -> list[dict]:
+    """The evaluations re-run alone after their first try beside others (a stage past its limit,
+    a full device): what that first try met (caller/results.py first_try_summary), which a
+    batch's wall waits for."""
+    out = []
+    for result in results:
+        conc = result.get("concurrency") or {}
+        first = conc.get("first_try")
+        if not conc.get("retried_alone") or not isinstance(first, dict):
+            continue
+        stages = first.get("stage_seconds") if isinstance(first.get("stage_seconds"), dict) else {}
+        out.append({"problem": Path(str(result.get("problem") or "?")).stem, "status": result.get("status"),
+                    "first_try": {"status": first.get("status"), "stage": first.get("stage"),
+                                  "reason": str(first.get("reason") or "")[:300],
+                                  "stage_seconds": {k: v for k, v in stages.items() if k in STAGES + (
+                                      "admitted_to_result", "total_server", "evidence", "baseline_wait")},
+                                  # its waits: the fork's, the memory estimate's, the admission's
+                                  "concurrency": first.get("concurrency") if isinstance(
+                                      first.get("concurrency"), dict) else {},
+                                  "at_limit": first.get("at_limit")}})
+    return out
+
+
+def evidence_by_problem(results: list[dict]) -> dict:
+    """Per problem: the median of Nsight Compute's kernel time per call (the evidence's third
+    clock) and of the harness's candidate median, with how many evaluations gave each, and the
+    evidence flags raised. Two rows' medians agreeing says that sessions profiling at once on
+    two GPUs read the same kernels as one GPU's did."""
+    import statistics
+
+    out: dict = {}
+    for result in results:
+        name = Path(str(result.get("problem") or "?")).stem
+        entry = out.setdefault(name, {"ncu_ms": [], "harness_ms": [], "flags": 0, "locks": []})
+        evidence = result.get("kernel_evidence") or {}
+        if isinstance(evidence.get("per_call_ms"), (int, float)):
+            entry["ncu_ms"].append(float(evidence["per_call_ms"]))
+        if evidence.get("ncu_lock") and evidence["ncu_lock"] not in entry["locks"]:
+            entry["locks"].append(evidence["ncu_lock"])
+        candidate = (result.get("timings") or {}).get("candidate") or {}
+        if isinstance(candidate.get("median_ms"), (int, float)):
+            entry["harness_ms"].append(float(candidate["median_ms"]))
+        entry["flags"] += sum(1 for f in result.get("flags") or []
+                              if str(f.get("kind", "")).startswith(("kernel-evidence", "ncu", "evidence")))
+    return {name: {"ncu_ms": round(statistics.median(e["ncu_ms"]), 5) if e["ncu_ms"] else None,
+                   "ncu_n": len(e["ncu_ms"]),
+                   "harness_ms": round(statistics.median(e["harness_ms"]), 5) if e["harness_ms"] else None,
+                   "evidence_flags": e["flags"], "ncu_lock": e["locks"]}
+            for name, e in sorted(out.items())}
+
+
+def evidence_agreement(one: dict, two: dict) -> dict:
+    """Per problem, the second row's ncu median over the first's, minus 1 (%), and the largest."""
+    gaps = {}
+    for name, a in one.get("evidence_by_problem", {}).items():
+        b = two.get("evidence_by_problem", {}).get(name) or {}
+        if a.get("ncu_ms") and b.get("ncu_ms"):
+            gaps[name] = round(100 * (b["ncu_ms"] / a["ncu_ms"] - 1), 2)
+    return {"gaps_pct": gaps, "largest_pct": max((abs(g) for g in gaps.values()), default=None)}
+
+
 def _evidence_sessions(results: list[dict]) -> dict:
     phases = [(r.get("kernel_evidence") or {}).get("phases") for r in results]
     phases = [p for p in phases if isinstance(p, dict)]
@@ -167,6 +257,9 @@ def main() -> None:
     parser.add_argument("--filter", default=None, help="glob over problem keys, e.g. 'level1/*'")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the work folder (stores, reports)")
+    parser.add_argument("--unpinned", action="store_true",
+                        help="measure each multi-GPU set a second time with every server on every CPU "
+                             "(the host tuning without its CPU split)")
     parser.add_argument("--compare", action="store_true",
                         help="measure each GPU set with the host tuning off, then on (before/after in one call)")
     parser.add_argument("--overlap", action="store_true",
@@ -203,36 +296,57 @@ def main() -> None:
         n = build_candidates(cdir, args.filter, args.samples)
         print(f"{n} candidates ({args.samples} per solution), GPU sets {sets}", flush=True)
         rows = []
-        for tuning in ([False, True] if args.compare else [True]):
-            for gpus in sets:
-                row = measure(gpus, cdir, args.filter, work, args.trials, tuning=tuning)
-                rows.append(row)
-                profile = row["host_profile"]
-                kinds = ", ".join(f"{k} {v['cpu_s']} s/{v['processes']}p"
-                                  for k, v in row["host_cpu"].get("by_kind", {}).items())
-                print(f"GPUs {gpus} (host tuning {'on' if tuning else 'off'}): {row['evaluations']} evaluations "
-                      f"in {row['wall_s']:.1f} s = {row['evaluations_per_gpu_minute']:.2f} evaluations per "
-                      f"GPU-minute ({row['evaluations_per_minute']:.2f} per minute); correct "
-                      f"{row['correct_samples']}/{row['evaluations'] + row['reused']}; statuses {row['statuses']}\n"
-                      f"  host CPU per evaluation: {row['machine_cpu_s_per_evaluation']} s on the machine, "
-                      f"{row['cost']['host_cpu_s_per_evaluation']} s in the job's own processes; by kind "
-                      f"{kinds} "
-                      f"(the servers' overlapping per-job sum: {profile['harness_cpu_s']} s)\n"
-                      f"  GPU idle {profile['gpu_idle_s']} s each, store {profile['store_s']} s, "
-                      f"baselines timed {profile['baselines_timed']}x; evidence {profile['evidence_sessions']}; "
-                      f"stage sums {profile['stage_seconds_sum']}",
-                      flush=True)
+        plan = [(tuning, gpus, True) for tuning in ([False, True] if args.compare else [True]) for gpus in sets]
+        if args.unpinned:
+            plan += [(True, gpus, False) for gpus in sets if "," in gpus or (gpus.startswith("cpu:") and gpus != "cpu:1")]
+        for tuning, gpus, pin in plan:
+            row = measure(gpus, cdir, args.filter, work, args.trials, tuning=tuning, pin=pin)
+            rows.append(row)
+            line = row["timeline"]
+            profile = row["host_profile"]
+            kinds = ", ".join(f"{k} {v['cpu_s']} s/{v['processes']}p"
+                              for k, v in row["host_cpu"].get("by_kind", {}).items())
+            print(f"GPUs {gpus} (host tuning {'on' if tuning else 'off'}{'' if pin else ', unpinned'}): "
+                  f"{row['evaluations']} evaluations "
+                  f"in {row['wall_s']:.1f} s = {row['evaluations_per_gpu_minute']:.2f} evaluations per "
+                  f"GPU-minute ({row['evaluations_per_minute']:.2f} per minute); correct "
+                  f"{row['correct_samples']}/{row['evaluations'] + row['reused']}; statuses {row['statuses']}\n"
+                  f"  host CPU per evaluation: {row['machine_cpu_s_per_evaluation']} s on the machine, "
+                  f"{row['cost']['host_cpu_s_per_evaluation']} s in the job's own processes; by kind "
+                  f"{kinds} "
+                  f"(the servers' overlapping per-job sum: {profile['harness_cpu_s']} s)\n"
+                  f"  GPU idle {profile['gpu_idle_s']} s each, store {profile['store_s']} s, "
+                  f"baselines timed {profile['baselines_timed']}x; evidence {profile['evidence_sessions']}; "
+                  f"stage sums {profile['stage_seconds_sum']}\n"
+                  f"  slot held {row['cost']['slot_held_s']} s ({row['cost']['slot_busy_share']:.0%} of the "
+                  f"devices' wall), parts {row['cost']['slot_parts_s']}\n"
+                  f"  fill: first evaluation ended at {line['first_end_s']} s; last started at "
+                  f"{line['last_start_s']} s, ended at {line['end_s']} s\n"
+                  f"  re-run alone after a first try beside others: "
+                  + ("none" if not row["retried"] else "; ".join(
+                      f"{r['problem']} ({r['first_try']['status']} at {r['first_try']['stage']}: "
+                      f"{r['first_try']['reason'][:160]}; stages {r['first_try']['stage_seconds']}; "
+                      f"waits {r['first_try']['concurrency']}; processes {r['first_try']['at_limit']})"
+                      for r in row["retried"])) + "\n"
+                  f"  evidence by problem (ncu ms/call, harness ms, flags): "
+                  + "; ".join(f"{k} {v['ncu_ms']}/{v['harness_ms']}/{v['evidence_flags']}"
+                              for k, v in row["evidence_by_problem"].items()),
+                  flush=True)
         result = {"candidates": n, "samples": args.samples, "filter": args.filter, "rows": rows}
-        for tuning in (False, True):
+        for tuning, pin in ((False, True), (True, True), (True, False)):
             one = next((r for r in rows if r["n_gpus"] == 1 and r["host_tuning"] == tuning), None)
             two = next((r for r in rows if r["n_gpus"] == 2 and r["host_tuning"] == tuning
+                        and r["pinned"] == (tuning and pin)
                         and r["gpus"].startswith("cpu") == one["gpus"].startswith("cpu")), None) if one else None
             if one and two:
                 speedup = one["wall_s"] / two["wall_s"]
-                name = "scaling_1_to_2" if tuning else "scaling_1_to_2_untuned"
-                result[name] = {"speedup": round(speedup, 3), "efficiency": round(speedup / 2, 3)}
-                print(f"1 -> 2 GPUs (host tuning {'on' if tuning else 'off'}): {speedup:.2f}x faster, "
-                      f"scaling efficiency {speedup / 2:.0%}")
+                name = "scaling_1_to_2" + ("" if tuning else "_untuned") + ("" if pin else "_unpinned")
+                agreement = evidence_agreement(one, two)
+                result[name] = {"speedup": round(speedup, 3), "efficiency": round(speedup / 2, 3),
+                                "evidence_gap_pct": agreement}
+                print(f"1 -> 2 GPUs (host tuning {'on' if tuning else 'off'}{'' if pin else ', unpinned'}): "
+                      f"{speedup:.2f}x faster, scaling efficiency {speedup / 2:.0%}; ncu per call, 2 GPUs "
+                      f"against 1: largest gap {agreement['largest_pct']}% {agreement['gaps_pct']}")
         Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"written: {args.out}" + (f"; work folder kept: {work}" if args.keep else ""))
     finally:

@@ -104,6 +104,75 @@ def test_bench_throughput_counts_evidence_sessions_and_spares():
     assert mod._evidence_sessions(results) == {"evaluations_with_evidence": 3, "from_spares": 1}
 
 
+def _bench_throughput():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_throughput_t2", BENCHMARKS / "bench_throughput.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_throughput_timeline_and_evidence_by_problem():
+    """Issue 44: when each evaluation ran (the fill and the drain that more GPUs do not shorten)
+    and, per problem, ncu's kernel time per call against the harness's, so that two rows (one GPU,
+    two GPUs profiling at once) can be compared."""
+    mod = _bench_throughput()
+
+    def result(problem, ncu, harness, held, evidence_held, wait=0.0, flags=()):
+        return {"problem": f"/x/level1/{problem}.py", "stage_seconds": {"baseline_wait": wait},
+                "concurrency": {"held_s": held, "evidence_slot": {"held_s": evidence_held}},
+                "kernel_evidence": {"per_call_ms": ncu, "ncu_lock": "device"},
+                "timings": {"candidate": {"median_ms": harness}},
+                "flags": [{"kind": k, "severity": "review"} for k in flags]}
+
+    results = [result("1_relu", 0.2, 0.21, 1.0, 2.0), result("1_relu", 0.3, 0.23, 1.5, 2.5, wait=4.0),
+               result("1_relu", 0.1, 0.22, 1.0, 2.0, flags=("kernel-evidence",)),
+               result("2_gelu", 1.0, 1.1, 0.5, 0.5)]
+    ends = [("cuda:0", 10.0, 1010.0), ("cuda:1", 5.0, 1012.0), ("cuda:0", 3.0, 1020.0), ("cuda:1", 30.0, 1031.0)]
+    line = mod.timeline(results, ends, 1000.0)
+    assert [s[2] for s in line["spans"]] == [0.0, 1.0, 7.0, 17.0]  # by start
+    assert line["spans"][0] == ["cuda:0", "1_relu", 0.0, 10.0, 3.0, 0.0]
+    assert line["spans"][2] == ["cuda:1", "1_relu", 7.0, 12.0, 4.0, 4.0]
+    assert (line["first_end_s"], line["last_start_s"], line["end_s"]) == (10.0, 17.0, 31.0)
+    by = mod.evidence_by_problem(results)
+    assert by["1_relu"] == {"ncu_ms": 0.2, "ncu_n": 3, "harness_ms": 0.22, "evidence_flags": 1, "ncu_lock": ["device"]}
+    assert by["2_gelu"]["ncu_ms"] == 1.0 and by["2_gelu"]["evidence_flags"] == 0
+    other = {"evidence_by_problem": {"1_relu": {"ncu_ms": 0.21}, "2_gelu": {"ncu_ms": 0.9}}}
+    gaps = mod.evidence_agreement({"evidence_by_problem": by}, other)
+    assert gaps == {"gaps_pct": {"1_relu": 5.0, "2_gelu": -10.0}, "largest_pct": 10.0}
+
+
+def test_bench_throughput_lists_what_the_evaluations_re_run_alone_met():
+    """Issue 44: one evaluation re-run alone after a 104 s first try held a two-GPU batch's end
+    for 57 s (H100 x2, 2026-11-28); its first try's stage and reason go in the row."""
+    mod = _bench_throughput()
+    first = {"status": "harness_error", "stage": "start", "reason": "ran past a stage limit ...",
+             "stage_seconds": {"start": 61.0, "total_server": 104.3, "not_a_stage": 1.0},
+             "concurrency": {}}
+    results = [{"problem": "/x/level1/6_layernorm.py", "status": "correct",
+                "concurrency": {"retried_alone": True, "first_try": first}},
+               {"problem": "/x/level1/1_relu.py", "status": "correct", "concurrency": {"first_try": first}},
+               {"problem": "/x/level1/2_gelu.py", "status": "correct", "concurrency": {}}]
+    out = mod.retried(results)
+    assert [r["problem"] for r in out] == ["6_layernorm"]
+    assert out[0]["first_try"]["stage"] == "start"
+    assert out[0]["first_try"]["stage_seconds"] == {"start": 61.0, "total_server": 104.3}
+
+
+def test_servers_are_pinned_to_cpu_shares_unless_told_not_to():
+    from kernelagent.harness.caller.pool import EvaluatorPool
+
+    with EvaluatorPool(devices=["cpu", "cpu"]) as pinned, \
+            EvaluatorPool(devices=["cpu", "cpu"], pin_cpus=False) as unpinned:
+        shares = [e.cpus for e in pinned.evaluators]
+        assert all(unpinned_cpus is None for unpinned_cpus in (e.cpus for e in unpinned.evaluators))
+    import os
+
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert all(shares) and not set(shares[0]) & set(shares[1])
+
+
 def test_search_wall_runs_the_three_searches_against_the_scripted_server(tmp_path):
     """benchmarks/search_wall.py (issue 26's GPU report) on the CPU: the pipeline only. Each run
     stops at its first correct kernel here (a speed target cannot be measured on the CPU), so

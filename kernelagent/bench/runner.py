@@ -135,6 +135,7 @@ class Session:
     # cache shared, each problem's baselines timed once, and candidates queued round-robin over
     # problems (EvaluatorPool). False: as before, for bench_throughput.py's before/after.
     host_tuning: bool = True
+    pin_cpus: bool = True  # with host_tuning: each server pinned to its share of the CPUs
     run_name: str | None = None  # override the derived run id
     api_key: str | None = None
     model_timeout: float = 300.0
@@ -290,7 +291,7 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
                             pool = stack.enter_context(EvaluatorPool(
                                 devices=devices, cache_dir=session.cache_dir, isolation=session.isolation,
                                 cpu_workers=max(1, session.cpu_workers), host_tuning=session.host_tuning,
-                                jobs_per_device=session.jobs_per_gpu))
+                                jobs_per_device=session.jobs_per_gpu, pin_cpus=session.pin_cpus))
                         dispatcher = Dispatcher(pool, store, run_id, progress)
                         stack.callback(dispatcher.close)
                         store.update_run(run_id, fingerprint=dispatcher.fingerprint())

@@ -83,12 +83,13 @@ class EvaluatorPool:
 
     def __init__(self, devices: list[str] | None = None, cache_dir: str | Path | None = None,
                  isolation: str = "auto", cpu_workers: int = 1, host_tuning: bool = True,
-                 jobs_per_device: int = 0):
+                 jobs_per_device: int = 0, pin_cpus: bool = True):
         if devices is None:
             gpus = visible_gpus()
             devices = [f"cuda:{i}" for i in gpus] if gpus else ["cpu"] * max(1, cpu_workers)
         self.devices = devices
-        shares = split_cpus(len(devices)) if host_tuning else [None] * len(devices)
+        # pin_cpus=False: the tuning without the split (every server on every CPU), to measure it
+        shares = split_cpus(len(devices)) if host_tuning and pin_cpus else [None] * len(devices)
         self.evaluators = [Evaluator(device=d, cache_dir=cache_dir, isolation=isolation, cpus=cpus,
                                      share_compile_cache=host_tuning, coordinate_baselines=host_tuning,
                                      concurrency=jobs_per_device)
