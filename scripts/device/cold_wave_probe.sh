@@ -9,6 +9,8 @@
 # py-spy's wheel in .whl (carry [".kb", ".whl"]):
 #   python3 -m pip download --no-deps --only-binary=:all: --platform manylinux1_x86_64 -d .whl py-spy
 #   bash scripts/device/cold_wave_probe.sh
+# With FULL=1 the wave is the start of the whole fidelity table (REPS, FRESH and MINUTES as
+# fidelity_run.sh takes them, 6, 2 and 7 by default), the watchdog running beside it throughout.
 set -u
 . "$(dirname "$0")/env.sh"
 if ls .whl/py_spy-*.whl >/dev/null 2>&1; then
@@ -39,9 +41,16 @@ watch() {  # every 10 s: the server's children still named ka-server after 15 s
 }
 
 log device; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-watch 250 > "$OUT/watch.log" 2>&1 &
-WATCH=$!
-REPS=1 FRESH=0 PRIME_JOBS=8 timeout 280 bash "$(dirname "$0")/fidelity_run.sh" fidelity 3 8 | grep -v '^|'
+if [ "${FULL:-0}" = 1 ]; then
+  MINUTES=${MINUTES:-7}
+  watch $((MINUTES * 60 + 30)) > "$OUT/watch.log" 2>&1 &
+  WATCH=$!
+  PRIME_JOBS=8 timeout $((MINUTES * 60 + 70)) bash "$(dirname "$0")/fidelity_run.sh" fidelity "$MINUTES" 8
+else
+  watch 250 > "$OUT/watch.log" 2>&1 &
+  WATCH=$!
+  REPS=1 FRESH=0 PRIME_JOBS=8 timeout 280 bash "$(dirname "$0")/fidelity_run.sh" fidelity 3 8 | grep -v '^|'
+fi
 kill "$WATCH" 2>/dev/null
 log "watchdog: $(grep -c '^== ' "$OUT/watch.log") dumps"
 head -c 20000 "$OUT/watch.log"
