@@ -164,7 +164,9 @@ def timeline(results: list[dict], ends: list[tuple], started_wall: float) -> dic
         slot = _num(conc.get("held_s")) + sum(_num((conc.get(k) if isinstance(conc.get(k), dict) else {})
                                                    .get("held_s")) for k in ("evidence_slot", "profile_slot"))
         stages = result.get("stage_seconds") or {}
-        spans.append([str(device), Path(str(result.get("problem") or "?")).stem,
+        # the GPU's name is the same on both of a pair: its UUID's end tells them apart
+        uuid = str((result.get("fingerprint") or {}).get("uuid") or "")
+        spans.append([str(device) + (f" {uuid[-6:]}" if uuid else ""), Path(str(result.get("problem") or "?")).stem,
                       round(created - seconds - started_wall, 2), round(created - started_wall, 2),
                       round(slot, 2), round(float(stages.get("baseline_wait") or 0.0), 2)])
     spans.sort(key=lambda s: s[2])

@@ -126,13 +126,14 @@ def test_bench_throughput_timeline_and_evidence_by_problem():
                 "timings": {"candidate": {"median_ms": harness}},
                 "flags": [{"kind": k, "severity": "review"} for k in flags]}
 
-    results = [result("1_relu", 0.2, 0.21, 1.0, 2.0), result("1_relu", 0.3, 0.23, 1.5, 2.5, wait=4.0),
+    results = [{**result("1_relu", 0.2, 0.21, 1.0, 2.0), "fingerprint": {"uuid": "GPU-0123-abcdef"}},
+               result("1_relu", 0.3, 0.23, 1.5, 2.5, wait=4.0),
                result("1_relu", 0.1, 0.22, 1.0, 2.0, flags=("kernel-evidence",)),
                result("2_gelu", 1.0, 1.1, 0.5, 0.5)]
     ends = [("cuda:0", 10.0, 1010.0), ("cuda:1", 5.0, 1012.0), ("cuda:0", 3.0, 1020.0), ("cuda:1", 30.0, 1031.0)]
     line = mod.timeline(results, ends, 1000.0)
     assert [s[2] for s in line["spans"]] == [0.0, 1.0, 7.0, 17.0]  # by start
-    assert line["spans"][0] == ["cuda:0", "1_relu", 0.0, 10.0, 3.0, 0.0]
+    assert line["spans"][0] == ["cuda:0 abcdef", "1_relu", 0.0, 10.0, 3.0, 0.0]
     assert line["spans"][2] == ["cuda:1", "1_relu", 7.0, 12.0, 4.0, 4.0]
     assert (line["first_end_s"], line["last_start_s"], line["end_s"]) == (10.0, 17.0, 31.0)
     by = mod.evidence_by_problem(results)
