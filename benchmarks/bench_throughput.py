@@ -152,10 +152,18 @@ def host_profile(results: list[dict], wall: float, n_gpus: int, eval_seconds: fl
             "gpu_idle_s": round(max(0.0, wall - eval_seconds / n_gpus), 2)}
 
 
+# A span's stage clocks: where a cold wave's first evaluations spent the fill.
+SPAN_STAGES = ("server_start", "start", "load", "compile", "correctness", "timing", "post-check", "baselines",
+               "evidence", "baseline_wait", "first_try")
+
+
 def timeline(results: list[dict], ends: list[tuple], started_wall: float) -> dict:
     """When each evaluation ran, from the run's start (s): [device, problem, start, end, its
-    slot seconds, its baseline wait] by start; and the fill (the first evaluation's end) and the
-    drain (from the last start to the end), the parts of a batch that more GPUs do not shorten."""
+    slot seconds, its baseline wait, its stage clocks, re-run alone] by start; the fill (the
+    first evaluation's end) and the drain (from the last start to the end), the parts of a batch
+    that more GPUs do not shorten; and the seconds per evaluation between the first end and the
+    last, over every evaluation and over those not re-run alone (the batch's pace once the fill
+    is over: its ratio between two rows is the scaling the fill hides)."""
     spans = []
     for result, (device, seconds, created) in zip(results, ends):
         if not isinstance(created, (int, float)) or not isinstance(seconds, (int, float)):
@@ -168,12 +176,21 @@ def timeline(results: list[dict], ends: list[tuple], started_wall: float) -> dic
         uuid = str((result.get("fingerprint") or {}).get("uuid") or "")
         spans.append([str(device) + (f" {uuid[-6:]}" if uuid else ""), Path(str(result.get("problem") or "?")).stem,
                       round(created - seconds - started_wall, 2), round(created - started_wall, 2),
-                      round(slot, 2), round(float(stages.get("baseline_wait") or 0.0), 2)])
+                      round(slot, 2), round(_num(stages.get("baseline_wait")), 2),
+                      {k: round(_num(stages[k]), 2) for k in SPAN_STAGES if k in stages},
+                      bool(conc.get("retried_alone"))])
     spans.sort(key=lambda s: s[2])
     if not spans:
-        return {"spans": [], "first_end_s": None, "last_start_s": None, "end_s": None}
+        return {"spans": [], "first_end_s": None, "last_start_s": None, "end_s": None,
+                "completion_s_per_evaluation": None, "completion_s_per_first_try": None}
+
+    def pace(chosen: list[list]) -> float | None:
+        ends_ = sorted(s[3] for s in chosen)
+        return round((ends_[-1] - ends_[0]) / (len(ends_) - 1), 3) if len(ends_) > 1 else None
+
     return {"spans": spans, "first_end_s": min(s[3] for s in spans), "last_start_s": spans[-1][2],
-            "end_s": max(s[3] for s in spans)}
+            "end_s": max(s[3] for s in spans), "completion_s_per_evaluation": pace(spans),
+            "completion_s_per_first_try": pace([s for s in spans if not s[7]])}
 
 
 def retried(results: list[dict]) -> list[dict]:
@@ -323,7 +340,9 @@ def main() -> None:
                   f"  slot held {row['cost']['slot_held_s']} s ({row['cost']['slot_busy_share']:.0%} of the "
                   f"devices' wall), parts {row['cost']['slot_parts_s']}\n"
                   f"  fill: first evaluation ended at {line['first_end_s']} s; last started at "
-                  f"{line['last_start_s']} s, ended at {line['end_s']} s\n"
+                  f"{line['last_start_s']} s, ended at {line['end_s']} s; then one ended every "
+                  f"{line['completion_s_per_evaluation']} s ({line['completion_s_per_first_try']} s without "
+                  f"those re-run alone)\n"
                   f"  re-run alone after a first try beside others: "
                   + ("none" if not row["retried"] else "; ".join(
                       f"{r['problem']} ({r['first_try']['status']} at {r['first_try']['stage']}: "
@@ -344,10 +363,13 @@ def main() -> None:
                 speedup = one["wall_s"] / two["wall_s"]
                 name = "scaling_1_to_2" + ("" if tuning else "_untuned") + ("" if pin else "_unpinned")
                 agreement = evidence_agreement(one, two)
+                paces = [r["timeline"].get("completion_s_per_first_try") for r in (one, two)]
+                after_fill = round(paces[0] / paces[1], 3) if all(paces) else None
                 result[name] = {"speedup": round(speedup, 3), "efficiency": round(speedup / 2, 3),
-                                "evidence_gap_pct": agreement}
+                                "after_the_fill": after_fill, "evidence_gap_pct": agreement}
                 print(f"1 -> 2 GPUs (host tuning {'on' if tuning else 'off'}{'' if pin else ', unpinned'}): "
-                      f"{speedup:.2f}x faster, scaling efficiency {speedup / 2:.0%}; ncu per call, 2 GPUs "
+                      f"{speedup:.2f}x faster, scaling efficiency {speedup / 2:.0%}; after the fill "
+                      f"{after_fill}x (the pace of evaluations not re-run alone); ncu per call, 2 GPUs "
                       f"against 1: largest gap {agreement['largest_pct']}% {agreement['gaps_pct']}")
         Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"written: {args.out}" + (f"; work folder kept: {work}" if args.keep else ""))

@@ -133,9 +133,14 @@ def test_bench_throughput_timeline_and_evidence_by_problem():
     ends = [("cuda:0", 10.0, 1010.0), ("cuda:1", 5.0, 1012.0), ("cuda:0", 3.0, 1020.0), ("cuda:1", 30.0, 1031.0)]
     line = mod.timeline(results, ends, 1000.0)
     assert [s[2] for s in line["spans"]] == [0.0, 1.0, 7.0, 17.0]  # by start
-    assert line["spans"][0] == ["cuda:0 abcdef", "1_relu", 0.0, 10.0, 3.0, 0.0]
-    assert line["spans"][2] == ["cuda:1", "1_relu", 7.0, 12.0, 4.0, 4.0]
+    assert line["spans"][0][:6] == ["cuda:0 abcdef", "1_relu", 0.0, 10.0, 3.0, 0.0]
+    assert line["spans"][2][:6] == ["cuda:1", "1_relu", 7.0, 12.0, 4.0, 4.0]
+    assert line["spans"][2][6] == {"baseline_wait": 4.0} and line["spans"][2][7] is False
     assert (line["first_end_s"], line["last_start_s"], line["end_s"]) == (10.0, 17.0, 31.0)
+    assert line["completion_s_per_evaluation"] == 7.0  # (31 - 10) / 3
+    results[3]["concurrency"]["retried_alone"] = True  # the last to end, re-run alone
+    line = mod.timeline(results, ends, 1000.0)
+    assert line["spans"][1][7] is True and line["completion_s_per_first_try"] == 5.0  # (20 - 10) / 2
     by = mod.evidence_by_problem(results)
     assert by["1_relu"] == {"ncu_ms": 0.2, "ncu_n": 3, "harness_ms": 0.22, "evidence_flags": 1, "ncu_lock": ["device"]}
     assert by["2_gelu"]["ncu_ms"] == 1.0 and by["2_gelu"]["evidence_flags"] == 0
