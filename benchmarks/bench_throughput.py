@@ -51,7 +51,7 @@ sys.path.insert(0, str(HERE.parent))
 from kernelagent.bench import BenchSpec, Session, discover, find_candidates, run_bench  # noqa: E402
 from kernelagent.bench.store import Store  # noqa: E402
 from kernelagent.harness.caller.pool import visible_gpus  # noqa: E402
-from kernelagent.bench.cost import _num, cost as cost_of  # noqa: E402
+from kernelagent.bench.cost import _num, cost as cost_of, held_s  # noqa: E402
 
 
 def build_candidates(target: Path, pattern: str | None, samples: int) -> int:
@@ -169,8 +169,7 @@ def timeline(results: list[dict], ends: list[tuple], started_wall: float) -> dic
         if not isinstance(created, (int, float)) or not isinstance(seconds, (int, float)):
             continue
         conc = result.get("concurrency") or {}
-        slot = _num(conc.get("held_s")) + sum(_num((conc.get(k) if isinstance(conc.get(k), dict) else {})
-                                                   .get("held_s")) for k in ("evidence_slot", "profile_slot"))
+        slot = held_s(result)
         stages = result.get("stage_seconds") or {}
         # the GPU's name is the same on both of a pair: its UUID's end tells them apart
         uuid = str((result.get("fingerprint") or {}).get("uuid") or "")

@@ -23,23 +23,9 @@ from typer.testing import CliRunner
 
 from kernelagent.harness.result import EvalResult, Status, Timing, TrialResult
 from kernelagent.problem import sha256_text
+from tests.conftest import CANDIDATES, read
 
-PROBLEM = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(256, 1024)]
-
-
-def get_init_inputs():
-    return []
-'''
+PROBLEM = read(CANDIDATES / "relu_problem.py")  # the harness tests' small ReLU problem
 # The candidates' sources: the double answers by the marker word in each.
 NOISY = "# noisy candidate (scripted result: 1.12x, [0.90, 1.30])\nclass ModelNew:\n    pass\n"
 SURE = "# sure candidate (scripted result: 1.12x, [1.05, 1.20])\nclass ModelNew:\n    pass\n"

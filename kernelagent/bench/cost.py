@@ -18,6 +18,16 @@ def _num(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
+SLOT_RECORDS = ("evidence_slot", "profile_slot")  # holds of the slot outside the timed phase, each with held_s
+
+
+def held_s(result: dict) -> float:
+    """How long one evaluation held its device's timing slot: its timed phase and each record's."""
+    conc = result.get("concurrency") or {}
+    return _num(conc.get("held_s")) + sum(_num((conc.get(k) if isinstance(conc.get(k), dict) else {}).get("held_s"))
+                                          for k in SLOT_RECORDS)
+
+
 def cost(results: list[dict], wall_s: float) -> dict[str, Any]:
     """The cost block of `results` (EvalResult dicts) over a run of `wall_s` seconds."""
     devices = {json.dumps([(r.get("fingerprint") or {}).get(k) for k in ("uuid", "pci_bus_id", "device")])
@@ -30,12 +40,11 @@ def cost(results: list[dict], wall_s: float) -> dict[str, Any]:
         for name, seconds in (r.get("stage_seconds") or {}).items():
             stages[name] = stages.get(name, 0.0) + _num(seconds)
         conc = r.get("concurrency") or {}
-        held += _num(conc.get("held_s"))
+        held += held_s(r)
         for part in SLOT_PARTS:
             slot[part] = slot.get(part, 0.0) + _num(conc.get(part))
-        for record in ("evidence_slot", "profile_slot"):
+        for record in SLOT_RECORDS:
             sub = conc.get(record) if isinstance(conc.get(record), dict) else {}
-            held += _num(sub.get("held_s"))
             slot[record.replace("_slot", "_s")] = slot.get(record.replace("_slot", "_s"), 0.0) + _num(sub.get("held_s"))
     n = len(results)
     cpu = stages.get("cpu_job", 0.0)

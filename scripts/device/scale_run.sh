@@ -8,7 +8,7 @@
 #   bash scripts/device/scale_run.sh [samples] [filter] [extra bench_throughput flags]
 set -u
 . "$(dirname "$0")/env.sh"
-SAMPLES=${1:-5}; FILTER=${2:-'level1/[1-6]_*'}; EXTRA=${3:---unpinned}
+SAMPLES=${1:-5}; FILTER=${2:-'level1/[1-6]_*'}; EXTRA=${3---unpinned}  # '' for none
 log device; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
 log "cores $(nproc), bench_throughput --samples $SAMPLES --filter '$FILTER' --gpu-sets 0 0,1 $EXTRA"
 # shellcheck disable=SC2086  # EXTRA is a list of flags

@@ -21,13 +21,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from kernelagent.errors import UserError
 from kernelagent.harness import protocol
 from kernelagent.harness.caller import sandbox, zygote
 from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.caller.channel import ServerChannel
 from kernelagent.harness.caller.results import first_try_summary, store_baselines
 from kernelagent.harness.caller.pids import PidProcess
-from kernelagent.errors import UserError
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import EvalResult, Flag, Status
 from kernelagent.problem import Problem, candidate_static_problem, load_problem, sha256_text
