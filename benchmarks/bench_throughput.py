@@ -181,15 +181,25 @@ def timeline(results: list[dict], ends: list[tuple], started_wall: float) -> dic
     spans.sort(key=lambda s: s[2])
     if not spans:
         return {"spans": [], "first_end_s": None, "last_start_s": None, "end_s": None,
-                "completion_s_per_evaluation": None, "completion_s_per_first_try": None}
+                "completion_s_per_evaluation": None, "completion_s_per_first_try": None,
+                "steady_s_per_evaluation": None, "steady_starts": 0}
 
     def pace(chosen: list[list]) -> float | None:
         ends_ = sorted(s[3] for s in chosen)
         return round((ends_[-1] - ends_[0]) / (len(ends_) - 1), 3) if len(ends_) > 1 else None
 
-    return {"spans": spans, "first_end_s": min(s[3] for s in spans), "last_start_s": spans[-1][2],
+    first_end, last_start = min(s[3] for s in spans), spans[-1][2]
+    # The steady state: every job started after the first end was started because one ended
+    # (the first wave's jobs start at once), so starts from then to the last (the queue empty)
+    # come at the rate evaluations end once the fill is over and before the drain; in that
+    # window each row has its whole first wave in flight at both ends, so the rate is not
+    # flattered by the fill's head start (its ratio between two rows: the scaling at scale).
+    queued = [s[2] for s in spans if s[2] > first_end]
+    steady = round((last_start - first_end) / len(queued), 3) if len(queued) >= 2 else None
+    return {"spans": spans, "first_end_s": first_end, "last_start_s": last_start,
             "end_s": max(s[3] for s in spans), "completion_s_per_evaluation": pace(spans),
-            "completion_s_per_first_try": pace([s for s in spans if not s[7]])}
+            "completion_s_per_first_try": pace([s for s in spans if not s[7]]),
+            "steady_s_per_evaluation": steady, "steady_starts": len(queued)}
 
 
 def retried(results: list[dict]) -> list[dict]:
@@ -320,6 +330,9 @@ def main() -> None:
         for tuning, gpus, pin in plan:
             row = measure(gpus, cdir, args.filter, work, args.trials, tuning=tuning, pin=pin)
             rows.append(row)
+            # each row kept as it ends: a call cut short by its time limit keeps the rows it finished
+            Path(args.out).write_text(json.dumps({"candidates": n, "samples": args.samples, "filter": args.filter,
+                                                  "rows": rows, "partial": True}, indent=2, default=str) + "\n")
             line = row["timeline"]
             profile = row["host_profile"]
             kinds = ", ".join(f"{k} {v['cpu_s']} s/{v['processes']}p"
@@ -341,7 +354,8 @@ def main() -> None:
                   f"  fill: first evaluation ended at {line['first_end_s']} s; last started at "
                   f"{line['last_start_s']} s, ended at {line['end_s']} s; then one ended every "
                   f"{line['completion_s_per_evaluation']} s ({line['completion_s_per_first_try']} s without "
-                  f"those re-run alone)\n"
+                  f"those re-run alone); steady state: one started every {line['steady_s_per_evaluation']} s "
+                  f"({line['steady_starts']} queued starts)\n"
                   f"  re-run alone after a first try beside others: "
                   + ("none" if not row["retried"] else "; ".join(
                       f"{r['problem']} ({r['first_try']['status']} at {r['first_try']['stage']}: "
@@ -364,11 +378,15 @@ def main() -> None:
                 agreement = evidence_agreement(one, two)
                 paces = [r["timeline"].get("completion_s_per_first_try") for r in (one, two)]
                 after_fill = round(paces[0] / paces[1], 3) if all(paces) else None
+                steadies = [r["timeline"].get("steady_s_per_evaluation") for r in (one, two)]
+                steady = round(steadies[0] / steadies[1], 3) if all(steadies) else None
                 result[name] = {"speedup": round(speedup, 3), "efficiency": round(speedup / 2, 3),
-                                "after_the_fill": after_fill, "evidence_gap_pct": agreement}
+                                "after_the_fill": after_fill, "steady_state": steady,
+                                "evidence_gap_pct": agreement}
                 print(f"1 -> 2 GPUs (host tuning {'on' if tuning else 'off'}{'' if pin else ', unpinned'}): "
                       f"{speedup:.2f}x faster, scaling efficiency {speedup / 2:.0%}; after the fill "
-                      f"{after_fill}x (the pace of evaluations not re-run alone); ncu per call, 2 GPUs "
+                      f"{after_fill}x (the pace of evaluations not re-run alone); steady state {steady}x "
+                      f"(queued starts from the first end to the last start); ncu per call, 2 GPUs "
                       f"against 1: largest gap {agreement['largest_pct']}% {agreement['gaps_pct']}")
         Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"written: {args.out}" + (f"; work folder kept: {work}" if args.keep else ""))

@@ -138,6 +138,10 @@ def test_bench_throughput_timeline_and_evidence_by_problem():
     assert line["spans"][2][6] == {"baseline_wait": 4.0} and line["spans"][2][7] is False
     assert (line["first_end_s"], line["last_start_s"], line["end_s"]) == (10.0, 17.0, 31.0)
     assert line["completion_s_per_evaluation"] == 7.0  # (31 - 10) / 3
+    # one start after the first end (17 s): too few for a steady-state rate
+    assert line["steady_starts"] == 1 and line["steady_s_per_evaluation"] is None
+    more = mod.timeline(results + [result("2_gelu", 1.0, 1.1, 0.5, 0.5)], ends + [("cuda:0", 4.0, 1026.0)], 1000.0)
+    assert more["steady_starts"] == 2 and more["steady_s_per_evaluation"] == 6.0  # (22 - 10) / 2
     results[3]["concurrency"]["retried_alone"] = True  # the last to end, re-run alone
     line = mod.timeline(results, ends, 1000.0)
     assert line["spans"][1][7] is True and line["completion_s_per_first_try"] == 5.0  # (20 - 10) / 2

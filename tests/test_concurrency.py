@@ -305,7 +305,9 @@ def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
                                                   "flag": True},
                                 "concurrency": {"retry_alone": True, "wait_s": 1.5, "memory_wait_s": float("inf"),
                                                 "at_limit": {"candidate": ["812 python3 T do_signal_stop\x1b[31m"],
-                                                             "reference": "not a list"}}}},
+                                                             "reference": "not a list",
+                                                             "candidate_stack": "File \"x.py\", line 3\x1b[2J"
+                                                                                + "y" * 4000}}}},
                     {"result": {"status": Status.RUNTIME_ERROR, "reason": "oom alone", "concurrency": {}}}])
 
     def fake_round_trip(request, deadline, cancel=None, on_baselines=None):
@@ -326,6 +328,8 @@ def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
     assert len(first["reason"]) == 300
     assert first["stage_seconds"] == {"start": 60.2, "total_server": 61.4}
     assert first["concurrency"] == {"wait_s": 1.5}  # numbers only: no flags, no infinities
+    stack = first["at_limit"].pop("candidate_stack")  # the start's stack dump: cut, sequences removed
+    assert stack.startswith('File "x.py", line 3yyy') and len(stack) == 3000
     assert first["at_limit"] == {"candidate": ["812 python3 T do_signal_stop"]}
     assert result.stage_seconds["first_try"] == 61.4
 

@@ -34,3 +34,40 @@ def test_a_stage_past_its_limit_says_what_each_process_was_doing():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_start_past_its_limit_says_where_our_code_was(tmp_path):
+    """The candidate's process dumps its Python stack to its log while our code starts it
+    (faulthandler, server/processes.py) and cancels the dumps at stage 'load', before any
+    candidate line: start_stacks reads the last dump back, bounded and printable, and nothing
+    from a log without one."""
+    import subprocess
+    import sys
+
+    from kernelagent.harness.server.processes import _open_log, start_stacks
+
+    log = tmp_path / "candidate.log"
+    fd = _open_log(log)
+    try:
+        assert start_stacks(fd) == ""  # empty log
+        script = ("import faulthandler, sys, time\n"
+                  "def creating_the_context():\n"
+                  "    time.sleep(0.5)\n"
+                  "faulthandler.dump_traceback_later(0.1, repeat=True, file=sys.stderr)\n"
+                  "print('\\x1b[31mnoise')\n"
+                  "creating_the_context()\n"
+                  "faulthandler.cancel_dump_traceback_later()\n"
+                  "n = open(sys.argv[1]).read().count('creating_the_context')\n"
+                  "time.sleep(0.4)\n"
+                  "assert open(sys.argv[1]).read().count('creating_the_context') == n  # no dump once cancelled\n")
+        with open(log, "ab") as out:
+            done = subprocess.run([sys.executable, "-c", script, str(log)], stdout=out, stderr=out, timeout=60)
+        assert done.returncode == 0, log.read_text()
+        stack = start_stacks(fd)
+        assert "creating_the_context" in stack and "\x1b" not in stack and len(stack) <= 3000 and stack.startswith("Timeout (")
+        assert start_stacks(None) == ""
+    finally:
+        import os
+
+        os.close(fd)
+

@@ -12,6 +12,6 @@ SAMPLES=${1:-5}; FILTER=${2:-'level1/[1-6]_*'}; EXTRA=${3---unpinned}  # '' for 
 log device; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
 log "cores $(nproc), bench_throughput --samples $SAMPLES --filter '$FILTER' --gpu-sets 0 0,1 $EXTRA"
 # shellcheck disable=SC2086  # EXTRA is a list of flags
-timeout 540 python3 benchmarks/bench_throughput.py --samples "$SAMPLES" --filter "$FILTER" --gpu-sets 0 0,1 $EXTRA \
+timeout ${BENCH_TIMEOUT:-540} python3 benchmarks/bench_throughput.py --samples "$SAMPLES" --filter "$FILTER" --gpu-sets 0 0,1 $EXTRA \
   --out "$OUT/scale.json" 2>&1 | cut -c1-1500 | tail -40
 log end

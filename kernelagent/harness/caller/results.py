@@ -132,6 +132,7 @@ def merge(base: EvalResult, raw: dict[str, Any], cached: dict[str, Any] | None, 
 
 
 FIRST_TRY_REASON_CHARS = 300
+FIRST_TRY_STACK_CHARS = 3000  # the start's last stack dump, kept with a first try
 
 
 def first_try_summary(result: dict[str, Any]) -> dict[str, Any]:
@@ -154,6 +155,9 @@ def first_try_summary(result: dict[str, Any]) -> dict[str, Any]:
     summary = {"status": clean_text(result.get("status", ""))[:40], "stage": clean_text(result.get("stage", ""))[:40],
                "reason": clean_text(result.get("reason", ""))[:FIRST_TRY_REASON_CHARS],
                "stage_seconds": numbers("stage_seconds"), "concurrency": numbers("concurrency")}
+    stack = at_limit.get("candidate_stack")
+    if isinstance(stack, str) and stack:  # a start past its limit: where our code was (server/processes.py)
+        states["candidate_stack"] = clean_text(stack)[:FIRST_TRY_STACK_CHARS]
     if states:  # what the job's processes were doing when a stage ran past its limit (server/job.py)
         summary["at_limit"] = states
     return summary

@@ -129,6 +129,10 @@ class CandidateSide:
                                             builder=self.builder, watched=watched)
             self.monitor.install()
 
+        # Our start is over: no stack dumps (server/processes.py) once candidate code may run.
+        import faulthandler
+
+        faulthandler.cancel_dump_traceback_later()
         self.stage("load")
         try:
             module = inputs_mod.import_file(self.workdir / "candidate.py", "candidate")

@@ -81,10 +81,32 @@ def clean_numeric_modes() -> None:
     torch.set_float32_matmul_precision("highest")
 
 
+def count_devices_through_cuda() -> None:
+    """Have torch count the devices through CUDA, never NVML, before its CUDA start-up.
+
+    torch 2.11's lazy CUDA start-up counts the devices with nvmlInit; beside other jobs (several
+    stopped by the timing slot, ncu sessions starting and ending) a job's process spun in
+    nvmlInit past its 60 s start limit, in user space, about once in 30-48 evaluations, and was
+    re-run alone 104-162 s later (two H200s, 2026-11-28: its stack from server/processes.py's
+    dumps, `_lazy_init > _check_capability > device_count > _raw_device_count_nvml`). Counting
+    through CUDA (cudaGetDeviceCount: the driver we start next anyway) and caching it where
+    device_count looks first skips NVML; torch 2.13 counts through CUDA there itself. A process
+    already started, or a torch without the cache, is left as it is."""
+    import torch.cuda as tcuda
+
+    if not tcuda._is_compiled() or getattr(tcuda, "_initialized", False) or \
+            not hasattr(tcuda, "_cached_device_count") or tcuda._cached_device_count is not None:
+        return
+    count = getattr(torch._C, "_cuda_getDeviceCount", None)
+    if count is not None:
+        tcuda._cached_device_count = int(count())
+
+
 def _device(job: dict[str, Any]) -> torch.device:
     clean_numeric_modes()
     device = torch.device(job["device"])
     if device.type == "cuda":
+        count_devices_through_cuda()
         torch.cuda.set_device(device)
     return device
 

@@ -25,11 +25,12 @@ def main(argv: list[str]) -> int:
     import torch
 
     from kernelagent.harness.child import defences, inputs as inputs_mod
-    from kernelagent.harness.child.common import clean_numeric_modes
+    from kernelagent.harness.child.common import clean_numeric_modes, count_devices_through_cuda
     from kernelagent.harness.config import EvalConfig
 
     config = EvalConfig(backend=backend)
     device = torch.device("cuda:0")
+    count_devices_through_cuda()  # no nvmlInit in the session's start (child/common.py)
     torch.cuda.set_device(device)
     clean_numeric_modes()
     # One kernel of ours before READY, synchronised: Nsight Compute's injection finishes setting

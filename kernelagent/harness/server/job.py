@@ -42,7 +42,7 @@ from kernelagent.harness.server.channels import ChannelPhases
 from kernelagent.harness.server.checks import CheckPhases
 from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _describe_exit,
                                                    _kill_group, _open_log,
-                                                   _reference_process, _tail, _tail_fd, sandbox_failure, tree_cpu_s,
+                                                   _reference_process, _tail, _tail_fd, sandbox_failure, start_stacks, tree_cpu_s,
                                                    tree_states)
 from kernelagent.harness.server import forking
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
@@ -349,6 +349,9 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
                 self.concurrency["at_limit"] = {
                     "candidate": tree_states(self.cand.pid if self.cand is not None else None),
                     "reference": tree_states(self.ref.pid if self.ref is not None else None)}
+                if self.stage == "start":  # our code only so far: where its Python stack was
+                    self.concurrency["at_limit"]["candidate_stack"] = start_stacks(
+                        getattr(self, "cand_log_fd", None))
         except CandidateGone:
             self.cand_died()
         except ReferenceGone as exc:

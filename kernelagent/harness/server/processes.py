@@ -7,6 +7,7 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import sys
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -18,6 +19,7 @@ from kernelagent.harness.server.gate import proc_stat, process_tree
 
 FORK = mp.get_context("fork")
 LOG_TAIL_BYTES = 6000
+START_STACK_S = 15.0  # the candidate process's stack dumps while our code starts it
 
 
 def _plan_cpu_inputs(source: str, workdir: Path, timeout: float) -> dict[str, Any]:
@@ -247,6 +249,20 @@ def _tail_fd(fd: int) -> str:
     return ("... [earlier output cut] ...\n" if start else "") + data.decode("utf-8", "replace")
 
 
+def start_stacks(log_fd: int | None, limit: int = 3000) -> str:
+    """The last Python stacks (every thread's) the candidate's process dumped while our code
+    started it (faulthandler, every START_STACK_S s until stage 'load'), bounded and printable,
+    or ""."""
+    if log_fd is None:
+        return ""
+    text = _tail_fd(log_fd)
+    at = text.rfind("Timeout (")
+    if at < 0:
+        return ""
+    dump = text[at:at + limit]
+    return "".join(ch if ch.isprintable() or ch == "\n" else "?" for ch in dump)
+
+
 SANDBOX_FAILED = "kernelagent: could not enter the sandbox: "
 
 
@@ -285,6 +301,13 @@ def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jai
         finally:
             os._exit(70)
     child_setup(log_path, workdir, [conn.fileno()])
+    # While our own code starts (the CUDA context, the problem's import), the Python stack goes to
+    # the log every START_STACK_S seconds, until stage 'load' cancels it before any candidate
+    # line runs (candidate_side.run): a start that runs past its limit beside other jobs then
+    # says where it was (job.py at_limit's candidate_stack).
+    import faulthandler
+
+    faulthandler.dump_traceback_later(START_STACK_S, repeat=True, file=sys.stderr)
     candidate_side.candidate_main(job, conn, workdir)
 
 
