@@ -31,6 +31,11 @@ def test_devices_are_counted_through_cuda_not_nvml(monkeypatch):
     count_devices_through_cuda()  # CUDA already started: its own count stands
     assert tcuda._cached_device_count is None and not asked
     monkeypatch.setattr(tcuda, "_initialized", False)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", lambda: asked.append(0) or 0, raising=False)
+    count_devices_through_cuda()  # CUDA finds none: torch's own start-up says so, nothing cached
+    assert tcuda._cached_device_count is None and asked == [0]
+    asked.clear()
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", lambda: asked.append(1) or 3, raising=False)
     count_devices_through_cuda()
     assert tcuda._cached_device_count == 3 and asked == [1]
     assert torch.cuda.device_count() == 3  # from the cache: NVML (above) would have raised

@@ -98,8 +98,12 @@ def count_devices_through_cuda() -> None:
             not hasattr(tcuda, "_cached_device_count") or tcuda._cached_device_count is not None:
         return
     count = getattr(torch._C, "_cuda_getDeviceCount", None)
-    if count is not None:
-        tcuda._cached_device_count = int(count())
+    try:
+        found = int(count()) if count is not None else 0
+    except Exception:  # noqa: BLE001 - torch's own start-up says what is wrong
+        return
+    if found > 0:  # none: torch's start-up fails as it would have, with its own words
+        tcuda._cached_device_count = found
 
 
 def _device(job: dict[str, Any]) -> torch.device:

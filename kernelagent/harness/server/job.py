@@ -41,9 +41,8 @@ from kernelagent.harness.server.gate import Gate
 from kernelagent.harness.server.channels import ChannelPhases
 from kernelagent.harness.server.checks import CheckPhases
 from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _describe_exit,
-                                                   _kill_group, _open_log,
-                                                   _reference_process, _tail, _tail_fd, sandbox_failure, start_stacks, tree_cpu_s,
-                                                   tree_states)
+                                                   _kill_group, _open_log, _reference_process, _tail, _tail_fd,
+                                                   sandbox_failure, start_stacks, tree_cpu_s, tree_states)
 from kernelagent.harness.server import forking
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
 from kernelagent.harness.server.memory import MemoryPhases

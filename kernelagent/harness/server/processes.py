@@ -19,7 +19,10 @@ from kernelagent.harness.server.gate import proc_stat, process_tree
 
 FORK = mp.get_context("fork")
 LOG_TAIL_BYTES = 6000
-START_STACK_S = 15.0  # the candidate process's stack dumps while our code starts it
+# The candidate process's stack dumps while our code starts it, in wall seconds: honest starts
+# took up to 24 s on their stage clock beside other jobs (two H200s, 2026-11-28), and the limit is
+# 60 s on that clock, so a start past its limit has dumped at least once.
+START_STACK_S = 40.0
 
 
 def _plan_cpu_inputs(source: str, workdir: Path, timeout: float) -> dict[str, Any]:
