@@ -323,7 +323,8 @@ def main() -> None:
         cdir = work / "candidates"
         n = build_candidates(cdir, args.filter, args.samples)
         print(f"{n} candidates ({args.samples} per solution), GPU sets {sets}", flush=True)
-        rows = []
+        rows: list[dict] = []
+        result: dict = {"candidates": n, "samples": args.samples, "filter": args.filter, "rows": rows}
         plan = [(tuning, gpus, True) for tuning in ([False, True] if args.compare else [True]) for gpus in sets]
         if args.unpinned:
             plan += [(True, gpus, False) for gpus in sets if "," in gpus or (gpus.startswith("cpu:") and gpus != "cpu:1")]
@@ -331,8 +332,7 @@ def main() -> None:
             row = measure(gpus, cdir, args.filter, work, args.trials, tuning=tuning, pin=pin)
             rows.append(row)
             # each row kept as it ends: a call cut short by its time limit keeps the rows it finished
-            Path(args.out).write_text(json.dumps({"candidates": n, "samples": args.samples, "filter": args.filter,
-                                                  "rows": rows, "partial": True}, indent=2, default=str) + "\n")
+            Path(args.out).write_text(json.dumps({**result, "partial": True}, indent=2, default=str) + "\n")
             line = row["timeline"]
             profile = row["host_profile"]
             kinds = ", ".join(f"{k} {v['cpu_s']} s/{v['processes']}p"
@@ -366,7 +366,6 @@ def main() -> None:
                   + "; ".join(f"{k} {v['ncu_ms']}/{v['harness_ms']}/{v['evidence_flags']}"
                               for k, v in row["evidence_by_problem"].items()),
                   flush=True)
-        result = {"candidates": n, "samples": args.samples, "filter": args.filter, "rows": rows}
         for tuning, pin in ((False, True), (True, True), (True, False)):
             one = next((r for r in rows if r["n_gpus"] == 1 and r["host_tuning"] == tuning), None)
             two = next((r for r in rows if r["n_gpus"] == 2 and r["host_tuning"] == tuning

@@ -254,16 +254,17 @@ def _tail_fd(fd: int) -> str:
 
 def start_stacks(log_fd: int | None, limit: int = 3000) -> str:
     """The last Python stacks (every thread's) the candidate's process dumped while our code
-    started it (faulthandler, every START_STACK_S s until stage 'load'), bounded and printable,
-    or ""."""
+    started it (faulthandler, every START_STACK_S s until stage 'load'), bounded and cleaned
+    (text.clean_text: the log is the candidate process's), or ""."""
     if log_fd is None:
         return ""
     text = _tail_fd(log_fd)
     at = text.rfind("Timeout (")
     if at < 0:
         return ""
-    dump = text[at:at + limit]
-    return "".join(ch if ch.isprintable() or ch == "\n" else "?" for ch in dump)
+    from kernelagent.text import clean_text
+
+    return clean_text(text[at:at + limit])
 
 
 SANDBOX_FAILED = "kernelagent: could not enter the sandbox: "
