@@ -16,6 +16,7 @@ from typing import Any
 from kernelagent.harness import protocol
 from kernelagent.harness.server import forking
 from kernelagent.harness.server.gate import proc_stat, process_tree
+from kernelagent.text import clean_text
 
 FORK = mp.get_context("fork")
 LOG_TAIL_BYTES = 6000
@@ -262,8 +263,6 @@ def start_stacks(log_fd: int | None, limit: int = 3000) -> str:
     at = text.rfind("Timeout (")
     if at < 0:
         return ""
-    from kernelagent.text import clean_text
-
     return clean_text(text[at:at + limit])
 
 
