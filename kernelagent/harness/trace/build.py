@@ -138,10 +138,13 @@ def find_toolchain(*, roots: Iterable[str | Path] | None = None,
     if cupti is None:
         return Unavailable("no CUPTI found (cupti.h with libcupti.so in the nvidia cupti wheel, "
                            "CUDA_HOME/extras/CUPTI, /usr/local/cuda/extras/CUPTI or Triton's bundle)")
-    cuda_include = next((d for d in cuda_h_candidates(cupti[0], sites, env) if (d / "cuda.h").is_file()), None)
+    # cupti.h includes cuda.h and device_types.h, which includes crt/host_defines.h: the CUPTI
+    # wheel's include folder can hold the first two without crt/ (torch 2.11's nvidia/cu13).
+    cuda_include = next((d for d in cuda_h_candidates(cupti[0], sites, env)
+                         if (d / "cuda.h").is_file() and (d / "crt" / "host_defines.h").is_file()), None)
     if cuda_include is None:
-        return Unavailable("no cuda.h found (CUDA_HOME/include, /usr/local/cuda/include, the nvidia "
-                           "wheels or Triton's bundled headers)")
+        return Unavailable("no cuda.h with crt/host_defines.h found (CUDA_HOME/include, "
+                           "/usr/local/cuda/include, the nvidia wheels or Triton's bundled headers)")
     compiler = env.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
         return Unavailable("no C compiler (cc or gcc) on PATH to build the tracer")
