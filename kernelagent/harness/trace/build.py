@@ -36,6 +36,7 @@ SONAME = LIB_NAME
 FORMAT = 1
 BUILD_TIMEOUT_S = 120.0
 CFLAGS = ("-shared", "-fPIC", "-O2", "-fvisibility=hidden")
+SYSTEM_CUDA = ("/usr/local/cuda",)  # tried after $CUDA_HOME and $CUDA_PATH
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def cupti_candidates(site_dirs: list[Path], env: Mapping[str, str]) -> list[tupl
         nvidia = site / "nvidia"
         for sub in ("cu13", "cuda_cupti", "cu12"):
             pairs.append((nvidia / sub / "include", nvidia / sub / "lib"))
-    for home in (env.get("CUDA_HOME"), env.get("CUDA_PATH"), "/usr/local/cuda"):
+    for home in (env.get("CUDA_HOME"), env.get("CUDA_PATH"), *SYSTEM_CUDA):
         if home:
             pairs += [(Path(home) / "extras" / "CUPTI" / "include", Path(home) / "extras" / "CUPTI" / lib)
                       for lib in ("lib64", "lib")]
@@ -101,7 +102,7 @@ def cupti_candidates(site_dirs: list[Path], env: Mapping[str, str]) -> list[tupl
 
 def cuda_h_candidates(cupti_include: Path, site_dirs: list[Path], env: Mapping[str, str]) -> list[Path]:
     dirs = [cupti_include]
-    dirs += [Path(h) / "include" for h in (env.get("CUDA_HOME"), env.get("CUDA_PATH"), "/usr/local/cuda") if h]
+    dirs += [Path(h) / "include" for h in (env.get("CUDA_HOME"), env.get("CUDA_PATH"), *SYSTEM_CUDA) if h]
     for site in site_dirs:
         dirs += [site / "nvidia" / sub / "include" for sub in ("cu13", "cuda_runtime", "cu12")]
         dirs.append(site / "triton" / "backends" / "nvidia" / "include")

@@ -61,9 +61,17 @@ class Marks:
         return (written.value, dropped.value)
 
 
+ENV_VARS = ("CUDA_INJECTION64_PATH", "KERNELAGENT_TRACE_FD")
+
+
 def attach(name: str = SONAME) -> Marks:
     """The tracer the driver loaded into this process, or a no-op handle with the reason. Call
-    after CUDA is initialised (the driver loads the tracer at cuInit)."""
+    after CUDA is initialised (the driver loads the tracer at cuInit). The tracer unset its
+    variables in the C environment; Python's os.environ is a copy taken at start, so they are
+    dropped here too, or a process started through subprocess would get them back (seen on the
+    H200: os.environ still held both after the injection)."""
+    for var in ENV_VARS:
+        os.environ.pop(var, None)
     try:
         lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
     except OSError:
