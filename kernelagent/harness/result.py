@@ -189,6 +189,9 @@ class EvalResult:
     # whether the job shared the device, and whether it was re-run alone after running out of
     # memory beside others ("retried_alone").
     concurrency: dict[str, Any] = field(default_factory=dict)
+    # The candidate process's kernel trace (issue 55) as the server read it: "bytes", "overflow"
+    # (past the channel's bound: incomplete), "ended" (its writer closed); empty where no tracer ran.
+    trace: dict[str, Any] = field(default_factory=dict)
     # The numeric modes the baselines were timed in (baseline_numerics(): TF32 off in every one).
     numerics: dict[str, Any] = field(default_factory=baseline_numerics)
     # "main"; "smoke" when the problem's own small CPU inputs (get_smoke_inputs) were used;

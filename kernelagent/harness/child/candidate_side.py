@@ -24,6 +24,7 @@ from kernelagent.harness.child import cuda_evidence, defences, inputs as inputs_
 from kernelagent.harness.child.common import (AllocPressure, _aliasing, _device, _error_kind, _sync, _tensor_inputs,
                                                compact_traceback, import_problem, make_timer)
 from kernelagent.harness.config import EvalConfig
+from kernelagent.harness.trace import marks as trace_marks
 
 NUMERIC_MODES = {
     "torch.backends.cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
@@ -78,6 +79,10 @@ class CandidateSide:
         self.poison_bytes = 0
         self.builder: Any = None  # child/cuda_build.BuildHook for backend "cuda"
         self.output_shapes: list[tuple[tuple[int, ...], torch.dtype]] = []
+        # The kernel trace's markers around each call (issue 55): no-ops until attached, and
+        # where no tracer was injected (the CPU).
+        self.marks = trace_marks.Marks(reason="not attached yet")
+        self.checks_run = 0
 
     # -- the channel -------------------------------------------------------------------
     def send(self, msg_type: str, /, **fields: Any) -> None:
@@ -94,6 +99,7 @@ class CandidateSide:
         self.pressure = AllocPressure(self.device)
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)  # create the context now, not inside "load"
+        self.marks = trace_marks.attach()  # CUDA has started: the driver loaded the tracer, if any
         self.problem = import_problem(self.job, self.workdir)
         # The candidate gets no handle on the problem module through sys.modules.
         sys.modules.pop("kernelagent_problem", None)
@@ -159,8 +165,10 @@ class CandidateSide:
         first = inputs_mod.make_inputs(self.problem, "main", int(self.job["compile_seed"]), self.smoke, self.device)
         try:
             with torch.no_grad(), self._watch("first call", first):
+                self.mark(trace_marks.FIRST, 0, False)
                 out = self.model(*first)
                 _sync(self.device)
+                self.mark(trace_marks.FIRST, 0, True)
         except BaseException as exc:
             if self.builder is not None and self.builder.last_error:
                 raise CandidateFailure("compile_error", "compile", self.builder.last_error)
@@ -210,6 +218,11 @@ class CandidateSide:
             names |= self.builder.own_names
         return names
 
+    def mark(self, phase: int, index: int, end: bool) -> None:
+        """One of the kernel trace's markers on the current stream (trace/marks.py)."""
+        if self.marks.available:
+            self.marks.mark(stream=timing._current_stream_handle(), phase=phase, index=index, end=end)
+
     def _watch(self, name: str, values: Any = ()) -> Any:
         if self.monitor is None:
             from contextlib import nullcontext
@@ -232,8 +245,11 @@ class CandidateSide:
                                    f"making the inputs of {check['name']} raised:\n" + compact_traceback(exc))
         try:
             with torch.no_grad(), self._watch(check["name"], values):
+                self.mark(trace_marks.CHECK, self.checks_run, False)
                 out = self.model(*values)
                 _sync(self.device)
+                self.mark(trace_marks.CHECK, self.checks_run, True)
+                self.checks_run += 1
         except Exception as exc:
             error_kind = _error_kind(exc, "runtime_error")
             if not (kind.startswith("extra:") and error_kind == "runtime_error"):
@@ -288,11 +304,11 @@ class CandidateSide:
                 kept_outputs(index, transfer.flatten_outputs(out))  # every timed output must be plain
 
             timer = make_timer(self.device, self.config, order.get("l2_bytes"))
-            loop = timing.FixedLoop(timer)
+            loop = timing.FixedLoop(timer, marks=self.marks)
             warm_sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
                                                budget_bytes=budget)
             timer.raise_clocks()  # unclocked, before the warm-up: see timing.Timer.raise_clocks
-            loop.run(self.model, warm_sets, 0, warmup)
+            loop.run(self.model, warm_sets, 0, warmup, phase=trace_marks.WARMUP)
             del warm_sets
             _sync(self.device)
         except transfer.OutputTypeError as exc:
@@ -312,6 +328,7 @@ class CandidateSide:
         self.send("warmed", kept=[{"index": kept_outputs.first + i, "outputs": d.records}
                                   for i, d in enumerate(described)])
         escaped: list[float] = []
+        timed_so_far = 0  # the trace's markers number the timed calls across segments
         try:
             # The loop runs in the segments the server ordered (the kept slots are reused by each):
             # a segment's seed comes with its `go`, and the server answers after checking the
@@ -321,7 +338,9 @@ class CandidateSide:
                 try:
                     sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device,
                                                   budget_bytes=budget)
-                    report = loop.run(self.model, sets, 0, calls, after_call)
+                    report = loop.run(self.model, sets, 0, calls, after_call, phase=trace_marks.TIMED,
+                                      first_index=timed_so_far)
+                    timed_so_far += calls
                     _sync(self.device)
                     del sets
                 except transfer.OutputTypeError as exc:
@@ -363,6 +382,8 @@ class CandidateSide:
 
     # -- the end -----------------------------------------------------------------------
     def finish(self, order: dict[str, Any]) -> None:
+        # The trace's last record, before any profiler of ours (torch.profiler takes CUPTI over).
+        self.marks.flush(mark=2, final=True)
         if order.get("device_share") and self.monitor is not None and self.device.type == "cuda" \
                 and self.config.min_own_device_share:
             self.stage("profile")

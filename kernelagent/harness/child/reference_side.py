@@ -554,9 +554,10 @@ def _finite(value: Any) -> float | None:
 NEAR_ONE_OPS = frozenset({"cumprod", "prod", "cumsum", "logcumsumexp", "cummax", "cummin", "pow"})
 
 
-def reference_main(job: dict[str, Any], server: Connection, workdir: Path) -> None:
+def reference_main(job: dict[str, Any], server: Connection, workdir: Path,
+                   keep_fds: tuple[int, ...] | list[int] = ()) -> None:
     """Entry point of the reference process (forked by the server)."""
-    child_setup(workdir / "reference.log", workdir, [server.fileno()])
+    child_setup(workdir / "reference.log", workdir, [server.fileno(), *keep_fds])
     try:
         hello = protocol.recv(server, {"ref_nonce"}, job["job_id"])
         side = ReferenceSide(job, server, workdir, hello["nonce"])

@@ -83,6 +83,7 @@ _event_record = torch.cuda.Event.record
 _event_elapsed = torch.cuda.Event.elapsed_time
 _no_grad = torch.no_grad
 _cuda_sleep = getattr(torch.cuda, "_sleep", None)  # spins the current stream for N clock cycles
+_current_stream = torch.cuda.current_stream
 _gc_disable, _gc_enable, _gc_isenabled = gc.disable, gc.enable, gc.isenabled
 
 
@@ -248,11 +249,14 @@ class Timer:
         return event, host
 
     def _one_out(self, fn: Callable[..., Any], inputs: list[Any], clock_at: int | None = None,
-                 first: bool = False) -> tuple[float, float, Any]:
+                 first: bool = False, mark: Callable[[bool], Any] | None = None) -> tuple[float, float, Any]:
         """(event ms, host ms, output) of one call. With `clock_at`, the SM clock is read after
         the flush is queued and before the synchronize, outside the timed region while the device
         is busy, and kept as (clock_at, MHz). `first`: the call after a pause, under the longer
-        cover (FIRST_COVER_FACTOR)."""
+        cover (FIRST_COVER_FACTOR). `mark(end)`: the kernel trace's marker (issue 55), launched
+        after the cover and before the start event, and after the call's synchronize: outside
+        both readings (the cover hides the first's launch), with neither the L2 flush nor the
+        cover's spin inside the call's marked span."""
         if not self.cuda:
             t0 = _perf_counter()
             out = fn(*inputs)
@@ -270,11 +274,15 @@ class Timer:
             _event_record(before)  # on an idle device: it fires as it is queued, just before t0
         t0 = _perf_counter()
         self._cover(first)
+        if mark is not None:
+            mark(False)
         _event_record(start)
         out = fn(*inputs)
         _event_record(end)
         _cuda_synchronize()
         host = (_perf_counter() - t0) * 1e3
+        if mark is not None:
+            mark(True)
         if before is not None:
             # From `before` to `start` on the device clock (the host's own launch of the spin and
             # the spin itself) comes off the host reading, which is then the time from the start
@@ -427,19 +435,32 @@ class FixedLoop:
     The server clocks this whole loop from the outside and subtracts the calibration loop's
     time, so the per-call times this loop reports are claims it can check."""
 
-    def __init__(self, timer: "Timer"):
+    def __init__(self, timer: "Timer", marks: Any = None):
         self.timer = timer
+        self.marks = marks  # trace/marks.Marks: each call between the kernel trace's markers (issue 55)
+
+    def _marker(self, phase: int, index: int) -> Callable[[bool], Any] | None:
+        marks = self.marks
+        if marks is None or not marks.available:
+            return None
+        stream = _current_stream_handle()
+        return lambda end: marks.mark(stream=stream, phase=phase, index=index, end=end)
 
     def run(self, fn: Callable[..., Any], input_sets: Any, warmup_calls: int, calls: int,
-            after_call: Callable[[int, Any], None] | None = None) -> TimingReport:
+            after_call: Callable[[int, Any], None] | None = None, phase: int = 3,
+            first_index: int = 0) -> TimingReport:
+        """`phase`, `first_index`: the trace's markers of the measured calls (warm-ups: phase 4),
+        numbered from `first_index` (a segment continues the loop's numbering)."""
         readings: list[tuple[float, float]] = []
         timer = self.timer
         with _no_grad(), _no_collection():
             for index in range(warmup_calls + calls):
                 inputs = input_sets[index]
+                mark = self._marker(4, first_index + index) if index < warmup_calls else \
+                    self._marker(phase, first_index + index - warmup_calls)
                 # the first call comes after a pause (the server's check between segments): its
                 # launch gets the longer cover (FIRST_COVER_FACTOR), in the calibration's loop too
-                event, host, out = timer._one_out(fn, inputs, first=index == 0)
+                event, host, out = timer._one_out(fn, inputs, first=index == 0, mark=mark)
                 if index < warmup_calls:
                     continue
                 readings.append((event, host))
@@ -453,6 +474,11 @@ class FixedLoop:
                         reps=len(ordered), meaningful=timer.cuda,
                         note="" if timer.cuda else "CPU wall clock (Triton interpreter): not meaningful")
         return TimingReport(timing=timing, escaped_ms=timer.escaped_ms(readings), samples_ms=samples)
+
+
+def _current_stream_handle() -> int:
+    """The CUstream handle of torch's current stream (the markers go where the call's events go)."""
+    return int(_current_stream().cuda_stream)
 
 
 def escaped_work_is_significant(report: TimingReport) -> bool:

@@ -61,6 +61,9 @@ PRELOAD = (
     "kernelagent.harness.server.precompile",
     "kernelagent.harness.server.processes",
     "kernelagent.harness.server.profilers",
+    "kernelagent.harness.trace.build",
+    "kernelagent.harness.trace.channel",
+    "kernelagent.harness.trace.marks",
 )
 
 QUIET_WAIT_S = 5.0  # the longest a fork waits for another thread's import to finish

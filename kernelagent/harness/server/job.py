@@ -36,7 +36,7 @@ from typing import Any
 from kernelagent.harness import protocol
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import Status
-from kernelagent.harness.server import evidence, gate as gate_mod, verdict
+from kernelagent.harness.server import evidence, gate as gate_mod, trace_stage, verdict
 from kernelagent.harness.server.gate import Gate
 from kernelagent.harness.server.channels import ChannelPhases
 from kernelagent.harness.server.checks import CheckPhases
@@ -58,8 +58,7 @@ def _static_flags(problem_source: str) -> dict[str, bool]:
     return {"has_smoke": "get_smoke_inputs" in names, "has_extra": "get_extra_inputs" in names}
 
 
-# PyTorch's and CUDA's words for an allocation that failed, read only from the reference's log:
-# our trusted process.
+# PyTorch's and CUDA's words for an allocation that failed, read only from the reference's log: our trusted process.
 _OOM_WORDS = ("CUDA error: out of memory", "CUDA out of memory", "torch.OutOfMemoryError",
               "torch.cuda.OutOfMemoryError") + hardware.ALLOC_FAILED_WORDS
 
@@ -245,10 +244,11 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
             ref_end.close()
             cand_end.close()
             return  # compile-only: precompile_only() runs in this process, nothing is forked
+        ref_job, cand_job = trace_stage.open_for(self)  # the kernel trace's channel (issue 55)
         self.ref = FORK.Process(target=_reference_process, name="kernelagent-reference",
-                                args=(self.child_job, ref_end, self.refdir))
+                                args=(ref_job, ref_end, self.refdir))
         self.cand = FORK.Process(target=_candidate_process, name="kernelagent-candidate",
-                                 args=(self.child_job, cand_end, self.scratch, self.jail))
+                                 args=(cand_job, cand_end, self.scratch, self.jail))
         # No other thread mid-import as the job's processes are forked (server/forking.py).
         self.concurrency["fork_wait_s"] = round(forking.quiet_imports(), 4)
         self.ref.start()
@@ -263,6 +263,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
 
     def abandon(self) -> None:
         """The job will not run (its nonce never came): its processes go, nothing is reported."""
+        trace_stage.close(self)
         evidence.discard(self)
         self.gate.unregister(self)
         for proc in (self.cand, self.ref):
@@ -368,6 +369,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
             _kill_group(self.cand)
             if self.cand is not None:
                 self.cand.join(5)
+            trace_stage.collect(self)
         self.finish_result()
         return self.result
 

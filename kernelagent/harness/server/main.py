@@ -212,6 +212,10 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
         fingerprint = probe()
         if bool(fingerprint.get("cuda")) != expects_cuda and not known:
             _restart_knowing(bool(fingerprint.get("cuda")))
+    # The kernel tracer (issue 55), built on first use: its jobs' processes are traced where it loads.
+    from kernelagent.harness.trace import build as trace_build
+
+    fingerprint["trace"] = trace_build.for_server(cuda=bool(fingerprint.get("cuda")))
     from kernelagent.harness.child import jail
 
     sandbox = jail.resolve(isolation, scratch_root, hide)

@@ -287,12 +287,15 @@ def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jai
     from kernelagent.harness import procname
     from kernelagent.harness.child import candidate_side, jail as jail_mod
     from kernelagent.harness.child.common import child_setup
+    from kernelagent.harness.trace import channel as trace_channel
 
     procname.set_name("ka-candidate")
 
     log_path = workdir / "candidate.log"
     try:
-        jail_mod.enter(workdir, jail, keep_fds=[conn.fileno()], log_path=log_path)
+        # The kernel tracer (issue 55) loaded and its variables set before the jail and CUDA's start.
+        keep = [conn.fileno(), *trace_channel.prepare_child(job.get("trace"))]
+        jail_mod.enter(workdir, jail, keep_fds=keep, log_path=log_path)
     except BaseException as exc:  # noqa: BLE001 - never run candidate code outside the jail asked for
         line = f"{SANDBOX_FAILED}{exc}\n".encode(errors="replace")
         try:
@@ -303,7 +306,7 @@ def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jai
                 os.write(2, line)
         finally:
             os._exit(70)
-    child_setup(log_path, workdir, [conn.fileno()])
+    child_setup(log_path, workdir, keep)
     # While our own code starts (the CUDA context, the problem's import), the Python stack goes to
     # the log every START_STACK_S seconds, until stage 'load' cancels it before any candidate
     # line runs (candidate_side.run): a start that runs past its limit beside other jobs then
@@ -317,7 +320,10 @@ def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jai
 def _reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> None:
     from kernelagent.harness import procname
     from kernelagent.harness.child import reference_side
+    from kernelagent.harness.trace import channel as trace_channel
 
     procname.set_name("ka-reference")
 
-    reference_side.reference_main(job, conn, workdir)
+    # Traced as the candidate is (issue 55), so its baselines are timed under the same tracing.
+    keep = trace_channel.prepare_child(job.get("trace"))
+    reference_side.reference_main(job, conn, workdir, keep_fds=keep)

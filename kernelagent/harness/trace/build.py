@@ -243,3 +243,19 @@ def library(*, cache_dir: str | Path | None = None, roots: Iterable[str | Path] 
         return Unavailable(f"building the tracer took over {BUILD_TIMEOUT_S:.0f} s")
     except Exception as exc:  # noqa: BLE001 - never raise: the evidence falls back and says why
         return Unavailable(f"the tracer could not be built: {type(exc).__name__}: {exc}")
+
+
+OFF_ENV = "KERNELAGENT_TRACE"  # "0": no tracer (the evidence is Nsight Compute's, as before issue 55)
+
+
+def for_server(*, cuda: bool, cache_dir: str | Path | None = None,
+               env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a server's fingerprint says of the tracer, decided once at its start:
+    {"library": path} where its jobs' processes are traced, else {"unavailable": reason}."""
+    env = os.environ if env is None else env
+    if not cuda:
+        return {"unavailable": "no CUDA device"}
+    if env.get(OFF_ENV, "").strip() == "0":
+        return {"unavailable": f"turned off ({OFF_ENV}=0)"}
+    found = library(cache_dir=cache_dir, env=env)
+    return {"library": str(found)} if isinstance(found, Path) else {"unavailable": found.reason}

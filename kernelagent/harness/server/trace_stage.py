@@ -1,0 +1,45 @@
+"""The job's side of the kernel trace (issue 55): the candidate's channel opened before its
+process is forked, read while the job runs, collected once the process is gone.
+
+Where the server's fingerprint names a tracer (trace/build.for_server: a CUDA device, the library
+built), the candidate's process gets a pipe of its own (trace/channel.py) and the reference's is
+traced into /dev/null (its baselines timed under the same tracing as the candidate). The bytes
+stay on the job (`job.trace`) for the trace's rules: trace/records.decode and trace/rules.judge,
+the other half of issue 55, plug in at `collect`. Nothing happens where there is no tracer (the
+CPU): the job's processes get the job's dict unchanged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernelagent.harness.trace import channel as trace_channel
+
+
+def open_for(job: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the reference's job dict, the candidate's) for the fork, with their trace specs."""
+    job.trace_channel, job.trace = None, None
+    library = (job.fingerprint.get("trace") or {}).get("library")
+    if not library:
+        return job.child_job, job.child_job
+    job.trace_channel = trace_channel.open_channel()
+    job.trace_channel.start()  # the reader; the server's write end is closed by `collect`
+    return ({**job.child_job, "trace": {"library": library, "fd": None}},
+            {**job.child_job, "trace": job.trace_channel.child_spec(library)})
+
+
+def collect(job: Any) -> None:
+    """Once the candidate's process is gone: everything it wrote, and what the result says of it."""
+    channel = getattr(job, "trace_channel", None)
+    if channel is None:
+        return
+    job.trace_channel = None
+    job.trace = channel.collect()
+    job.result["trace"] = {"bytes": job.trace.read_bytes, "overflow": job.trace.overflow, "ended": job.trace.ended}
+
+
+def close(job: Any) -> None:
+    """A job that will not run: both ends go unread."""
+    channel = getattr(job, "trace_channel", None)
+    if channel is not None:
+        job.trace_channel = None
+        channel.close()

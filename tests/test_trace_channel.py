@@ -1,0 +1,150 @@
+"""The kernel trace's channel (kernelagent/harness/trace/channel.py, issue 55) and the markers'
+numbering (child/timing.FixedLoop) on the CPU: the server's reader is bounded and says when it
+overflowed, ends at the writer's end of file or a short drain, and the child's preparation sets
+what the driver reads at cuInit only where a tracer was given."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from kernelagent.harness.child import timing
+from kernelagent.harness.trace import build, channel, marks
+
+
+def _write_in_child(ch: channel.Channel, data: bytes, keep_open: bool = False) -> subprocess.Popen:
+    """A process that writes `data` into the channel's write end (as the traced process does)."""
+    code = ("import os,sys; fd=int(sys.argv[1]); data=sys.stdin.buffer.read(); "
+            "[os.write(fd, data[i:i+4096]) for i in range(0, len(data), 4096)]; "
+            + ("import time; time.sleep(30)" if keep_open else ""))
+    proc = subprocess.Popen([sys.executable, "-c", code, str(ch.write_fd)], stdin=subprocess.PIPE,
+                            pass_fds=(ch.write_fd,))
+    proc.stdin.write(data)
+    proc.stdin.close()
+    return proc
+
+
+@pytest.mark.parametrize("size,cap,overflow", [(0, 1 << 20, False), (300_000, 1 << 20, False),
+                                               (300_000, 100_000, True)])
+def test_the_reader_keeps_what_came_up_to_its_bound(size, cap, overflow):
+    data = b"".join(b'{"seq":%d,"t":"x"}\n' % i for i in range(size // 16))[:size]
+    ch = channel.open_channel(cap_bytes=cap)
+    ch.start()
+    proc = _write_in_child(ch, data)
+    proc.wait(timeout=60)
+    got = ch.collect()
+    assert got.ended and got.overflow is overflow and got.read_bytes == len(data)
+    assert got.data == data[:cap]
+    assert ch.read_fd == -1 and ch.write_fd == -1
+
+
+def test_a_writer_that_keeps_its_end_open_is_drained_not_waited_for():
+    ch = channel.open_channel()
+    ch.start()
+    proc = _write_in_child(ch, b'{"seq":0,"t":"hello"}\n', keep_open=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not ch._read and time.monotonic() < deadline:
+            time.sleep(0.05)
+        got = ch.collect(drain_s=0.2)
+        assert got.data == b'{"seq":0,"t":"hello"}\n' and not got.ended and not got.overflow
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_job_that_never_forked_gives_both_ends_back():
+    ch = channel.open_channel()
+    fds = (ch.read_fd, ch.write_fd)
+    ch.close()
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
+@pytest.mark.parametrize("spec,expect_fd", [(None, None), ({}, None), ({"library": ""}, None),
+                                            ({"library": "LIB", "fd": "pipe"}, "pipe"),
+                                            ({"library": "LIB", "fd": None}, "devnull")])
+def test_the_child_is_prepared_only_where_a_tracer_is_given(spec, expect_fd, monkeypatch, tmp_path):
+    loaded = []
+    monkeypatch.setattr(channel.ctypes, "CDLL", lambda path, mode=0: loaded.append(path))
+    monkeypatch.setenv(channel.ENV_LIB, "/left/over")  # never inherited from the server
+    monkeypatch.setenv(channel.ENV_FD, "99")
+    r, w = os.pipe()
+    try:
+        if spec is not None:
+            spec = {k: (str(tmp_path / "lib.so") if v == "LIB" else w if v == "pipe" else v) for k, v in spec.items()}
+        keep = channel.prepare_child(spec)
+        if expect_fd is None:
+            assert keep == [] and loaded == []
+            assert channel.ENV_LIB not in os.environ and channel.ENV_FD not in os.environ
+            return
+        assert loaded == [str(tmp_path / "lib.so")] and os.environ[channel.ENV_LIB] == loaded[0]
+        assert keep == [int(os.environ[channel.ENV_FD])]
+        if expect_fd == "pipe":
+            assert keep == [w]
+        else:
+            assert os.readlink(f"/proc/self/fd/{keep[0]}") == os.devnull
+            os.close(keep[0])
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_for_server_says_why_there_is_no_tracer():
+    assert build.for_server(cuda=False) == {"unavailable": "no CUDA device"}
+    assert "turned off" in build.for_server(cuda=True, env={build.OFF_ENV: "0"})["unavailable"]
+
+
+class _Marks:
+    available = True
+
+    def __init__(self):
+        self.calls: list[tuple[int, int, bool]] = []
+
+    def mark(self, *, stream: int, phase: int, index: int, end: bool) -> int:
+        self.calls.append((phase, index, end))
+        return 0
+
+
+class _Timer:
+    """Timer._one_out's contract with the markers: begin before the call, end after it."""
+    cuda = False
+
+    def _one_out(self, fn: Any, inputs: Any, first: bool = False, mark: Any = None):
+        if mark is not None:
+            mark(False)
+        out = fn(*inputs)
+        if mark is not None:
+            mark(True)
+        return 1.0, 1.0, out
+
+    def samples(self, readings):
+        return [e for e, _ in readings]
+
+    def escaped_ms(self, readings):
+        return 0.0
+
+
+def test_the_loop_numbers_warm_ups_and_timed_calls_across_segments(monkeypatch):
+    monkeypatch.setattr(timing, "_current_stream_handle", lambda: 0)
+    got = _Marks()
+    loop = timing.FixedLoop(_Timer(), marks=got)
+    sets = [[1]] * 8
+    loop.run(lambda x: x, sets, 0, 2, phase=marks.WARMUP)
+    loop.run(lambda x: x, sets, 0, 3, phase=marks.TIMED, first_index=0)
+    loop.run(lambda x: x, sets, 1, 2, phase=marks.TIMED, first_index=3)
+    pairs = [(p, i) for p, i, end in got.calls if not end]
+    assert [(p, i) for p, i, end in got.calls if end] == pairs
+    assert pairs == [(4, 0), (4, 1), (3, 0), (3, 1), (3, 2), (4, 3), (3, 3), (3, 4)]
+
+
+def test_no_marks_without_a_tracer():
+    loop = timing.FixedLoop(_Timer(), marks=marks.Marks(reason="none"))
+    assert loop._marker(3, 0) is None
+    assert timing.FixedLoop(_Timer())._marker(3, 0) is None
