@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,3 +149,41 @@ def test_no_marks_without_a_tracer():
     loop = timing.FixedLoop(_Timer(), marks=marks.Marks(reason="none"))
     assert loop._marker(3, 0) is None
     assert timing.FixedLoop(_Timer())._marker(3, 0) is None
+
+
+class _Job:
+    def __init__(self, tmp_path, library: str | None):
+        self.scratch = tmp_path / "candidate"
+        self.scratch.mkdir()
+        self.fingerprint = {"trace": {"library": library} if library else {"unavailable": "no CUDA device"}}
+        self.child_job = {"job_id": "j"}
+        self.result: dict[str, Any] = {}
+
+
+def test_a_job_without_a_tracer_forks_its_processes_unchanged(tmp_path):
+    from kernelagent.harness.server import trace_stage
+
+    job = _Job(tmp_path, None)
+    assert trace_stage.open_for(job) == (job.child_job, job.child_job)
+    trace_stage.collect(job)
+    trace_stage.close(job)
+    assert job.trace_channel is None and job.trace is None and "trace" not in job.result
+
+
+def test_a_job_with_a_tracer_gives_the_candidate_its_own_copy_and_channel(tmp_path):
+    from kernelagent.harness.server import trace_stage
+
+    library = tmp_path / "cache" / "libkernelagent_trace.so"
+    library.parent.mkdir()
+    library.write_bytes(b"\x7fELF tracer")
+    job = _Job(tmp_path, str(library))
+    ref_job, cand_job = trace_stage.open_for(job)
+    assert ref_job["trace"] == {"library": str(library), "fd": None} and ref_job["job_id"] == "j"
+    own = Path(cand_job["trace"]["library"])
+    assert own.parent.parent == job.scratch and own.read_bytes() == library.read_bytes()
+    assert own.stat().st_mode & 0o777 == 0o555
+    assert cand_job["trace"]["fd"] == job.trace_channel.write_fd
+    os.write(cand_job["trace"]["fd"], b'{"seq":0,"t":"hello"}\n')
+    trace_stage.collect(job)
+    assert job.trace.data == b'{"seq":0,"t":"hello"}\n' and job.trace.ended
+    assert job.result["trace"] == {"bytes": 22, "overflow": False, "ended": True}

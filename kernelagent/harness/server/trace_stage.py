@@ -10,6 +10,9 @@ CPU): the job's processes get the job's dict unchanged."""
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 from kernelagent.harness.trace import channel as trace_channel
@@ -21,10 +24,16 @@ def open_for(job: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     library = (job.fingerprint.get("trace") or {}).get("library")
     if not library:
         return job.child_job, job.child_job
+    # The candidate's copy lies in its own scratch, which its jail shows at the same path (the
+    # cache the server built it in is hidden there); no candidate code runs before cuInit loads it.
+    own = job.scratch / ".ka-trace" / Path(library).name
+    own.parent.mkdir()
+    shutil.copyfile(library, own)
+    os.chmod(own, 0o555)
     job.trace_channel = trace_channel.open_channel()
     job.trace_channel.start()  # the reader; the server's write end is closed by `collect`
     return ({**job.child_job, "trace": {"library": library, "fd": None}},
-            {**job.child_job, "trace": job.trace_channel.child_spec(library)})
+            {**job.child_job, "trace": job.trace_channel.child_spec(str(own))})
 
 
 def collect(job: Any) -> None:
