@@ -187,3 +187,12 @@ def test_a_job_with_a_tracer_gives_the_candidate_its_own_copy_and_channel(tmp_pa
     trace_stage.collect(job)
     assert job.trace.data == b'{"seq":0,"t":"hello"}\n' and job.trace.ended
     assert job.result["trace"] == {"bytes": 22, "overflow": False, "ended": True}
+
+
+def test_a_traced_process_forgets_the_variables_once_cuda_has_started(monkeypatch):
+    monkeypatch.setenv(channel.ENV_LIB, "/scratch/.ka-trace/libkernelagent_trace.so")
+    monkeypatch.setenv(channel.ENV_FD, "7")
+    channel.forget_env()
+    probe = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('CUDA_INJECTION64_PATH'), "
+                            "os.environ.get('KERNELAGENT_TRACE_FD'))"], capture_output=True, text=True)
+    assert probe.stdout.split() == ["None", "None"]

@@ -246,10 +246,12 @@ class CandidateSide:
         try:
             with torch.no_grad(), self._watch(check["name"], values):
                 self.mark(trace_marks.CHECK, self.checks_run, False)
-                out = self.model(*values)
-                _sync(self.device)
-                self.mark(trace_marks.CHECK, self.checks_run, True)
-                self.checks_run += 1
+                try:
+                    out = self.model(*values)
+                    _sync(self.device)
+                finally:  # a check that raised (an extra set the reference may skip) still ends
+                    self.mark(trace_marks.CHECK, self.checks_run, True)
+                    self.checks_run += 1
         except Exception as exc:
             error_kind = _error_kind(exc, "runtime_error")
             if not (kind.startswith("extra:") and error_kind == "runtime_error"):

@@ -24,6 +24,7 @@ from kernelagent.harness.child.common import (AllocPressure, _device, _error_kin
                                                child_setup, compact_traceback, import_problem, make_timer,
                                                make_timing_sets)
 from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig
+from kernelagent.harness.trace import channel as trace_channel
 
 _ASKS = frozenset({"check", "calibrate", "baselines", "idle_probe", "exit"})
 
@@ -37,6 +38,7 @@ class ReferenceSide:
         self.server = server
         self.workdir = workdir
         self.device = _device(job)
+        trace_channel.forget_env()  # CUDA has started (the tracer, if any, is in): none for its children
         self.bandwidth = idle_probe.Bandwidth(self.device)  # its buffer is made at the first probe
         self.pressure = AllocPressure(self.device)
         self.smoke = job["smoke"]

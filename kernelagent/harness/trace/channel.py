@@ -157,6 +157,14 @@ def prepare_child(spec: dict[str, Any] | None) -> list[int]:
     return [fd]
 
 
+def forget_env() -> None:
+    """Once CUDA has started in a traced process: its variables out of Python's environment too
+    (the tracer unset them in the C environment; os.environ is Python's copy, which subprocess and
+    Inductor's compile workers would pass on, each with a descriptor number of no meaning to it)."""
+    os.environ.pop(ENV_LIB, None)
+    os.environ.pop(ENV_FD, None)
+
+
 def wait_for_end(ch: Channel, timeout_s: float) -> bool:
     """True once the channel's writer has closed (tests, probes)."""
     deadline = time.monotonic() + timeout_s

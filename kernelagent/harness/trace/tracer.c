@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* build.py passes the newest record structs the CUPTI headers define (they are versioned and the
@@ -233,6 +234,10 @@ static int take_fd(void) {
   long v = strtol(s, &end, 10);
   if (*end || v < 3 || v > 65535) return -1;
   int fd = (int)v;
+  struct stat st;
+  /* Only a pipe (the server's channel) or a character device (/dev/null): a variable inherited by
+   * a process it was not meant for never turns an unrelated file of its into a trace. */
+  if (fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) return -1;
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY) return -1;
   if (fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -1;
