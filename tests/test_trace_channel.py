@@ -196,3 +196,16 @@ def test_a_traced_process_forgets_the_variables_once_cuda_has_started(monkeypatc
     probe = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('CUDA_INJECTION64_PATH'), "
                             "os.environ.get('KERNELAGENT_TRACE_FD'))"], capture_output=True, text=True)
     assert probe.stdout.split() == ["None", "None"]
+
+
+def test_the_rules_are_told_what_the_server_ordered_not_what_the_candidate_said(tmp_path):
+    from kernelagent.harness.server import trace_stage
+
+    job = _Job(tmp_path, None)
+    trace_stage.open_for(job)
+    job.trace_checks = 3
+    job.request = {"candidate_source": "import triton\n@triton.jit\ndef relu_kernel(x):\n    pass\n"}
+    job.result = {"timed_loop": {"calls": 40, "segments": 2, "warmup_calls": 5},
+                  "timings": {"candidate": {"median_ms": 0.012}}}
+    assert trace_stage.expected(job) == {"own_names": ["relu_kernel"], "first_calls": 1, "checks": 3,
+                                         "warmup_calls": 5, "timed_calls": 40, "median_ms": 0.012}

@@ -128,6 +128,7 @@ class CheckPhases:
     def run_check(self, check: dict[str, Any], deadline: float) -> bool:
         """One check: the candidate runs it, the reference compares. True to go on."""
         self.cand_send("run_check", name=check["name"], kind=check["kind"], seed=check["seed"])
+        self.trace_checks = getattr(self, "trace_checks", 0) + 1  # one CHECK marker pair each (trace_stage)
         sent = time.perf_counter()
         message = self.cand_recv({"outputs"}, deadline)
         if check["kind"] == "main":

@@ -20,7 +20,7 @@ from kernelagent.harness.trace import channel as trace_channel
 
 def open_for(job: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the reference's job dict, the candidate's) for the fork, with their trace specs."""
-    job.trace_channel, job.trace = None, None
+    job.trace_channel, job.trace, job.trace_checks = None, None, 0
     library = (job.fingerprint.get("trace") or {}).get("library")
     if not library:
         return job.child_job, job.child_job
@@ -52,3 +52,20 @@ def close(job: Any) -> None:
     if channel is not None:
         job.trace_channel = None
         channel.close()
+
+
+def expected(job: Any) -> dict[str, Any]:
+    """What the trace's rules are told (TRACE_SPEC's `expected`), from the server's own knowledge,
+    never the candidate's: its own kernel names from its source, how many checks the server
+    ordered (each one a CHECK marker pair, numbered from 0 in order), the timed loop as the server
+    ran it (warm-ups: WARMUP pairs 0..w-1; timed calls: TIMED pairs 0..n-1 across the segments)
+    and the timed median per call the server checked. The trace's own first marker gives the
+    marker stream and context."""
+    from kernelagent.harness.caller.kernel_evidence import static_own_names
+
+    loop = job.result.get("timed_loop") or {}
+    timing = (job.result.get("timings") or {}).get("candidate") or {}
+    return {"own_names": sorted(static_own_names(job.request.get("candidate_source", ""))),
+            "first_calls": 1, "checks": int(getattr(job, "trace_checks", 0)),
+            "warmup_calls": int(loop.get("warmup_calls") or 0), "timed_calls": int(loop.get("calls") or 0),
+            "median_ms": timing.get("median_ms")}
