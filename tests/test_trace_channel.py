@@ -74,7 +74,7 @@ def test_a_job_that_never_forked_gives_both_ends_back():
 def test_the_child_is_prepared_only_where_a_tracer_is_given(spec, expect_fd, monkeypatch, tmp_path):
     loaded = []
     monkeypatch.setattr(channel.ctypes, "CDLL", lambda path, mode=0: loaded.append(path))
-    monkeypatch.setenv(channel.ENV_LIB, "/left/over")  # never inherited from the server
+    monkeypatch.setenv(channel.ENV_LIB, "/left/over")  # replaced where a tracer of ours is given
     monkeypatch.setenv(channel.ENV_FD, "99")
     r, w = os.pipe()
     try:
@@ -83,7 +83,7 @@ def test_the_child_is_prepared_only_where_a_tracer_is_given(spec, expect_fd, mon
         keep = channel.prepare_child(spec)
         if expect_fd is None:
             assert keep == [] and loaded == []
-            assert channel.ENV_LIB not in os.environ and channel.ENV_FD not in os.environ
+            assert os.environ[channel.ENV_LIB] == "/left/over"  # not ours: left as it was
             return
         assert loaded == [str(tmp_path / "lib.so")] and os.environ[channel.ENV_LIB] == loaded[0]
         assert keep == [int(os.environ[channel.ENV_FD])]
@@ -170,7 +170,7 @@ def test_a_job_without_a_tracer_forks_its_processes_unchanged(tmp_path):
     assert job.trace_channel is None and job.trace is None and "trace" not in job.result
 
 
-def test_a_job_with_a_tracer_gives_the_candidate_its_own_copy_and_channel(tmp_path):
+def test_a_job_with_a_tracer_gives_the_candidate_its_own_copy_and_channel(tmp_path, monkeypatch):
     from kernelagent.harness.server import trace_stage
 
     library = tmp_path / "cache" / "libkernelagent_trace.so"
@@ -184,8 +184,11 @@ def test_a_job_with_a_tracer_gives_the_candidate_its_own_copy_and_channel(tmp_pa
     assert own.stat().st_mode & 0o777 == 0o555
     assert cand_job["trace"]["fd"] == job.trace_channel.write_fd
     os.write(cand_job["trace"]["fd"], b'{"seq":0,"t":"hello"}\n')
+    monkeypatch.setenv(trace_stage.DUMP_ENV, str(tmp_path / "dump"))
+    job.job_id = "job/../x1"
     trace_stage.collect(job)
     assert job.trace.data == b'{"seq":0,"t":"hello"}\n' and job.trace.ended
+    assert (tmp_path / "dump" / "jobx1.jsonl").read_bytes() == job.trace.data
     assert job.result["trace"] == {"bytes": 22, "overflow": False, "ended": True}
 
 

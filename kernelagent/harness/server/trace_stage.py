@@ -17,6 +17,8 @@ from typing import Any
 
 from kernelagent.harness.trace import channel as trace_channel
 
+DUMP_ENV = "KERNELAGENT_TRACE_DUMP"  # a folder: each job's raw trace is written there as <job>.jsonl
+
 
 def open_for(job: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the reference's job dict, the candidate's) for the fork, with their trace specs."""
@@ -44,6 +46,14 @@ def collect(job: Any) -> None:
     job.trace_channel = None
     job.trace = channel.collect()
     job.result["trace"] = {"bytes": job.trace.read_bytes, "overflow": job.trace.overflow, "ended": job.trace.ended}
+    dump = os.environ.get(DUMP_ENV)
+    if dump:  # the operator's own folder (probes, GPU tests, fixtures): the raw bytes, as they came
+        name = "".join(c for c in str(job.job_id) if c.isalnum() or c in "-_")[:64] or "job"
+        try:
+            Path(dump).mkdir(parents=True, exist_ok=True)
+            (Path(dump) / f"{name}.jsonl").write_bytes(job.trace.data)
+        except OSError:
+            pass
 
 
 def close(job: Any) -> None:

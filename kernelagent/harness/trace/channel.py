@@ -140,11 +140,10 @@ def prepare_child(spec: dict[str, Any] | None) -> list[int]:
     """In a forked job process, before its jail and before CUDA starts: load the tracer and set
     the variables the driver reads at cuInit. Returns the descriptors to keep (the channel's, or
     a /dev/null one when the spec names no fd). Without a spec nothing happens (no tracer: the
-    CPU, or a tracer that could not be built) and [] is returned."""
-    os.environ.pop(ENV_LIB, None)
-    os.environ.pop(ENV_FD, None)
+    CPU, or a tracer that could not be built) and [] is returned. Our variables replace any of
+    the same name the server inherited (a profiler's injection library)."""
     if not spec or not spec.get("library"):
-        return []
+        return []  # no tracer of ours: the process's environment is left as it is
     library = str(spec["library"])
     fd = spec.get("fd")
     if not isinstance(fd, int) or fd < 0:
