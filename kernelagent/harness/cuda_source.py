@@ -37,7 +37,9 @@ harness server extracts the literal `cuda_sources` / `cpp_sources` of each `load
 from the candidate's AST, writes the same files torch would, and compiles them with
 `nvcc -c` and `c++ -fsyntax-only` (in parallel, with a timeout). That gives the same compact
 errors on any machine with nvcc, and is what CI checks. On a GPU the real build in the
-candidate's process reports the errors instead (no second compilation).
+candidate's process reports the errors instead (no second compilation). The compilers read the
+candidate's bytes, so they run in its jail (server/tool_jail.py), after a source that names a
+file outside its build directory is refused (`check_includes`, here and in the build hook).
 """
 
 from __future__ import annotations
