@@ -79,7 +79,8 @@ def test_the_gpu_build_hook_refuses_them_before_torch_builds(tmp_path):
     hook._original_load_inline = lambda *a, **k: pytest.fail("torch's build was reached")
     for kwargs in ({"cpp_sources": '#include "/root/.netrc"'},
                    {"cpp_sources": "int f();", "cuda_sources": '#line 1 "/etc/shadow"\nint g();'},
-                   {"cpp_sources": "int f();", "functions": ['f", f, "");\n#include "/etc/shadow"\n//']}):
+                   {"cpp_sources": "int f();", "functions": ['f", f, "");\n#include "/etc/shadow"\n//']},
+                   {"cpp_sources": "int f();", "functions": {"f": '");\n#line 1 "/etc/shadow"\n//'}}):
         with pytest.raises(cuda_source.CudaBuildError, match="outside the build directory"):
             hook.load_inline("ka_ext", **kwargs)
 

@@ -137,8 +137,9 @@ class BuildHook:
         self._check(name, kwargs)
         cuda_list = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
         cpp_list = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources or [])
-        for kind, texts in (("cpp_sources", cpp_list), ("cuda_sources", cuda_list),
-                            ("functions", _function_names(kwargs.get("functions")) or [])):
+        functions = kwargs.get("functions")  # names, or names to docstrings: both go into torch's main.cpp
+        bound = [*functions, *functions.values()] if isinstance(functions, dict) else _function_names(functions)
+        for kind, texts in (("cpp_sources", cpp_list), ("cuda_sources", cuda_list), ("functions", bound or [])):
             for text in texts:
                 check_includes(kind, text)
         for text in cuda_list:
