@@ -37,7 +37,9 @@ harness server extracts the literal `cuda_sources` / `cpp_sources` of each `load
 from the candidate's AST, writes the same files torch would, and compiles them with
 `nvcc -c` and `c++ -fsyntax-only` (in parallel, with a timeout). That gives the same compact
 errors on any machine with nvcc, and is what CI checks. On a GPU the real build in the
-candidate's process reports the errors instead (no second compilation).
+candidate's process reports the errors instead (no second compilation). The compilers read the
+candidate's bytes, so they run in its jail (server/tool_jail.py), after a source that names a
+file outside its build directory is refused (`check_includes`, here and in the build hook).
 """
 
 from __future__ import annotations
@@ -169,6 +171,60 @@ def check_flags(kind: str, flags: Any) -> list[str]:
                 + ("; linker: -lcuda, -lcudart" if kind == "extra_ldflags" else ""))
         out.append(flag)
     return out
+
+
+# --------------------------------------------------------------------------------------
+# Includes: only the build directory's own files and the system's and torch's headers
+# --------------------------------------------------------------------------------------
+
+# A directive that names a file: #include / #include_next / #import / #embed "x" or <x>, and
+# #line N "x" or a GNU line marker `# N "x"` (the compilers print the source lines of a
+# diagnostic from the file a #line names). `#` may be spelt `%:` (a digraph) or `??=`.
+_FILE_DIRECTIVE = re.compile(r'^[ \t]*(?:#|%:|\?\?=)[ \t]*(?P<kw>include_next|include|import|embed|line|(?=\d))'
+                             r'[ \t]*(?:\d+[ \t]*)?(?P<open>[<"])(?P<path>[^>"\n]*)[>"]', re.M)
+_HAS_INCLUDE = re.compile(r'__has_(?:include_next|include|embed)[ \t]*\([ \t]*(?P<open>[<"])(?P<path>[^>"\n]*)[>"]')
+_SPLICE = re.compile(r"\\[ \t]*\r?\n")
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def _leaves_the_build_dir(path: str) -> bool:
+    """An absolute path, or one whose `..` climb out of the directory it is looked up from."""
+    import posixpath
+
+    if path.startswith(("/", "~", "\\")) or re.match(r"[A-Za-z]:", path):
+        return True
+    norm = posixpath.normpath(path.replace("\\", "/"))
+    return norm == ".." or norm.startswith("../")
+
+
+def foreign_includes(text: str) -> list[str]:
+    """The directives of a C++/CUDA source that name a file outside the build directory (an
+    absolute path, or `..` out of it): an #include of `~/.netrc` would have the compiler quote
+    its lines in the diagnostics. Read on the text with its line splices joined, both with and
+    without its comments (`#/**/include`), so that a string holding `/*` hides nothing.
+    The first line of defence: the compiler runs in the candidate's jail, where the host's
+    files are out of sight anyway (a path made by a macro is not seen here)."""
+    spliced = _SPLICE.sub("", text)
+    found: list[str] = []
+    for view in (spliced, _COMMENT.sub(" ", spliced)):
+        for m in list(_FILE_DIRECTIVE.finditer(view)) + list(_HAS_INCLUDE.finditer(view)):
+            if _leaves_the_build_dir(m.group("path")):
+                said = " ".join(m.group(0).split())[:160]
+                if said not in found:
+                    found.append(said)
+    return found
+
+
+def check_includes(kind: str, text: Any) -> None:
+    """Raises CudaBuildError when `text` (a source of `kind`) names a file outside the build
+    directory (foreign_includes)."""
+    found = foreign_includes(str(text))
+    if found:
+        raise CudaBuildError(f"{kind}: {found[0]} names a file outside the build directory: a candidate includes "
+                             "only headers by <name> (the system's, CUDA's and torch's) or by a relative path "
+                             "without '..', and #line names no file outside it"
+                             + (f" ({len(found) - 1} more such directive{'s' if len(found) > 2 else ''})"
+                                if len(found) > 1 else ""))
 
 
 # --------------------------------------------------------------------------------------

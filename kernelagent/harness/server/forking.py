@@ -61,6 +61,7 @@ PRELOAD = (
     "kernelagent.harness.server.precompile",
     "kernelagent.harness.server.processes",
     "kernelagent.harness.server.profilers",
+    "kernelagent.harness.server.tool_jail",
 )
 
 QUIET_WAIT_S = 5.0  # the longest a fork waits for another thread's import to finish
