@@ -146,6 +146,38 @@ def is_own_kernel(name: str, own_names: set[str]) -> bool:
     return kernel_base_name(name) in own_names
 
 
+def is_glue(kernel: dict[str, Any]) -> bool:
+    """A library kernel that is glue by its name: a copy or a fill (is_glue_kernel), by the
+    demangled name a profiler printed or by the mangled one."""
+    return is_glue_kernel(str(kernel.get("name", ""))) or is_glue_kernel(str(kernel.get("mangled", "")))
+
+
+def short_name(name: str, width: int = 90) -> str:
+    """A kernel's name for a message: its function name, then as much of the rest as fits."""
+    base = kernel_base_name(name)
+    return name[:width] if base in name[:width] else f"{base}: {name[:width - len(base) - 2]}"
+
+
+def static_own_names(source: str) -> set[str]:
+    """The candidate's own kernel names, from its source text: functions decorated with a
+    Triton decorator (`triton.jit`, `jit`, `triton.autotune(...)`, `triton.heuristics(...)`)
+    and the `__global__` functions in its CUDA strings."""
+    names = set(global_kernel_names(source))
+    try:
+        tree = pyast.parse(source)
+    except SyntaxError:
+        return names
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for deco in node.decorator_list:
+                target = deco.func if isinstance(deco, ast.Call) else deco
+                text = ast.unparse(target)
+                if text.split(".")[-1] in ("jit", "autotune", "heuristics"):
+                    names.add(node.name)
+                    break
+    return names
+
+
 # --------------------------------------------------------------------------------------
 # Flags
 # --------------------------------------------------------------------------------------
