@@ -253,6 +253,7 @@ ROWS: list[tuple[str, Callable[[], bytes], Expected, dict[str, str]]] = [
     ("honest-tiny-kernel-launch-gaps", build(one("relu_kernel", 3)), expect(8), {}),
     ("honest-many-launches-host-bound", build(many_small), expect(200), {}),
     ("honest-baseline-torch-and-graphs", build(graph_replay), expect(62, frozenset(), baseline=True), {}),
+    ("honest-cuda-mangled-names", build(one("_Z11relu_kernelPKfPfi")), expect(51), {}),
     ("honest-no-warmup-count-known", build(one("relu_kernel")), expect(51, warmups=None), {}),
     # the tracer switched off, cut short or never there
     ("tracer-never-loaded", no_bytes, expect(51), {"trace-missing": "reject"}),

@@ -99,9 +99,52 @@ def global_kernel_names(source: str) -> set[str]:
     return {m.group(1) for m in _GLOBAL_RE.finditer(text)} - {"void"}
 
 
+def mangled_base_name(name: str) -> str | None:
+    """The bare function name in an Itanium-mangled symbol, as CUPTI reports a CUDA kernel
+    ('_Z11relu_kernelPKfPfi' -> 'relu_kernel', '_ZN2at4cuda12_GLOBAL__N_111spin_kernelEl' ->
+    'spin_kernel', '_Z2tkIfEvPKT_' -> 'tk'); None for anything it does not read. Pure and bounded
+    (no c++filt): only the name's own prefix is read, never its parameter types."""
+    if not name.startswith("_Z"):
+        return None
+    i, n = 2, len(name)
+    if name.startswith("L", i):
+        i += 1
+    nested = name.startswith("N", i)
+    if nested:
+        i += 1
+        while i < n and name[i] in "rVKRO":  # cv- and ref-qualifiers of a member function
+            i += 1
+    last = None
+    while i < n:
+        if name.startswith("St", i):
+            i += 2
+        elif name[i] == "S":  # a substitution (S_, S0_, ...): a name seen before
+            end = name.find("_", i)
+            if end < 0:
+                return last
+            i = end + 1
+        elif name[i].isdigit():
+            j = i
+            while j < n and name[j].isdigit():
+                j += 1
+            length = int(name[i:j]) if j - i <= 4 else 0
+            if length <= 0 or j + length > n:
+                return last
+            last, i = name[j:j + length], j + length
+            if not nested:
+                return last
+        else:  # template arguments (I), the end of the nesting (E), or what is not read here
+            return last
+    return last
+
+
 def kernel_base_name(name: str) -> str:
     """The bare function name of a kernel as the profiler shows it: 'void ns::relu<float>(float
-    const*, float*, int)' -> 'relu'; a Triton kernel's name is returned as it is."""
+    const*, float*, int)' -> 'relu', a mangled one as CUPTI gives it likewise
+    (mangled_base_name); a Triton kernel's name is returned as it is."""
+    mangled = mangled_base_name(name.strip())
+    if mangled:
+        return mangled
     text = name.strip().replace("(anonymous namespace)", "anonymous")
     depth, cut = 0, len(text)
     for i, ch in enumerate(text):  # the parameter list starts at the first '(' outside <...>
