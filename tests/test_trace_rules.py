@@ -55,6 +55,13 @@ def many_small(fake: TraceFake, phase: str, index: int) -> None:
         fake.kernel("relu_kernel", 2 * US, gap=8 * US)
 
 
+def early_start(fake: TraceFake, phase: str, index: int) -> None:
+    """A kernel launched with programmatic dependent launch starts before the begin marker's end
+    is stamped; the end marker's start is stamped 300 ns before the kernel's end (stamping jitter)."""
+    fake.kernel("relu_kernel", 50 * US, gap=-500)
+    fake.now -= 1_300
+
+
 def untraced(hidden_us: float, own_us: float = 5) -> Callable[[TraceFake, str, int], None]:
     """CUPTI switched off around PyTorch work: the device runs `hidden_us` the trace never sees."""
     def body(fake: TraceFake, phase: str, index: int) -> None:
@@ -253,6 +260,7 @@ ROWS: list[tuple[str, Callable[[], bytes], Expected, dict[str, str]]] = [
     ("honest-tiny-kernel-launch-gaps", build(one("relu_kernel", 3)), expect(8), {}),
     ("honest-many-launches-host-bound", build(many_small), expect(200), {}),
     ("honest-baseline-torch-and-graphs", build(graph_replay), expect(62, frozenset(), baseline=True), {}),
+    ("honest-early-start-and-stamp-jitter", build(early_start), expect(49), {}),
     ("honest-cuda-mangled-names", build(one("_Z11relu_kernelPKfPfi")), expect(51), {}),
     ("honest-no-warmup-count-known", build(one("relu_kernel")), expect(51, warmups=None), {}),
     # the tracer switched off, cut short or never there

@@ -1,7 +1,7 @@
 """The calls of a trace (issue 55): its marker kernels paired into calls, and each record of
 device work placed in the call whose span holds its start. Pure; rules.py judges what this finds.
 
-A call's span runs from its begin marker's end to its end marker's start, on the device's clock:
+A call's span runs from its begin marker's start to its end marker's start, on the device's clock:
 the harness queues the begin marker just before the call's start event (after the L2 flush and
 the launch cover's spin, child/timing.py) and the end marker just after its end event, on the
 same stream as the call, so everything the call queued on that stream runs inside the span, and
@@ -56,7 +56,9 @@ class Expected:
 
 @dataclass
 class Call:
-    """One call between its markers. lo/hi: the span (begin marker's end, end marker's start)."""
+    """One call between its markers. lo/hi: the span, from the begin marker's start (a kernel
+    launched with programmatic dependent launch may start before the marker's end is stamped)
+    to the end marker's start (which waits for everything before it on the stream)."""
 
     phase: str
     index: int
@@ -120,7 +122,7 @@ def pair_markers(trace: Trace, expected: Expected) -> tuple[list[Call], str]:
             return calls, f"an end marker of the {phase} call {index} without its begin marker"
         if open_.stream != k.stream or open_.ctx != k.ctx:
             return calls, f"the {phase} call {index}'s markers ran on different streams"
-        calls.append(Call(phase, index, k.stream, open_.end, k.start))
+        calls.append(Call(phase, index, k.stream, open_.start, k.start))
         open_ = None
     if open_ is not None:
         return calls, f"the {PHASES[open_.grid[1]]} call {open_.grid[0] - 1} has no end marker"
