@@ -102,11 +102,19 @@ def test_forged_lines_are_refused(data):
 def test_json_never_parses_a_nested_line(data, monkeypatch):
     """Nesting is refused before the parser runs, so the parser's recursion is never reached."""
     parsed = []
-    real = records.json.loads
-    monkeypatch.setattr(records.json, "loads", lambda *a, **k: parsed.append(a) or real(*a, **k))
+    real = records._DECODER
+
+    class Spy:
+        def decode(self, text):
+            parsed.append(text)
+            return real.decode(text)
+
+    monkeypatch.setattr(records, "_DECODER", Spy())
+    decode(kernel())
+    assert len(parsed) == 1  # the spy sees what the parser gets
     with pytest.raises(TraceDecodeError):
         decode(data)
-    assert parsed == []
+    assert len(parsed) == 1
 
 
 def test_names_are_cleaned():

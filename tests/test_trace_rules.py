@@ -355,7 +355,7 @@ RULES_OFF: dict[str, tuple[Any, str, Any]] = {
     "no-custom-kernel": (rules, "_no_custom", lambda facts, expected: []),
     "hidden-work": (rules, "_hidden", lambda facts: []),
     "idle-call": (rules, "_idle", lambda facts, checks: []),
-    "launch-mismatch": (rules, "_launches", lambda facts, checks, expected: []),
+    "launch-mismatch": (rules, "_launches", lambda facts, checks, expected, names: []),
     "outside-interval": (rules, "_intervals", lambda *a: []),
     "untraced-work": (rules, "_untraced", lambda facts, expected: []),
     "clock-mismatch": (rules, "_clock", lambda facts, expected: []),

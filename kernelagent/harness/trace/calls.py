@@ -169,17 +169,39 @@ def _union(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
-def call_facts(call: Call, own_names: frozenset[str] | set[str]) -> CallFacts:
+class Names:
+    """cuda_source's name rules (is_own_kernel, is_glue_kernel) once per distinct kernel name:
+    a trace repeats its names thousands of times, and the rules parse each one."""
+
+    def __init__(self, own_names: frozenset[str] | set[str]):
+        self.own_names = set(own_names)
+        self._own: dict[str, bool] = {}
+        self._glue: dict[str, bool] = {}
+
+    def own(self, name: str) -> bool:
+        found = self._own.get(name)
+        if found is None:
+            found = self._own[name] = is_own_kernel(name, self.own_names)
+        return found
+
+    def glue(self, name: str) -> bool:
+        found = self._glue.get(name)
+        if found is None:
+            found = self._glue[name] = is_glue_kernel(name)
+        return found
+
+
+def call_facts(call: Call, names: Names) -> CallFacts:
     own = library = glue = kernel_ns = library_launches = 0
     launches: Counter[str] = Counter()
     for r in call.work:
         ns = r.end - r.start
         if isinstance(r, Kernel):
             kernel_ns += ns
-            if is_own_kernel(r.name, set(own_names)):
+            if names.own(r.name):
                 own += ns
                 launches[r.name] += 1
-            elif is_glue_kernel(r.name):
+            elif names.glue(r.name):
                 glue += ns
             else:
                 library += ns

@@ -24,6 +24,7 @@ what does not even parse, and its error is never anything but `TraceDecodeError`
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -159,12 +160,15 @@ _SCHEMA: dict[str, tuple[type, dict[str, str]]] = {
 
 # A JSON string (escapes included), taken out before the nesting is counted.
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-# A flat array: no bracket or brace inside.
-_FLAT_ARRAY = re.compile(rb"\[[^\[\]{}]*\]")
+# One object whose values hold no object and no array but flat arrays (strings taken out first).
+_FLAT_OBJECT = re.compile(rb"\s*\{[^\[\]{}]*(?:\[[^\[\]{}]*\][^\[\]{}]*)*\}\s*")
 
 
 def _refuse(what: str) -> Any:
     raise ValueError(what)
+
+
+_KEYS = {kind: {"seq", "t", *fields} for kind, (_, fields) in _SCHEMA.items()}
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -174,6 +178,11 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ValueError(f"duplicate key {key[:20]!r}")
         out[key] = value
     return out
+
+
+# One decoder for every line: floats, NaN and Infinity refused, duplicate keys refused.
+_DECODER = json.JSONDecoder(parse_float=lambda s: _refuse("a float"), parse_constant=lambda s: _refuse("NaN or Infinity"),
+                            object_pairs_hook=_no_duplicates)
 
 
 def _shown(line: bytes, width: int = 60) -> str:
@@ -196,10 +205,17 @@ def _field(value: Any, key: str, form: str) -> Any:
     if form == "dim3":
         if type(value) is not list or len(value) != 3:
             raise ValueError(f"{key} is not three integers")
-        return tuple(_int(v, key) for v in value)
+        x, y, z = value
+        return (_int(x, key), _int(y, key), _int(z, key))
     if type(value) is not str or len(value) > MAX_NAME:  # "name"
         raise ValueError(f"{key} is not a string of at most {MAX_NAME} characters")
-    return clean_text(value)
+    return _clean_name(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _clean_name(name: str) -> str:
+    """clean_text, once per distinct name (a trace repeats its kernels' names thousands of times)."""
+    return clean_text(name)
 
 
 def decode_line(line: bytes, number: int = 1) -> Record:
@@ -209,21 +225,24 @@ def decode_line(line: bytes, number: int = 1) -> Record:
             raise ValueError(f"longer than {MAX_LINE} bytes")
         if not line.isascii():
             raise ValueError("not ASCII")
-        bare = _STRING.sub(b'""', line)
-        if bare.count(b"{") != 1 or bare.count(b"}") != 1 or b"[" in _FLAT_ARRAY.sub(b"0", bare) \
-                or b"]" in _FLAT_ARRAY.sub(b"0", bare):
+        if not _FLAT_OBJECT.fullmatch(_STRING.sub(b'""', line)):
             raise ValueError("not one flat object")
-        data = json.loads(line.decode("ascii"), parse_float=lambda s: _refuse("a float"),
-                          parse_constant=lambda s: _refuse("NaN or Infinity"), object_pairs_hook=_no_duplicates)
+        data = _DECODER.decode(line.decode("ascii"))
         if type(data) is not dict:
             raise ValueError("not an object")
         kind = data.get("t")
         if type(kind) is not str or kind not in _SCHEMA:
             raise ValueError("an unknown record type")
         cls, fields = _SCHEMA[kind]
-        if set(data) != {"seq", "t", *fields}:
+        if data.keys() != _KEYS[kind]:
             raise ValueError(f"keys other than a {kind} record's")
-        values = {key: _field(data[key], key, form) for key, form in fields.items()}
+        values = {}
+        for key, form in fields.items():
+            value = data[key]
+            if form == "int" and type(value) is int and 0 <= value < INT_LIMIT:
+                values[key] = value  # the common case, without a call
+            else:
+                values[key] = _field(value, key, form)
         record = cls(seq=_int(data["seq"], "seq"), **values)
         if isinstance(record, Hello) and record.v != VERSION:
             raise ValueError(f"version {record.v}, not {VERSION}")

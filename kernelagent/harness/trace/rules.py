@@ -42,7 +42,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernelagent.harness.cuda_source import is_own_kernel, short_name
+from kernelagent.harness.cuda_source import short_name
 from kernelagent.harness.result import SEVERITY
 from kernelagent.harness.trace import calls as calls_mod
 from kernelagent.harness.trace.calls import Call, CallFacts, Expected
@@ -190,7 +190,8 @@ def judge(trace: Trace, expected: Expected) -> TraceVerdict:
     flags = _other_context(markers, work)
     outside = calls_mod.place(calls, [r for r in work if r.ctx == ctx and r.dev == dev])
     timed = [c for c in calls if c.phase == "timed"]
-    facts = [calls_mod.call_facts(c, expected.own_names) for c in timed]
+    names = calls_mod.Names(expected.own_names)
+    facts = [calls_mod.call_facts(c, names) for c in timed]
     base = TraceFacts(records=len(trace.records), kernels=len(kernels), dropped=0, marker_ctx=ctx,
                       marker_stream=stream, calls=tuple(facts),
                       kernel_ms_per_call=_ms(_median([f.kernel_ns for f in facts])),
@@ -200,8 +201,8 @@ def judge(trace: Trace, expected: Expected) -> TraceVerdict:
         flags += _no_custom(facts, expected)
         flags += _hidden(facts)
         flags += _idle(facts, checks)
-        flags += _launches(facts, checks, expected)
-        flags += _intervals(timed, [c for c in calls if c.phase in ("timed", "warmup")], outside, expected)
+        flags += _launches(facts, checks, expected, names)
+        flags += _intervals(timed, [c for c in calls if c.phase in ("timed", "warmup")], outside, names)
         flags += _untraced(facts, expected)
         flags += _clock(facts, expected)
     return TraceVerdict(tuple(flags), base)
@@ -269,7 +270,8 @@ def _idle(facts: list[CallFacts], checks: list[Call]) -> list[dict[str, str]]:
                                "calls, or by a process the trace cannot see")]
 
 
-def _launches(facts: list[CallFacts], checks: list[Call], expected: Expected) -> list[dict[str, str]]:
+def _launches(facts: list[CallFacts], checks: list[Call], expected: Expected,
+              names: calls_mod.Names) -> list[dict[str, str]]:
     busy = [f for f in facts if f.records]
     if not busy:
         return []
@@ -282,8 +284,7 @@ def _launches(facts: list[CallFacts], checks: list[Call], expected: Expected) ->
     mains = [c for c in checks if c.index in expected.main_checks]
     if not mains:
         return []
-    counts = [Counter(r.name for r in c.work if isinstance(r, Kernel) and is_own_kernel(r.name, set(expected.own_names)))
-              for c in mains]
+    counts = [Counter(r.name for r in c.work if isinstance(r, Kernel) and names.own(r.name)) for c in mains]
     floor = {name: min(c[name] for c in counts) for name in set().union(*counts)}
     have = dict(usual)
     short = sorted(name for name, n in floor.items() if n and have.get(name, 0) < n)
@@ -298,7 +299,7 @@ def _launch_text(launches: tuple[tuple[str, int], ...]) -> str:
     return ", ".join(f"{short_name(n, 40)} x{k}" for n, k in launches[:4]) or "none of its own"
 
 
-def _intervals(timed: list[Call], loop: list[Call], outside: list[Any], expected: Expected) -> list[dict[str, str]]:
+def _intervals(timed: list[Call], loop: list[Call], outside: list[Any], names: calls_mod.Names) -> list[dict[str, str]]:
     late = [(c, r) for c in timed for r in c.work if r.end > c.hi + LATE_SLACK_NS]
     if late:
         c, r = late[0]
@@ -306,9 +307,9 @@ def _intervals(timed: list[Call], loop: list[Call], outside: list[Any], expected
                                           f"ended after it (call {c.index}: {_what(r)} ran {(r.end - c.hi) / 1e3:.1f} "
                                           "us past the call's end): work left running past its call")]
     first, last = min(c.lo for c in loop), max(c.hi for c in loop)
-    own, streams = set(expected.own_names), {c.stream for c in loop}
+    streams = {c.stream for c in loop}
     between = [r for r in outside if first <= r.start < last
-               and ((isinstance(r, Kernel) and is_own_kernel(r.name, own)) or r.stream not in streams)]
+               and ((isinstance(r, Kernel) and names.own(r.name)) or r.stream not in streams)]
     if between:
         r = between[0]
         return [_flag("outside-interval", f"{len(between)} record(s) of device work ran between the timed loop's calls "
