@@ -181,6 +181,11 @@ def no_hello(lines: list[dict[str, Any]]) -> None:
         r["seq"] = i
 
 
+def wide_marker(lines: list[dict[str, Any]]) -> None:
+    """A kernel of the marker's name but not its shape (the candidate's own, named like ours)."""
+    lines[markers_of(lines, 3)[2]]["block"] = [32, 1, 1]
+
+
 def cut_after_timed(lines: list[dict[str, Any]]) -> None:
     """The tracer switched off (CUPTI finalised) after the third timed call: nothing after it."""
     del lines[markers_of(lines, 3)[5] + 1:]
@@ -274,6 +279,7 @@ ROWS: list[tuple[str, Callable[[], bytes], Expected, dict[str, str]]] = [
     ("marker-pair-duplicated", edited(one("relu_kernel"), duplicate_timed_call), expect(51),
      {"trace-missing": "reject"}),
     ("marker-out-of-order", edited(one("relu_kernel"), skip_index), expect(51), {"trace-missing": "reject"}),
+    ("marker-of-another-shape", edited(one("relu_kernel"), wide_marker), expect(51), {"trace-missing": "reject"}),
     ("marker-phase-not-run", build(one("relu_kernel")), expect(51, phases=frozenset({"first", "check", "timed"})),
      {"trace-missing": "reject"}),
     # forged records

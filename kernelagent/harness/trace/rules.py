@@ -28,7 +28,8 @@ The candidate's timed calls (not judged for a baseline: the reference's process 
   only raises the floor where every main check did, so the floor is the least over them.
 - `outside-interval` (reject): work that starts in a timed call's span and ends after it
   (left running past the call), or, between the timed loop's first and last marker, an own
-  kernel outside every call, or any work on a stream other than the markers' outside every call.
+  kernel outside every call, or any work on a stream other than the loop markers' outside every
+  call. A record may end up to LATE_SLACK_NS after its call's end marker started (stamping).
 - `untraced-work` (reject when gross, review otherwise): the device's traced busy time in the
   median timed call is far below the server's median (CUPTI switched off around work).
 - `clock-mismatch` (review): the traced kernel time of the median call is over
