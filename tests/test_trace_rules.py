@@ -62,6 +62,13 @@ def early_start(fake: TraceFake, phase: str, index: int) -> None:
     fake.now -= 1_300
 
 
+def one_call_descheduled(fake: TraceFake, phase: str, index: int) -> None:
+    """The host is descheduled for 2 ms in one timed call of each segment: the device idles in it."""
+    fake.kernel("relu_kernel", 50 * US)
+    if phase == "timed" and index == 1:
+        fake.idle(2_000 * US)
+
+
 def untraced(hidden_us: float, own_us: float = 5) -> Callable[[TraceFake, str, int], None]:
     """CUPTI switched off around PyTorch work: the device runs `hidden_us` the trace never sees."""
     def body(fake: TraceFake, phase: str, index: int) -> None:
@@ -266,6 +273,7 @@ ROWS: list[tuple[str, Callable[[], bytes], Expected, dict[str, str]]] = [
     ("honest-many-launches-host-bound", build(many_small), expect(200), {}),
     ("honest-baseline-torch-and-graphs", build(graph_replay), expect(62, frozenset(), baseline=True), {}),
     ("honest-early-start-and-stamp-jitter", build(early_start), expect(49), {}),
+    ("honest-one-call-descheduled", build(one_call_descheduled), expect(51), {}),
     ("honest-cuda-mangled-names", build(one("_Z11relu_kernelPKfPfi")), expect(51), {}),
     ("honest-no-warmup-count-known", build(one("relu_kernel")), expect(51, warmups=None), {}),
     # the tracer switched off, cut short or never there
