@@ -101,9 +101,52 @@ def global_kernel_names(source: str) -> set[str]:
     return {m.group(1) for m in _GLOBAL_RE.finditer(text)} - {"void"}
 
 
+def mangled_base_name(name: str) -> str | None:
+    """The bare function name in an Itanium-mangled symbol, as CUPTI reports a CUDA kernel
+    ('_Z11relu_kernelPKfPfi' -> 'relu_kernel', '_ZN2at4cuda12_GLOBAL__N_111spin_kernelEl' ->
+    'spin_kernel', '_Z2tkIfEvPKT_' -> 'tk'); None for anything it does not read. Pure and bounded
+    (no c++filt): only the name's own prefix is read, never its parameter types."""
+    if not name.startswith("_Z"):
+        return None
+    i, n = 2, len(name)
+    if name.startswith("L", i):
+        i += 1
+    nested = name.startswith("N", i)
+    if nested:
+        i += 1
+        while i < n and name[i] in "rVKRO":  # cv- and ref-qualifiers of a member function
+            i += 1
+    last = None
+    while i < n:
+        if name.startswith("St", i):
+            i += 2
+        elif name[i] == "S":  # a substitution (S_, S0_, ...): a name seen before
+            end = name.find("_", i)
+            if end < 0:
+                return last
+            i = end + 1
+        elif name[i].isdigit():
+            j = i
+            while j < n and name[j].isdigit():
+                j += 1
+            length = int(name[i:j]) if j - i <= 4 else 0
+            if length <= 0 or j + length > n:
+                return last
+            last, i = name[j:j + length], j + length
+            if not nested:
+                return last
+        else:  # template arguments (I), the end of the nesting (E), or what is not read here
+            return last
+    return last
+
+
 def kernel_base_name(name: str) -> str:
     """The bare function name of a kernel as the profiler shows it: 'void ns::relu<float>(float
-    const*, float*, int)' -> 'relu'; a Triton kernel's name is returned as it is."""
+    const*, float*, int)' -> 'relu', a mangled one as CUPTI gives it likewise
+    (mangled_base_name); a Triton kernel's name is returned as it is."""
+    mangled = mangled_base_name(name.strip())
+    if mangled:
+        return mangled
     text = name.strip().replace("(anonymous namespace)", "anonymous")
     depth, cut = 0, len(text)
     for i, ch in enumerate(text):  # the parameter list starts at the first '(' outside <...>
@@ -146,6 +189,38 @@ def is_own_kernel(name: str, own_names: set[str]) -> bool:
     if any(name == n or name.startswith(n + "_") or name.startswith(n + "(") for n in own_names):
         return True
     return kernel_base_name(name) in own_names
+
+
+def is_glue(kernel: dict[str, Any]) -> bool:
+    """A library kernel that is glue by its name: a copy or a fill (is_glue_kernel), by the
+    demangled name a profiler printed or by the mangled one."""
+    return is_glue_kernel(str(kernel.get("name", ""))) or is_glue_kernel(str(kernel.get("mangled", "")))
+
+
+def short_name(name: str, width: int = 90) -> str:
+    """A kernel's name for a message: its function name, then as much of the rest as fits."""
+    base = kernel_base_name(name)
+    return name[:width] if base in name[:width] else f"{base}: {name[:width - len(base) - 2]}"
+
+
+def static_own_names(source: str) -> set[str]:
+    """The candidate's own kernel names, from its source text: functions decorated with a
+    Triton decorator (`triton.jit`, `jit`, `triton.autotune(...)`, `triton.heuristics(...)`)
+    and the `__global__` functions in its CUDA strings."""
+    names = set(global_kernel_names(source))
+    try:
+        tree = pyast.parse(source)
+    except SyntaxError:
+        return names
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for deco in node.decorator_list:
+                target = deco.func if isinstance(deco, ast.Call) else deco
+                text = ast.unparse(target)
+                if text.split(".")[-1] in ("jit", "autotune", "heuristics"):
+                    names.add(node.name)
+                    break
+    return names
 
 
 # --------------------------------------------------------------------------------------
