@@ -95,6 +95,19 @@ def test_kernel_names():
     assert not cuda_source.is_own_kernel("void at::native::vectorized_elementwise_kernel<4>(int)", own)
 
 
+@pytest.mark.parametrize("mangled,base", [
+    ("_Z11relu_kernelPKfPfi", "relu_kernel"),  # CUPTI's names are mangled (the kernel trace, issue 55)
+    ("_Z2tkIfEvPKT_", "tk"),
+    ("_ZL6kernelPf", "kernel"),
+    ("_ZN2at4cuda12_GLOBAL__N_111spin_kernelEl", "spin_kernel"),
+    ("_ZNK3foo3barEv", "bar"),
+    ("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEEEEviT0_", "vectorized_elementwise_kernel"),
+    ("_Z", "_Z"), ("_Z99999x", "_Z99999x"), ("relu_kernel", "relu_kernel")])
+def test_mangled_kernel_names(mangled, base):
+    assert cuda_source.kernel_base_name(mangled) == base
+    assert cuda_source.is_own_kernel(mangled, {"relu_kernel"}) == (base == "relu_kernel")
+
+
 def test_extract_extensions_maps_lines():
     specs = cuda_source.extract_extensions(read(CUDA / "relu_typo.py"))
     assert len(specs) == 1 and specs[0].name == "ka_relu_typo" and not specs[0].unresolved

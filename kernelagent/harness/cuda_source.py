@@ -37,7 +37,9 @@ harness server extracts the literal `cuda_sources` / `cpp_sources` of each `load
 from the candidate's AST, writes the same files torch would, and compiles them with
 `nvcc -c` and `c++ -fsyntax-only` (in parallel, with a timeout). That gives the same compact
 errors on any machine with nvcc, and is what CI checks. On a GPU the real build in the
-candidate's process reports the errors instead (no second compilation).
+candidate's process reports the errors instead (no second compilation). The compilers read the
+candidate's bytes, so they run in its jail (server/tool_jail.py), after a source that names a
+file outside its build directory is refused (`check_includes`, here and in the build hook).
 """
 
 from __future__ import annotations
@@ -99,9 +101,52 @@ def global_kernel_names(source: str) -> set[str]:
     return {m.group(1) for m in _GLOBAL_RE.finditer(text)} - {"void"}
 
 
+def mangled_base_name(name: str) -> str | None:
+    """The bare function name in an Itanium-mangled symbol, as CUPTI reports a CUDA kernel
+    ('_Z11relu_kernelPKfPfi' -> 'relu_kernel', '_ZN2at4cuda12_GLOBAL__N_111spin_kernelEl' ->
+    'spin_kernel', '_Z2tkIfEvPKT_' -> 'tk'); None for anything it does not read. Pure and bounded
+    (no c++filt): only the name's own prefix is read, never its parameter types."""
+    if not name.startswith("_Z"):
+        return None
+    i, n = 2, len(name)
+    if name.startswith("L", i):
+        i += 1
+    nested = name.startswith("N", i)
+    if nested:
+        i += 1
+        while i < n and name[i] in "rVKRO":  # cv- and ref-qualifiers of a member function
+            i += 1
+    last = None
+    while i < n:
+        if name.startswith("St", i):
+            i += 2
+        elif name[i] == "S":  # a substitution (S_, S0_, ...): a name seen before
+            end = name.find("_", i)
+            if end < 0:
+                return last
+            i = end + 1
+        elif name[i].isdigit():
+            j = i
+            while j < n and name[j].isdigit():
+                j += 1
+            length = int(name[i:j]) if j - i <= 4 else 0
+            if length <= 0 or j + length > n:
+                return last
+            last, i = name[j:j + length], j + length
+            if not nested:
+                return last
+        else:  # template arguments (I), the end of the nesting (E), or what is not read here
+            return last
+    return last
+
+
 def kernel_base_name(name: str) -> str:
     """The bare function name of a kernel as the profiler shows it: 'void ns::relu<float>(float
-    const*, float*, int)' -> 'relu'; a Triton kernel's name is returned as it is."""
+    const*, float*, int)' -> 'relu', a mangled one as CUPTI gives it likewise
+    (mangled_base_name); a Triton kernel's name is returned as it is."""
+    mangled = mangled_base_name(name.strip())
+    if mangled:
+        return mangled
     text = name.strip().replace("(anonymous namespace)", "anonymous")
     depth, cut = 0, len(text)
     for i, ch in enumerate(text):  # the parameter list starts at the first '(' outside <...>
@@ -146,6 +191,38 @@ def is_own_kernel(name: str, own_names: set[str]) -> bool:
     return kernel_base_name(name) in own_names
 
 
+def is_glue(kernel: dict[str, Any]) -> bool:
+    """A library kernel that is glue by its name: a copy or a fill (is_glue_kernel), by the
+    demangled name a profiler printed or by the mangled one."""
+    return is_glue_kernel(str(kernel.get("name", ""))) or is_glue_kernel(str(kernel.get("mangled", "")))
+
+
+def short_name(name: str, width: int = 90) -> str:
+    """A kernel's name for a message: its function name, then as much of the rest as fits."""
+    base = kernel_base_name(name)
+    return name[:width] if base in name[:width] else f"{base}: {name[:width - len(base) - 2]}"
+
+
+def static_own_names(source: str) -> set[str]:
+    """The candidate's own kernel names, from its source text: functions decorated with a
+    Triton decorator (`triton.jit`, `jit`, `triton.autotune(...)`, `triton.heuristics(...)`)
+    and the `__global__` functions in its CUDA strings."""
+    names = set(global_kernel_names(source))
+    try:
+        tree = pyast.parse(source)
+    except SyntaxError:
+        return names
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for deco in node.decorator_list:
+                target = deco.func if isinstance(deco, ast.Call) else deco
+                text = ast.unparse(target)
+                if text.split(".")[-1] in ("jit", "autotune", "heuristics"):
+                    names.add(node.name)
+                    break
+    return names
+
+
 # --------------------------------------------------------------------------------------
 # Flags
 # --------------------------------------------------------------------------------------
@@ -169,6 +246,60 @@ def check_flags(kind: str, flags: Any) -> list[str]:
                 + ("; linker: -lcuda, -lcudart" if kind == "extra_ldflags" else ""))
         out.append(flag)
     return out
+
+
+# --------------------------------------------------------------------------------------
+# Includes: only the build directory's own files and the system's and torch's headers
+# --------------------------------------------------------------------------------------
+
+# A directive that names a file: #include / #include_next / #import / #embed "x" or <x>, and
+# #line N "x" or a GNU line marker `# N "x"` (the compilers print the source lines of a
+# diagnostic from the file a #line names). `#` may be spelt `%:` (a digraph) or `??=`.
+_FILE_DIRECTIVE = re.compile(r'^[ \t]*(?:#|%:|\?\?=)[ \t]*(?P<kw>include_next|include|import|embed|line|(?=\d))'
+                             r'[ \t]*(?:\d+[ \t]*)?(?P<open>[<"])(?P<path>[^>"\n]*)[>"]', re.M)
+_HAS_INCLUDE = re.compile(r'__has_(?:include_next|include|embed)[ \t]*\([ \t]*(?P<open>[<"])(?P<path>[^>"\n]*)[>"]')
+_SPLICE = re.compile(r"\\[ \t]*\r?\n")
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def _leaves_the_build_dir(path: str) -> bool:
+    """An absolute path, or one whose `..` climb out of the directory it is looked up from."""
+    import posixpath
+
+    if path.startswith(("/", "~", "\\")) or re.match(r"[A-Za-z]:", path):
+        return True
+    norm = posixpath.normpath(path.replace("\\", "/"))
+    return norm == ".." or norm.startswith("../")
+
+
+def foreign_includes(text: str) -> list[str]:
+    """The directives of a C++/CUDA source that name a file outside the build directory (an
+    absolute path, or `..` out of it): an #include of `~/.netrc` would have the compiler quote
+    its lines in the diagnostics. Read on the text with its line splices joined, both with and
+    without its comments (`#/**/include`), so that a string holding `/*` hides nothing.
+    The first line of defence: the compiler runs in the candidate's jail, where the host's
+    files are out of sight anyway (a path made by a macro is not seen here)."""
+    spliced = _SPLICE.sub("", text)
+    found: list[str] = []
+    for view in (spliced, _COMMENT.sub(" ", spliced)):
+        for m in list(_FILE_DIRECTIVE.finditer(view)) + list(_HAS_INCLUDE.finditer(view)):
+            if _leaves_the_build_dir(m.group("path")):
+                said = " ".join(m.group(0).split())[:160]
+                if said not in found:
+                    found.append(said)
+    return found
+
+
+def check_includes(kind: str, text: Any) -> None:
+    """Raises CudaBuildError when `text` (a source of `kind`) names a file outside the build
+    directory (foreign_includes)."""
+    found = foreign_includes(str(text))
+    if found:
+        raise CudaBuildError(f"{kind}: {found[0]} names a file outside the build directory: a candidate includes "
+                             "only headers by <name> (the system's, CUDA's and torch's) or by a relative path "
+                             "without '..', and #line names no file outside it"
+                             + (f" ({len(found) - 1} more such directive{'s' if len(found) > 2 else ''})"
+                                if len(found) > 1 else ""))
 
 
 # --------------------------------------------------------------------------------------

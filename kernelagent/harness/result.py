@@ -51,6 +51,19 @@ SEVERITY: dict[str, str] = {
     "launch-bound": "info",  # a baseline's call is under 2x its own empty call: launch overhead dominates
     # the memory bandwidth still read loud after the wait before a timed loop (server/gate.Bandwidth)
     "bandwidth-busy": "info",
+    # The kernel trace of the job's own process (issue 55, harness/trace/rules.py). A trace
+    # switched off, cut short or written into by the candidate is a rejection, never a pass; one
+    # with holes (records dropped, past the caps) decides nothing and the evidence falls back to
+    # Nsight Compute, so it is only noted.
+    "trace-missing": "reject",
+    "trace-forged": "reject",
+    "trace-incomplete": "info",
+    "idle-call": "reject",  # a timed call ran no device work while the checks ran kernels
+    "launch-mismatch": "reject",  # timed calls launched other own kernels than each other or the checks
+    "outside-interval": "reject",  # work ran past its timed call, or between the timed calls
+    "other-context": "reject",  # work in a CUDA context other than the harness's markers'
+    # the traced busy time far below the checked median ("review" where not gross: rules.py)
+    "untraced-work": "reject",
 }
 
 # A loop whose SM clock fell by more than this share (first vs last decile) is flagged `throttling`.

@@ -31,38 +31,17 @@ the guarantees.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from typing import Any
 
-from kernelagent.harness.cuda_source import global_kernel_names, is_glue_kernel, is_own_kernel, kernel_base_name
+# The name rules live in cuda_source (pure, used by the trace's rules too); their old names stay here.
+from kernelagent.harness.cuda_source import is_glue, is_own_kernel, short_name, static_own_names  # noqa: F401
 from kernelagent.harness.result import SEVERITY
-from kernelagent import pyast
 
 METRICS = ["gpu__time_duration.sum"]
 CALLS = 2  # profiled forward calls (each kernel under ncu costs ~0.3 s of the frozen device, H100)
 SLOWER_FACTOR = 1.5
 SLOWER_SLACK_MS = 0.005
-
-
-def static_own_names(source: str) -> set[str]:
-    """The candidate's own kernel names, from its source text: functions decorated with a
-    Triton decorator (`triton.jit`, `jit`, `triton.autotune(...)`, `triton.heuristics(...)`)
-    and the `__global__` functions in its CUDA strings."""
-    names = set(global_kernel_names(source))
-    try:
-        tree = pyast.parse(source)
-    except SyntaxError:
-        return names
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for deco in node.decorator_list:
-                target = deco.func if isinstance(deco, ast.Call) else deco
-                text = ast.unparse(target)
-                if text.split(".")[-1] in ("jit", "autotune", "heuristics"):
-                    names.add(node.name)
-                    break
-    return names
 
 
 def judge(evidence: dict[str, Any], own_names: set[str], median_ms: float | None,
@@ -122,18 +101,6 @@ def violations_under_ncu(evidence: dict[str, Any]) -> list[dict[str, str]]:
         flags.append({"kind": kind, "severity": SEVERITY[kind],
                       "message": f"seen while Nsight Compute ran the candidate again: {said}"})
     return flags
-
-
-def is_glue(kernel: dict[str, Any]) -> bool:
-    """A library kernel that is glue by its name: a copy or a fill (cuda_source.is_glue_kernel),
-    by the demangled name ncu printed or by the mangled one."""
-    return is_glue_kernel(str(kernel.get("name", ""))) or is_glue_kernel(str(kernel.get("mangled", "")))
-
-
-def short_name(name: str, width: int = 90) -> str:
-    """A kernel's name for a message: its function name, then as much of the rest as fits."""
-    base = kernel_base_name(name)
-    return name[:width] if base in name[:width] else f"{base}: {name[:width - len(base) - 2]}"
 
 
 def collect(problem_path: str | Path, candidate_source: str, *, backend: str, device: str,

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelagent.harness.cuda_source import (MANIFEST, Chunk, CudaBuildError, ExtensionSpec, check_flags,
-                                             compact_errors, demangle, generated_files, global_kernel_names)
+                                             check_includes, compact_errors, demangle, generated_files,
+                                             global_kernel_names)
 
 # --------------------------------------------------------------------------------------
 # Run time: the wrapper around load_inline / load in the candidate's process
@@ -136,6 +137,11 @@ class BuildHook:
         self._check(name, kwargs)
         cuda_list = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
         cpp_list = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources or [])
+        functions = kwargs.get("functions")  # names, or names to docstrings: both go into torch's main.cpp
+        bound = [*functions, *functions.values()] if isinstance(functions, dict) else _function_names(functions)
+        for kind, texts in (("cpp_sources", cpp_list), ("cuda_sources", cuda_list), ("functions", bound or [])):
+            for text in texts:
+                check_includes(kind, text)
         for text in cuda_list:
             self.own_names |= global_kernel_names(str(text))
         payload = {"cpp": cpp_list, "cuda": cuda_list, "functions": kwargs.get("functions"),
@@ -157,6 +163,7 @@ class BuildHook:
             if not self._inside(src):
                 raise CudaBuildError(f"load(): source {src} is outside the candidate's scratch directory")
             text = Path(src).read_text(errors="replace")
+            check_includes(f"load(): {Path(src).name}", text)
             texts.append(text)
             if str(src).endswith(".cu"):
                 self.own_names |= global_kernel_names(text)

@@ -61,9 +61,13 @@ PRELOAD = (
     "kernelagent.harness.server.precompile",
     "kernelagent.harness.server.processes",
     "kernelagent.harness.server.profilers",
+    "kernelagent.harness.server.tool_jail",
     "kernelagent.harness.trace.build",
+    "kernelagent.harness.trace.calls",
     "kernelagent.harness.trace.channel",
     "kernelagent.harness.trace.marks",
+    "kernelagent.harness.trace.records",
+    "kernelagent.harness.trace.rules",
 )
 
 QUIET_WAIT_S = 5.0  # the longest a fork waits for another thread's import to finish

@@ -473,17 +473,10 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
         from kernelagent.harness.server.precompile import precompile
 
         result = precompile(self.request["candidate_source"], self.scratch / "precompile",
-                            timeout=self.config.timeouts.cuda_build)
+                            timeout=self.config.timeouts.cuda_build, jail=self.jail)
         self.result["stage_seconds"]["nvcc"] = result.seconds
-        if result.ok:
-            self.result.update(status=Status.COMPILED, compiled=True, stage="compile",
-                               reason="the CUDA sources compiled with nvcc (compile-only: this machine has no GPU, "
-                                      "so the extension was not linked or run; correctness and timing need a GPU)")
-        elif result.skipped:
-            self.result.update(status=Status.HARNESS_ERROR, stage="compile",
-                               reason="cannot check this CUDA candidate without a GPU: " + result.skipped)
-        else:
-            self.result.update(status=Status.COMPILE_ERROR, stage="compile", reason=result.message)
+        self.result.update(result.verdict(), stage="compile")
+        self.result["flags"] += result.flags()
         self.result["log"] = "\n".join(result.commands)[-LOG_TAIL_BYTES:]
         self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
         shutil.rmtree(self.root, ignore_errors=True)

@@ -1,18 +1,23 @@
-"""Pre-compiling a CUDA candidate's sources with nvcc on a machine without a GPU (runs in the
-harness server: nothing of the candidate is executed, its literal sources are compiled)."""
+"""Pre-compiling a CUDA candidate's sources with nvcc on a machine without a GPU (started by the
+harness server: nothing of the candidate is executed, its literal sources are compiled). The
+compilers read the candidate's bytes, so they run in the candidate's jail (server/tool_jail.py),
+after a source that names a file outside its build directory is refused (cuda_source.check_includes)."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kernelagent.harness.cuda_source import (SourceMap, extract_extensions, generated_files, compact_errors, check_flags,
-                                             CudaBuildError)
+                                             check_includes, CudaBuildError)
+from kernelagent.harness.result import Status
+from kernelagent.harness.server import verdict
+from kernelagent.harness.server.tool_jail import ToolJail, ToolRun, bounded_message
 
 def find_nvcc() -> str | None:
     for candidate in (os.environ.get("CUDA_HOME") and os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc"),
@@ -67,12 +72,36 @@ class PrecompileResult:
     seconds: float = 0.0
     skipped: str = ""  # why nothing was compiled ("" when something was)
     commands: list[str] = field(default_factory=list)
+    jail_note: str = ""  # where the compilers ran without the per-job jail: that, for the result
+    harness_fault: str = ""  # the jail could not be entered: nothing is said about the candidate
+
+    def verdict(self) -> dict[str, Any]:
+        """The result's status, reason and `compiled` (a harness error where nothing could be
+        said about the candidate: no nvcc, sources built at run time, no jail to compile in)."""
+        if self.harness_fault:
+            return {"status": Status.HARNESS_ERROR,
+                    "reason": "the compilers' jail could not be entered, so nothing was compiled: " + self.harness_fault}
+        if self.ok:
+            return {"status": Status.COMPILED, "compiled": True,
+                    "reason": "the CUDA sources compiled with nvcc (compile-only: this machine has no GPU, so the "
+                              "extension was not linked or run; correctness and timing need a GPU)"}
+        if self.skipped:
+            return {"status": Status.HARNESS_ERROR,
+                    "reason": "cannot check this CUDA candidate without a GPU: " + self.skipped}
+        return {"status": Status.COMPILE_ERROR, "reason": self.message}
+
+    def flags(self) -> list[dict[str, str]]:
+        """Where the compilers ran without the per-job jail (as candidates run here), an
+        `isolation` note that says so (tool_jail.ToolJail.note)."""
+        return [verdict.flag("isolation", self.jail_note)] if self.jail_note else []
 
 
-def precompile(source: str, workdir: Path, timeout: float = 300.0, arch: str | None = None) -> PrecompileResult:
+def precompile(source: str, workdir: Path, timeout: float = 300.0, arch: str | None = None,
+               jail: dict[str, Any] | None = None) -> PrecompileResult:
     """Compile every load_inline extension of a candidate without a GPU: nvcc -c on its CUDA
     sources, c++ -fsyntax-only on its C++ sources (same generated files, flags and includes as
-    torch's build), in parallel. Compact errors on failure."""
+    torch's build), in parallel, each in the job's jail (`jail`: child/jail.resolve's settings;
+    ToolJail.of). Compact errors on failure, cleaned and bounded (tool_jail.bounded_message)."""
     started = time.monotonic()
     specs = extract_extensions(source)
     if not specs:
@@ -99,11 +128,13 @@ def precompile(source: str, workdir: Path, timeout: float = 300.0, arch: str | N
         return PrecompileResult(False, skipped=f"torch's extension headers are unavailable: {exc}")
     std = _torch_std()
     arch = arch or default_arch()
-    procs: list[tuple[str, subprocess.Popen, dict[str, SourceMap]]] = []
+    procs: list[tuple[str, ToolRun, dict[str, SourceMap]]] = []
     errors: list[str] = []
     commands = []
     workdir.mkdir(parents=True, exist_ok=True)
     includes = includes + _cpu_torch_stubs(workdir, includes)
+    # What the compilers read under a hidden directory (a toolkit in a home, say) is bound back.
+    tools = ToolJail.of(jail, workdir, keep_ro=[Path(nvcc).resolve().parent.parent, *map(Path, includes)])
     for n, spec in enumerate(specs):
         try:
             cuda_flags = check_flags("extra_cuda_cflags", spec.extra_cuda_cflags)
@@ -111,46 +142,47 @@ def precompile(source: str, workdir: Path, timeout: float = 300.0, arch: str | N
         except CudaBuildError as exc:
             errors.append(f"load_inline at candidate.py:{spec.line}: {exc}")
             continue
-        folder = workdir / f"ext{n}"
+        folder = workdir.resolve() / f"ext{n}"
         folder.mkdir(parents=True, exist_ok=True)
         files = generated_files(spec)
         defines = [f"-DTORCH_EXTENSION_NAME={re.sub(r'[^A-Za-z0-9_]', '_', spec.name)}",
                    "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
         inc = [f"-I{d}" for d in includes]
         maps = {fname: smap for fname, (_, smap) in files.items()}
+        try:
+            for fname, (text, _) in files.items():  # the generated bindings (functions=) included
+                check_includes("cuda_sources" if fname == "cuda.cu" else "cpp_sources", text)
+        except CudaBuildError as exc:
+            errors.append(f"load_inline at candidate.py:{spec.line}: {exc}")
+            continue
         for fname, (text, _) in files.items():
             (folder / fname).write_text(text)
         if "cuda.cu" in files:
-            cmd = [nvcc, "-c", "cuda.cu", "-o", "cuda.o", *defines, *inc, *common_nvcc, std,
+            # Paths in full: the jail starts its program in `workdir` (its scratch).
+            cmd = [nvcc, "-c", str(folder / "cuda.cu"), "-o", str(folder / "cuda.o"), *defines, *inc, *common_nvcc, std,
                    f"-gencode=arch=compute_{arch},code=sm_{arch}", "--compiler-options", "-fPIC", *cuda_flags]
             commands.append(" ".join(cmd))
-            procs.append((spec.name, subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE,
-                                                      stderr=subprocess.STDOUT, text=True,
-                                                      start_new_session=True), maps))
+            procs.append((spec.name, tools.start(cmd, cwd=folder, scratch=workdir), maps))
         if cxx and "main.cpp" in files:
-            cmd = [cxx, "-fsyntax-only", "main.cpp", *defines, *inc, std, "-fPIC", *c_flags]
+            cmd = [cxx, "-fsyntax-only", str(folder / "main.cpp"), *defines, *inc, std, "-fPIC", *c_flags]
             commands.append(" ".join(cmd))
-            procs.append((spec.name, subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE,
-                                                      stderr=subprocess.STDOUT, text=True,
-                                                      start_new_session=True), maps))
+            procs.append((spec.name, tools.start(cmd, cwd=folder, scratch=workdir), maps))
     deadline = started + timeout
     timed_out = False
-    for name, proc, maps in procs:
-        try:
-            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+    fault = ""
+    for name, run, maps in procs:
+        if not run.wait(deadline):
             timed_out = True
-            try:
-                os.killpg(proc.pid, 9)
-            except OSError:
-                pass
-            proc.communicate()
-            continue
-        if proc.returncode != 0:
-            errors.append(compact_errors(out, maps, name=name))
+        elif run.jail_failed:
+            fault = bounded_message(run.output().strip().splitlines()[0], 300)
+        elif run.returncode != 0:
+            errors.append(compact_errors(run.output(), maps, name=name))
     seconds = time.monotonic() - started
+    if fault:
+        return PrecompileResult(False, seconds=seconds, commands=commands, jail_note=tools.note, harness_fault=fault)
     if timed_out:
         errors.append(f"the compiler ran past its {timeout:.0f} s limit and was killed")
     if errors:
-        return PrecompileResult(False, "\n".join(errors), seconds, commands=commands)
-    return PrecompileResult(True, "compiled with nvcc", seconds, commands=commands)
+        return PrecompileResult(False, bounded_message("\n".join(errors)), seconds, commands=commands,
+                                jail_note=tools.note)
+    return PrecompileResult(True, "compiled with nvcc", seconds, commands=commands, jail_note=tools.note)
