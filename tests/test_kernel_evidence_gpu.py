@@ -1,6 +1,7 @@
-"""Out-of-process kernel evidence on a real GPU, on by default and without bubblewrap (the
-per-job kernel namespaces jail ncu, child/jail_exec.py): `pytest -m gpu tests/test_kernel_evidence_gpu.py`.
-Needs Nsight Compute (ncu)."""
+"""Kernel evidence on a real GPU, on by default and without bubblewrap: the kernel trace of the
+job's own process (issue 55, the default) and Nsight Compute, outside it (`evidence="ncu"`, and as
+the trace's audit; the per-job kernel namespaces jail ncu, child/jail_exec.py):
+`pytest -m gpu tests/test_kernel_evidence_gpu.py`. Needs Nsight Compute (ncu)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,15 @@ def evidence_results(cuda_evaluator):
 
     if find_ncu() is None:
         pytest.skip("needs Nsight Compute (ncu)")
-    default = EvalConfig(trials=2, baselines=False)  # kernel_evidence is the default
-    cases = {"honest": (CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"), default),
-             "honest-off": (CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"),
-                            EvalConfig(trials=2, baselines=False, kernel_evidence=False))}
+    default = EvalConfig(trials=2, baselines=False, audit_share=0.0)  # kernel_evidence is the default
+    ncu = EvalConfig(trials=2, baselines=False, evidence="ncu")
+    audited = EvalConfig(trials=2, baselines=False, audit=True)
+    honest = (CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"))
+    cases = {"honest": (*honest, ncu), "honest-trace": (*honest, default), "honest-audit": (*honest, audited),
+             "honest-off": (*honest, EvalConfig(trials=2, baselines=False, kernel_evidence=False))}
     for name in TORCH_BEHIND_A_SWITCH:
-        cases[name] = (CANDIDATES / "relu_problem.py", read(TESTS / "adversarial" / f"{name}.py"), default)
+        cases[name] = (CANDIDATES / "relu_problem.py", read(TESTS / "adversarial" / f"{name}.py"), ncu)
+        cases[f"{name}-trace"] = (CANDIDATES / "relu_problem.py", read(TESTS / "adversarial" / f"{name}.py"), default)
     return Submitted(cuda_evaluator, cases)
 
 
@@ -50,6 +54,43 @@ def test_the_evidence_is_on_by_default_and_sees_the_honest_kernel(evidence_resul
     # the jail that ran ncu: no bubblewrap on the device machine, so the kernel namespaces
     assert off.passed, (off.status, off.reason[:300], [(f.kind, f.severity, f.message[:300]) for f in off.flags])
     assert not off.kernel_evidence
+
+
+def test_the_trace_is_the_default_evidence_and_sees_the_honest_kernel(evidence_results):
+    """By default the trace of the job's own process is the evidence: no Nsight Compute session
+    (no `kernels` of its), the candidate's own kernel seen in every timed call, a stage of
+    milliseconds."""
+    result = evidence_results["honest-trace"]
+    trace = result.kernel_evidence.get("trace") or {}
+    print(f"\nhonest traced: {result.status} evidence stage {result.stage_seconds.get('evidence')} s, eval "
+          f"{evidence_results.seconds['honest-trace']:.1f} s (ncu: {evidence_results.seconds['honest']:.1f} s); "
+          f"{trace}")
+    assert result.passed, (result.reason, [(f.kind, f.message[:300]) for f in result.flags])
+    assert result.kernel_evidence.get("source") == "trace" and "kernels" not in result.kernel_evidence
+    facts = trace.get("facts") or {}
+    assert facts.get("own_ns", 0) > 0 and facts.get("timed_calls", 0) > 0, trace
+    assert result.stage_seconds.get("evidence", 9.0) < 0.5
+
+
+def test_an_audit_runs_ncu_beside_the_trace_and_agrees(evidence_results):
+    result = evidence_results["honest-audit"]
+    print(f"\nhonest audited: {result.status} role {result.kernel_evidence.get('role')} "
+          f"stage {result.stage_seconds.get('evidence')} s")
+    assert result.passed, (result.reason, [(f.kind, f.message[:300]) for f in result.flags])
+    assert result.kernel_evidence.get("role") == "audit", result.kernel_evidence
+    assert any(k["name"].startswith("relu_kernel") for k in result.kernel_evidence.get("kernels", []))
+    assert not any(f.kind == "audit-mismatch" for f in result.flags)
+
+
+@pytest.mark.parametrize("name", TORCH_BEHIND_A_SWITCH)
+def test_torch_work_behind_a_switched_off_recorder_is_rejected_by_the_trace(evidence_results, name):
+    """The same candidates under the default evidence: the trace sees the library kernel doing
+    the work (its own process's CUPTI records, whatever the candidate did to our monitors)."""
+    result = evidence_results[f"{name}-trace"]
+    print(f"\n{name} traced: {result.status} {result.reason[:200]} "
+          f"{[(f.kind, f.severity) for f in result.flags]}")
+    assert result.status == Status.REJECTED, (result.status, result.reason,
+                                              [(f.kind, f.message[:200]) for f in result.flags])
 
 
 @pytest.mark.parametrize("name", TORCH_BEHIND_A_SWITCH)

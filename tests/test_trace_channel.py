@@ -210,5 +210,11 @@ def test_the_rules_are_told_what_the_server_ordered_not_what_the_candidate_said(
     job.request = {"candidate_source": "import triton\n@triton.jit\ndef relu_kernel(x):\n    pass\n"}
     job.result = {"timed_loop": {"calls": 40, "segments": 2, "warmup_calls": 5},
                   "timings": {"candidate": {"median_ms": 0.012}}}
-    assert trace_stage.expected(job) == {"own_names": ["relu_kernel"], "first_calls": 1, "checks": 3,
-                                         "warmup_calls": 5, "timed_calls": 40, "median_ms": 0.012}
+    from kernelagent.harness.trace.calls import Expected
+
+    assert trace_stage.expected(job) == Expected(own_names=frozenset({"relu_kernel"}), checks=3, timed=40,
+                                                 warmups=5, median_ms=0.012,
+                                                 phases=frozenset({"first", "check", "warmup", "timed"}))
+    job.result = {"timed_loop": {"calls": 0, "warmup_calls": 0}, "timings": {"candidate": {"median_ms": True}}}
+    told = trace_stage.expected(job)  # no loop ran: no marker of its phases is the server's
+    assert told.phases == frozenset({"first", "check"}) and told.median_ms is None

@@ -149,6 +149,16 @@ class EvalConfig:
     # the candidate cannot switch off. On by default; where it cannot be collected the result is
     # flagged for review and does not count as a win. Costs one ncu run per win; nothing on CPU.
     kernel_evidence: bool = True
+    # Where that evidence comes from (issue 55): "trace" (a CUPTI trace of the job's own
+    # processes, harness/trace/, judged by the server; Nsight Compute runs as an audit where the
+    # caller asks for one, on a seeded share `audit_share` of the rest, and wherever the tracer
+    # cannot load or its trace is incomplete) or "ncu" (Nsight Compute on every such result, the
+    # trace judged beside it where the tracer runs).
+    evidence: str = "trace"
+    audit_share: float = 0.1
+    # This evaluation's result is audited by Nsight Compute whatever the share draws: `verify`
+    # and `regenerate` (every lock), optimize's final kernel, bench's counted wins.
+    audit: bool = False
     # Reward-hacking defences (see kernelagent/harness/defences.py for each class and its
     # verdict). False turns off the run-time evidence, the static pass, fresh inputs per timed
     # iteration, the timed-output check, memory poisoning and the roofline check: the harness
@@ -194,6 +204,9 @@ class EvalConfig:
             _require_number(name, getattr(self, name), minimum=0)
         _require_number("launch_cover_us", self.launch_cover_us, minimum=0, maximum=10_000)
         _require_number("roofline_margin", self.roofline_margin, minimum=0)
+        if self.evidence not in ("trace", "ncu"):
+            raise ValueError(f"evidence must be 'trace' or 'ncu', not {self.evidence!r}")
+        _require_number("audit_share", self.audit_share, minimum=0, maximum=1)
         if self.min_own_device_share is not None:
             _require_number("min_own_device_share", self.min_own_device_share, minimum=0, maximum=1)
         if isinstance(self.compile_modes, (list, str)):

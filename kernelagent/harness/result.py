@@ -64,6 +64,9 @@ SEVERITY: dict[str, str] = {
     "other-context": "reject",  # work in a CUDA context other than the harness's markers'
     # the traced busy time far below the checked median ("review" where not gross: rules.py)
     "untraced-work": "reject",
+    # a Nsight Compute audit saw clearly less of the candidate's own work than its trace said
+    # (caller/results.py audit_disagreement)
+    "audit-mismatch": "reject",
 }
 
 # A loop whose SM clock fell by more than this share (first vs last decile) is flagged `throttling`.

@@ -55,6 +55,8 @@ class BaselineCache:
             "timing": config.timing_key(),
             "compile_modes": sorted(config.compile_modes),
             "compile_on_cpu": config.compile_baseline_on_cpu,
+            # baselines timed under the kernel trace (issue 55) are never compared with untraced ones
+            "traced": bool((fingerprint.get("trace") or {}).get("library")),
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 

@@ -24,6 +24,7 @@ from typing import Any
 from kernelagent.errors import UserError
 from kernelagent.harness import protocol
 from kernelagent.harness.caller import sandbox, zygote
+from kernelagent.harness.caller.audit import audit_drawn
 from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.caller.channel import ServerChannel
 from kernelagent.harness.caller.results import first_try_summary, store_baselines
@@ -482,7 +483,8 @@ class Evaluator(ServerChannel):
                 options["reference_compile_dir"] = str(self.reference_compile_dir)
             if config.kernel_evidence:
                 # The server runs it as the job's last stage (server/evidence.py), hiding these too.
-                options["evidence"] = {"hide": self._evidence_hide()}
+                options["evidence"] = {"hide": self._evidence_hide(),
+                                       "audit": audit_drawn(config, base.candidate_sha256)}
             request = {"config": config.to_dict(), "problem_source": problem.source,
                        "candidate_source": candidate_source, "want_baselines": want_baselines,
                        "candidate_sha256": base.candidate_sha256, "options": options}

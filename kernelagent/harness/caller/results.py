@@ -19,7 +19,12 @@ def apply_kernel_evidence(result: EvalResult, evidence: dict[str, Any] | None, c
     against the candidate's source and its checked timing (caller/kernel_evidence.py). A
     reject flag turns the verdict into `rejected`; evidence that could not be collected is a
     review flag (the result is then no win). Nothing on the CPU, where no such evidence
-    exists, and nothing for a result that is not correct (it would only cost time)."""
+    exists, and nothing for a result that is not correct (it would only cost time).
+
+    Where the job was traced (issue 55), the trace's verdict comes first (`apply_trace`); ncu's
+    report, when it ran as an audit or the trace's fallback, is judged after it, and an audit that
+    sees clearly less of the candidate's own work than the trace said rejects the result
+    (`audit_disagreement`)."""
     from kernelagent.harness.caller import kernel_evidence
     from kernelagent.harness.server import verdict  # pure functions: the same rule in this process
 
@@ -29,9 +34,23 @@ def apply_kernel_evidence(result: EvalResult, evidence: dict[str, Any] | None, c
         return
     if not isinstance(evidence, dict):
         evidence = {"unavailable": "the harness server did not run it"}
-    result.kernel_evidence = {k: v for k, v in evidence.items() if k != "kernels"}
+    result.kernel_evidence = {k: v for k, v in evidence.items() if k not in ("kernels", "trace")}
     if "seconds" in evidence:
         result.stage_seconds["evidence"] = float(evidence["seconds"])
+    trace = evidence.get("trace")
+    if isinstance(trace, dict):
+        # The kernel trace of the job's own process (issue 55), judged by the server: its flags
+        # stand first; where Nsight Compute ran too (an audit, or the trace's fallback), its own
+        # rules and its agreement with the trace follow below.
+        apply_trace(result, trace)
+        if result.status != Status.CORRECT or evidence.get("source") == "trace":
+            return
+        audit = audit_disagreement(trace, evidence, kernel_evidence.static_own_names(candidate_source))
+        if audit:
+            _reject(result, [audit])
+            if result.status != Status.CORRECT:
+                return
+        # Nsight Compute's own rules follow, as without a trace
     seen = kernel_evidence.violations_under_ncu(evidence)
     if seen:
         result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in seen)
@@ -62,6 +81,75 @@ def apply_kernel_evidence(result: EvalResult, evidence: dict[str, Any] | None, c
     outcome = verdict.apply_rejects(verdict.Outcome(result.status, result.reason, result.stage), found)
     result.status, result.reason, result.stage = outcome.status, outcome.reason, outcome.stage
     result.correct = outcome.correct
+
+
+def _reject(result: EvalResult, found: list[dict[str, str]]) -> None:
+    """Flags added to the result, and its verdict from them by the server's own rule (an explicit
+    rejection outranks the comparison)."""
+    from kernelagent.harness.server import verdict  # pure functions: the same rule in this process
+
+    result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in found)
+    outcome = verdict.apply_rejects(verdict.Outcome(result.status, result.reason, result.stage), found)
+    result.status, result.reason, result.stage = outcome.status, outcome.reason, outcome.stage
+    result.correct = outcome.correct
+
+
+def apply_trace(result: EvalResult, trace: dict[str, Any]) -> None:
+    """The trace's verdict (server/trace_stage.judge) into `result`: its flags (validated: a kind
+    the severity table knows, its severity from that table), its facts under
+    kernel_evidence["trace"], and the verdict they make. An incomplete trace decides nothing (the
+    server ran Nsight Compute instead) and says why in an info flag."""
+    flags = []
+    for raw in trace.get("flags") or []:
+        if isinstance(raw, dict) and raw.get("kind") in SEVERITY:
+            kind = str(raw["kind"])
+            severity = raw.get("severity") if raw.get("severity") in ("reject", "review", "info") else SEVERITY[kind]
+            flags.append({"kind": kind, "severity": severity, "message": str(raw.get("message", ""))[:600]})
+    facts = trace.get("facts") if isinstance(trace.get("facts"), dict) else {}
+    result.kernel_evidence["trace"] = {"facts": facts, "incomplete": str(trace.get("incomplete") or "")[:300],
+                                       "seconds": trace.get("seconds")}
+    per_call = facts.get("kernel_ms_per_call")
+    if isinstance(per_call, (int, float)) and not isinstance(per_call, bool) and math.isfinite(per_call):
+        result.kernel_evidence["trace_ms_per_call"] = float(per_call)
+    if trace.get("incomplete"):
+        result.flags.append(Flag("trace-incomplete", "the kernel trace could not decide ("
+                                 + str(trace["incomplete"])[:300] + "); Nsight Compute's evidence stands instead",
+                                 SEVERITY["trace-incomplete"]))
+        return
+    _reject(result, flags)
+
+
+# How far Nsight Compute's share of the candidate's own kernels may fall below the trace's before
+# the audit disagrees: the two see the same kernels (ncu with its caches flushed per kernel, the
+# trace as timed), so an honest kernel's shares differ by clock effects, not by tens of points.
+AUDIT_SHARE_GAP = 0.25
+
+
+def audit_disagreement(trace: dict[str, Any], evidence: dict[str, Any], own_names: set[str]) -> dict[str, str] | None:
+    """A Nsight Compute audit that disagrees with the trace (issue 55): the trace said the
+    candidate's own kernels did the work, and ncu, outside the process, saw a clearly smaller
+    own share (work the trace did not see: CUPTI switched off around it, records forged). None
+    where they agree or ncu saw nothing to compare."""
+    facts = trace.get("facts") if isinstance(trace.get("facts"), dict) else {}
+    own_ns, library_ns = facts.get("own_ns"), facts.get("library_ns")
+    kernels = evidence.get("kernels")
+    if not isinstance(kernels, list) or not all(isinstance(v, (int, float)) for v in (own_ns, library_ns)):
+        return None
+    from kernelagent.harness.cuda_source import is_glue_kernel, is_own_kernel
+
+    own = sum(float(k.get("total_ns") or 0) for k in kernels if isinstance(k, dict)
+              and is_own_kernel(str(k.get("name", "")), set(own_names)))
+    work = sum(float(k.get("total_ns") or 0) for k in kernels if isinstance(k, dict)
+               and not is_own_kernel(str(k.get("name", "")), set(own_names))
+               and not is_glue_kernel(str(k.get("name", ""))))
+    if own + work <= 0 or own_ns + library_ns <= 0:
+        return None
+    ncu_share, trace_share = own / (own + work), own_ns / (own_ns + library_ns)
+    if trace_share - ncu_share <= AUDIT_SHARE_GAP:
+        return None
+    return {"kind": "audit-mismatch", "severity": SEVERITY["audit-mismatch"],
+            "message": f"Nsight Compute, outside the candidate's process, saw its own kernels take {ncu_share:.0%} of "
+                       f"the work where its kernel trace said {trace_share:.0%}: work ran that the trace did not see"}
 
 
 def store_baselines(cache: Any, cache_key: str, baselines: dict[str, Any], fingerprint: dict[str, Any],

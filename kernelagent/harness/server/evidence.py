@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.harness.result import Status
+from kernelagent.harness.server import trace_stage
 
 
 def ncu_lock_key(fingerprint: dict[str, Any]) -> str | None:
@@ -61,19 +62,78 @@ def announce_baselines(job: Any) -> None:
         traceback.print_exc()
 
 
-def wanted(job: Any) -> bool:
-    """Did the caller ask for evidence, and is this a correct GPU result that nothing rejected?
-
-    Results flagged for review are included: such a result is no win already, but a torch-only
-    candidate that also trips a review check (its own clock disagreeing with the server's, say)
-    must still end `rejected` on what ncu saw, not `correct` with a flag a reader may wave
-    through. A result that is not correct pays nothing."""
+def asked(job: Any) -> bool:
+    """Did the caller ask for kernel evidence, on a GPU?"""
     options = job.request.get("options") or {}
-    if not options.get("evidence") or not job.config.kernel_evidence or not job.fingerprint.get("cuda"):
-        return False
+    return bool(options.get("evidence")) and bool(job.config.kernel_evidence) and bool(job.fingerprint.get("cuda"))
+
+
+def traced(job: Any) -> bool:
+    """Does this job's candidate run under the kernel trace (server/trace_stage.py)?"""
+    return getattr(job, "trace_channel", None) is not None or getattr(job, "trace", None) is not None
+
+
+def audit_asked(job: Any) -> bool:
+    """Did the caller ask for a Nsight Compute audit of this result (a result shown as a win, or
+    the caller's seeded share: caller/audit.py)?"""
+    options = job.request.get("options") or {}
+    evidence_options = options.get("evidence")
+    return isinstance(evidence_options, dict) and evidence_options.get("audit") is True
+
+
+def ncu_planned(job: Any) -> bool:
+    """Will Nsight Compute run for this job if its result is correct: `evidence="ncu"`, an audit
+    the caller asked for, or no trace to judge (the tracer did not load). A trace that turns out
+    incomplete falls back to it too (`stage`), but that is known only at the end."""
+    return job.config.evidence == "ncu" or audit_asked(job) or not traced(job)
+
+
+def correct_unrejected(job: Any) -> bool:
+    """A correct result that nothing rejected. Results flagged for review are included: such a
+    result is no win already, but a torch-only candidate that also trips a review check (its own
+    clock disagreeing with the server's, say) must still end `rejected` on what the evidence saw,
+    not `correct` with a flag a reader may wave through. A result that is not correct pays
+    nothing."""
     if job.result.get("status") != Status.CORRECT:
         return False
     return not any(isinstance(f, dict) and f.get("severity") == "reject" for f in job.result["flags"])
+
+
+def wanted(job: Any) -> bool:
+    """Did the caller ask for evidence, and is this a correct GPU result that nothing rejected?"""
+    return asked(job) and correct_unrejected(job)
+
+
+def stage(job: Any) -> None:
+    """The job's evidence (issue 55), for a result `wanted` says deserves it. The trace of the
+    job's own process is judged first (server/trace_stage.judge: pure, milliseconds); Nsight
+    Compute runs only where it was planned (`ncu_planned`) or the trace could not decide
+    (dropped records, past its bound): its report and its role (`audit`, `fallback` with the
+    reason, or `primary` under evidence="ncu") go with the trace's verdict to the caller, which
+    applies both (caller/results.py). Without a trace this is today's Nsight Compute stage."""
+    if not wanted(job):
+        discard(job)
+        return
+    trace_verdict = trace_stage.judge(job)
+    incomplete = (trace_verdict or {}).get("incomplete") or ""
+    if trace_verdict is not None and not incomplete and not ncu_planned(job):
+        discard(job)
+        job.result["evidence"] = {"source": "trace", "trace": trace_verdict,
+                                  "seconds": trace_verdict["seconds"]}
+        return
+    announce_baselines(job)
+    collect(job)
+    report = job.result["evidence"]
+    if trace_verdict is None:
+        report["role"] = "primary" if job.config.evidence == "ncu" else "fallback"
+        if job.config.evidence != "ncu":
+            report["fallback"] = str((job.fingerprint.get("trace") or {}).get("unavailable")
+                                     or "the job's process was not traced")[:300]
+    else:
+        report["trace"] = trace_verdict
+        report["role"] = "fallback" if incomplete else ("audit" if audit_asked(job) else "primary")
+        if incomplete:
+            report["fallback"] = f"the trace was incomplete: {incomplete}"[:300]
 
 
 def session_uid(job: Any) -> tuple[int, int] | None:
@@ -91,10 +151,10 @@ def session_uid(job: Any) -> tuple[int, int] | None:
 
 
 def may_want(job: Any) -> bool:
-    """Could this job end wanting evidence (wanted() before its verdict): the caller asked for
-    it, and the job runs on a GPU."""
-    options = job.request.get("options") or {}
-    return bool(options.get("evidence")) and bool(job.config.kernel_evidence) and bool(job.fingerprint.get("cuda"))
+    """Could this job end wanting a Nsight Compute session (before its verdict): the caller asked
+    for evidence, the job runs on a GPU, and ncu is planned for it (`ncu_planned`). A traced job
+    starts no session beside its checks and keeps no spare: its trace is the evidence."""
+    return asked(job) and ncu_planned(job)
 
 
 def _hide(job: Any) -> list[Path]:
@@ -264,11 +324,14 @@ def discard(job: Any) -> None:
 def covers_device_share(job: Any) -> bool:
     """Will the out-of-process evidence judge this job's device share (kernel_evidence.judge:
     `no-custom-kernel`, `hidden-work`), so that the candidate's own process need not profile
-    itself for it? Where ncu is installed and the caller asked for the evidence. Its in-process
+    itself for it? Where the caller asked for the evidence and the job is traced (the trace's
+    rules judge the share, trace/rules.py) or ncu is installed. Its in-process
     twin (child/candidate_side.py `finish`) only ever repeated that rule, from inside the
     candidate's process, and its profiler must not run beside an ncu session (profilers.py)."""
-    if not may_want(job):
+    if not asked(job):
         return False
+    if traced(job):
+        return True
     from kernelagent.harness.caller.ncu import find_ncu
 
     return find_ncu() is not None

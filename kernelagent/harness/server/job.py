@@ -380,11 +380,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
             except Exception:  # noqa: BLE001
                 self.result["baselines"] = {"errors": {"harness": traceback.format_exc(limit=3)}}
         self.publish_build()
-        if evidence.wanted(self):  # before the reference ends: the slot's idle probe runs there
-            evidence.announce_baselines(self)
-            evidence.collect(self)
-        else:
-            evidence.discard(self)
+        evidence.stage(self)  # before the reference ends: the slot's idle probe runs there
         self.ref_stats()
         self.shared_device = self.gate.unregister(self)
         self.cpu["reference"] = tree_cpu_s(self.ref.pid if self.ref is not None else None)

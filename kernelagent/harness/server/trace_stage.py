@@ -64,18 +64,48 @@ def close(job: Any) -> None:
         channel.close()
 
 
-def expected(job: Any) -> dict[str, Any]:
-    """What the trace's rules are told (TRACE_SPEC's `expected`), from the server's own knowledge,
+def expected(job: Any) -> Any:
+    """What the trace's rules are told (trace/calls.Expected), from the server's own knowledge,
     never the candidate's: its own kernel names from its source, how many checks the server
     ordered (each one a CHECK marker pair, numbered from 0 in order), the timed loop as the server
-    ran it (warm-ups: WARMUP pairs 0..w-1; timed calls: TIMED pairs 0..n-1 across the segments)
-    and the timed median per call the server checked. The trace's own first marker gives the
-    marker stream and context."""
-    from kernelagent.harness.caller.kernel_evidence import static_own_names
+    ran it (warm-ups: WARMUP pairs 0..w-1; timed calls: TIMED pairs across the segments) and the
+    timed median per call the server checked. The trace's own first marker gives the marker
+    stream and context."""
+    from kernelagent.harness.cuda_source import static_own_names
+    from kernelagent.harness.trace.calls import Expected
 
     loop = job.result.get("timed_loop") or {}
     timing = (job.result.get("timings") or {}).get("candidate") or {}
-    return {"own_names": sorted(static_own_names(job.request.get("candidate_source", ""))),
-            "first_calls": 1, "checks": int(getattr(job, "trace_checks", 0)),
-            "warmup_calls": int(loop.get("warmup_calls") or 0), "timed_calls": int(loop.get("calls") or 0),
-            "median_ms": timing.get("median_ms")}
+    warmups, timed = int(loop.get("warmup_calls") or 0), int(loop.get("calls") or 0)
+    phases = {"first", "check"} | ({"warmup"} if warmups else set()) | ({"timed"} if timed else set())
+    median = timing.get("median_ms")
+    return Expected(own_names=frozenset(static_own_names(job.request.get("candidate_source", ""))),
+                    checks=int(getattr(job, "trace_checks", 0)), timed=timed, warmups=warmups,
+                    median_ms=float(median) if isinstance(median, (int, float)) and not isinstance(median, bool)
+                    else None, phases=frozenset(phases))
+
+
+def judge(job: Any) -> dict[str, Any] | None:
+    """The trace's verdict on a correct result (trace/rules.judge_bytes: the decoder, then the
+    rules), as the evidence's `trace` entry: {"flags", "facts", "incomplete", "seconds"}; None
+    where the job had no trace (no tracer: the CPU, `KERNELAGENT_TRACE=0`, a tracer that could not
+    be built). Decoding and judging are pure functions of the bytes and the server's knowledge."""
+    import time
+
+    from kernelagent.harness.trace import rules
+
+    trace = getattr(job, "trace", None)
+    if trace is None:
+        return None
+    started = time.monotonic()
+    if trace.overflow:
+        verdict = rules.TraceVerdict(incomplete=f"the trace passed its bound of {trace_channel.CAP_BYTES} bytes ({trace.read_bytes} read)")
+    else:
+        verdict = rules.judge_bytes(trace.data, expected(job))
+    facts = verdict.facts.to_dict()
+    calls = facts.pop("calls", None) or ()  # per call: kept in the dump, not in every result
+    for key in ("own_ns", "library_ns", "glue_ns"):  # the timed calls' sums (an audit compares them)
+        facts[key] = sum(int(c.get(key) or 0) for c in calls)
+    facts["timed_calls"] = len(calls)
+    return {"flags": [dict(f) for f in verdict.flags], "facts": facts, "incomplete": verdict.incomplete,
+            "seconds": round(time.monotonic() - started, 4)}
