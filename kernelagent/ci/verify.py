@@ -94,10 +94,11 @@ def eval_config(manifest: Manifest, entry: KernelEntry, cpu: bool, trials: int |
                 compile_modes: tuple[str, ...] = ("default",), timeouts: dict[str, float] | None = None):
     """The harness settings verify uses. On the CPU timing means nothing under the
     interpreter, so it is not done at all (correctness only, and faster). The gate compares
-    against Inductor's default mode; other `compile_modes` are timed and reported by name."""
+    against Inductor's default mode; other `compile_modes` are timed and reported by name. Every
+    result is audited by Nsight Compute on a GPU (`audit`): each one can become a lock."""
     from kernelagent.harness import EvalConfig
 
-    return EvalConfig(trials=trials or manifest.trials, backend=entry.backend,
+    return EvalConfig(trials=trials or manifest.trials, backend=entry.backend, audit=True,
                       timing=not cpu, baselines=not cpu, compile_modes=tuple(compile_modes),
                       **({"timeouts": dict(timeouts)} if timeouts else {}))
 

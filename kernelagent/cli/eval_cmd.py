@@ -26,7 +26,8 @@ def eval_command(
     max_autotune: MaxAutotuneOpt = False,
     modes: InductorModesOpt = None,
     profile: Annotated[bool, typer.Option(help="Report the candidate's top kernels (torch.profiler).")] = False,
-    kernel_evidence: Annotated[bool, typer.Option("--kernel-evidence/--no-kernel-evidence", help="After a CUDA result that would count as a win, run the candidate once more under Nsight Compute (jailed) and check the kernels it saw against the candidate's source and timing: evidence from outside its process. Where it cannot be collected the result is flagged for review. On by default; nothing on the CPU.")] = True,
+    kernel_evidence: Annotated[bool, typer.Option("--kernel-evidence/--no-kernel-evidence", help="On a GPU, check which kernels did the work of every correct result: a CUPTI trace of the candidate's own checked and timed calls (see --evidence), judged by the harness against the candidate's source and timing. Where no evidence can be had the result is flagged for review. On by default; nothing on the CPU.")] = True,
+    evidence: Annotated[str, typer.Option("--evidence", metavar="trace|ncu", help="Where the kernel evidence comes from: trace (the default: the trace of the timed calls themselves; Nsight Compute, jailed, audits every result that beats Inductor and a seeded 10% of the rest, and stands in where the trace cannot load) or ncu (Nsight Compute runs the candidate again for every correct result).")] = "trace",
     seed: Annotated[Optional[int], typer.Option("--seed", min=0, metavar="N", help="Fix the inputs' seeds (for debugging). By default every evaluation draws secret seeds, reported in the result afterwards.", show_default=False)] = None,
     atol: Annotated[Optional[float], typer.Option("--atol", metavar="X", callback=finite(0), help="Absolute tolerance, finite and >= 0 (default: by dtype).")] = None,
     rtol: Annotated[Optional[float], typer.Option("--rtol", metavar="X", callback=finite(0), help="Relative tolerance, finite and >= 0 (default: by dtype).")] = None,
@@ -44,13 +45,14 @@ def eval_command(
 
     code = run_guarded(_run, problem, candidates, trials, device, as_json, timing, baselines, max_autotune,
                        profile, seed, atol, rtol, isolation, cache_dir, backend, modes, kernel_evidence,
-                       stage_timeouts(timeout_scale, stage_timeout), daemon, whole_model, compile_on_cpu)
+                       stage_timeouts(timeout_scale, stage_timeout), daemon, whole_model, compile_on_cpu,
+                       evidence=evidence)
     raise typer.Exit(code)
 
 
 def _run(problem, candidates, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
          isolation, cache_dir, backend="triton", modes=None, kernel_evidence=True, timeouts=None, daemon=None,
-         whole_model=False, compile_on_cpu=False) -> int:
+         whole_model=False, compile_on_cpu=False, *, evidence="trace") -> int:
     from kernelagent.devices import check_device
     from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator
@@ -65,7 +67,7 @@ def _run(problem, candidates, trials, device, as_json, timing, baselines, max_au
     sources = [read_candidate(candidate) for candidate in candidates]  # every file read before any start
     settings = dict(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed, atol=atol,
                     rtol=rtol, backend=backend, **({"timeouts": timeouts} if timeouts else {}),
-                    compile_modes=compile_modes, kernel_evidence=kernel_evidence,
+                    compile_modes=compile_modes, kernel_evidence=kernel_evidence, evidence=evidence,
                     **({"compile_baseline_on_cpu": True} if compile_on_cpu else {}))
     try:
         if whole_model:  # the rules of optimize --whole-model's end-to-end check (wholemodel/e2e.py)

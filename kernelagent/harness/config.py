@@ -159,6 +159,10 @@ class EvalConfig:
     # This evaluation's result is audited by Nsight Compute whatever the share draws: `verify`
     # and `regenerate` (every lock), optimize's final kernel, bench's counted wins.
     audit: bool = False
+    # Every result that beats Inductor is audited too (a result a person is shown as a win): by
+    # the server where it knows the Inductor time (cached or its own), else by the caller after
+    # its merge (a second evaluation with `audit`).
+    audit_wins: bool = True
     # Reward-hacking defences (see kernelagent/harness/defences.py for each class and its
     # verdict). False turns off the run-time evidence, the static pass, fresh inputs per timed
     # iteration, the timed-output check, memory poisoning and the roofline check: the harness

@@ -9,6 +9,7 @@ server that stops answering is killed and restarted, and the caller goes on.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -24,10 +25,10 @@ from typing import Any
 from kernelagent.errors import UserError
 from kernelagent.harness import protocol
 from kernelagent.harness.caller import sandbox, zygote
-from kernelagent.harness.caller.audit import audit_drawn
+from kernelagent.harness.caller.audit import evidence_options, needs_win_audit
 from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.caller.channel import ServerChannel
-from kernelagent.harness.caller.results import first_try_summary, store_baselines
+from kernelagent.harness.caller.results import apply_kernel_evidence, first_try_summary, store_baselines
 from kernelagent.harness.caller.pids import PidProcess
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import EvalResult, Flag, Status
@@ -483,8 +484,7 @@ class Evaluator(ServerChannel):
                 options["reference_compile_dir"] = str(self.reference_compile_dir)
             if config.kernel_evidence:
                 # The server runs it as the job's last stage (server/evidence.py), hiding these too.
-                options["evidence"] = {"hide": self._evidence_hide(),
-                                       "audit": audit_drawn(config, base.candidate_sha256)}
+                options["evidence"] = evidence_options(config, base.candidate_sha256, cached, self._evidence_hide())
             request = {"config": config.to_dict(), "problem_source": problem.source,
                        "candidate_source": candidate_source, "want_baselines": want_baselines,
                        "candidate_sha256": base.candidate_sha256, "options": options}
@@ -531,7 +531,9 @@ class Evaluator(ServerChannel):
             result = self._merge(base, reply["result"], cached, cache_key, config)
         result.flags.extend(static_flags)
         if config.kernel_evidence:
-            self._kernel_evidence(result, evidence, candidate_source)
+            apply_kernel_evidence(result, evidence, candidate_source)  # caller/results.py
+        if needs_win_audit(result, config):  # a win the server could not know of: audited now
+            return self.evaluate(problem, candidate_source, dataclasses.replace(config, audit=True), cancel=cancel)
         result.stage_seconds["total"] = time.monotonic() - started
         return result
 
@@ -545,12 +547,6 @@ class Evaluator(ServerChannel):
         if getattr(self, "cache", None) is not None:
             hide.append(str(self.cache.root))
         return hide
-
-    def _kernel_evidence(self, result: EvalResult, evidence: dict[str, Any] | None, candidate_source: str) -> None:
-        """The kernel evidence judged into `result` (caller/results.py apply_kernel_evidence)."""
-        from kernelagent.harness.caller.results import apply_kernel_evidence
-
-        apply_kernel_evidence(result, evidence, candidate_source)
 
     def _deadline(self, config: EvalConfig) -> float:
         t = config.timeouts

@@ -81,6 +81,23 @@ def audit_asked(job: Any) -> bool:
     return isinstance(evidence_options, dict) and evidence_options.get("audit") is True
 
 
+def audit_for_win(job: Any) -> bool:
+    """A result that beats Inductor, where the caller asked wins to be audited (caller/audit.py):
+    the candidate's checked median under Inductor's, from the caller's cache (`win_below_ms`) or
+    this job's own baselines. Our own measurements on both sides, never the candidate's."""
+    from kernelagent.harness.caller.audit import inductor_ms
+
+    options = (job.request.get("options") or {}).get("evidence")
+    if not isinstance(options, dict) or options.get("audit_wins") is not True:
+        return False
+    below = options.get("win_below_ms")
+    if isinstance(below, bool) or not isinstance(below, (int, float)) or not below > 0:
+        below = inductor_ms((job.result.get("baselines") or {}).get("timings"))
+    median = ((job.result.get("timings") or {}).get("candidate") or {}).get("median_ms")
+    return below is not None and isinstance(median, (int, float)) and not isinstance(median, bool) \
+        and 0 < median < below
+
+
 def ncu_planned(job: Any) -> bool:
     """Will Nsight Compute run for this job if its result is correct: `evidence="ncu"`, an audit
     the caller asked for, or no trace to judge (the tracer did not load). A trace that turns out
@@ -116,7 +133,8 @@ def stage(job: Any) -> None:
         return
     trace_verdict = trace_stage.judge(job)
     incomplete = (trace_verdict or {}).get("incomplete") or ""
-    if trace_verdict is not None and not incomplete and not ncu_planned(job):
+    audited = audit_asked(job) or audit_for_win(job)
+    if trace_verdict is not None and not incomplete and not audited and not ncu_planned(job):
         discard(job)
         job.result["evidence"] = {"source": "trace", "trace": trace_verdict,
                                   "seconds": trace_verdict["seconds"]}
@@ -131,7 +149,7 @@ def stage(job: Any) -> None:
                                      or "the job's process was not traced")[:300]
     else:
         report["trace"] = trace_verdict
-        report["role"] = "fallback" if incomplete else ("audit" if audit_asked(job) else "primary")
+        report["role"] = "fallback" if incomplete else ("audit" if audited else "primary")
         if incomplete:
             report["fallback"] = f"the trace was incomplete: {incomplete}"[:300]
 
