@@ -90,7 +90,8 @@ class ChannelPhases:
                 raise CandidateGone()
             with self.reading_candidate():
                 message = protocol.recv(self.to_cand, accept | {"stage", "failure"}, self.job_id, max_bytes=max_bytes,
-                                        remaining=lambda end=deadline: end - self.clock())
+                                        remaining=lambda end=deadline: end - self.clock(),
+                                        bounds=protocol.CANDIDATE_BOUNDS)
             if message["type"] == "failure":
                 if not self.ready:
                     # The candidate runs the problem's code too (its inputs): before blaming it,
