@@ -154,6 +154,22 @@ def test_known_candidates_through_a_trl_shaped_call():
     assert backend.jobs == 4  # identical (problem, kernel) pairs are evaluated once
 
 
+# issue 54, class 5: sources the caller's static pass could not parse (a RecursionError in
+# ast.parse: `eval` exited 70 and the reward was None) or walk (its recursive visitors)
+LONG_EXPRESSION = GOOD + "\n\ndef _unused(x):\n    return " + " + ".join(["x"] * 5000) + "\n"
+DEEP_UNARY = GOOD + "\n\n_DEEP = " + "-" * 3000 + "1\n"
+WALKED_TOO_DEEP = GOOD + "\n\n_MID = " + " + ".join(["1"] * 450) + "\n"
+
+
+@pytest.mark.parametrize("code", [LONG_EXPRESSION, DEEP_UNARY, WALKED_TOO_DEEP],
+                         ids=["5000-terms", "3000-unary", "450-terms"])
+def test_a_source_too_deep_for_the_static_pass_is_a_compile_error_with_its_reward(code):
+    reward = KernelReward(shared_pool(), eval_config=fast_config())
+    values = reward(**trl_kwargs([chat(code)], read(RELU_PROBLEM)))
+    assert values == [0.0] and reward.last[0].status == "compile_error", reward.last[0]
+    assert "too deeply nested" in reward.last[0].reason
+
+
 def test_async_variant_and_none_for_infrastructure():
     reward = KernelReward(shared_pool(), eval_config=fast_config())
     fn = reward.as_async()
