@@ -123,3 +123,31 @@ def test_infrastructure_verdicts_need_our_own_evidence(events, shared, status, f
     assert bool(result["concurrency"].get("retry_alone")) == alone, result["concurrency"]
     if status != "harness_error" and any(e in (overflow, reference_dies) for e in events):
         assert any(f["kind"] == "later-fault" for f in result["flags"]), result["flags"]
+
+
+@pytest.mark.parametrize("decided, status", [("incorrect", "incorrect"), ("rejected", "rejected"),
+                                             ("correct", "harness_error"), (None, "harness_error")])
+def test_a_fault_after_the_verdict_keeps_the_candidates_failure(decided, status):
+    """server/main.py: a job whose run raised after its verdict (its evidence, its clean-up)."""
+    import queue
+    from types import SimpleNamespace
+
+    from kernelagent.harness.server.main import Dispatcher
+
+    sent = []
+    job = SimpleNamespace(fork=lambda: None, result={"status": None, "reason": "trial 0: mismatch", "flags": []})
+
+    def run():
+        job.result["status"] = decided  # the verdict, then a fault in finish_result
+        raise OverflowError("int too large to convert to float")
+
+    job.run = run
+    nonces: dict = {"j": queue.Queue()}
+    nonces["j"].put("n")
+    dispatcher = SimpleNamespace(send=lambda kind, job_id, nonce=None, **fields: sent.append((kind, fields)),
+                                 _nonces=nonces, cancelled=lambda job_id: False)
+    Dispatcher._run_job(dispatcher, job, "j", 0.0, time.monotonic())
+    result = sent[-1][1]["result"]
+    assert sent[-1][0] == "result" and result["status"] == status, result
+    if status == decided:
+        assert any(f["kind"] == "later-fault" for f in result["flags"])

@@ -76,6 +76,8 @@ def test_tensors_the_candidate_describes_are_bounded_by_the_problems_own():
     assert "3 tensors described" in _beyond([record] * 3, want)
     with pytest.raises(transfer.TransferError):
         _beyond([dict(record, shape=[0, 1 << 62], nbytes=0)], want)
+    with pytest.raises(transfer.TransferError):  # issue 54: 90,000 dimensions (a slow product in the reference)
+        _beyond([dict(record, shape=[1 << 39] * 90_000, nbytes=0)], want)
 
     import time
 
