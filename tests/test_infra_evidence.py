@@ -151,3 +151,21 @@ def test_a_fault_after_the_verdict_keeps_the_candidates_failure(decided, status)
     assert sent[-1][0] == "result" and result["status"] == status, result
     if status == decided:
         assert any(f["kind"] == "later-fault" for f in result["flags"])
+
+
+def test_the_server_that_refused_a_deep_message_serves_the_next_evaluation(evaluator):
+    """r5_deep_json (a 200,000-deep array as its outputs message) and then an honest kernel, on one
+    harness server: the first is the candidate's `rejected: protocol`, the server lives on."""
+    from kernelagent.harness import EvalConfig
+    from tests.conftest import CANDIDATES
+
+    config = EvalConfig(trials=1)
+    problem = CANDIDATES / "relu_problem.py"
+    hostile = evaluator.evaluate(problem, (Path(__file__).parent / "adversarial" / "r5_deep_json.py").read_text(),
+                                 config)
+    server = evaluator._proc.pid
+    assert hostile.status == "rejected" and "nested 200" in hostile.reason, hostile.reason
+    assert any(f.kind == "protocol" for f in hostile.flags)
+    honest = evaluator.evaluate(problem, (CANDIDATES / "relu_good.py").read_text(), config)
+    assert honest.status == "correct", honest.reason
+    assert evaluator._proc.pid == server
