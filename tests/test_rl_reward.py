@@ -110,6 +110,21 @@ def test_extract_candidate_from_chat_plain_and_tool_calls():
             extract_candidate(bad)
 
 
+_CODE = json.dumps("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
+
+
+@pytest.mark.parametrize("arguments", ["[" * 200_000 + "]" * 200_000, '{"code": ' + _CODE + ', "t": 1e400}',
+                                       '{"code": ' + _CODE + ', "n": ' + str(10**400) + "}"],
+                         ids=["deep", "inf", "huge-int"])
+def test_unbounded_tool_arguments_are_no_candidate(arguments):
+    """Issue 54, class 5: the policy's tool-call arguments are parsed bounded; a 200,000-deep
+    array raised RecursionError out of the reward function (the whole batch lost its rewards)."""
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "submit", "arguments": arguments}}]}
+    with pytest.raises(NoCandidate):
+        extract_candidate([call])
+
+
 # == the real harness, TRL-shaped =======================================================
 def trl_kwargs(completions: list, problem_source: str) -> dict:
     """Exactly what GRPOTrainer passes: prompts, completions, completion_ids, the dataset
