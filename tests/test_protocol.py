@@ -241,3 +241,16 @@ def test_the_deep_json_scan_is_linear():
     with pytest.raises(ProtocolError):
         protocol.decode(b'["' + b'\\"[' * 300_000, {"kernels"}, bounds=protocol.CANDIDATE_BOUNDS)
     assert time.monotonic() - started < 2.0
+
+
+def test_the_candidate_sides_evidence_stays_within_its_bounds():
+    """What our code in the candidate's process sends (flags, profiler rows) is cut to fit the
+    bounds the server reads it with: an honest flag with a long message (an exception's text) is
+    never a protocol breach."""
+    flags = [{"kind": "defences", "severity": "info", "message": "evidence failed: " + "x" * (200 << 10),
+              "count": 10**30}]
+    raw = protocol.encode("done", "j", flags=protocol.json_safe(flags, max_str=protocol.CANDIDATE_STRING_CLIP),
+                          memory={})
+    message = protocol.decode(raw, {"done"}, bounds=protocol.CANDIDATE_BOUNDS)
+    assert len(message["flags"][0]["message"]) == protocol.CANDIDATE_STRING_CLIP
+    assert message["flags"][0]["count"] is None

@@ -47,6 +47,7 @@ MAX_PAYLOAD_FRAME = 1 << 30  # raw output bytes on the CPU (smoke-sized inputs),
 # failure message).
 BOUNDS = Bounds()
 CANDIDATE_BOUNDS = Bounds(string=64 << 10)
+CANDIDATE_STRING_CLIP = 16 << 10  # what the candidate side cuts its evidence's strings to (json_safe)
 
 _NUM = (int, float)
 # type -> {field: allowed python types after json.loads}; every field listed is required.
@@ -179,20 +180,25 @@ def decode(raw: bytes, accept: set[str] | frozenset[str], job: str | None = None
     return message
 
 
-def json_safe(value: Any, depth: int = 0) -> Any:
+def json_safe(value: Any, depth: int = 0, max_str: int | None = None) -> Any:
     """A copy of `value` that `encode` accepts: non-finite floats become None, tuples lists,
-    other objects their str()."""
-    if depth > 40:
+    other objects their str(); with `max_str`, every string cut to that many characters (what
+    the candidate's process sends stays within CANDIDATE_BOUNDS)."""
+    if depth > 24:
         return None
     if isinstance(value, dict):
-        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+        return {str(k)[:max_str]: json_safe(v, depth + 1, max_str) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [json_safe(v, depth + 1) for v in value]
-    if value is None or isinstance(value, (bool, int, str)):
+        return [json_safe(v, depth + 1, max_str) for v in value]
+    if isinstance(value, str):
+        return value[:max_str]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= BOUNDS.int_abs:
+        return None  # beyond what any receiver accepts
+    if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    return str(value)
+    return str(value)[:max_str]
 
 
 def send(conn: Connection, msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) -> None:
