@@ -169,3 +169,18 @@ def test_the_server_that_refused_a_deep_message_serves_the_next_evaluation(evalu
     honest = evaluator.evaluate(problem, (CANDIDATES / "relu_good.py").read_text(), config)
     assert honest.status == "correct", honest.reason
     assert evaluator._proc.pid == server
+
+
+def test_a_malformed_message_from_the_reference_is_not_the_candidates_breach():
+    """The reference is our process: a frame of its that the server cannot read is a harness
+    error (ReferenceGone), never `rejected: protocol` for the candidate."""
+    from types import SimpleNamespace
+
+    from kernelagent.harness.server.channels import ChannelPhases
+
+    server_end, reference_end = mp.Pipe()
+    job = SimpleNamespace(to_ref=server_end, ref_alive_fd=None, ref=object(), job_id="j", ref_nonce="n",
+                          wait=lambda conns, deadline: [server_end])
+    reference_end.send_bytes(b'{"v":2,"type":"verdict","job":"j","nonce":"n","seed":' + str(10**400).encode() + b"}")
+    with pytest.raises(ReferenceGone, match="could not read"):
+        ChannelPhases.ref_recv(job, {"verdict"}, time.monotonic() + 5)

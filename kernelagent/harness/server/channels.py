@@ -34,6 +34,8 @@ class ChannelPhases:
                 except EOFError:
                     self.ref.join(2)
                     raise ReferenceGone(_describe_exit(self.ref.exitcode)) from None
+                except protocol.ProtocolError as exc:  # our own process's fault, never the candidate's
+                    raise ReferenceGone(f"sent a message the server could not read ({exc})") from None
                 if message["type"] == "ref_error":
                     self.ref_error(message)
                 return message
