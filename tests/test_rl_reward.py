@@ -239,3 +239,16 @@ def test_reward_pays_the_point_estimate_not_the_lower_bound():
     result.speedup_intervals = {"compile": [0.9, 2.0], "eager": [2.5, 3.5]}
     breakdown = reward_from_result(result, RewardConfig())
     assert breakdown.speedup == 1.5 and breakdown.reward == pytest.approx(formula(True, True, 1.5))
+
+
+def test_sft_export_and_search_read_unbounded_tool_arguments_as_none():
+    """The same bounded parse where a trajectory's tool calls are exported (rl/sft.py) and where a
+    search takes the code of a reply (search/runner.py)."""
+    from kernelagent.agent.loop import FormatError
+    from kernelagent.rl.sft import _tool_call
+    from kernelagent.search.runner import _code_of
+
+    deep = "[" * 200_000 + "]" * 200_000
+    assert _tool_call({"function": {"name": "submit", "arguments": deep}})["function"]["arguments"] == {}
+    with pytest.raises(FormatError):  # no candidate in the reply, as for any other unreadable arguments
+        _code_of({"content": "", "tool_calls": [{"arguments_json": deep}]})
