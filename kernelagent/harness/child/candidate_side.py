@@ -221,8 +221,9 @@ class CandidateSide:
     def check(self, check: dict[str, Any]) -> None:
         kind, seed = check["kind"], int(check["seed"])
         try:
-            # The harness's own allocations, apart from the candidate's call: running out of
-            # memory here is the harness's failure (the server judges whether that is plausible).
+            # The harness's own allocations, apart from the candidate's call: said apart in the
+            # reason, but this process is the candidate's, so the server never takes it for a
+            # fault of the harness (server/failures.py: its runtime error).
             values = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
             if self.monitor is not None and self.device.type == "cuda":
                 cuda_evidence.poison_cuda_memory(self.device, self.poison_bytes)
