@@ -67,7 +67,8 @@ STATUS_TODO = {
     "correct": "nothing: look at the speedups and their intervals",
     "compiled": "a compile-only run (or CUDA without a GPU): run on a GPU for correctness and timing",
     "incorrect": "read the trial that failed (max abs/rel error, which input set) and fix the kernel",
-    "compile_error": "read the first error in the log: syntax, import, a missing ModelNew, or the first call",
+    "compile_error": "read the first error in the log: syntax, import, a missing ModelNew, or the first call; "
+                     "split an expression nested too deep for the static pass",
     "runtime_error": "read the exception in the log (shapes, out-of-bounds, dtypes)",
     "timeout": "the stage limit was passed: look for a hang or a far too slow kernel (--timeout-scale)",
     "crashed": "the process died (a CUDA fault, os._exit): run the kernel alone under compute-sanitizer",

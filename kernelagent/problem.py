@@ -200,6 +200,8 @@ def candidate_static_problem(source: str) -> str | None:
     """A one-line reason why `source` cannot be a candidate, or None if it may be one."""
     try:
         tree = pyast.parse(source, filename="candidate.py")
+    except pyast.SourceTooComplex as exc:  # beyond what the static pass parses and walks
+        return f"the candidate is too large or too deeply nested to check: {exc.msg}"
     except (SyntaxError, ValueError) as exc:  # ValueError: NUL bytes (Python < 3.12)
         if "\ufffd" in source or "\x00" in source:
             return "the candidate is not Python source text (binary content, or not UTF-8)"

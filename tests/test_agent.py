@@ -496,3 +496,22 @@ def test_env_does_not_leak_keys_into_trajectory(server, problem, tmp_path, evalu
              evaluator=evaluator, max_turns=2)
     assert "sk-secret-value" not in (out / "trajectory.json").read_text()
     assert os.environ["OPENAI_API_KEY"] == "sk-secret-value"
+
+
+@pytest.mark.parametrize("arguments", ["[" * 200_000 + "]" * 200_000, '{"code": "x", "n": ' + str(10**400) + "}"],
+                         ids=["deep", "huge-int"])
+def test_unbounded_tool_arguments_go_back_to_the_model_as_an_error(arguments):
+    """Issue 54, class 5: the model's tool-call arguments are parsed bounded (harness/bounded_json.py);
+    200,000 nested arrays raised RecursionError out of the agent's turn."""
+    from types import SimpleNamespace
+
+    from kernelagent.agent.loop import Agent
+
+    ran = []
+    agent = SimpleNamespace(tools=SimpleNamespace(run=lambda name, args: ran.append(args)),
+                            format_error=lambda exc: f"error: {exc}")
+    obs = Agent.call_tool(agent, "compile", arguments)
+    assert obs.verdict == "bad_arguments" and "not valid JSON" in obs.text and not ran
+    reply = SimpleNamespace(to_message=lambda: {"role": "assistant", "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "compile", "arguments": arguments}}]})
+    assert Agent.history_message(agent, reply)["tool_calls"][0]["function"]["arguments"] == "{}"

@@ -351,3 +351,13 @@ def test_candidate_text_reaches_the_terminal_without_control_sequences(places, t
     shown = result.stdout + result.stderr
     assert "pwned" in shown and "done" in shown
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", shown), repr(shown[-500:])
+
+
+@pytest.mark.parametrize("bad", [{"seed": 2**70}, {"weight_seed": 2**63}, {"max_reps": 2**64}, {"trials": 10**30}])
+def test_evalconfig_refuses_integers_the_protocol_cannot_carry(bad):
+    """Issue 54: every frame refuses integers of 2**63 or more (harness/bounded_json.py); a
+    user's --seed 2**70 is one clear line (exit 2), never a frame the server refuses."""
+    from kernelagent.harness import EvalConfig
+
+    with pytest.raises(ValueError, match="at most 2\\*\\*62"):
+        EvalConfig(**bad)

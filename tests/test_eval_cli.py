@@ -71,6 +71,21 @@ def test_candidate_crash_is_exit_1_not_a_traceback(cache_dir):
     assert "SIGSEGV" in result.output and "Traceback" not in result.output
 
 
+# issue 54, class 5: the caller's static pass raised RecursionError on these (`eval` exited 70)
+@pytest.mark.parametrize("tail", ["\n\ndef _unused(x):\n    return " + " + ".join(["x"] * 5000) + "\n",
+                                  "\n\n_DEEP = " + "-" * 3000 + "1\n",
+                                  "\n\n_MID = " + " + ".join(["1"] * 450) + "\n"],
+                         ids=["5000-terms", "3000-unary", "450-terms"])
+def test_a_source_too_deep_to_parse_is_the_candidates_compile_error(tail, tmp_path, cache_dir):
+    candidate = tmp_path / "deep.py"
+    candidate.write_text((CANDIDATES / "relu_good.py").read_text() + tail)
+    result = invoke(PROBLEM, str(candidate), *FAST, "--json", cache_dir=cache_dir)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 1, result.output
+    verdict = json.loads(result.output[result.output.index("{"):])
+    assert verdict["status"] == "compile_error" and "too deeply nested" in verdict["reason"], verdict
+
+
 @pytest.mark.parametrize("args, message", [
     (["missing_problem.py", str(CANDIDATES / "relu_good.py")], "problem file not found"),
     ([str(CANDIDATES / "bad_problem_no_model.py"), str(CANDIDATES / "relu_good.py")], "missing Model"),

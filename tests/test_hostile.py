@@ -271,6 +271,16 @@ TABLE = [
     Row("r4_negative_samples.py", (REJECTED,), need("clock"), flag="protocol"),
     Row("r4_huge_samples.py", (REJECTED,), need("clock"), flag="protocol"),
     Row("r4_stage_flood.py", (REJECTED,), need("channel"), flag="protocol"),
+    # issue 54, class 5: laundering a verdict into a harness error through what the server cannot
+    # parse: a 200,000-deep array (RecursionError), integers of 10**400 in a profiler row and in
+    # the timing samples (OverflowError; one after a failed check, one hiding a cache); and a
+    # forged "harness out of memory". Bounded JSON refuses the first three (`rejected: protocol`),
+    # the check failed first stays the verdict, and the claim is the candidate's own failure.
+    Row("r5_deep_json.py", (REJECTED,), need("channel"), flag="protocol"),
+    Row("r5_huge_int_kernels.py", (REJECTED,), need("channel"), flag="protocol"),
+    Row("r5_huge_int_after_failure.py", (INCORRECT,), need("channel", "verdict")),
+    Row("r5_huge_int_sample.py", (REJECTED,), need("clock"), flag="protocol"),
+    Row("r5_forged_harness_oom.py", ("runtime_error",), need("verdict")),
     # 3 in-process defences switched off. Where the payload is hidden work (torch or a helper
     # process doing the ReLU), only in-process evidence can tell on the CPU.
     Row("h3_exec_string.py", (REJECTED, INCORRECT), need("inproc")),

@@ -5,6 +5,8 @@ shows the evaluator's wiring."""
 
 from __future__ import annotations
 
+import pytest
+
 from kernelagent.harness.caller import kernel_evidence as ke
 from tests.conftest import CANDIDATES, read
 
@@ -152,6 +154,20 @@ def test_what_the_candidate_did_under_ncu_rejects_it_as_the_main_run_would(tmp_p
     odd = _cuda_result()
     Evaluator._kernel_evidence(SimpleNamespace(), odd, {"unavailable": "x", "violations": ["a"]}, TRITON)
     assert odd.status == "correct" and [f.kind for f in odd.flags] == ["kernel-evidence"]
+
+
+@pytest.mark.parametrize("line", ["[" * 200_000 + "]" * 200_000, '{"tampering": [' + str(10**400) + ']}',
+                                  "not json at all"], ids=["deep", "huge-int", "garbage"])
+def test_an_unbounded_report_line_under_ncu_is_the_candidates_tampering(line):
+    """Issue 54, class 5: the session's last line comes from the process that runs the candidate
+    again; a 200,000-deep array there was a RecursionError reading the evidence."""
+    import subprocess
+
+    from kernelagent.harness.caller import ncu
+
+    proc = subprocess.CompletedProcess([], 0, stdout="KERNELAGENT_NCU_DONE " + line + "\n", stderr="")
+    read = ncu.read_session(None, proc, 60, None, 10, 0.0)
+    assert [f["kind"] for f in ke.violations_under_ncu(read)] == ["tampering"], read
 
 
 def test_the_evidence_jail_hides_the_callers_own_directories(tmp_path):

@@ -76,6 +76,8 @@ def test_tensors_the_candidate_describes_are_bounded_by_the_problems_own():
     assert "3 tensors described" in _beyond([record] * 3, want)
     with pytest.raises(transfer.TransferError):
         _beyond([dict(record, shape=[0, 1 << 62], nbytes=0)], want)
+    with pytest.raises(transfer.TransferError):  # issue 54: 90,000 dimensions (a slow product in the reference)
+        _beyond([dict(record, shape=[1 << 39] * 90_000, nbytes=0)], want)
 
     import time
 
@@ -198,3 +200,57 @@ def test_a_channel_reset_with_our_message_unread_is_the_sender_gone():
     theirs.close()
     with pytest.raises(EOFError):
         protocol.recv(ours, {"outputs"}, remaining=_clock(5))
+
+
+def _kernels(body: bytes) -> bytes:
+    return b'{"v":2,"type":"kernels","job":"j","kernels":' + body + b'}'
+
+
+# issue 54, class 5: the candidate's process sent these; each was a RecursionError or an
+# OverflowError in the server (a harness error), or a number the first float() on it broke.
+@pytest.mark.parametrize("raw,fragment", [
+    (_kernels(b"[" * 200_000 + b"]" * 200_000), "nested 200001 levels deep"),
+    (_kernels(b'[{"name":"k","calls":' + str(10**400).encode() + b'}]'), "integer of 401 digits"),
+    (_kernels(b'[{"name":"k","calls":' + str(2**63).encode() + b'}]'), "integer out of range"),
+    (_kernels(b'[{"name":"k","total_ms":1e400}]'), "number out of range"),
+    (_kernels(b'[{"name":"k","total_ms":-1e400}]'), "number out of range"),
+    (_kernels(b'["' + b"x" * (65 << 10) + b'"]'), "string of 66,560 characters"),
+    (_kernels(b'[{"' + b"x" * (65 << 10) + b'":1}]'), "string of 66,560 characters"),
+    (_kernels(b"[" + b"0," * 100_000 + b"0]"), "array of 100,001 elements"),
+    (_kernels(b"[" + b"{}," * 40 + b"[" * 33 + b"]" * 33 + b"]"), "nested 35 levels deep"),
+], ids=["deep-200k", "int-10**400", "int-2**63", "float-1e400", "float--1e400", "long-string", "long-key",
+        "long-array", "deep-35"])
+def test_unbounded_json_from_the_candidate_is_a_protocol_error(raw, fragment):
+    with pytest.raises(ProtocolError, match=fragment):
+        protocol.decode(raw, {"kernels"}, bounds=protocol.CANDIDATE_BOUNDS)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    name = '[{"\\"[[[[' * 2000
+    raw = protocol.encode("kernels", "j", kernels=[{"name": name[:60000], "calls": 2**62}])
+    message = protocol.decode(raw, {"kernels"}, bounds=protocol.CANDIDATE_BOUNDS)
+    assert message["kernels"][0] == {"name": name[:60000], "calls": 2**62}
+
+
+def test_the_deep_json_scan_is_linear():
+    """A lone quote before a run of escaped quotes: a string regex retried at each quote would
+    take minutes on a 1 MiB frame."""
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(ProtocolError):
+        protocol.decode(b'["' + b'\\"[' * 300_000, {"kernels"}, bounds=protocol.CANDIDATE_BOUNDS)
+    assert time.monotonic() - started < 2.0
+
+
+def test_the_candidate_sides_evidence_stays_within_its_bounds():
+    """What our code in the candidate's process sends (flags, profiler rows) is cut to fit the
+    bounds the server reads it with: an honest flag with a long message (an exception's text) is
+    never a protocol breach."""
+    flags = [{"kind": "defences", "severity": "info", "message": "evidence failed: " + "x" * (200 << 10),
+              "count": 10**30}]
+    raw = protocol.encode("done", "j", flags=protocol.json_safe(flags, max_str=protocol.CANDIDATE_STRING_CLIP),
+                          memory={})
+    message = protocol.decode(raw, {"done"}, bounds=protocol.CANDIDATE_BOUNDS)
+    assert len(message["flags"][0]["message"]) == protocol.CANDIDATE_STRING_CLIP
+    assert message["flags"][0]["count"] is None

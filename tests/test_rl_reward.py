@@ -110,6 +110,21 @@ def test_extract_candidate_from_chat_plain_and_tool_calls():
             extract_candidate(bad)
 
 
+_CODE = json.dumps("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
+
+
+@pytest.mark.parametrize("arguments", ["[" * 200_000 + "]" * 200_000, '{"code": ' + _CODE + ', "t": 1e400}',
+                                       '{"code": ' + _CODE + ', "n": ' + str(10**400) + "}"],
+                         ids=["deep", "inf", "huge-int"])
+def test_unbounded_tool_arguments_are_no_candidate(arguments):
+    """Issue 54, class 5: the policy's tool-call arguments are parsed bounded; a 200,000-deep
+    array raised RecursionError out of the reward function (the whole batch lost its rewards)."""
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "submit", "arguments": arguments}}]}
+    with pytest.raises(NoCandidate):
+        extract_candidate([call])
+
+
 # == the real harness, TRL-shaped =======================================================
 def trl_kwargs(completions: list, problem_source: str) -> dict:
     """Exactly what GRPOTrainer passes: prompts, completions, completion_ids, the dataset
@@ -152,6 +167,22 @@ def test_known_candidates_through_a_trl_shaped_call():
                                                "no_code", "correct", "incorrect"]
     assert reward.last[3].rejected and reward.last[3].compile_term == 0.0
     assert backend.jobs == 4  # identical (problem, kernel) pairs are evaluated once
+
+
+# issue 54, class 5: sources the caller's static pass could not parse (a RecursionError in
+# ast.parse: `eval` exited 70 and the reward was None) or walk (its recursive visitors)
+LONG_EXPRESSION = GOOD + "\n\ndef _unused(x):\n    return " + " + ".join(["x"] * 5000) + "\n"
+DEEP_UNARY = GOOD + "\n\n_DEEP = " + "-" * 3000 + "1\n"
+WALKED_TOO_DEEP = GOOD + "\n\n_MID = " + " + ".join(["1"] * 450) + "\n"
+
+
+@pytest.mark.parametrize("code", [LONG_EXPRESSION, DEEP_UNARY, WALKED_TOO_DEEP],
+                         ids=["5000-terms", "3000-unary", "450-terms"])
+def test_a_source_too_deep_for_the_static_pass_is_a_compile_error_with_its_reward(code):
+    reward = KernelReward(shared_pool(), eval_config=fast_config())
+    values = reward(**trl_kwargs([chat(code)], read(RELU_PROBLEM)))
+    assert values == [0.0] and reward.last[0].status == "compile_error", reward.last[0]
+    assert "too deeply nested" in reward.last[0].reason
 
 
 def test_async_variant_and_none_for_infrastructure():
@@ -208,3 +239,16 @@ def test_reward_pays_the_point_estimate_not_the_lower_bound():
     result.speedup_intervals = {"compile": [0.9, 2.0], "eager": [2.5, 3.5]}
     breakdown = reward_from_result(result, RewardConfig())
     assert breakdown.speedup == 1.5 and breakdown.reward == pytest.approx(formula(True, True, 1.5))
+
+
+def test_sft_export_and_search_read_unbounded_tool_arguments_as_none():
+    """The same bounded parse where a trajectory's tool calls are exported (rl/sft.py) and where a
+    search takes the code of a reply (search/runner.py)."""
+    from kernelagent.agent.loop import FormatError
+    from kernelagent.rl.sft import _tool_call
+    from kernelagent.search.runner import _code_of
+
+    deep = "[" * 200_000 + "]" * 200_000
+    assert _tool_call({"function": {"name": "submit", "arguments": deep}})["function"]["arguments"] == {}
+    with pytest.raises(FormatError):  # no candidate in the reply, as for any other unreadable arguments
+        _code_of({"content": "", "tool_calls": [{"arguments_json": deep}]})

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from typing import Any, Protocol
 from kernelagent.agent.budget import Budget, LimitsExceeded
 from kernelagent.agent.prompts import Prompts, truncate
 from kernelagent.agent.trajectory import Trajectory
+from kernelagent.harness import bounded_json
 from kernelagent.models.base import Model, ModelConfigError, ModelError, ModelReply
 
 __all__ = ["Agent", "AgentConfig", "FormatError", "LimitsExceeded", "Observation", "RunResult",
@@ -249,8 +249,8 @@ class Agent:
     def call_tool(self, name: str, arguments_json: str) -> Observation:
         try:
             try:
-                arguments = json.loads(arguments_json or "{}")
-            except json.JSONDecodeError as exc:
+                arguments = bounded_json.loads((arguments_json or "{}").encode("utf-8", "replace"))
+            except bounded_json.Refused as exc:  # bounded: 200,000 nested arrays were a RecursionError
                 raise FormatError(f"the arguments of `{name}` are not valid JSON ({exc}); "
                                   "send a JSON object such as {\"code\": \"...\"}",
                                   kind="bad_arguments") from None
@@ -269,8 +269,8 @@ class Agent:
         message = reply.to_message()
         for call in message.get("tool_calls", []):
             try:
-                json.loads(call["function"]["arguments"] or "{}")
-            except json.JSONDecodeError:
+                bounded_json.loads((call["function"]["arguments"] or "{}").encode("utf-8", "replace"))
+            except bounded_json.Refused:
                 call["function"]["arguments"] = "{}"
         return message
 

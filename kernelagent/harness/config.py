@@ -261,11 +261,18 @@ def _require_number(name: str, value: object, minimum: float | None = None, maxi
         raise ValueError(f"{name} must be <= {maximum:g} (got {value!r})")
 
 
+# Every integer crosses the harness's protocol, which refuses any of 2**63 or more (bounded_json):
+# with room for the offsets added to a seed.
+MAX_INT = 2**62
+
+
 def _require_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer (got {value!r})")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum} (got {value!r})")
+    if value > MAX_INT:
+        raise ValueError(f"{name} must be at most 2**62 (got {value!r})")
 
 
 def tolerance_for(dtype_name: str, atol: float | None, rtol: float | None) -> tuple[float, float]:

@@ -10,7 +10,8 @@ Processes and their channels (see the folders of this package):
 A frame is one JSON object (UTF-8) sent with `Connection.send_bytes`, so it carries its own
 length; `recv` refuses a frame longer than the channel's bound before reading it. Nothing
 is ever unpickled: tensors cross as raw bytes (CPU) or CUDA IPC handles described in JSON
-(child/transfer.py). Every message names its `type`; `decode` checks the version, the type
+(child/transfer.py). Every frame is parsed by bounded_json.py (depth, lengths, number range
+checked before anything reads it). Every message names its `type`; `decode` checks the version, the type
 against what the receiver accepts, each field's presence and JSON type, and (where the
 channel has one) the job id and nonce. Anything else raises ProtocolError, which the receiver
 turns into a verdict about that job (`rejected: protocol` for the candidate's channel, a harness
@@ -32,6 +33,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from kernelagent.harness.bounded_json import Bounds, Refused, loads as bounded_loads
+
 VERSION = 2
 
 # Bounds on one frame, by channel. A candidate that sends more is cut off (protocol verdict).
@@ -39,6 +42,12 @@ MAX_CALLER_FRAME = 64 << 20  # results carry logs (bounded) and the job's source
 MAX_CONTROL_FRAME = 1 << 20  # server <-> reference control messages
 MAX_CANDIDATE_FRAME = 1 << 20  # the candidate's claims (timings, flags, IPC handle descriptions)
 MAX_PAYLOAD_FRAME = 1 << 30  # raw output bytes on the CPU (smoke-sized inputs), relayed once
+# What one message may hold (bounded_json.py): nesting, array and object lengths and integers on
+# every channel; on the candidate's, strings too (its longest honest one is a 20,000-character
+# failure message).
+BOUNDS = Bounds()
+CANDIDATE_BOUNDS = Bounds(string=64 << 10)
+CANDIDATE_STRING_CLIP = 16 << 10  # what the candidate side cuts its evidence's strings to (json_safe)
 
 _NUM = (int, float)
 # type -> {field: allowed python types after json.loads}; every field listed is required.
@@ -132,14 +141,16 @@ def encode(msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) 
 
 
 def decode(raw: bytes, accept: set[str] | frozenset[str], job: str | None = None,
-           nonce: str | None = None) -> dict[str, Any]:
-    """The message in `raw`, checked: version, a type in `accept`, the job id and nonce when
-    given, and every field of its schema with the right JSON type. Unknown fields are
-    refused too, so that nothing unexpected is ever read by mistake."""
+           nonce: str | None = None, bounds: Bounds = BOUNDS) -> dict[str, Any]:
+    """The message in `raw`, checked: JSON within `bounds` (bounded_json.py: depth, lengths,
+    integers within +-2**63, every number finite) before anything else reads it, version, a
+    type in `accept`, the job id and nonce when given, and every field of its schema with the
+    right JSON type. Unknown fields are refused too, so that nothing unexpected is ever read
+    by mistake."""
     try:
-        message = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"not a JSON message ({exc.__class__.__name__})") from None
+        message = bounded_loads(raw, bounds)
+    except Refused as exc:
+        raise ProtocolError(f"not a JSON message of ours: {exc}") from None
     if not isinstance(message, dict):
         raise ProtocolError("a message must be a JSON object")
     if message.get("v") != VERSION:
@@ -169,24 +180,25 @@ def decode(raw: bytes, accept: set[str] | frozenset[str], job: str | None = None
     return message
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def json_safe(value: Any, depth: int = 0) -> Any:
+def json_safe(value: Any, depth: int = 0, max_str: int | None = None) -> Any:
     """A copy of `value` that `encode` accepts: non-finite floats become None, tuples lists,
-    other objects their str()."""
-    if depth > 40:
+    other objects their str(); with `max_str`, every string cut to that many characters (what
+    the candidate's process sends stays within CANDIDATE_BOUNDS)."""
+    if depth > 24:
         return None
     if isinstance(value, dict):
-        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
+        return {str(k)[:max_str]: json_safe(v, depth + 1, max_str) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [json_safe(v, depth + 1) for v in value]
-    if value is None or isinstance(value, (bool, int, str)):
+        return [json_safe(v, depth + 1, max_str) for v in value]
+    if isinstance(value, str):
+        return value[:max_str]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= BOUNDS.int_abs:
+        return None  # beyond what any receiver accepts
+    if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    return str(value)
+    return str(value)[:max_str]
 
 
 def send(conn: Connection, msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) -> None:
@@ -194,20 +206,21 @@ def send(conn: Connection, msg_type: str, job: str, nonce: str | None = None, /,
 
 
 def recv(conn: Connection, accept: set[str] | frozenset[str], job: str | None = None, nonce: str | None = None,
-         max_bytes: int = MAX_CONTROL_FRAME, remaining: Callable[[], float] | None = None) -> dict[str, Any]:
+         max_bytes: int = MAX_CONTROL_FRAME, remaining: Callable[[], float] | None = None,
+         bounds: Bounds = BOUNDS) -> dict[str, Any]:
     """One checked message. EOFError when the other end is gone; ProtocolError for anything
     that is not a message of ours (including a frame over `max_bytes`). With `remaining` (the
     seconds left to the reader's deadline), the frame is read by `read_frame`: bounded in time
     as well as in size, as every read of a hostile sender must be."""
     if remaining is not None:
-        return decode(read_frame(conn, max_bytes, remaining), accept, job, nonce)
+        return decode(read_frame(conn, max_bytes, remaining), accept, job, nonce, bounds)
     try:
         raw = conn.recv_bytes(max_bytes)
     except OSError as exc:
         if "too long" in str(exc).lower() or "bad message length" in str(exc).lower():
             raise ProtocolError(f"frame longer than {max_bytes} bytes") from None
         raise
-    return decode(raw, accept, job, nonce)
+    return decode(raw, accept, job, nonce, bounds)
 
 
 def read_frame(conn: Connection, max_bytes: int, remaining: Callable[[], float]) -> bytearray:

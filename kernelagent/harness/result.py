@@ -32,6 +32,8 @@ SEVERITY: dict[str, str] = {
     "roofline": "info",
     "wrong-backend": "reject",
     "protocol": "reject",  # the candidate's process broke the protocol (forged or malformed messages)
+    # a fault of ours, or the reference's, after the candidate had failed a check: its failure stands
+    "later-fault": "info",
     "clock-mismatch": "review",  # its in-process timings disagree with the server's clock
     # its median sat under what the server's segments allow, not grossly: the server's times are reported
     "clock-median": "info",
@@ -82,13 +84,13 @@ class Status:
     COMPILED = "compiled"  # compile-only evaluation: loaded and ran its first call (or, for a
     # CUDA candidate on a machine without a GPU: its sources compiled with nvcc, nothing ran)
     INCORRECT = "incorrect"  # ran, but an output did not match the reference
-    COMPILE_ERROR = "compile_error"  # syntax error, import error, no ModelNew, first call failed
+    COMPILE_ERROR = "compile_error"  # syntax error or too deep to parse, import error, no ModelNew, first call failed
     RUNTIME_ERROR = "runtime_error"  # raised during a correctness trial or timing
     TIMEOUT = "timeout"  # a stage ran past its hard limit; the process group was killed
     CRASHED = "crashed"  # the candidate's process died (signal, os._exit, CUDA fault)
     REJECTED = "rejected"  # caught cheating: mutated inputs, bad outputs, banned code
     BAD_PROBLEM = "bad_problem"  # the problem file itself is broken (user error, exit 2)
-    HARNESS_ERROR = "harness_error"  # our fault or the machine's, not the candidate's
+    HARNESS_ERROR = "harness_error"  # our fault or the machine's, as our processes saw it, never as a candidate said
     # The problem does not fit this machine (its inputs, by an estimate made before anything is
     # allocated, need more memory than there is): a verdict about the machine, never the
     # candidate. The reason gives the bytes needed and available; `memory` holds them too

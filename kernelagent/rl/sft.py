@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.bench.discover import DEFAULT_SEED, DEFAULT_SPLIT, problem_key, problem_split
+from kernelagent.harness import bounded_json
 
 FENCE = re.compile(r"```[^\n]*\n.*?```", re.DOTALL)
 
@@ -86,8 +87,8 @@ def _tool_call(call: dict) -> dict:
     args = fn.get("arguments", "{}")
     if isinstance(args, str):
         try:
-            args = json.loads(args or "{}")
-        except json.JSONDecodeError:
+            args = bounded_json.loads((args or "{}").encode("utf-8", "replace"))
+        except bounded_json.Refused:
             args = {}
     return {"type": "function", "function": {"name": fn.get("name", ""),
                                              "arguments": args if isinstance(args, dict) else {}}}

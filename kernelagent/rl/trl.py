@@ -26,12 +26,12 @@ from __future__ import annotations
 import ast
 import asyncio
 import hashlib
-import json
 import logging
 import threading
 from concurrent.futures import Future
 from typing import Any, Sequence
 
+from kernelagent.harness import bounded_json
 from kernelagent.rl.reward import (
     RewardBreakdown,
     RewardConfig,
@@ -73,9 +73,9 @@ def completion_text(completion: Any) -> tuple[str, list[str]]:
         for call in message.get("tool_calls") or []:
             args = (call.get("function") or {}).get("arguments", call.get("arguments"))
             if isinstance(args, str):
-                try:
-                    args = json.loads(args)
-                except json.JSONDecodeError:
+                try:  # the policy's text: bounded (a 200,000-deep array raised RecursionError here)
+                    args = bounded_json.loads(args.encode("utf-8", "replace"))
+                except bounded_json.Refused:
                     continue
             if isinstance(args, dict) and isinstance(args.get("code"), str):
                 codes.append(args["code"])

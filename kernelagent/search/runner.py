@@ -399,12 +399,12 @@ def _code_of(reply: dict) -> str:
     try:
         return extract_code(str(reply.get("content") or ""))
     except FormatError:
-        import json
+        from kernelagent.harness import bounded_json
 
         for call in reply.get("tool_calls") or []:
             try:
-                code = json.loads(call.get("arguments_json") or "{}").get("code")
-            except (json.JSONDecodeError, AttributeError):
+                code = bounded_json.loads((call.get("arguments_json") or "{}").encode("utf-8", "replace")).get("code")
+            except (bounded_json.Refused, AttributeError):
                 continue
             if isinstance(code, str) and "class ModelNew" in code:
                 return code.strip() + "\n"

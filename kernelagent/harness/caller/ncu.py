@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import json
 import os
 import re
 import shutil
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from kernelagent.harness import bounded_json
 from kernelagent.harness.caller.ncu_session import (  # noqa: F401 - also this module's names
     PROFILED_HOLD_S, NcuBusy, NcuSession, _busy, _kill_session, _run_session, _with_the_lock, ncu_lock, reap,
     run_counted)
@@ -384,6 +384,16 @@ def _ncu_attempts(setup: Setup, attempts: list[list[str]], timeout: float, start
     return {"unavailable": "the ncu run failed: " + last[-600:]}
 
 
+def _violations_line(line: str) -> Any:
+    """The violations the session's line reports. The line comes from the process that runs the
+    candidate's code again: bounded JSON (bounded_json.py), else the candidate's tampering (a
+    200,000-deep array there was a RecursionError while reading the evidence)."""
+    try:
+        return bounded_json.loads(line.split(" ", 1)[-1].encode("utf-8", "replace"))
+    except bounded_json.Refused as exc:
+        return {"tampering": [f"the report line of its run under Nsight Compute is not ours: {exc}"]}
+
+
 def read_session(setup: Setup, proc: subprocess.CompletedProcess | None, timeout: float,
                  kernel_names: list[str] | None, top: int, started: float) -> dict[str, Any]:
     """What one finished session says: {"kernels", "seconds", "phases"} from ncu's report (its host
@@ -401,7 +411,7 @@ def read_session(setup: Setup, proc: subprocess.CompletedProcess | None, timeout
             return {"unavailable": "the ncu run failed: " + " | ".join(tail)[-600:], "retry": True, "last": last}
         return {"unavailable": "the ncu run failed: " + " | ".join(tail)[-600:]}
     done = [x for x in (proc.stdout + proc.stderr).splitlines() if x.startswith("KERNELAGENT_NCU_DONE")]
-    violations = json.loads(done[-1].split(" ", 1)[1]) if done else {}
+    violations = _violations_line(done[-1]) if done else {}
     if violations:
         # Also as data: the caller rejects on them as the main run would have (a candidate
         # that switched the monitor off there can still be seen here).

@@ -234,8 +234,9 @@ class CandidateSide:
     def check(self, check: dict[str, Any]) -> None:
         kind, seed = check["kind"], int(check["seed"])
         try:
-            # The harness's own allocations, apart from the candidate's call: running out of
-            # memory here is the harness's failure (the server judges whether that is plausible).
+            # The harness's own allocations, apart from the candidate's call: said apart in the
+            # reason, but this process is the candidate's, so the server never takes it for a
+            # fault of the harness (server/failures.py: its runtime error).
             values = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
             if self.monitor is not None and self.device.type == "cuda":
                 cuda_evidence.poison_cuda_memory(self.device, self.poison_bytes)
@@ -407,13 +408,14 @@ class CandidateSide:
             except Exception as exc:  # noqa: BLE001 - a profiler failure is not the candidate's verdict
                 kernels = []
                 self.flags.append({"kind": "profile", "severity": "info", "message": f"torch.profiler failed: {exc}"})
-            self.send("kernels", kernels=protocol.json_safe(kernels))
+            self.send("kernels", kernels=protocol.json_safe(kernels, max_str=protocol.CANDIDATE_STRING_CLIP))
         if self.monitor is None and hasattr(self, "threads_before"):
             new_threads = [t.name for t in threading.enumerate() if t.ident not in self.threads_before]
             if new_threads:
                 self.flags.append({"kind": "threads", "severity": "info",
                                    "message": f"the candidate started threads: {', '.join(new_threads[:5])}"})
-        self.send("done", flags=protocol.json_safe(self.final_flags()), memory=self.memory())
+        self.send("done", flags=protocol.json_safe(self.final_flags(), max_str=protocol.CANDIDATE_STRING_CLIP),
+                  memory=self.memory())
 
     def memory(self) -> dict[str, Any]:
         if getattr(self, "device", None) is not None and self.device.type == "cuda":
@@ -525,6 +527,7 @@ def _report_failure(side: CandidateSide, kind: str, stage: str, message: str) ->
     except Exception:  # noqa: BLE001
         flags = []
     try:
-        side.send("failure", kind=kind, stage=stage, message=message[:20000], flags=protocol.json_safe(flags))
+        side.send("failure", kind=kind, stage=stage, message=message[:20000],
+                  flags=protocol.json_safe(flags, max_str=protocol.CANDIDATE_STRING_CLIP))
     except (OSError, ValueError):
         pass

@@ -34,6 +34,8 @@ class ChannelPhases:
                 except EOFError:
                     self.ref.join(2)
                     raise ReferenceGone(_describe_exit(self.ref.exitcode)) from None
+                except protocol.ProtocolError as exc:  # our own process's fault, never the candidate's
+                    raise ReferenceGone(f"sent a message the server could not read ({exc})") from None
                 if message["type"] == "ref_error":
                     self.ref_error(message)
                 return message
@@ -90,7 +92,8 @@ class ChannelPhases:
                 raise CandidateGone()
             with self.reading_candidate():
                 message = protocol.recv(self.to_cand, accept | {"stage", "failure"}, self.job_id, max_bytes=max_bytes,
-                                        remaining=lambda end=deadline: end - self.clock())
+                                        remaining=lambda end=deadline: end - self.clock(),
+                                        bounds=protocol.CANDIDATE_BOUNDS)
             if message["type"] == "failure":
                 if not self.ready:
                     # The candidate runs the problem's code too (its inputs): before blaming it,

@@ -167,7 +167,9 @@ class CheckPhases:
 
     def record_check(self, record: CheckRecord) -> None:
         self.checks[record.name] = record
-        if "out of device memory" in record.message:
+        if record.harness_error and "out of device memory" in record.message:
+            # The reference's own failure only: a failed extra set's message is the candidate's
+            # exception text, which may say anything (server/failures.py)
             self.out_of_memory = True
         if record.skipped and record.kind in self.derived_dims:
             self.result["derived"].setdefault("skipped", []).append({"name": record.name, "reason": record.message})

@@ -40,9 +40,10 @@ from kernelagent.harness.server import evidence, gate as gate_mod, trace_stage, 
 from kernelagent.harness.server.gate import Gate
 from kernelagent.harness.server.channels import ChannelPhases
 from kernelagent.harness.server.checks import CheckPhases
-from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _describe_exit,
-                                                   _kill_group, _open_log, _reference_process, _tail, _tail_fd,
-                                                   sandbox_failure, start_stacks, tree_cpu_s, tree_states)
+from kernelagent.harness.server.failures import FailurePhases
+from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _kill_group, _open_log,
+                                                   _reference_process, _tail, _tail_fd, start_stacks, tree_cpu_s,
+                                                   tree_states)
 from kernelagent.harness.server import forking
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
 from kernelagent.harness.server.memory import MemoryPhases
@@ -67,7 +68,7 @@ def _says_out_of_memory(log: str) -> bool:
     return any(word in log for word in _OOM_WORDS)
 
 
-class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
+class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
     """Runs one evaluation and produces the fields of an EvalResult (as a dict)."""
 
     def __init__(self, request: dict[str, Any], scratch_root: Path, fingerprint: dict[str, Any],
@@ -359,10 +360,12 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
             # its log, e.g. creating its context beside other jobs' memory on an H100 run).
             self.out_of_memory = self.out_of_memory or "out of device memory" in str(exc) or \
                 _says_out_of_memory(_tail(self.refdir / "reference.log"))
+            self.keep_first_failure(f"the reference process {exc}")  # a failed check stays the verdict
             self.fail(Status.HARNESS_ERROR, f"the reference process {exc} during stage '{self.stage}'", self.stage)
         except protocol.ProtocolError as exc:
             self.candidate_protocol(str(exc))
         except Exception:  # noqa: BLE001 - a bug of ours must not take the server down
+            self.keep_first_failure("harness error: " + traceback.format_exc(limit=4))
             self.fail(Status.HARNESS_ERROR, "harness error:\n" + traceback.format_exc(limit=4), None)
         finally:
             self.cpu["candidate"] = tree_cpu_s(self.cand.pid if self.cand is not None else None)
@@ -506,13 +509,15 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
             deadline = self.clock() + self.limit("profile")
             message = self.cand_recv({"kernels", "done"}, deadline)
             if message["type"] == "kernels":
-                self.result["kernels"] = verdict.trusted_kernel_rows(message["kernels"])
+                with self.handling_candidate("profiler rows"):
+                    self.result["kernels"] = verdict.trusted_kernel_rows(message["kernels"])
                 message = self.cand_recv({"done"}, deadline)
-        self.claimed_flags = verdict.trusted_flags(message["flags"])
-        peak = message["memory"].get("peak_bytes")
-        if isinstance(peak, int):
-            self.result["memory"]["peak_candidate_bytes"] = peak
-        self.alloc_retries["candidate"] = verdict.count_claim(message["memory"].get("alloc_retries"))
+        with self.handling_candidate("final report"):
+            self.claimed_flags = verdict.trusted_flags(message["flags"])
+            peak = message["memory"].get("peak_bytes")
+            if isinstance(peak, int) and not isinstance(peak, bool):
+                self.result["memory"]["peak_candidate_bytes"] = peak
+            self.alloc_retries["candidate"] = verdict.count_claim(message["memory"].get("alloc_retries"))
 
     def end_early(self) -> None:
         """A check failed and stops the evaluation: collect the candidate's evidence, conclude."""
@@ -532,58 +537,3 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases):
             self.result.update(status=outcome.status, reason=outcome.reason, stage=outcome.stage,
                                correct=outcome.status == Status.CORRECT)
         self.result["flags"] = flags
-
-    # -- failures -------------------------------------------------------------------------
-    def candidate_failure(self, message: dict[str, Any]) -> None:
-        self.result["flags"] += verdict.trusted_flags(message["flags"])
-        kind, stage, text = message["kind"], message["stage"] or self.stage, message["message"]
-        if stage not in ("start", "load", "compile", "correctness", "timing", "post-check", "profile"):
-            stage = self.stage
-        if kind in ("out_of_memory", "harness_out_of_memory"):
-            self.out_of_memory = True  # beside other jobs, re-run alone (conclude_concurrency)
-        if kind == "compile_error":
-            self.fail(Status.COMPILE_ERROR, text, stage)
-        elif kind == "rejected":
-            flag_kind = "output-alias" if "shares memory" in text else "output-type" if "output" in text else "rejected"
-            self.flag(verdict.flag(flag_kind, text, "reject"))
-            self.fail(Status.REJECTED, f"[{flag_kind}] {text}", stage)
-        elif kind == "out_of_memory":
-            self.fail(Status.RUNTIME_ERROR, "out of memory on the device in the candidate's own code "
-                                            f"({self.memory_context()}): " + text, stage)
-        elif kind == "harness_out_of_memory" and self.harness_oom_plausible():
-            # Only a claim of the candidate's process, believed where the problem is large enough
-            # for the harness's own allocations to run out (elsewhere it is the candidate's).
-            self.fail(Status.HARNESS_ERROR, "the harness ran out of device memory making a check's inputs in the "
-                                            f"candidate's process ({self.memory_context()}): " + text, stage)
-        elif kind == "cuda_fault":
-            self.fail(Status.RUNTIME_ERROR, "CUDA fault (illegal memory access or device assert): " + text, stage)
-        elif kind == "protocol":
-            self.candidate_protocol(text)
-        else:
-            self.fail(Status.RUNTIME_ERROR, text, stage)
-        self.result["correct"] = False
-
-    def candidate_protocol(self, text: str) -> None:
-        message = (f"the candidate's process broke the harness protocol during '{self.stage}': {text}; "
-                   "a kernel must not write to the harness's channels")
-        self.flag(verdict.flag("protocol", message, "reject"))
-        self.fail(Status.REJECTED, "[protocol] " + message, self.stage)
-        self.result["correct"] = False
-
-    def cand_died(self) -> None:
-        assert self.cand is not None
-        self.cand.join(2)
-        code = self.cand.exitcode
-        if code == 70 and self.stage == "start":
-            why = sandbox_failure(getattr(self, "cand_log_fd", None))
-            self.fail(Status.HARNESS_ERROR, "the candidate's sandbox could not be set up"
-                      + (f": {why}" if why else " (see the log)"), "start")
-        elif code is None:  # alive, its channel closed: nothing more can be heard from it
-            self.fail(Status.CRASHED, f"the candidate's process closed its channel to the server during stage "
-                                      f"'{self.stage}' (it was then killed)", self.stage)
-        else:
-            self.fail(Status.CRASHED, f"the candidate's process {_describe_exit(code)} during stage '{self.stage}'",
-                      self.stage)
-        self.result["correct"] = False
-
-    # -- after the verdict ------------------------------------------------------------------

@@ -408,6 +408,12 @@ class Dispatcher:
                 result = job.run()
             except Exception:  # noqa: BLE001
                 result = {"status": Status.HARNESS_ERROR, "reason": "harness error:\n" + traceback.format_exc()}
+                if job.result["status"] not in (None, Status.CORRECT, *Status.NOT_JUDGED):
+                    # a failure of the candidate's, decided before the fault (its evidence, the
+                    # clean-up), stays its verdict (server/failures.py)
+                    job.result["flags"].append({"kind": "later-fault", "severity": "info",
+                                                "message": result["reason"][-600:]})
+                    result = job.result
         else:
             result = job.result
         if self.cancelled(job_id):  # its processes were killed under it: not a verdict

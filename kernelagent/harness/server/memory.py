@@ -114,9 +114,3 @@ class MemoryPhases:
         free = self.fingerprint.get("free_bytes")
         where = f"; {free / gib:.1f} GiB were free on the device before the job" if free else ""
         return f"the problem's inputs and outputs take {io / gib:.2f} GiB{where}"
-
-    def harness_oom_plausible(self) -> bool:
-        free = self.fingerprint.get("free_bytes")
-        io = int(self.ready.get("input_bytes", 0)) + int(self.ready.get("output_bytes", 0)) + \
-            int(self.ready.get("param_bytes", 0))
-        return bool(free) and 3 * io >= 0.5 * int(free)

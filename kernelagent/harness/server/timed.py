@@ -299,7 +299,8 @@ class TimedPhases:
                 t1 = time.perf_counter()
                 stopped = self.stop_candidate(True)
                 segment_s.append(t1 - t0)
-                check_samples(message["samples_ms"], t1 - sent)
+                with self.handling_candidate("timing samples"):
+                    check_samples(message["samples_ms"], t1 - sent)
                 loop_s += t1 - t0
                 comparing = time.monotonic()
                 here = sorted(i for i in chosen if first <= i < first + calls)

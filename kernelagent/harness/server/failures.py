@@ -1,0 +1,113 @@
+"""A job's failures, and whose each one is (mixed into server/job.py's Job; needs its result,
+fail, flag, stage, checks and processes).
+
+The rules (issue 54, class 5, scope 4):
+- Everything the candidate's process says is a claim. Its failure message names a kind, and no
+  kind it names makes an infrastructure verdict: "the harness ran out of memory" in its process
+  is its own out-of-memory error, and no claim of its buys a re-run alone (`out_of_memory` is set
+  only from what the reference, our process, saw: ref_error, its verdicts, its log).
+- An exception raised while the server handles the candidate's data (`handling_candidate`) is
+  the candidate's protocol breach, never a harness error.
+- The first failure wins: a check the candidate failed stays its verdict when a later step (its
+  evidence, a reference that then dies, a fault of ours) goes wrong (`keep_first_failure`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from kernelagent.harness import protocol
+from kernelagent.harness.result import Status
+from kernelagent.harness.server import verdict
+from kernelagent.harness.server.processes import _describe_exit, sandbox_failure
+
+_STAGES = ("start", "load", "compile", "correctness", "timing", "post-check", "profile")
+# What the server may fail at when it reads a message's fields the schema only typed loosely
+# (lists and objects of anything): each is the sender's malformed data, here the candidate's.
+_DATA_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, RecursionError)
+
+
+class FailurePhases:
+    """Job's verdicts about the candidate's failures."""
+
+    @contextlib.contextmanager
+    def handling_candidate(self, what: str) -> Iterator[None]:
+        """Around the server's own reading of a message from the candidate's process: what it
+        cannot read there is the candidate's `rejected: protocol`. (An integer of 10**400 in a
+        kernels row was an OverflowError there: a harness error, hiding a failed check.)"""
+        try:
+            yield
+        except _DATA_ERRORS as exc:
+            raise protocol.ProtocolError(f"its {what} could not be read ({type(exc).__name__}: "
+                                         f"{str(exc)[:120]})") from None
+
+    def candidate_failed_check(self) -> bool:
+        """A comparison the reference made has already failed for the candidate: outputs that
+        differ, or a rejection (a mutated input, a malformed payload), not the reference's own
+        fault or a skipped set."""
+        for check in self.checks.values():
+            if check.passed or check.harness_error or check.skipped:
+                continue
+            if check.rejected or not check.kind.startswith("extra:"):  # an extra set's is only a flag
+                return True
+        return False
+
+    def keep_first_failure(self, fault: str) -> None:
+        """Before a later fault is recorded: where the candidate has already failed a check, that
+        is the verdict (conclude over the checks so far), and the fault is only noted."""
+        if self.result["status"] is None and self.candidate_failed_check():
+            self.conclude(list(getattr(self, "claimed_flags", []) or []))
+            self.flag(verdict.flag("later-fault", "after the candidate had failed a check: " + fault[:600], "info"))
+
+    def candidate_failure(self, message: dict[str, Any]) -> None:
+        with self.handling_candidate("failure report"):
+            self.result["flags"] += verdict.trusted_flags(message["flags"])
+            kind, text = str(message["kind"])[:60], str(message["message"])
+            stage = message["stage"] if message["stage"] in _STAGES else self.stage
+        if kind == "compile_error":
+            self.fail(Status.COMPILE_ERROR, text, stage)
+        elif kind == "rejected":
+            flag_kind = "output-alias" if "shares memory" in text else "output-type" if "output" in text else "rejected"
+            self.flag(verdict.flag(flag_kind, text, "reject"))
+            self.fail(Status.REJECTED, f"[{flag_kind}] {text}", stage)
+        elif kind == "out_of_memory":
+            self.fail(Status.RUNTIME_ERROR, "out of memory on the device in the candidate's own code "
+                                            f"({self.memory_context()}): " + text, stage)
+        elif kind == "harness_out_of_memory":
+            # The candidate's process says our input-making there ran out: its word only (its code
+            # shares that process and the device), so its verdict, never a harness error.
+            self.fail(Status.RUNTIME_ERROR, "out of memory on the device in the candidate's process, making a "
+                                            f"check's inputs there ({self.memory_context()}); what that process "
+                                            "says is not evidence of a fault of the harness: " + text, stage)
+        elif kind == "cuda_fault":
+            self.fail(Status.RUNTIME_ERROR, "CUDA fault (illegal memory access or device assert): " + text, stage)
+        elif kind == "protocol":
+            self.candidate_protocol(text)
+        else:
+            self.fail(Status.RUNTIME_ERROR, text, stage)
+        self.result["correct"] = False
+
+    def candidate_protocol(self, text: str) -> None:
+        message = (f"the candidate's process broke the harness protocol during '{self.stage}': {text}; "
+                   "a kernel must not write to the harness's channels")
+        self.flag(verdict.flag("protocol", message, "reject"))
+        self.fail(Status.REJECTED, "[protocol] " + message, self.stage)
+        self.result["correct"] = False
+
+    def cand_died(self) -> None:
+        assert self.cand is not None
+        self.cand.join(2)
+        code = self.cand.exitcode
+        if code == 70 and self.stage == "start":
+            why = sandbox_failure(getattr(self, "cand_log_fd", None))
+            self.fail(Status.HARNESS_ERROR, "the candidate's sandbox could not be set up"
+                      + (f": {why}" if why else " (see the log)"), "start")
+        elif code is None:  # alive, its channel closed: nothing more can be heard from it
+            self.fail(Status.CRASHED, f"the candidate's process closed its channel to the server during stage "
+                                      f"'{self.stage}' (it was then killed)", self.stage)
+        else:
+            self.fail(Status.CRASHED, f"the candidate's process {_describe_exit(code)} during stage '{self.stage}'",
+                      self.stage)
+        self.result["correct"] = False
