@@ -131,7 +131,12 @@ def _editable_placeholder(entry: str) -> bool:
 def foreign_entries(path: list[str] | None = None, cwd: str | None = None) -> list[str]:
     """The entries of `path` (sys.path) that are not this installation's: the working directory
     or '' (whatever else it is), or a folder outside installation_dirs()."""
-    here = _real(cwd if cwd is not None else os.getcwd())
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError:  # a folder gone, or out of a jail's view: on no path then
+            cwd = ""
+    here = _real(cwd) if cwd else None
     allowed = installation_dirs()
     foreign = []
     for entry in sys.path if path is None else path:
