@@ -165,12 +165,16 @@ def refuse_foreign_path(what: str = "a trusted kernelagent process") -> None:
 
 def identity() -> list[str]:
     """What an interpreter started by module_argv imports from, as strings (the warm harness's
-    key): the interpreter, this package's folder and version, the installation's folders (with
-    when each last changed: a package installed or removed there)."""
+    key): the interpreter, this package's folder and version, the installation's folders, and
+    when each site-packages folder last changed (a package installed or removed there; this
+    package's own files are the key's code digest)."""
     from kernelagent import __version__
 
-    parts = [_real(sys.executable), sys.version, str(PACKAGE_DIR), __version__]
-    for folder in installation_dirs():
+    parts = [_real(sys.executable), sys.version, str(PACKAGE_DIR), __version__, *installation_dirs()]
+    paths = sysconfig.get_paths()
+    sites = [paths.get("purelib"), paths.get("platlib")]
+    sites += list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    for folder in dict.fromkeys(_real(d) for d in sites if d):
         try:
             parts.append(f"{folder}:{os.stat(folder).st_mtime_ns}")
         except OSError:
