@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -31,6 +30,7 @@ def wanted(markexpr: str) -> bool:
 def start() -> str | None:
     """The zygote's socket, with KERNELAGENT_SERVER_ZYGOTE set to it; None where it did not start
     (the servers then start as they do for users)."""
+    from kernelagent.harness import interpreter
     from kernelagent.harness.caller import sandbox, zygote
 
     folder = Path(tempfile.mkdtemp(prefix="ka-zygote-"))
@@ -39,7 +39,7 @@ def start() -> str | None:
     if not Path("/dev/nvidiactl").exists():  # no GPU here: every server runs Triton's interpreter
         env["TRITON_INTERPRET"] = "1"  # and the zygote imports Triton with it, once
     with open(folder / "zygote.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "kernelagent.harness.server.zygote", "--socket", str(sock)],
+        proc = subprocess.Popen(interpreter.module_argv("kernelagent.harness.server.zygote", "--socket", str(sock)),
                                 env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                                 start_new_session=True)
     line = proc.stdout.readline() if proc.stdout else b""

@@ -159,9 +159,11 @@ def test_an_ncu_session_past_its_limit_is_killed_whole(tmp_path, monkeypatch):
 def own_ncu_lock(tmp_path, monkeypatch):
     """Each test here takes a lock file of its own: under pytest-xdist another worker's profile
     or kernel evidence holds the host's (two CI failures: a lock that was never had)."""
+    from kernelagent.harness import private_dir
     from kernelagent.harness.caller import ncu_session
 
-    assert ncu_session.ncu_lock_path().parent == Path(tempfile.gettempdir())
+    # this user's private folder in the temp directory, never the shared temp directory itself (issue 54)
+    assert ncu_session.ncu_lock_path().parent == private_dir.default_user_dir()
     monkeypatch.setattr(ncu_session, "ncu_lock_path", lambda: tmp_path / "ncu.lock")
 
 

@@ -36,7 +36,10 @@ def test_a_wrong_guess_runs_the_server_again_knowing_the_answer(monkeypatch):
     monkeypatch.delenv(server_main.INTERPRET_KNOWN)
     server_main._restart_knowing(True)
     (exe, argv), = calls
-    assert argv[1:4] == ["-m", "kernelagent.harness.server", "--fd"] and argv[-2:] == ["--device", "auto"]
+    from kernelagent.harness import interpreter
+
+    assert interpreter.module_of(argv) == ("kernelagent.harness.server", ["--fd", "7", "--device", "auto"])
+    assert argv[1] == "-I"  # isolated: no working directory on its path
     assert os.environ[server_main.INTERPRET_KNOWN] == "cuda" and "TRITON_INTERPRET" not in os.environ
 
 

@@ -84,7 +84,8 @@ def test_a_server_the_zygote_forked_ends_with_its_evaluator(tmp_path):
         proc = ev._proc
         assert isinstance(proc, zygote.ZygoteProcess) and proc.poll() is None
         assert os.getsid(proc.pid) == proc.pid  # a session of its own: the evaluator's killpg ends it all
-        assert os.readlink(f"/proc/{proc.pid}/cwd") == os.getcwd()
+        # its own scratch root, never the caller's folder (issue 54: nothing of the user's folder reaches it)
+        assert os.readlink(f"/proc/{proc.pid}/cwd") == os.path.realpath(ev._scratch_root) != os.getcwd()
     assert proc.wait(timeout=10) is not None
     with pytest.raises(ProcessLookupError):
         os.kill(proc.pid, 0)

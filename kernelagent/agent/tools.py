@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -99,8 +98,10 @@ print("KERNELAGENT_INPUTS " + json.dumps(out))
 
 def describe_inputs(problem_path: str, timeout: float = 120.0) -> dict[str, Any]:
     """{"get_inputs": ["Tensor(shape=(..), dtype=float32)", ...], ...}, or {"error": ...}."""
+    from kernelagent.harness import interpreter
+
     try:
-        proc = subprocess.run([sys.executable, "-c", _DESCRIBE_INPUTS, str(problem_path)],
+        proc = subprocess.run(interpreter.code_argv(_DESCRIBE_INPUTS, str(problem_path)),
                               capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"inputs": {"error": f"could not inspect the inputs: {exc}"}}

@@ -18,13 +18,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from kernelagent.harness import interpreter
 from kernelagent.mcpserver.session import ToolInputError
 
 DESCRIBE_TIMEOUT_S = 120.0
@@ -109,7 +109,7 @@ class Confinement:
         jail = self.jail()
         prefix: list[str] = []
         if jail.get("mode") == "namespaces":
-            prefix = [sys.executable, "-m", "kernelagent.harness.child.jail_exec", "--scratch", str(scratch)]
+            prefix = interpreter.module_argv("kernelagent.harness.child.jail_exec", "--scratch", str(scratch))
             if jail.get("run_as"):
                 prefix += ["--run-as", f"{int(jail['run_as'][0])}:{int(jail['run_as'][1])}"]
             for path in jail.get("hide") or []:  # its home, working directory, roots
@@ -143,7 +143,7 @@ class Confinement:
         device), as read_reference and the task prompt show them."""
         from kernelagent.agent.tools import _DESCRIBE_INPUTS
 
-        run = self.run(problem.source, problem.name, [sys.executable, "-c", _DESCRIBE_INPUTS, "{problem}"],
+        run = self.run(problem.source, problem.name, interpreter.code_argv(_DESCRIBE_INPUTS, "{problem}"),
                        timeout=DESCRIBE_TIMEOUT_S, cancel=cancel)
         try:
             for line in run.output.splitlines():

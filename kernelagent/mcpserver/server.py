@@ -32,6 +32,7 @@ from mcp.server.mcpserver import Context, MCPServer  # this module is imported o
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
+from kernelagent.harness import interpreter
 from kernelagent.mcpserver.calls import CallEvaluator, Harness, guard, run_call
 from kernelagent.mcpserver.roots import BadProblem, Roots
 from kernelagent.mcpserver.session import Sessions, ToolInputError
@@ -225,8 +226,8 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
 
         def work(cancel: Any) -> Any:
             run = confinement.run(loaded.source, loaded.path.name,
-                                  [sys.executable, "-m", "kernelagent.wholemodel.child", "plan", "{problem}",
-                                   "--device", dev, "--out", "{scratch}/plan"],
+                                  interpreter.module_argv("kernelagent.wholemodel.child", "plan", "{problem}",
+                                                          "--device", dev, "--out", "{scratch}/plan"),
                                   timeout=PLAN_TIMEOUT_S, cancel=cancel, keep="plan")
             try:
                 why = run.failure()

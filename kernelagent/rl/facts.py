@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -138,10 +137,11 @@ def _inspect(items: Iterable[tuple[int, str]], count: int, timeout: float):
     """Yield (index, facts) from one child; a problem that hangs past `timeout` ends the
     child, and it is reported as such; the rest go on in a fresh child."""
     from kernelagent.agent.tools import _DESCRIBE_INPUTS
+    from kernelagent.harness import interpreter
 
     pending = list(items)
     while pending:
-        proc = subprocess.Popen([sys.executable, "-c", _MANY], stdin=subprocess.PIPE,
+        proc = subprocess.Popen(interpreter.code_argv(_MANY), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert proc.stdin is not None and proc.stdout is not None
         try:

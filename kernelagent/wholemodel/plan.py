@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,11 @@ class PlanError(UserError):
 
 
 def _child(args: list[str], timeout: float) -> str:
+    from kernelagent.harness import interpreter
+
     try:
-        proc = subprocess.run([sys.executable, "-m", "kernelagent.wholemodel.child", *args], capture_output=True,
+        # Isolated: the user's folder is not on the child's path (interpreter.py).
+        proc = subprocess.run(interpreter.module_argv("kernelagent.wholemodel.child", *args), capture_output=True,
                               text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise PlanError(f"the model did not finish capturing within {timeout:.0f} s") from None

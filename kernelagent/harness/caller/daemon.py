@@ -11,8 +11,11 @@ H100 host) and finds the reference-side compile caches warm.
   directory (no symlink), owned by this user, that nobody else may enter. Otherwise the command
   runs its own server, and its result says why (`isolation.daemon`).
 - **Which.** One socket per settings: the device asked for, the visible devices, the isolation,
-  the hidden directories, the CPUs, the jobs at once, the cache root, the interpreter, the
-  machine's boot and a digest of this package's code. Other settings, or changed code, find
+  the hidden directories, the CPUs, the jobs at once, the cache root, the interpreter and what
+  it imports from (interpreter.identity: this package's folder and version, the installation's
+  folders), the server's environment (but the terminal's and this command's scratch), the
+  machine's boot and a digest of this package's code. It starts isolated, in its own scratch
+  folder (interpreter.module_argv): the folder a command runs in changes nothing it imports. Other settings, or changed code, find
   another socket and start a new harness: a stale one is never used, and ends when idle.
 - **Who.** The socket is 0600 in that directory, and the harness closes every connection whose
   peer (SO_PEERCRED) is not its own uid; this side checks the harness's uid the same way.
@@ -33,7 +36,6 @@ import fcntl
 import hashlib
 import os
 import socket
-import stat
 import subprocess
 import sys
 import time
@@ -72,25 +74,18 @@ def idle_seconds() -> float:
 def runtime_dir() -> Path:
     """This user's directory for harness sockets, made if missing; DaemonUnavailable unless it
     is a real directory owned by this user that nobody else may enter."""
-    uid = os.getuid()
+    from kernelagent.harness import private_dir
+
     if os.environ.get("KERNELAGENT_RUNTIME_DIR"):
         path = Path(os.environ["KERNELAGENT_RUNTIME_DIR"])
     elif os.environ.get("XDG_RUNTIME_DIR"):
         path = Path(os.environ["XDG_RUNTIME_DIR"]) / "kernelagent"
     else:
-        path = Path("/tmp") / f"kernelagent-{uid}"
+        path = Path("/tmp") / f"kernelagent-{os.getuid()}"
     try:
-        path.mkdir(mode=0o700, parents=False, exist_ok=True)
-    except OSError as exc:
-        raise DaemonUnavailable(f"cannot make {path}: {exc.strerror}") from None
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode):
-        raise DaemonUnavailable(f"{path} is not a directory")
-    if info.st_uid != uid:
-        raise DaemonUnavailable(f"{path} belongs to uid {info.st_uid}, not to this user")
-    if info.st_mode & 0o077:
-        raise DaemonUnavailable(f"{path} may be entered by other users (mode {stat.S_IMODE(info.st_mode):o})")
-    return path
+        return private_dir.make(path, closed=private_dir.ENTER_BY_OTHERS)
+    except private_dir.NotPrivate as exc:
+        raise DaemonUnavailable(str(exc)) from None
 
 
 _DIGEST: dict[str, str] = {}
@@ -112,8 +107,29 @@ def code_digest() -> str:
     return _DIGEST["d"]
 
 
-def key(settings: list[str]) -> str:
-    parts = list(settings) + [sys.executable, code_digest()]
+# Names of the server's environment that change nothing it imports or runs (the terminal's), or
+# that -I ignores (PYTHON*): left out of the key, so a wider terminal finds the same harness.
+_KEYLESS_ENV = frozenset({"TERM", "COLUMNS", "LINES", "NO_COLOR"})
+
+
+def _env_parts(env: dict[str, str] | None, scratch_root: Path | None) -> list[str]:
+    """The server environment's part of the key: every name it could read (LD_LIBRARY_PATH, PATH
+    for the compilers, CUDA_*, TORCH_*, TRITON_*, ...), but for this command's own scratch
+    folder (TMPDIR and the caches under it: the harness found keeps its own)."""
+    if env is None:
+        return []
+    scratch = str(scratch_root) if scratch_root is not None else None
+    return [f"{k}={v}" for k, v in sorted(env.items())
+            if k not in _KEYLESS_ENV and not k.startswith("PYTHON") and not (scratch and scratch in v)]
+
+
+def key(settings: list[str], env: dict[str, str] | None = None, scratch_root: Path | None = None) -> str:
+    """The socket's name for these settings: they, what the harness's interpreter imports from
+    (interpreter.identity: the interpreter, this package's folder and version, the installation's
+    folders), its environment (_env_parts), this package's code and the machine's boot."""
+    from kernelagent.harness import interpreter
+
+    parts = list(settings) + [sys.executable, code_digest()] + interpreter.identity() + _env_parts(env, scratch_root)
     try:
         parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
     except OSError:
@@ -199,7 +215,7 @@ def attach(command: list[str], env: dict[str, str], settings: list[str], scratch
     command line without --fd, bubblewrap's prefix included; it runs in `scratch_root`, which
     it removes when it ends) when none answers. DaemonUnavailable where none can be used."""
     where = runtime_dir()
-    name = key(settings)
+    name = key(settings, env, scratch_root)
     path = where / f"harness-{name}.sock"
     with _locked(where / f"harness-{name}.lock"):
         why: list[str] = []
@@ -229,7 +245,8 @@ def attach(command: list[str], env: dict[str, str], settings: list[str], scratch
             out.flush()
             proc = subprocess.Popen(command + ["--listen", str(path), "--idle-timeout", str(idle_s or idle_seconds()),
                                                "--owns-scratch"],
-                                    env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+                                    env=env, cwd=scratch_root,  # its own folder, never the user's
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
         until = time.monotonic() + start_timeout
         while time.monotonic() < until:
             sock = connect(path)

@@ -14,7 +14,6 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 import queue
 import threading
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.errors import UserError
-from kernelagent.harness import protocol
+from kernelagent.harness import interpreter, protocol
 from kernelagent.harness.caller import sandbox, zygote
 from kernelagent.harness.caller.audit import evidence_options, needs_win_audit
 from kernelagent.harness.caller.baseline_cache import BaselineCache
@@ -134,8 +133,8 @@ class Evaluator(ServerChannel):
         except ValueError as exc:
             raise UserError(str(exc)) from None
         # The servers' temp directory is their scratch root: the Nsight Compute locks stay in
-        # the caller's, so that every server and the caller's own sessions share them.
-        env.setdefault("KERNELAGENT_NCU_LOCK_DIR", str(ncu_session.ncu_lock_path().parent))
+        # the caller's private folder, so that every server and the caller's own sessions share them.
+        env["KERNELAGENT_NCU_LOCK_DIR"] = str(ncu_session.lock_dir_for_servers())
         scratch_root = scratch_root or self._scratch_root
         if scratch_root is not None:
             # The only writable place under bubblewrap; torch's and Triton's caches go there.
@@ -182,14 +181,14 @@ class Evaluator(ServerChannel):
         self._scratch_root = sandbox.make_scratch_root()
         parent_sock, child_sock = socket.socketpair()
         cmd, prefix = self._server_command(self._scratch_root)
-        cmd[3:3] = ["--fd", str(child_sock.fileno())]
+        cmd += ["--fd", str(child_sock.fileno())]
         log_path = self._scratch_root / "server.log"
         with open(log_path, "ab") as server_log:
             where = zygote.address() if prefix is None else None
             if where:  # torch already imported (the test suite)
                 try:
                     self._proc = zygote.spawn(where, cmd, self._server_env(), child_sock.fileno(),
-                                              server_log.fileno(), self.start_timeout)
+                                              server_log.fileno(), self.start_timeout, cwd=self._scratch_root)
                 except zygote.ZygoteError as exc:
                     child_sock.close()
                     parent_sock.close()
@@ -197,6 +196,7 @@ class Evaluator(ServerChannel):
             else:
                 self._proc = subprocess.Popen((prefix or []) + cmd, env=self._server_env(),
                                               pass_fds=[child_sock.fileno()], stdin=subprocess.DEVNULL,
+                                              cwd=self._scratch_root,  # never the user's folder
                                               stdout=server_log, stderr=server_log, start_new_session=True)
         child_sock.close()
         self._conn = Connection(parent_sock.detach())
@@ -236,10 +236,12 @@ class Evaluator(ServerChannel):
     def _server_command(self, scratch_root: Path, extra_rw: list[Path] | None = None) -> tuple[list[str], list[str] | None]:
         """The server's command line (without --fd or --listen) and bubblewrap's prefix, if any;
         sets where the build and reference-compile caches are."""
-        cmd = [sys.executable, "-m", "kernelagent.harness.server",
-               "--device", self.requested_device, "--scratch-root", str(scratch_root),
-               "--isolation", "none" if self.isolation_requested == "none" else
-               "namespaces" if self.isolation_requested == "namespaces" else "auto"]
+        # Isolated: only this installation's code on its path, never the working directory's
+        # (an argparse.py there ran inside the server: interpreter.py).
+        cmd = interpreter.module_argv(
+            "kernelagent.harness.server", "--device", self.requested_device, "--scratch-root", str(scratch_root),
+            "--isolation", "none" if self.isolation_requested == "none" else
+            "namespaces" if self.isolation_requested == "namespaces" else "auto")
         for path in [str(self.cache.root.resolve())] + self.hide:
             cmd += ["--hide", path]
         if self.cpus:

@@ -14,16 +14,16 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from kernelagent.harness import bounded_json
+from kernelagent.harness import interpreter
 from kernelagent.harness.caller.ncu_session import (  # noqa: F401 - also this module's names
-    PROFILED_HOLD_S, NcuBusy, NcuSession, _busy, _kill_session, _run_session, _with_the_lock, ncu_lock, reap,
-    run_counted)
+    PROFILED_HOLD_S, NcuBusy, NcuLockRefused, NcuSession, _busy, _kill_session, _run_session, _with_the_lock, ncu_lock,
+    reap, run_counted, unavailable)
 from kernelagent.harness.child.ncu_entry import GO_FILE  # stdlib-only at import: cheap
 
 NCU_METRICS = [
@@ -179,7 +179,7 @@ def ncu_sandbox(scratch: Path, allow_unsandboxed: bool, hide: list[Path] | None 
         hidden = [Path(p) for p in (hide or [])] + [scratch.parent]
         if str(home) not in ("/", "") and home.is_dir():
             hidden.append(home)
-        argv = [sys.executable, "-m", "kernelagent.harness.child.jail_exec", "--scratch", str(scratch)]
+        argv = interpreter.module_argv("kernelagent.harness.child.jail_exec", "--scratch", str(scratch))
         if run_as is not None:
             argv += ["--run-as", f"{int(run_as[0])}:{int(run_as[1])}"]
         for path in dict.fromkeys(p.resolve() for p in hidden):
@@ -262,13 +262,16 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
             try:
                 return _ncu_attempts(setup, attempts, timeout, started, on_spawn, kernel_names, top,
                                      _with_the_lock(on_ready, wait_s, lock_key))
-            except NcuBusy:
-                return _busy(wait_s)
-        with ncu_lock(wait_s, lock_key) as held:
-            if not held:
-                return _busy(wait_s)
-            started = time.monotonic()  # the wait for another session is not this run's time
-            return _ncu_attempts(setup, attempts, timeout, started, on_spawn, kernel_names, top, on_ready)
+            except NcuBusy as exc:
+                return unavailable(exc, wait_s)
+        try:
+            with ncu_lock(wait_s, lock_key) as held:
+                if not held:
+                    return _busy(wait_s)
+                started = time.monotonic()  # the wait for another session is not this run's time
+                return _ncu_attempts(setup, attempts, timeout, started, on_spawn, kernel_names, top, on_ready)
+        except NcuLockRefused as exc:
+            return unavailable(exc, wait_s)
     finally:
         setup.remove()
 
@@ -343,8 +346,8 @@ def prepare(problem_path: str | Path, candidate_source: str, *, backend: str, de
         env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         # Inside the sandbox the problem file must be readable: a copy sits in the scratch.
         shutil.copyfile(problem_path, scratch / "problem.py")
-        app = [sys.executable, "-m", "kernelagent.harness.child.ncu_entry", str(scratch / "problem.py"),
-               str(scratch / "candidate.py"), backend, str(calls)]
+        app = interpreter.module_argv("kernelagent.harness.child.ncu_entry", str(scratch / "problem.py"),
+                                      str(scratch / "candidate.py"), backend, str(calls))
         names = [re.escape(n) for n in (kernel_names or []) if n][:4]
         base = jail + [ncu, "--profile-from-start", "off", "--target-processes", "all", "--clock-control",
                        clock_control, "-f", "-o", str(scratch / "report")]

@@ -9,7 +9,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -200,6 +199,17 @@ class NcuBusy(Exception):
     """The host's ncu lock was not had within its wait."""
 
 
+class NcuLockRefused(NcuBusy):
+    """The lock's folder is not this user's alone (private_dir.NotPrivate): no session runs."""
+
+
+def unavailable(exc: NcuBusy, wait_s: float) -> dict[str, str]:
+    """What a session that could not have the lock reports."""
+    if isinstance(exc, NcuLockRefused):
+        return {"unavailable": f"the Nsight Compute lock was not used: {exc}"}
+    return _busy(wait_s)
+
+
 def _with_the_lock(on_ready: Callable[[], Any], wait_s: float, key: str | None = None) -> Callable[[], Any]:
     """on_ready's slot, entered after the ncu lock (never the slot first: a session that held
     the device slot while it waited for the lock would stop every other job meanwhile); `key`:
@@ -231,13 +241,47 @@ def lock_scope() -> str:
     return value
 
 
-def ncu_lock_path() -> Path:
-    """The host-wide lock file of Nsight Compute sessions (one per user), in
-    `$KERNELAGENT_NCU_LOCK_DIR`, else the temp directory. A harness server's temp directory is
-    its own scratch root, so the caller names its own temp directory there (_server_env): the
+def ncu_lock_dir() -> Path:
+    """The folder of the Nsight Compute lock files: `$KERNELAGENT_NCU_LOCK_DIR`, else this
+    user's private folder in the temp directory (private_dir.default_user_dir), made 0700 where
+    missing. Either is used only while it is a directory of this user's that no one else may
+    write to (never straight in a sticky /tmp, where another user could make the lock file
+    first, or plant a link): else private_dir.NotPrivate. A harness server's temp directory is
+    its own scratch root, so the caller names its folder there (Evaluator._server_env): the
     servers of every device and the caller's own sessions (`profile`) see the same files."""
-    return Path(os.environ.get("KERNELAGENT_NCU_LOCK_DIR") or tempfile.gettempdir()) / \
-        f"kernelagent-ncu-{os.getuid()}.lock"
+    from kernelagent.harness import private_dir
+
+    named = os.environ.get("KERNELAGENT_NCU_LOCK_DIR")
+    return private_dir.make(Path(named) if named else private_dir.default_user_dir())
+
+
+_FRESH: list[Path] = []
+
+
+def lock_dir_for_servers() -> Path:
+    """ncu_lock_dir(), as the caller hands it to its servers. Where the usual folder in the temp
+    directory is not this user's alone (another user made it first), a fresh private folder of
+    this process's instead (its servers still share it), and the log says why; a folder the
+    user named (`$KERNELAGENT_NCU_LOCK_DIR`) that is not private is a UserError (one line)."""
+    from kernelagent.errors import UserError
+    from kernelagent.harness import private_dir
+
+    try:
+        return ncu_lock_dir()
+    except private_dir.NotPrivate as exc:
+        if os.environ.get("KERNELAGENT_NCU_LOCK_DIR"):
+            raise UserError(f"KERNELAGENT_NCU_LOCK_DIR: {exc}") from None
+        if not _FRESH:
+            _FRESH.append(private_dir.fresh())
+            import logging
+
+            logging.getLogger(__name__).warning("Nsight Compute locks: %s; using %s instead", exc, _FRESH[0])
+        return _FRESH[0]
+
+
+def ncu_lock_path() -> Path:
+    """The host-wide lock file of Nsight Compute sessions, in ncu_lock_dir()."""
+    return ncu_lock_dir() / f"kernelagent-ncu-{os.getuid()}.lock"
 
 
 def device_lock_path(key: str) -> Path:
@@ -257,9 +301,21 @@ def ncu_lock(wait_s: float, key: str | None = None) -> Iterator[bool]:
     session (no key) still waits for all of them, and they for it."""
     import fcntl
 
-    wanted = [(ncu_lock_path(), fcntl.LOCK_EX)] if key is None else \
-        [(ncu_lock_path(), fcntl.LOCK_SH), (device_lock_path(key), fcntl.LOCK_EX)]
-    fds = [os.open(str(path), os.O_RDWR | os.O_CREAT, 0o600) for path, _ in wanted]
+    from kernelagent.harness import private_dir
+
+    try:
+        wanted = [(ncu_lock_path(), fcntl.LOCK_EX)] if key is None else \
+            [(ncu_lock_path(), fcntl.LOCK_SH), (device_lock_path(key), fcntl.LOCK_EX)]
+    except private_dir.NotPrivate as exc:
+        raise NcuLockRefused(str(exc)) from None
+    fds: list[int] = []
+    try:
+        for path, _ in wanted:  # in our own folder; never through a link
+            fds.append(os.open(str(path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        raise NcuLockRefused(f"{exc.filename}: {exc.strerror or exc}") from None
     locked: list[int] = []
     try:
         until = time.monotonic() + max(0.0, wait_s)

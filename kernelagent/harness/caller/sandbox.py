@@ -161,7 +161,9 @@ def probe_jail_inside(argv: list[str], scratch_root: Path) -> dict[str, Any]:
     env["PYTHONPATH"] = str(PACKAGE_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     code = ("import json, sys; from kernelagent.harness.child import jail_probe as jail; "
             "print(json.dumps(jail.probe(sys.argv[1])))")
-    done = _run(argv + [sys.executable, "-c", code, str(scratch_root)], env=env)
+    from kernelagent.harness import interpreter
+
+    done = _run(argv + interpreter.code_argv(code, str(scratch_root)), env=env)
     if done is None or done.returncode != 0:
         err = "timed out or could not start" if done is None else done.stderr.decode(errors="replace")[-300:]
         return {"namespaces_work": False, "error": err.strip()}

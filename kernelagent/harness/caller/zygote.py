@@ -17,10 +17,11 @@ import subprocess
 import time
 from typing import Any
 
+from kernelagent.harness import interpreter
 from kernelagent.harness.caller import pids
 
 ENV = "KERNELAGENT_SERVER_ZYGOTE"
-MODULE_ARGS = ["-m", "kernelagent.harness.server"]
+MODULE = "kernelagent.harness.server"
 
 
 class ZygoteError(RuntimeError):
@@ -83,12 +84,15 @@ class ZygoteProcess:
         return self.returncode
 
 
-def spawn(where: str, cmd: list[str], env: dict[str, str], chan: int, log: int, timeout: float = 30.0) -> ZygoteProcess:
-    """The server of `cmd` ([python, -m, kernelagent.harness.server, ...] with --fd), forked by
-    the zygote at `where`, with `chan` as its channel and `log` as its stdout and stderr."""
-    if cmd[1:3] != MODULE_ARGS:
-        raise ZygoteError(f"not a harness server's command line: {cmd[:3]}")
-    request: dict[str, Any] = {"executable": cmd[0], "argv": cmd[3:], "env": env, "cwd": os.getcwd()}
+def spawn(where: str, cmd: list[str], env: dict[str, str], chan: int, log: int, timeout: float = 30.0,
+          *, cwd: str | os.PathLike) -> ZygoteProcess:
+    """The server of `cmd` (interpreter.module_argv's for kernelagent.harness.server, with
+    --fd), forked by the zygote at `where`, in `cwd` (the server's own folder, never the
+    user's), with `chan` as its channel and `log` as its stdout and stderr."""
+    found = interpreter.module_of(cmd)
+    if found is None or found[0] != MODULE:
+        raise ZygoteError(f"not a harness server's command line: {cmd[:2]}")
+    request: dict[str, Any] = {"executable": cmd[0], "argv": found[1], "env": env, "cwd": os.fspath(cwd)}
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout)
     try:

@@ -1,10 +1,13 @@
-"""`python -m kernelagent.harness.server`: see main.py."""
+"""The harness server's entry (interpreter.module_argv("kernelagent.harness.server", ...)): see main.py."""
 
 import os
 import sys
 
-from kernelagent.harness import procname
+from kernelagent.harness import interpreter, procname
 
+# Only this installation's code on the import path (started by interpreter.module_argv, or
+# forked by the test zygote, itself started so): else one line and exit 2, before anything more.
+interpreter.refuse_foreign_path("the harness server")
 procname.set_name("ka-server")  # a label for ps and benchmarks/host_cpu.py
 
 # The CPU affinity (--cpus) comes first, before main.py imports torch: threads torch starts at

@@ -460,7 +460,9 @@ def _restart_knowing(cuda: bool) -> None:
     os.environ.pop("TRITON_INTERPRET", None)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "kernelagent.harness.server"] + sys.argv[1:])
+    from kernelagent.harness import interpreter
+
+    os.execv(sys.executable, interpreter.module_argv("kernelagent.harness.server", *sys.argv[1:]))
 
 
 def cached_probe(requested: str, cache_dir: Path | None) -> Callable[[], dict[str, Any]]:

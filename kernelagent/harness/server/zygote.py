@@ -1,5 +1,6 @@
 """A process that has imported torch and forks harness servers on request
-(`python -m kernelagent.harness.server.zygote --socket PATH`; caller/zygote.py asks it).
+(interpreter.module_argv("kernelagent.harness.server.zygote", "--socket", PATH): isolated, as
+every trusted interpreter; caller/zygote.py asks it).
 
 Why: a harness server's start is mostly `import torch` (1.4 CPU-s of its 1.9 on the CI machine),
 and the test suite starts hundreds of servers, each for a test's own settings (its cache root,
@@ -125,7 +126,8 @@ def _become_server(executable: str, argv: list[str], env: dict[str, str], cwd: s
         argv[argv.index("--fd") + 1] = str(chan)
         sys.argv = [MODULE] + argv
         sys.executable = executable  # the name the caller started it by (the device probe's key has it)
-        sys.path[0] = cwd  # as `python -m` puts it
+        # sys.path stays the zygote's own: it starts isolated (interpreter.module_argv), so no
+        # working directory is on it, and the server checks it again as it starts.
         threads = env.get("OMP_NUM_THREADS", "")
         if threads.isdigit() and int(threads) > 0:
             import torch
