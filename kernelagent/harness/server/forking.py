@@ -29,6 +29,7 @@ import time
 # one is imported once by preload(); tests/test_forking.py fails when a lazy import is missing here.
 PRELOAD = (
     "kernelagent.hardware",
+    "kernelagent.harness.caller.audit",
     "kernelagent.harness.caller.kernel_evidence",
     "kernelagent.harness.caller.ncu",
     "kernelagent.harness.caller.ncu_session",
@@ -49,6 +50,7 @@ PRELOAD = (
     "kernelagent.harness.child.triton_warm",
     "kernelagent.harness.config",
     "kernelagent.harness.cuda_source",
+    "kernelagent.harness.interpreter",
     "kernelagent.harness.derive",
     "kernelagent.harness.literal_shapes",
     "kernelagent.harness.procname",

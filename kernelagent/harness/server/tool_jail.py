@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelagent.harness import interpreter
 from kernelagent.harness.caller import sandbox
 from kernelagent.harness.child.jail_exec import JAIL_FAILED, JAIL_FAILED_LINE
 from kernelagent.text import clean_text
@@ -59,7 +59,7 @@ class ToolJail:
                                   f"({str(where)[:200]}); only the refusal of includes outside the build "
                                   "directory held")
         scratch = Path(scratch).resolve()
-        prefix = [sys.executable, "-m", "kernelagent.harness.child.jail_exec", "--scratch", str(scratch)]
+        prefix = interpreter.module_argv("kernelagent.harness.child.jail_exec", "--scratch", str(scratch))
         run_as = jail.get("run_as")
         if run_as:
             prefix += ["--run-as", f"{int(run_as[0])}:{int(run_as[1])}"]
