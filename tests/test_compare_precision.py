@@ -365,3 +365,15 @@ def test_a_slow_float64_run_is_not_made_again(monkeypatch):
     x = torch.randn(8, 64)
     assert high.run(high.copies([x]), [torch.softmax(x, -1)]).outputs is not None
     assert high.copies([x]) is None and "took" in high.note
+
+
+def test_an_output_zero_in_float64_is_judged_by_the_rule_without_it():
+    """x - mean(x) of a constant row: zero in float64, rounding left in fp32 (honest either way)."""
+    class Centre(nn.Module):
+        def forward(self, x):
+            return x - x.mean(dim=-1, keepdim=True)
+
+    x = torch.full((4, 1000), 0.1)
+    result, _ = judge(Centre(), [x], lambda model, v: v - v.sum(dim=-1, keepdim=True) / v.shape[-1])
+    assert result.passed, result.message
+    assert "zero" in result.precision, result.precision
