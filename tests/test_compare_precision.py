@@ -155,6 +155,24 @@ def _seeded(seed: int):
     torch.manual_seed(seed)
 
 
+class RMSNormBf16(nn.Module):
+    """The usual pattern: the norm computed in fp32 inside a bf16 model, cast back."""
+    def __init__(self, n: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(n).bfloat16() + 0.5)
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.weight
+
+
+def rmsnorm_bf16_math(model, x):
+    """Honest: the norm in fp32 with another reduction order, one rounding at the end."""
+    xf = x.float()
+    ms = (xf * xf).sum(-1, keepdim=True) / x.shape[-1]
+    return (xf / torch.sqrt(ms + 1e-6) * model.weight.float()).to(x.dtype)
+
+
 # (name, reference dtype, reference, inputs, candidate, passes): each wrong row passed the
 # comparison before issue 54's fix (a flat 1% floor on relative L2, complex outputs' real part).
 ROWS = [
@@ -174,6 +192,8 @@ ROWS = [
     ("honest bf16 linear + GELU", "bfloat16", lambda: Linear(512, 256, torch.bfloat16),
      lambda: [torch.randn(32, 512).bfloat16()], linear_gelu_fp32_accumulate, True),
     ("honest rfft by a DFT matrix", "complex64", Rfft, lambda: [torch.randn(4, 1000)], rfft_by_dft_matrix, True),
+    ("honest bf16 RMSNorm (fp32 inside the reference too)", "bfloat16", lambda: RMSNormBf16(2048),
+     lambda: [torch.randn(16, 2048).bfloat16()], rmsnorm_bf16_math, True),
     ("honest one-pass layernorm", "float32", lambda: LayerNorm(4096), lambda: [torch.randn(8, 4096)],
      layernorm_one_pass, True),
     ("honest blocked cumsum", "float32", Cumsum, lambda: [torch.randn(8, 4096)], cumsum_sequential_blocks, True),

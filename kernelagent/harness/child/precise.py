@@ -12,8 +12,9 @@ There is no float64 run (`Precise.outputs` None, `note` says why; the comparison
 rules without it, compare.FALLBACK_L2) where it would not mean anything or costs too much:
   - the reference's outputs are float64 already, or none of them is floating/complex;
   - the reference draws random numbers (an op tagged nondeterministic_seeded: dropout, rand);
-  - the float64 run computes in a narrower dtype anyway (an explicit .float()/.half() inside
-    the model: a float32 "high-precision" output would be as rounded as the reference's);
+  - the float64 run computes in a dtype not FINER times finer than the reference's outputs anyway
+    (an explicit .float() inside an fp32 model: its "high-precision" output would be as rounded
+    as the reference's; float32 inside a bf16 model is fine);
   - it does not run in float64 (a dtype error), or its outputs differ in count or shape;
   - the model, its inputs and outputs in float64 would take more than half of the memory free
     (the device's, or the host's on the CPU), or the device runs out of memory during it;
@@ -43,7 +44,15 @@ MEMORY_SHARE = 0.5
 # Neighbours drawn on a second look (compare.py): more realisations of the reference's own error.
 NEIGHBOURS = 3
 
-_NARROW = (torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex32)
+# The float64 run is a yardstick where what it computes in is at least this many times finer
+# (machine epsilon) than every output of the reference it judges: float32 kept inside a bf16 or
+# fp16 model (an RMSNorm's x.float()) is, inside an fp32 model it is not.
+FINER = 256.0
+
+
+def _eps(dtype: torch.dtype) -> float:
+    real = {torch.complex32: torch.float16, torch.complex64: torch.float32, torch.complex128: torch.float64}
+    return float(torch.finfo(real.get(dtype, dtype)).eps)
 
 
 @dataclass
@@ -88,9 +97,10 @@ class _NotMeaningful(Exception):
     pass
 
 
-def _guarded_run(model: torch.nn.Module, values: list[Any]) -> list[torch.Tensor]:
-    """One call of the float64 model, every op watched: a random op or an output in a narrower
-    float dtype means the run is no yardstick (_NotMeaningful)."""
+def _guarded_run(model: torch.nn.Module, values: list[Any], finest: float) -> list[torch.Tensor]:
+    """One call of the float64 model, every op watched: a random op, or an op's output in a float
+    dtype whose epsilon is over `finest` / FINER (finest: the epsilon of the most precise output
+    judged), means the run is no yardstick (_NotMeaningful)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
@@ -111,7 +121,8 @@ def _guarded_run(model: torch.nn.Module, values: list[Any]) -> list[torch.Tensor
             result = func(*args, **(kwargs or {}))
             if not problems:
                 for t in tree_flatten(result)[0]:
-                    if isinstance(t, torch.Tensor) and t.dtype in _NARROW:
+                    if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) \
+                            and _eps(t.dtype) * FINER > finest:
                         problems.append(f"the reference computes in {str(t.dtype).removeprefix('torch.')} "
                                         f"inside ({func.overloadpacket.__name__}) even in float64")
                         break
@@ -216,7 +227,7 @@ class HighPrecision:
         state = _rng_state(self.device)
         started = time.perf_counter()
         try:
-            outputs = _guarded_run(self._wide_model(), wide_inputs)
+            outputs = _guarded_run(self._wide_model(), wide_inputs, self._finest(reference))
         except _NotMeaningful as exc:
             return Precise(None, f"no float64 run: {exc}")
         except torch.OutOfMemoryError:
@@ -244,6 +255,10 @@ class HighPrecision:
             def neighbours() -> list[list[float | None]]:
                 return self._neighbours(regenerate)
         return Precise(kept, "", neighbours)
+
+    @staticmethod
+    def _finest(reference: list[torch.Tensor]) -> float:
+        return min([_eps(r.dtype) for r in reference if r.is_floating_point() or r.is_complex()] or [1.0])
 
     def _wide_model(self) -> torch.nn.Module:
         """A float64 copy of the model as it is now (a stateful model's buffers included)."""
@@ -274,7 +289,7 @@ class HighPrecision:
                 wide = wide_copies(moved)
                 with torch.no_grad():
                     reference = transfer.flatten_outputs(self.model(*moved))
-                high = _guarded_run(wide_model, wide)
+                high = _guarded_run(wide_model, wide, self._finest(reference))
                 errors.append([_rel_l2(r, h) for r, h in zip(reference, high)])
                 del values, moved, wide, reference, high
         except Exception:  # noqa: BLE001 - out of memory, or else: the realisations so far count
