@@ -278,13 +278,12 @@ class HighPrecision:
             wide_model = self._wide_model()
             for n in range(NEIGHBOURS):
                 values = regenerate()
-                gen = torch.Generator(device="cpu").manual_seed(0x5EED + n)
                 moved = []
-                for v in values:
+                for i, v in enumerate(values):
                     if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel():
-                        up = (torch.rand(v.shape, generator=gen) < 0.5).to(v.device)
-                        v = torch.where(up, torch.nextafter(v, torch.full_like(v, float("inf"))),
-                                        torch.nextafter(v, torch.full_like(v, float("-inf"))))
+                        gen = torch.Generator(device=v.device).manual_seed(0x5EED + 101 * n + i)
+                        up = torch.rand(v.shape, generator=gen, device=v.device, dtype=torch.float32) < 0.5
+                        v = torch.nextafter(v, torch.where(up, float("inf"), float("-inf")).to(v.dtype))
                     moved.append(v)
                 wide = wide_copies(moved)
                 with torch.no_grad():
