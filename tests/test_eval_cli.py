@@ -126,7 +126,8 @@ VOCAB = str(CANDIDATES / "vocab_softmax_problem.py")
 def test_vocab_softmax_dropping_its_last_block_is_incorrect(cache_dir):
     """Issue 54: rows sum to 1.008, every output within atol, 0.79% relative L2 (under the old 1%
     floor): the float64 run of the reference judges it (child/compare.py)."""
-    result = invoke(VOCAB, str(CANDIDATES / "vocab_softmax_drop_last_block.py"), *FAST, "--json", cache_dir=cache_dir)
+    wrong = CANDIDATES.parent / "adversarial" / "c14_drop_last_block.py"
+    result = invoke(VOCAB, str(wrong), *FAST, "--json", cache_dir=cache_dir)
     data = json.loads(result.stdout)
     assert result.exit_code == 1 and data["status"] == "incorrect", result.output
     assert "against the reference run in float64" in data["reason"], data["reason"]
