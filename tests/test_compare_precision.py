@@ -216,9 +216,11 @@ def test_the_relative_l2_rule_follows_the_references_own_rounding(name, dtype, r
         assert "mismatch" in result.message
 
 
-@pytest.mark.parametrize("name,dtype,reference,make_inputs,candidate,passes",
-                         [r for r in ROWS if not r[-1] and r[1] == "float32"], ids=lambda v: v if isinstance(v, str)
-                         else None)
+WRONG_FLOAT = [r for r in ROWS if not r[-1] and r[1] == "float32"]
+
+
+@pytest.mark.parametrize("name,dtype,reference,make_inputs,candidate,passes", WRONG_FLOAT,
+                         ids=[r[0] for r in WRONG_FLOAT])
 def test_the_wrong_float_rows_are_within_atol_everywhere_and_under_the_old_floor(name, dtype, reference, make_inputs,
                                                                                  candidate, passes):
     """What made them pass before: every element within atol, a relative L2 error under 1%."""
