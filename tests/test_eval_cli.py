@@ -139,3 +139,19 @@ def test_honest_vocab_softmax_passes_and_its_record_says_how_it_was_judged(cache
     assert result.exit_code == 0 and data["status"] == "correct", data.get("reason", result.output)
     judged = [t for t in data["trials"] if not t["message"].startswith("skipped")]
     assert judged and all(t["precision"].startswith("float64 run") for t in judged), data["trials"]
+
+
+def test_complex_outputs_are_judged_in_full_end_to_end(cache_dir):
+    """Issue 54: an rfft whose imaginary parts are all zero passed on its real parts; the honest
+    DFT passes, judged against the float64 (complex128) run."""
+    rfft = str(CANDIDATES / "rfft_problem.py")
+    wrong = invoke(rfft, str(CANDIDATES.parent / "adversarial" / "c14_rfft_real_only.py"), *FAST, "--json",
+                   cache_dir=cache_dir)
+    data = json.loads(wrong.stdout)
+    assert wrong.exit_code == 1 and data["status"] == "incorrect", wrong.output
+    assert "elements outside" in data["reason"], data["reason"]
+    good = invoke(rfft, str(CANDIDATES / "rfft_dft_good.py"), *FAST, "--json", cache_dir=cache_dir)
+    data = json.loads(good.stdout)
+    assert good.exit_code == 0 and data["status"] == "correct", data.get("reason", good.output)
+    judged = [t for t in data["trials"] if not t["message"].startswith("skipped")]
+    assert judged and all(t["precision"].startswith("float64 run") for t in judged), data["trials"]
