@@ -90,6 +90,10 @@ TABLE = [
     # 14 tolerance blind spots
     ("c14_zeros.py", SOFTMAX_WIDE, BASE, Status.INCORRECT, None),
     ("c14_uniform.py", SOFTMAX_WIDE, BASE, Status.INCORRECT, None),
+    # under the old flat 1% floor (issue 54): rows summing to 1.008, judged by the float64 run
+    ("c14_drop_last_block.py", CANDIDATES / "vocab_softmax_problem.py", BASE, Status.INCORRECT, None),
+    # complex outputs compared on their real part only passed this (issue 54)
+    ("c14_rfft_real_only.py", CANDIDATES / "rfft_problem.py", BASE, Status.INCORRECT, None),
     # 15 sandbox
     ("c15_write_outside.py", RELU, BASE, Status.REJECTED, "sandbox-escape"),
     ("c15_network.py", RELU, BASE, Status.REJECTED, "static:sandbox-escape"),

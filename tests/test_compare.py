@@ -54,6 +54,9 @@ def test_rounding_left_in_a_few_small_outputs_passes():
     result = compare_outputs([ref], [received(honest)], None, None)
     assert result.passed, result.message
     assert result.rel_l2_err == pytest.approx(1.28e-4, rel=0.01)
+    # (no float64 run here: the rule without one, compare.FALLBACK_L2; with one, see
+    # test_compare_precision.py's level2/9 rows)
+    assert "relative L2 against the reference" in result.precision
 
 
 def test_fp32_rounding_of_long_cumsum_passes():

@@ -133,3 +133,40 @@ def test_every_cli_option_declares_its_name():
             if re.search(r"typer\.Option\((?!\s*[\"'])[^\n]*metavar=", line):
                 undeclared.append(f"{path.name}:{number}")
     assert not undeclared, undeclared
+
+
+VOCAB = str(CANDIDATES / "vocab_softmax_problem.py")
+
+
+def test_vocab_softmax_dropping_its_last_block_is_incorrect(cache_dir):
+    """Issue 54: rows sum to 1.008, every output within atol, 0.79% relative L2 (under the old 1%
+    floor): the float64 run of the reference judges it (child/compare.py)."""
+    wrong = CANDIDATES.parent / "adversarial" / "c14_drop_last_block.py"
+    result = invoke(VOCAB, str(wrong), *FAST, "--json", cache_dir=cache_dir)
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1 and data["status"] == "incorrect", result.output
+    assert "against the reference run in float64" in data["reason"], data["reason"]
+
+
+def test_honest_vocab_softmax_passes_and_its_record_says_how_it_was_judged(cache_dir):
+    result = invoke(VOCAB, str(CANDIDATES / "vocab_softmax_good.py"), *FAST, "--json", cache_dir=cache_dir)
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["status"] == "correct", data.get("reason", result.output)
+    judged = [t for t in data["trials"] if not t["message"].startswith("skipped")]
+    assert judged and all(t["precision"].startswith("float64 run") for t in judged), data["trials"]
+
+
+def test_complex_outputs_are_judged_in_full_end_to_end(cache_dir):
+    """Issue 54: an rfft whose imaginary parts are all zero passed on its real parts; the honest
+    DFT passes, judged against the float64 (complex128) run."""
+    rfft = str(CANDIDATES / "rfft_problem.py")
+    wrong = invoke(rfft, str(CANDIDATES.parent / "adversarial" / "c14_rfft_real_only.py"), *FAST, "--json",
+                   cache_dir=cache_dir)
+    data = json.loads(wrong.stdout)
+    assert wrong.exit_code == 1 and data["status"] == "incorrect", wrong.output
+    assert "elements outside" in data["reason"], data["reason"]
+    good = invoke(rfft, str(CANDIDATES / "rfft_dft_good.py"), *FAST, "--json", cache_dir=cache_dir)
+    data = json.loads(good.stdout)
+    assert good.exit_code == 0 and data["status"] == "correct", data.get("reason", good.output)
+    judged = [t for t in data["trials"] if not t["message"].startswith("skipped")]
+    assert judged and all(t["precision"].startswith("float64 run") for t in judged), data["trials"]

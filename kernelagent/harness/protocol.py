@@ -90,7 +90,7 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "verdict": {"name": (str,), "kind": (str,), "seed": (int,), "passed": (bool,), "message": (str,),
                 "max_abs_err": _NUM + (type(None),), "max_rel_err": _NUM + (type(None),),
                 "rel_l2_err": _NUM + (type(None),), "rejected": (str, type(None)), "harness_error": (bool,),
-                "skipped": (bool,)},
+                "skipped": (bool,), "precision": (str,)},
     "warmed": {"kept": (list,)},
     # payload_bytes: the kept outputs' byte frames that follow (order "payloads"), else []
     "calibrated": {"seconds": _NUM, "calls": (int,), "payload_bytes": (list,)},

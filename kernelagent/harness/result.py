@@ -111,6 +111,9 @@ class TrialResult:
     max_rel_err: float | None = None
     rel_l2_err: float | None = None
     message: str = ""  # empty when passed; otherwise what a model can act on
+    # which relative L2 rule judged the check: against the reference run in float64, with the
+    # reference's own error and the limit, or without one and why (harness/child/compare.py)
+    precision: str = ""
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from kernelagent.harness import protocol
-from kernelagent.harness.child import compare, idle_probe, inputs as inputs_mod, timing, transfer
+from kernelagent.harness.child import compare, idle_probe, inputs as inputs_mod, precise, timing, transfer
 from kernelagent.harness.child.common import (AllocPressure, _device, _error_kind, _op_names, _param_bytes, _sync,
                                                child_setup, compact_traceback, import_problem, make_timer,
                                                make_timing_sets)
@@ -102,6 +102,7 @@ class ReferenceSide:
         input_bytes, output_bytes = int(inputs_mod.tensor_bytes(first)), int(inputs_mod.tensor_bytes(outputs))
         output_dtype = str(outputs[0].dtype).removeprefix("torch.") if outputs else "float32"
         self.io_bytes = input_bytes + output_bytes
+        self.high = precise.HighPrecision(self.model, self.device, estimate_ms)
         del first, outputs  # before the derived sets run: never both sets in memory at once
         try:
             extra_plan, extra_skipped = self.validate_derived(int(n_extra))
@@ -208,7 +209,7 @@ class ReferenceSide:
         n_outputs = int(message["n_outputs"])
         verdict: dict[str, Any] = {"name": name, "kind": kind, "seed": seed, "passed": False, "message": "",
                                    "max_abs_err": None, "max_rel_err": None, "rel_l2_err": None,
-                                   "rejected": None, "harness_error": False, "skipped": False}
+                                   "rejected": None, "harness_error": False, "skipped": False, "precision": ""}
         received = None
         extra = kind.startswith("extra:")
         candidate_error = message.get("candidate_error")
@@ -218,6 +219,9 @@ class ReferenceSide:
                 # The reference runs on the inputs it made (no copy: one input set in memory); the
                 # candidate's inputs after its call are compared with these after the reference's.
                 after_reference = self.check_inputs(kind, seed)
+                # float64 copies for the float64 run (child/precise.py), taken before the reference
+                # runs: a model may write its inputs
+                wide_inputs = self.high.copies(after_reference)
                 with torch.no_grad():
                     reference = transfer.flatten_outputs(self.model(*after_reference))
                 _sync(self.device)
@@ -251,13 +255,15 @@ class ReferenceSide:
                 if oversized:  # not read at all: the problem's own sizes bound what is taken in
                     verdict.update(passed=False, message=oversized)
                 else:
+                    high = self.high.run(wide_inputs, reference, regenerate=lambda: self.check_inputs(kind, seed))
+                    wide_inputs = None
                     try:
                         received = transfer.receive(message["outputs"] + message["inputs"], payloads, self.device)
                         tensors = received.tensors
                         mutation = compare.compare_inputs(after_reference, tensors[n_outputs:]) \
                             if message["inputs"] else None
                         result = None if mutation else \
-                            compare.compare_outputs(reference, tensors[:n_outputs], self.atol, self.rtol)
+                            compare.compare_outputs(reference, tensors[:n_outputs], self.atol, self.rtol, high)
                     except (torch.OutOfMemoryError, transfer.TransferError):
                         raise
                     except Exception as exc:  # the candidate's tensors are what the reference cannot take
@@ -268,9 +274,11 @@ class ReferenceSide:
                     else:
                         verdict.update(passed=bool(result.passed), message=result.message,
                                        max_abs_err=_finite(result.max_abs_err),
-                                       max_rel_err=_finite(result.max_rel_err), rel_l2_err=_finite(result.rel_l2_err))
+                                       max_rel_err=_finite(result.max_rel_err), rel_l2_err=_finite(result.rel_l2_err),
+                                       precision=str(result.precision)[:600])
             if reference is not None:
                 del reference, after_reference
+            high = wide_inputs = None
         except (transfer.TransferError, KeyError, TypeError) as exc:
             verdict.update(passed=False, rejected="bad-payload",
                            message=f"the candidate's process sent a malformed result: {exc}")

@@ -175,5 +175,5 @@ class CheckPhases:
             self.result["derived"].setdefault("skipped", []).append({"name": record.name, "reason": record.message})
         self.result["trials"].append({
             "name": record.name, "seed": record.seed, "passed": record.passed, "max_abs_err": record.max_abs_err,
-            "max_rel_err": record.max_rel_err, "rel_l2_err": record.rel_l2_err,
+            "max_rel_err": record.max_rel_err, "rel_l2_err": record.rel_l2_err, "precision": record.precision,
             "message": record.message if not record.passed or record.skipped else ""})

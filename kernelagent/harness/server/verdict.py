@@ -45,6 +45,7 @@ class CheckRecord:
     rejected: str | None = None  # e.g. "input-mutation", "bad-payload"
     harness_error: bool = False
     skipped: bool = False
+    precision: str = ""  # which relative L2 rule judged (child/compare.py), with its numbers
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> "CheckRecord":
