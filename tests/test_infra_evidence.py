@@ -7,6 +7,8 @@ events); the hostile table (tests/test_hostile.py, r5_* rows) runs the attacks e
 
 from __future__ import annotations
 
+import types
+
 import multiprocessing as mp
 import time
 from pathlib import Path
@@ -53,6 +55,13 @@ def claims(kind: str, text: str) -> Callable[[Job], None]:
     return event
 
 
+def ledger_holds(gib: int) -> Callable[[Job], None]:
+    """Our memory ledger (gate.MemoryLedger.used) holds `gib` GiB promised to the jobs on the device."""
+    def event(job: Job) -> None:
+        job.gate_memory = types.SimpleNamespace(used=gib << 30)
+    return event
+
+
 def overflow(job: Job) -> None:
     raise OverflowError("int too large to convert to float")
 
@@ -86,6 +95,11 @@ ROWS = [
     ([claims("harness_out_of_memory", "making the inputs raised: CUDA out of memory")], True, "runtime_error",
      "not evidence", False),
     ([claims("out_of_memory", "torch.OutOfMemoryError")], True, "runtime_error", "out of memory", False),
+    # ...unless our own ledger had memory of other jobs on the device when it said so: re-run alone
+    ([ledger_holds(12), claims("out_of_memory", "torch.OutOfMemoryError")], True, "harness_error",
+     "re-run alone", True),
+    ([ledger_holds(12), claims("out_of_memory", "torch.OutOfMemoryError")], False, "runtime_error",
+     "out of memory", False),
     ([claims("too_large", "too large for this machine")], True, "runtime_error", "too large", False),
     ([claims("harness_error", "the harness failed")], False, "runtime_error", "the harness failed", False),
     # an extra set's failure text is the candidate's: no out-of-memory evidence in it
@@ -105,7 +119,8 @@ ROWS = [
 
 
 @pytest.mark.parametrize("events, shared, status, fragment, alone", ROWS,
-                         ids=["harness-oom-claim", "oom-claim", "too-large-claim", "harness-error-claim",
+                         ids=["harness-oom-claim", "oom-claim", "oom-beside-others-by-our-ledger",
+                              "oom-alone-by-our-ledger", "too-large-claim", "harness-error-claim",
                               "oom-words-in-extra-error", "reference-oom", "unreadable-data", "wrong-then-bug",
                               "wrong-then-reference-gone", "mutation-then-bug", "bug-alone", "reference-gone-alone"])
 def test_infrastructure_verdicts_need_our_own_evidence(events, shared, status, fragment, alone, tmp_path):

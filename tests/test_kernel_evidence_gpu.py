@@ -24,7 +24,9 @@ def evidence_results(cuda_evaluator):
 
     if find_ncu() is None:
         pytest.skip("needs Nsight Compute (ncu)")
-    default = EvalConfig(trials=2, baselines=False, audit_share=0.0)  # kernel_evidence is the default
+    # kernel_evidence is the default; no audit drawn, and none for a win (the cache's Inductor time
+    # from other tests would make the honest ReLU one)
+    default = EvalConfig(trials=2, baselines=False, audit_share=0.0, audit_wins=False)
     ncu = EvalConfig(trials=2, baselines=False, evidence="ncu")
     audited = EvalConfig(trials=2, baselines=False, audit=True)
     honest = (CANDIDATES / "relu_problem.py", read(CANDIDATES / "relu_good.py"))

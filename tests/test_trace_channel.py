@@ -5,6 +5,8 @@ what the driver reads at cuInit only where a tracer was given."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import os
 import subprocess
 import sys
@@ -158,6 +160,7 @@ class _Job:
         self.fingerprint = {"trace": {"library": library} if library else {"unavailable": "no CUDA device"}}
         self.child_job = {"job_id": "j"}
         self.result: dict[str, Any] = {}
+        self.config = SimpleNamespace(profile=False)
 
 
 def test_a_job_without_a_tracer_forks_its_processes_unchanged(tmp_path):
@@ -168,6 +171,17 @@ def test_a_job_without_a_tracer_forks_its_processes_unchanged(tmp_path):
     trace_stage.collect(job)
     trace_stage.close(job)
     assert job.trace_channel is None and job.trace is None and "trace" not in job.result
+
+
+def test_an_asked_for_profile_is_not_traced(tmp_path):
+    """torch.profiler needs CUPTI to itself (an H200 profile read no kernels beside the tracer)."""
+    from kernelagent.harness.server import trace_stage
+
+    library = tmp_path / "libkernelagent_trace.so"
+    library.write_bytes(b"\x7fELF tracer")
+    job = _Job(tmp_path, str(library))
+    job.config.profile = True
+    assert trace_stage.open_for(job) == (job.child_job, job.child_job) and job.trace_channel is None
 
 
 def test_a_job_with_a_tracer_gives_the_candidate_its_own_copy_and_channel(tmp_path, monkeypatch):

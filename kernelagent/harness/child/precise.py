@@ -41,6 +41,11 @@ MAX_SECONDS = 10.0
 MAX_REFERENCE_MS = 200.0
 # The share of the free memory (device, or host on the CPU) a float64 run may plan to take.
 MEMORY_SHARE = 0.5
+# On a GPU at most this much (bytes), whatever is free: the server's memory ledger plans each job's
+# device memory from its problem's own tensors, not a float64 copy of them, and jobs beside this
+# one take what is free now (an H200 run of 8 jobs of 12-14 GiB problems ran out of memory in the
+# candidates' processes with an uncapped run). Past it the check says so and keeps the bounded rule.
+MAX_DEVICE_BYTES = 2 << 30
 # Neighbours drawn on a second look (compare.py): more realisations of the reference's own error.
 NEIGHBOURS = 3
 
@@ -140,6 +145,13 @@ def _guarded_run(model: torch.nn.Module, values: list[Any], finest: float) -> li
     return outputs
 
 
+def _allowed_bytes(device: torch.device) -> float:
+    """What a float64 run may plan to take: MEMORY_SHARE of the free memory, at most
+    MAX_DEVICE_BYTES on a GPU."""
+    allowed = MEMORY_SHARE * _available_bytes(device)
+    return min(allowed, MAX_DEVICE_BYTES) if device.type == "cuda" else allowed
+
+
 def _available_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
@@ -181,10 +193,10 @@ class HighPrecision:
             self.note = self.off or "no float64 run: the problem's model is not a torch.nn.Module"
             return None
         need = sum(_wide(v).element_size() * v.numel() for v in values if isinstance(v, torch.Tensor))
-        free = _available_bytes(self.device)
-        if need > MEMORY_SHARE * free:
+        allowed = _allowed_bytes(self.device)
+        if need > allowed:
             self.note = (f"no float64 run: its inputs alone would take {need / 2**30:.2f} GiB where "
-                         f"{free / 2**30:.2f} GiB are free")
+                         f"{allowed / 2**30:.2f} GiB may be planned")
             return None
         try:
             return wide_copies(values)
@@ -220,10 +232,10 @@ class HighPrecision:
         params = list(self.model.parameters()) + list(self.model.buffers())
         need = 2 * sum(p.numel() * _wide(p).element_size() for p in params) + _bytes(wide_inputs) \
             + 2 * sum(_wide(r).numel() * _wide(r).element_size() for r in reference)
-        free = _available_bytes(self.device)
-        if need > MEMORY_SHARE * free:
+        allowed = _allowed_bytes(self.device)
+        if need > allowed:
             return Precise(None, f"no float64 run: it would take about {need / 2**30:.2f} GiB where "
-                                 f"{free / 2**30:.2f} GiB are free")
+                                 f"{allowed / 2**30:.2f} GiB may be planned")
         state = _rng_state(self.device)
         started = time.perf_counter()
         try:

@@ -73,6 +73,7 @@ class FailurePhases:
             self.flag(verdict.flag(flag_kind, text, "reject"))
             self.fail(Status.REJECTED, f"[{flag_kind}] {text}", stage)
         elif kind == "out_of_memory":
+            self.note_memory_beside()
             self.fail(Status.RUNTIME_ERROR, "out of memory on the device in the candidate's own code "
                                             f"({self.memory_context()}): " + text, stage)
         elif kind == "harness_out_of_memory":
@@ -88,6 +89,17 @@ class FailurePhases:
         else:
             self.fail(Status.RUNTIME_ERROR, text, stage)
         self.result["correct"] = False
+
+    def note_memory_beside(self) -> None:
+        """What our own memory ledger (server/gate.MemoryLedger) had promised to other jobs on
+        this device when the candidate's process reported running out: the server's measurement,
+        which alone decides whether that failure is re-run alone (job.conclude_concurrency). The
+        candidate's report only says when to look."""
+        ledger = getattr(self, "gate_memory", None)
+        used = getattr(ledger, "used", None)
+        if isinstance(used, int):
+            own = int(self.concurrency.get("memory_reserved_bytes") or 0)
+            self.concurrency["memory_beside_bytes"] = max(0, used - own)
 
     def candidate_protocol(self, text: str) -> None:
         message = (f"the candidate's process broke the harness protocol during '{self.stage}': {text}; "

@@ -371,6 +371,12 @@ class MemoryLedger:
         self._used = 0
         self._cond = threading.Condition()
 
+    @property
+    def used(self) -> int:
+        """Bytes promised to admitted jobs now (our own bookkeeping, never a job's word)."""
+        with self._cond:
+            return self._used
+
     @contextmanager
     def reserve(self, job: Freezable, need: int) -> Iterator[None]:
         if self.total is None:

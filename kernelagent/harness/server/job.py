@@ -64,6 +64,11 @@ _OOM_WORDS = ("CUDA error: out of memory", "CUDA out of memory", "torch.OutOfMem
               "torch.cuda.OutOfMemoryError") + hardware.ALLOC_FAILED_WORDS
 
 
+# Other jobs' memory on the device, by our ledger, above which a candidate's out-of-memory error
+# is re-run alone before it counts (a context and a small problem: below it, no neighbour crowded it).
+MEMORY_BESIDE_MIN = 1 << 30
+
+
 def _says_out_of_memory(log: str) -> bool:
     return any(word in log for word in _OOM_WORDS)
 
@@ -453,8 +458,11 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
             # candidate that claims this only buys itself a run alone.
             self.retry_alone("the device's memory was full while this evaluation was timed beside others "
                              f"(allocator retries: {retries}); it is re-run alone before its times count")
-        if beside and self.out_of_memory and self.result["status"] in (Status.RUNTIME_ERROR, Status.HARNESS_ERROR,
-                                                                       Status.CRASHED, Status.TOO_LARGE):
+        # Out of memory beside others: the reference saw it (ours), or the candidate's process said so
+        # while our ledger had memory promised to other jobs (ours too: failures.note_memory_beside).
+        crowded = self.out_of_memory or self.concurrency.get("memory_beside_bytes", 0) >= MEMORY_BESIDE_MIN
+        if beside and crowded and self.result["status"] in (Status.RUNTIME_ERROR, Status.HARNESS_ERROR,
+                                                           Status.CRASHED, Status.TOO_LARGE):
             self.retry_alone("out of device memory while other evaluations shared the device; it is re-run "
                              "alone before anything is said about the candidate (was: "
                              + str(self.result.get("reason", ""))[:300] + ")")

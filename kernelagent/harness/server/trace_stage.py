@@ -24,7 +24,10 @@ def open_for(job: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the reference's job dict, the candidate's) for the fork, with their trace specs."""
     job.trace_channel, job.trace, job.trace_checks = None, None, 0
     library = (job.fingerprint.get("trace") or {}).get("library")
-    if not library:
+    if not library or job.config.profile:
+        # An asked-for profile (`kernelagent profile`, EvalConfig.profile) runs torch.profiler in the
+        # job's processes, which needs CUPTI to itself: such a job is not traced (no verdict of the
+        # kernel evidence rests on it: profiling.py turns the evidence off).
         return job.child_job, job.child_job
     # The candidate's copy lies in its own scratch, which its jail shows at the same path (the
     # cache the server built it in is hidden there); no candidate code runs before cuInit loads it.
