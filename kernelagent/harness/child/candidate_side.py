@@ -223,6 +223,12 @@ class CandidateSide:
         try:
             # The harness's own allocations, apart from the candidate's call: running out of
             # memory here is the harness's failure (the server judges whether that is plausible).
+            if check["overrides"] is not None and kind.startswith("extra:"):  # a derived set, drawn in secret
+                from kernelagent.harness import derive
+
+                inputs_mod.add_derived_set(self.problem, int(kind.split(":", 1)[1]),
+                                           derive.apply(self.job["problem_source"], check["overrides"]),
+                                           self.workdir / "problem.py")
             values = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
             if self.monitor is not None and self.device.type == "cuda":
                 cuda_evidence.poison_cuda_memory(self.device, self.poison_bytes)

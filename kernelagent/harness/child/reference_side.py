@@ -559,6 +559,10 @@ def reference_main(job: dict[str, Any], server: Connection, workdir: Path) -> No
     child_setup(workdir / "reference.log", workdir, [server.fileno()])
     try:
         hello = protocol.recv(server, {"ref_nonce"}, job["job_id"])
+        if hello["derived"]:  # the derived sets, drawn by the server after the fork (server/draws.py)
+            from kernelagent.harness import derive
+
+            job = dict(job, derived_sources=[derive.apply(job["problem_source"], v) for v in hello["derived"]])
         side = ReferenceSide(job, server, workdir, hello["nonce"])
         if side.fits() and side.setup():
             side.start_compiling()
