@@ -550,7 +550,8 @@ def _finite(value: Any) -> float | None:
 
 
 # The reference's ops whose outputs decay or grow along a dimension (products and scans): such a
-# problem also gets a check on inputs near one, where every output element stays significant.
+# problem also gets a check with lines of inputs near one mixed in (child/special.py), along which
+# every output element stays significant.
 NEAR_ONE_OPS = frozenset({"cumprod", "prod", "cumsum", "logcumsumexp", "cummax", "cummin", "pow"})
 
 
