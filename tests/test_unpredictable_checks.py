@@ -65,9 +65,10 @@ def test_two_evaluations_draw_different_derived_shapes_and_a_fixed_seed_repeats_
     # Each check's seed is keyed by the master: no fixed offsets between them (master + 0, 1, 2000, ...).
     seeds = sorted(t.seed for t in first.trials)
     assert len(seeds) >= 3 and all(b - a > 1 << 20 for a, b in zip(seeds, seeds[1:])), seeds
-    # Drawn from the secret, not from the source: neither is the sets the source alone gives.
-    offline = derive.derive_check_variants(read(SOFTMAX), n=4)
-    assert not any(s in offline for s in _shapes(first) + _shapes(second)), offline
+    # Drawn from the secret, not from the source: not the sets the source alone gives (one drawn set
+    # may meet its fixed counterpart by chance, 1 in 16 for the grown one here; all of them do not).
+    offline = derive.derive_check_variants(read(SOFTMAX), n=2)
+    assert not (_shapes(first) == offline and _shapes(second) == offline), offline
     # A rejection is reproduced from the result: its master seed gives the same shapes and inputs.
     again = evaluator.evaluate(SOFTMAX, honest, EvalConfig(trials=1, timing=False, baselines=False,
                                                            seed=first.seeds["base"]))
