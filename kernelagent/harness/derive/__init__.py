@@ -59,7 +59,7 @@ from its secret seed, server/draws.py, so that they cannot be computed from the 
   With ``rng`` (a ``random.Random``), each variant keeps its rule but draws its values within a
   band (one draw per distinct main value, so equal dims stay equal, except in variant 2): variant
   1 an odd value in [v/4, 3v/4]; variant 2 ``(v + step) | 1`` with an even step of up to
-  ``max(8, v/64)``, distinct for slots of equal value; variant 3 and further a ratio drawn in
+  ``max(6, v/64)``, distinct for slots of equal value; variant 3 and further a ratio drawn in
   [9/16, 15/16]; variant 4 ``v - m * 2**k`` with m in 1..3 (kept >= v/4); variant 5 the batch
   draw of variant 1.
 * **Smoke** (:func:`smoke_candidates`, :func:`derive_smoke` = the first, :func:`pick_smoke` = the
