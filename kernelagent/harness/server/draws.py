@@ -19,7 +19,7 @@ import random
 from typing import Any
 
 MASTER_BITS = 62  # too wide to search from the hashes a candidate sees; under the 2**62 bound on integers in
-# EvalConfig and in frames (issue 54, class 3), so `--seed BASE` takes every master
+# EvalConfig and in frames (issue 54, class 5), so `--seed BASE` takes every master
 SEED_BITS = 40  # a check's seed, as before: torch.manual_seed takes it on every backend
 
 
