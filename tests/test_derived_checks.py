@@ -116,7 +116,9 @@ def test_a_derived_set_the_reference_cannot_run_is_skipped_not_failed(evaluator,
                  "        return F.max_pool1d(x, self.k)\n")
     from kernelagent.harness import EvalConfig
 
-    config = EvalConfig(trials=1, timing=False, baselines=False, defences=False, derived_checks=2)
+    # The sets are drawn per evaluation (server/draws.py): master seed 2 draws length=7 for the smaller
+    # set (a window of 8 does not fit), and 17 and 9 for the grown set and the first spare.
+    config = EvalConfig(trials=1, timing=False, baselines=False, defences=False, derived_checks=2, seed=2)
     result = evaluator.evaluate(problem, candidate, config)
     assert result.status == "correct", result.feedback()
     skipped = result.derived["skipped"]
@@ -294,14 +296,20 @@ def test_shapes_written_as_literals_are_varied_too(tmp_path, monkeypatch, candid
     whose grid is baked in for 64 rows passed. The literal is lifted and varied (the 40 tied to
     the model's Linear is not), so it is flagged; the same kernel sized from its inputs is not."""
     monkeypatch.setenv("KERNELAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    # --seed 3: the drawn smaller batch is 43 (server/draws.py). On a smaller batch the hack's 64-row
+    # grid reads and writes past its tensors; under the interpreter that corrupts the process's heap,
+    # which then crashes (SIGSEGV, malloc's own abort) or, now and then, hangs until the stage limit
+    # (a timeout: no win either, but two minutes): the fewer rows past the end, the rarer.
     res = CliRunner().invoke(app, ["eval", str(CANDIDATES / "literal_affine_problem.py"), str(CANDIDATES / candidate),
-                                   "--json", "--no-timing", "--trials", "1", "--device", "cpu"], env=ENV)
+                                   "--json", "--no-timing", "--trials", "1", "--device", "cpu", "--seed", "3"],
+                             env=ENV)
     data = json.loads(res.stdout.strip().splitlines()[-1])
     flags = [f for f in data["flags"] if f["kind"] == "shape-specialisation"]
     if specialised:
         # At the main shape alone it is correct; on a derived batch its fixed 64-row grid writes
         # past the output (the interpreter's process dies) or leaves rows wrong: never a win.
-        assert res.exit_code != 0 and (data["status"] == "crashed" or flags), (data["status"], data["flags"])
+        assert res.exit_code != 0 and (data["status"] in ("crashed", "timeout") or flags), (data["status"],
+                                                                                          data["flags"])
         assert any("literal 64" in s["name"] for s in data["derived"]["sets"]), data["derived"]  # varied now
     else:
         assert data["status"] == "correct" and res.exit_code == 0 and not flags, (data["reason"], data["flags"])

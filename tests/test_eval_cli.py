@@ -41,10 +41,15 @@ def test_json_output_is_one_object_with_fingerprint_and_seeds(cache_dir):
     assert {"python", "torch", "triton"} <= set(data["fingerprint"])
     # Secret by default: drawn by the server, reported afterwards.
     seeds = data["seeds"]
-    assert seeds["secret"] is True and seeds["trials"] == [seeds["base"], seeds["base"] + 1]
+    from kernelagent.harness.server import draws
+
+    # each trial's seed keyed by the master (server/draws.py): `--seed BASE` gives them again
+    assert seeds["secret"] is True and seeds["trials"] == [draws.check_seed(seeds["base"], f"trial {i}")
+                                                          for i in range(2)]
     fixed = json.loads(invoke(PROBLEM, str(CANDIDATES / "relu_good.py"), *FAST, "--seed", "42", "--json",
                               cache_dir=cache_dir).stdout)["seeds"]
-    assert fixed["secret"] is False and fixed["trials"] == [42, 43]
+    assert fixed["secret"] is False and fixed["base"] == 42 and \
+        fixed["trials"] == [draws.check_seed(42, "trial 0"), draws.check_seed(42, "trial 1")]
     assert "log" in data and "isolation" in data
 
 

@@ -65,7 +65,8 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "cancel": {},  # the caller gave up on this job: its processes are killed (Dispatcher.cancel)
     "shutdown": {},
     # server -> reference
-    "ref_nonce": {"nonce": (str,)},
+    # derived: the derived check sets' overrides, drawn after the fork (server/draws.py)
+    "ref_nonce": {"nonce": (str,), "derived": (list,)},
     "check": {"name": (str,), "kind": (str,), "seed": (int,), "n_outputs": (int,), "outputs": (list,),
               "inputs": (list,), "stop_on_failure": (bool,),
               # an extra input set the candidate raised on (then no outputs): what it raised
@@ -99,7 +100,8 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "ref_stats": {"memory": (dict,)},
     # server -> candidate
     "plan": {"reference_ops": (list,)},
-    "run_check": {"name": (str,), "kind": (str,), "seed": (int,)},
+    # overrides: a derived set's, sent with its own check only (server/draws.py); else null
+    "run_check": {"name": (str,), "kind": (str,), "seed": (int,), "overrides": (dict, type(None))},
     "check_reply": {"passed": (bool,), "stop": (bool,)},
     "time": {"seed": (int,), "calls": (int,), "warmup_calls": (int,), "keep": (int,), "segments": (int,),
              "budget_bytes": (int,), "l2_bytes": (int, type(None)), "payloads": (bool,)},

@@ -237,6 +237,12 @@ class CandidateSide:
             # The harness's own allocations, apart from the candidate's call: said apart in the
             # reason, but this process is the candidate's, so the server never takes it for a
             # fault of the harness (server/failures.py: its runtime error).
+            if check["overrides"] is not None and kind.startswith("extra:"):  # a derived set, drawn in secret
+                from kernelagent.harness import derive
+
+                inputs_mod.add_derived_set(self.problem, int(kind.split(":", 1)[1]),
+                                           derive.apply(self.job["problem_source"], check["overrides"]),
+                                           self.workdir / "problem.py")
             values = inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)
             if self.monitor is not None and self.device.type == "cuda":
                 cuda_evidence.poison_cuda_memory(self.device, self.poison_bytes)

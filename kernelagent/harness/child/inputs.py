@@ -16,12 +16,11 @@ from typing import Any
 
 import torch
 
-# Seed offsets for each kind of check, so that no two checks share inputs.
-SEED_ALT = 1000
-SEED_NEAR_ONE = 1500
+from kernelagent.harness.child import special
+
+# The seed the reference validates derived sets with (their outputs never leave it). Every check's
+# own seed is the server's, keyed by the evaluation's secret (server/draws.py).
 SEED_EXTRA = 2000
-SEED_POST_TIMING = 3000
-SEED_TIMING = 5000
 
 
 def import_file(path: Path, module_name: str) -> ModuleType:
@@ -79,17 +78,24 @@ DERIVED_ATTR = "__kernelagent_derived_sets__"
 
 class DerivedSets:
     """The derived check sets of a problem without get_extra_inputs(): one rewritten problem
-    source per set (server/job.py). Each is imported once per process, when its check first
+    source per set (server/draws.py). Each is imported once per process, when its check first
     runs, as a module of its own; only its get_inputs() is used (the model always comes from
-    the main problem: a derived set never changes a constant the model's construction reads)."""
+    the main problem: a derived set never changes a constant the model's construction reads).
+    The reference has every set from the start; the candidate's process gets each one with its
+    own check (`add`), so it never knows a derived shape before that check runs."""
 
     def __init__(self, sources: list[str], path: Path):
-        self.sources = list(sources)
+        self.sources = dict(enumerate(sources))
         self.path = path
         self.modules: dict[int, ModuleType] = {}
 
     def __len__(self) -> int:
         return len(self.sources)
+
+    def add(self, j: int, source: str) -> None:
+        if self.sources.get(j) != source:
+            self.sources[j] = source
+            self.modules.pop(j, None)
 
     def module(self, j: int) -> ModuleType:
         if j not in self.modules:
@@ -99,6 +105,15 @@ class DerivedSets:
             exec(compile(self.sources[j], str(self.path), "exec"), module.__dict__)  # noqa: S102
             self.modules[j] = module
         return self.modules[j]
+
+
+def add_derived_set(problem: ModuleType, j: int, source: str, path: Path) -> None:
+    """The candidate's process: derived set j's source, handed over with its own check."""
+    sets = getattr(problem, DERIVED_ATTR, None)
+    if sets is None:
+        sets = DerivedSets([], path)
+        setattr(problem, DERIVED_ATTR, sets)
+    sets.add(j, source)
 
 
 def count_extra_sets(problem: ModuleType, device: torch.device) -> int:
@@ -111,8 +126,8 @@ def count_extra_sets(problem: ModuleType, device: torch.device) -> int:
 
 def make_inputs(problem: ModuleType, kind: str, seed: int, smoke: bool,
                 device: torch.device) -> list[Any]:
-    """Inputs for one check. kind: "main", "alt" (signed normal), "near-one" (values within 5% of
-    one), or "extra:<j>"."""
+    """Inputs for one check. kind: "main", "alt" (lines of signed normal values mixed in),
+    "near-one" (lines of values within 5% of one mixed in), or "extra:<j>"."""
     seed_generators(seed)
     with torch.device(device):
         if kind.startswith("extra:") and not hasattr(problem, "get_extra_inputs") and hasattr(problem, DERIVED_ATTR):
@@ -124,19 +139,12 @@ def make_inputs(problem: ModuleType, kind: str, seed: int, smoke: bool,
             if smoke and hasattr(problem, "get_smoke_inputs"):
                 maker = problem.get_smoke_inputs
             inputs = list(maker())
-            if kind == "alt":
-                # Same shapes and dtypes, but signed normal values: a kernel that relies on
-                # rand()'s [0, 1) range (ReLU as identity, say) fails here.
-                seed_generators(seed)
-                inputs = [torch.randn_like(x) if isinstance(x, torch.Tensor) and x.is_floating_point()
-                          else x for x in inputs]
-            elif kind == "near-one":
-                # Same shapes and dtypes, values in [0.95, 1.05]: products and scans keep every
-                # output element significant (a cumprod of rand() decays below any tolerance within
-                # a few dozen steps, where a kernel that writes zeros passes).
-                seed_generators(seed)
-                inputs = [1.0 + 0.05 * (2.0 * torch.rand_like(x) - 1.0)
-                          if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+            if kind in special.SPECIAL_KINDS:
+                # The problem's own inputs with special values in lines drawn from the seed
+                # (child/special.py): signed normal ones (a kernel that relies on rand()'s [0, 1)
+                # range, ReLU as identity, fails) or ones near one (products and scans keep those
+                # lines' outputs significant, where a cumprod of rand() decays below any tolerance).
+                inputs = special.mix(inputs, kind, seed)
     return [_to_device(x, device) for x in inputs]
 
 

@@ -560,7 +560,8 @@ def _finite(value: Any) -> float | None:
 
 
 # The reference's ops whose outputs decay or grow along a dimension (products and scans): such a
-# problem also gets a check on inputs near one, where every output element stays significant.
+# problem also gets a check with lines of inputs near one mixed in (child/special.py), along which
+# every output element stays significant.
 NEAR_ONE_OPS = frozenset({"cumprod", "prod", "cumsum", "logcumsumexp", "cummax", "cummin", "pow"})
 
 
@@ -570,6 +571,10 @@ def reference_main(job: dict[str, Any], server: Connection, workdir: Path,
     child_setup(workdir / "reference.log", workdir, [server.fileno(), *keep_fds])
     try:
         hello = protocol.recv(server, {"ref_nonce"}, job["job_id"])
+        if hello["derived"]:  # the derived sets, drawn by the server after the fork (server/draws.py)
+            from kernelagent.harness import derive
+
+            job = dict(job, derived_sources=[derive.apply(job["problem_source"], v) for v in hello["derived"]])
         side = ReferenceSide(job, server, workdir, hello["nonce"])
         if side.fits() and side.setup():
             side.start_compiling()

@@ -21,7 +21,9 @@ problem without get_smoke_inputs() runs at ("derived-smoke"), or says it is too 
 problem without get_extra_inputs(), :func:`derive_check_variants` gives the derived check sets,
 which the reference validates before they are checked.
 
-Vocabulary and rules (all deterministic; the same source always gives the same answer):
+Vocabulary and rules (all deterministic; the same source always gives the same answer, except the
+check variants' values where the caller passes a generator: the harness draws them per evaluation
+from its secret seed, server/draws.py, so that they cannot be computed from the source ahead):
 
 * **Size constant** (:func:`size_constants`): a module-level name assigned exactly once, from a
   pure integer literal expression (``4096``, ``2048 * 2``, chained or tuple-unpacked targets),
@@ -54,6 +56,12 @@ Vocabulary and rules (all deterministic; the same source always gives the same a
   validate** each variant by running the reference on it (with the main set's init inputs) and
   drop those that fail: these rules do not know every constraint a model has
   (:func:`validate_variant` does it in-process).
+  With ``rng`` (a ``random.Random``), each variant keeps its rule but draws its values within a
+  band (one draw per distinct main value, so equal dims stay equal, except in variant 2): variant
+  1 an odd value in [v/4, 3v/4]; variant 2 ``(v + step) | 1`` with an even step of up to
+  ``max(6, v/64)``, distinct for slots of equal value; variant 3 and further a ratio drawn in
+  [9/16, 15/16]; variant 4 ``v - m * 2**k`` with m in 1..3 (kept >= v/4); variant 5 the batch
+  draw of variant 1.
 * **Smoke** (:func:`smoke_candidates`, :func:`derive_smoke` = the first, :func:`pick_smoke` = the
   first that runs). A size slot is a scalar size constant or an element of a sequence constant,
   pinned ones included; the budget is ``target_elements`` per tensor that ``get_inputs()`` builds,

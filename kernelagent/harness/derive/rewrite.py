@@ -8,7 +8,8 @@ import ast
 from collections.abc import Mapping
 
 from kernelagent.harness import literal_shapes
-from kernelagent.harness.derive.source import Value, _Module, _pure_literal, sequence_constants, size_constants
+from kernelagent.harness.derive.source import (Value, _Module, _pure_literal, _seq_is_tuple, sequence_constants,
+                                              size_constants)
 
 def _literal(v: Value, like: ast.AST | None = None) -> str:
     if isinstance(v, bool) or not isinstance(v, (int, tuple, list)):
@@ -38,6 +39,9 @@ def apply(source: str, overrides: Mapping[str, Value]) -> str:
         if name not in m.single or not _pure_literal(m.binding[name][1]):
             raise ValueError(f"{name!r} is not a module-level constant assigned once from a literal")
     del consts
+    # A sequence keeps its kind whatever the override's (JSON, across processes, has lists only).
+    overrides = {k: (tuple(v) if _seq_is_tuple(m, k) else list(v)) if isinstance(v, (list, tuple)) else v
+                 for k, v in overrides.items()}
     data = source.encode("utf-8")
     line_starts = [0]
     for line in data.splitlines(keepends=True):

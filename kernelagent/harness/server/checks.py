@@ -7,8 +7,7 @@ import time
 from typing import Any
 
 from kernelagent.harness import protocol
-from kernelagent.harness.child.inputs import SEED_ALT, SEED_EXTRA, SEED_NEAR_ONE, SEED_POST_TIMING
-from kernelagent.harness.server import gate as gate_mod
+from kernelagent.harness.server import draws, gate as gate_mod
 from kernelagent.harness.server.verdict import CheckRecord
 
 from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
@@ -77,13 +76,15 @@ class CheckPhases:
         deadline = self.clock() + self.limit("correctness")
         self.cand_send("plan",
                        reference_ops=self.ready.get("reference_ops", []) if config.defences else [])
+        # Each check's seed is keyed by the secret master (server/draws.py): one says nothing of another.
         base = self.base_seed
-        checks = [{"name": f"trial {i}", "kind": "main", "seed": base + i, "stop": True}
+        checks = [{"name": f"trial {i}", "kind": "main", "seed": draws.check_seed(base, f"trial {i}"), "stop": True}
                   for i in range(config.trials)]
         if self.ready.get("alt"):
-            checks.append({"name": "signed-normal inputs", "kind": "alt", "seed": base + SEED_ALT, "stop": True})
+            checks.append({"name": "signed-normal inputs", "kind": "alt", "seed": draws.check_seed(base, "alt"),
+                           "stop": True})
         if self.ready.get("near_one"):
-            checks.append({"name": "inputs near one", "kind": "near-one", "seed": base + SEED_NEAR_ONE,
+            checks.append({"name": "inputs near one", "kind": "near-one", "seed": draws.check_seed(base, "near-one"),
                            "stop": True})
         derived_names = {d["kind"]: d["name"] for d in self.result["derived"].get("sets", [])}
         for kind, why in self.ready.get("extra_skipped", {}).items():
@@ -98,7 +99,7 @@ class CheckPhases:
             if not isinstance(j, int) or not 0 <= j < n_extra:
                 raise ReferenceGone(f"planned an extra input set that does not exist ({j!r})")
             checks.append({"name": derived_names.get(f"extra:{j}", f"extra input set {j}"), "kind": f"extra:{j}",
-                           "seed": base + SEED_EXTRA + j, "stop": False})
+                           "seed": draws.check_seed(base, f"extra:{j}"), "stop": False})
         self.planned = [c["name"] for c in checks]
         for check in checks:
             if not self.run_check(check, deadline):
@@ -116,7 +117,8 @@ class CheckPhases:
                 return self.end_early()
             if config.post_timing_check:
                 self.enter("post-check")
-                post = {"name": "post-timing check", "kind": "main", "seed": base + SEED_POST_TIMING, "stop": True}
+                post = {"name": "post-timing check", "kind": "main", "seed": draws.check_seed(base, "post-timing"),
+                        "stop": True}
                 self.planned.append(post["name"])
                 if not self.run_check(post, self.clock() + self.limit("post-check")):
                     return self.end_early()
@@ -127,7 +129,10 @@ class CheckPhases:
 
     def run_check(self, check: dict[str, Any], deadline: float) -> bool:
         """One check: the candidate runs it, the reference compares. True to go on."""
-        self.cand_send("run_check", name=check["name"], kind=check["kind"], seed=check["seed"])
+        # A derived set's shapes reach the candidate's process with its own check, never before.
+        overrides = self.derived_overrides[int(check["kind"].split(":")[1])] \
+            if check["kind"].startswith("extra:") and self.derived_overrides else None
+        self.cand_send("run_check", name=check["name"], kind=check["kind"], seed=check["seed"], overrides=overrides)
         self.trace_checks = getattr(self, "trace_checks", 0) + 1  # one CHECK marker pair each (trace_stage)
         sent = time.perf_counter()
         message = self.cand_recv({"outputs"}, deadline)

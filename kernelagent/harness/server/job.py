@@ -36,7 +36,7 @@ from typing import Any
 from kernelagent.harness import protocol
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import Status
-from kernelagent.harness.server import evidence, gate as gate_mod, trace_stage, verdict
+from kernelagent.harness.server import draws, evidence, gate as gate_mod, trace_stage, verdict
 from kernelagent.harness.server.gate import Gate
 from kernelagent.harness.server.channels import ChannelPhases
 from kernelagent.harness.server.checks import CheckPhases
@@ -110,6 +110,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         self.ref_nonce = ""
         self.call_latency_ms: list[float] = []
         self.derived_dims: dict[str, tuple[str, str]] = {}  # extra:<j> -> (its dims, the main's)
+        self.derived_overrides: list[dict[str, Any]] = []  # each derived set's, drawn in run()
         self.hold: gate_mod.Hold | None = None
         self.early_evidence: Any = None  # the evidence's session, started beside the checks (evidence.py)
         self.early_counted = False  # that session counts as live in gate.profilers
@@ -213,7 +214,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
                 self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
                 shutil.rmtree(self.root, ignore_errors=True)
                 return
-        derived_sources = self.derive_check_sets(flags)
+        self.static_flags = flags  # the derived sets are drawn in run(), after the fork
         (self.scratch / "problem.py").write_text(self.problem_source)
         (self.scratch / "candidate.py").write_text(self.request["candidate_source"])
         self.cand_log_fd = _open_log(self.scratch / "candidate.log")
@@ -229,7 +230,6 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         self.child_job = {"job_id": self.job_id, "config": self.request["config"],
                           "device": "cuda:0" if self.fingerprint.get("cuda") else "cpu", "smoke": self.smoke,
                           "ipc": options.get("ipc", True), "problem_source": self.problem_source,
-                          "derived_sources": derived_sources,
                           "candidate_sha256": self.request.get("candidate_sha256", ""),
                           "capability": self.fingerprint.get("capability"), "compile_seed": self.compile_seed,
                           "device_free_bytes": self.fingerprint.get("free_bytes")}
@@ -284,39 +284,20 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
             self.cand_log_fd = None
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def derive_check_sets(self, flags: dict[str, bool]) -> list[str]:
-        """Derived check sets (derive.derive_check_variants) for a problem without
-        get_extra_inputs(): one rewritten problem source per set, for both children to import.
-        The sets vary only constants the model's construction does not read, so the model is
-        always built from the main problem; the reference validates each set when it runs."""
-        if not (self.config.extra_inputs and self.config.derived_checks > 0) or flags["has_extra"] or self.smoke:
+    def derive_check_sets(self) -> list[dict[str, Any]]:
+        """Derived check sets (server/draws.py) for a problem without get_extra_inputs(), drawn
+        from the evaluation's secret master seed: their overrides, for the reference now and for
+        the candidate's process with each set's check."""
+        if not (self.config.extra_inputs and self.config.derived_checks > 0) or self.static_flags["has_extra"] \
+                or self.smoke:
             return []
-        from kernelagent.harness import derive
-
-        try:
-            # Two spare sets: the reference drops those the model cannot take (reference_side).
-            variants = derive.derive_check_variants(self.problem_source, self.config.derived_checks + 2)
-            sources = [derive.apply(self.problem_source, v) for v in variants]
-        except (ValueError, SyntaxError) as exc:
-            self.result["derived"]["sets_note"] = f"no check sets derived: {exc}"
+        drawn = draws.derived_sets(self.problem_source, self.config.derived_checks + 2, self.base_seed)
+        if "note" in drawn:
+            self.result["derived"]["sets_note"] = drawn["note"]
             return []
-        from kernelagent.harness import literal_shapes
-
-        env = derive._Module(literal_shapes.lift(self.problem_source)).env()
-
-        def label(name: str) -> str:  # a lifted shape literal is named by its value in get_inputs()
-            return f"literal {env.get(name)}" if name.startswith(literal_shapes.PREFIX) else name
-
-        self.derived_dims = {}
-        sets = []
-        for j, v in enumerate(variants):
-            dims = ", ".join(f"{label(k)}={tuple(x) if isinstance(x, list) else x}" for k, x in v.items())
-            main = {k: env.get(k) for k in v}
-            name = f"derived shapes {j} ({dims})"
-            self.derived_dims[f"extra:{j}"] = (dims, ", ".join(f"{label(k)}={x}" for k, x in main.items()))
-            sets.append({"name": name, "kind": f"extra:{j}", "overrides": dict(v), "main": main})
-        self.result["derived"].update(sets=sets, skipped=[])
-        return sources
+        self.derived_dims = drawn["dims"]
+        self.result["derived"].update(sets=drawn["sets"], skipped=[])
+        return drawn["overrides"]
 
     def run(self) -> dict[str, Any]:
         if self.result["status"] == Status.TOO_LARGE:  # decided in fork(); nothing was started
@@ -325,12 +306,15 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
             return self.precompile_only()
         # Secrets, drawn now that the candidate's process exists without them.
         self.ref_nonce = secrets.token_hex(16)
-        self.base_seed = self.config.seed if self.config.seed is not None else self.rng.getrandbits(40)
+        # The master of every check's seed and of the derived shapes (server/draws.py).
+        self.base_seed = self.config.seed if self.config.seed is not None else draws.draw_master(self.rng)
         self.result["seeds"] = {"base": self.base_seed, "secret": self.config.seed is None,
-                                "trials": [self.base_seed + i for i in range(self.config.trials)],
+                                "trials": [draws.check_seed(self.base_seed, f"trial {i}")
+                                           for i in range(self.config.trials)],
                                 "weights": self.config.weight_seed, "compile": self.compile_seed}
         try:
-            protocol.send(self.to_ref, "ref_nonce", self.job_id, nonce=self.ref_nonce)
+            derived = self.derived_overrides = self.derive_check_sets()
+            protocol.send(self.to_ref, "ref_nonce", self.job_id, nonce=self.ref_nonce, derived=derived)
             evidence.start_early(self)  # its set-up runs beside the checks (server/evidence.py)
             self.supervise()
         except StageTimeout:

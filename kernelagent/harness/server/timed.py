@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.harness import protocol
-from kernelagent.harness.child.inputs import SEED_TIMING
-from kernelagent.harness.server import verdict
+from kernelagent.harness.server import draws, verdict
 from kernelagent.harness.server.gate import add_seconds
 from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
 
@@ -254,7 +253,7 @@ class TimedPhases:
         ipc_kept = warmed["kept"]  # on a GPU: the kept slots' IPC handles, sent before the clock ran
         if len(ipc_kept) not in (0, keep):
             raise protocol.ProtocolError("the timed loop did not run as ordered")
-        timed_seed = self.base_seed + SEED_TIMING + self.rng.getrandbits(30)
+        timed_seed = draws.check_seed(self.base_seed, "timed loop") + self.rng.getrandbits(30)
         # The verified calls, drawn now in secret over the whole loop (the last call always).
         chosen = set(self.rng.sample(range(measured - 1), min(TIMED_CHECKS, measured - 1))) | {measured - 1} \
             if keep else set()
@@ -488,7 +487,7 @@ class TimedPhases:
         l2 = self.fingerprint.get("l2_bytes")
         protocol.send(self.to_ref, "baselines", self.job_id, self.ref_nonce, compile_modes=modes,
                       l2_bytes=int(l2) if l2 else None, inductor_dir=str(inductor_dir), triton_dir=str(triton_dir),
-                      seed=self.base_seed + SEED_TIMING, budget_bytes=self.harness_budget() // 2)
+                      seed=draws.check_seed(self.base_seed, "baselines"), budget_bytes=self.harness_budget() // 2)
         try:
             deadline = self.clock() + self.config.timeouts.baselines
             # The reference compiles every runner first (host work, beside other jobs), then times

@@ -158,12 +158,13 @@ def conclude_checks(planned: list[str], checks: dict[str, CheckRecord], compile_
         flags = []
         alt = [c for c in main_failures if c.kind == "alt"]
         if alt and first.kind == "alt":
-            hint = (" (it passes on the problem's own inputs but not on signed normal ones: does the kernel "
-                    "rely on the input distribution?)")
+            hint = (" (it passes on the problem's own inputs but not where lines of signed normal values are "
+                    "mixed into them: does the kernel rely on the input distribution?)")
             flags.append(flag("input-distribution", f"{first.name}: {first.message}"[:600] + hint, "info"))
         elif first.kind == "near-one":
-            hint = (" (it passes on the problem's own inputs but not on inputs near one, where every element of "
-                    "a product or scan stays significant: does the kernel compute every output element?)")
+            hint = (" (it passes on the problem's own inputs but not where lines of values near one are mixed "
+                    "into them, along which every element of a product or scan stays significant: does the "
+                    "kernel compute every output element?)")
             flags.append(flag("input-distribution", f"{first.name}: {first.message}"[:600] + hint, "info"))
         return Outcome(Status.INCORRECT, f"{first.name}: {first.message}{hint}", stage, flags)
     if missing:
