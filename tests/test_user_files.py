@@ -83,3 +83,88 @@ def current_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+# -- bench: the run's folder (items 2 and 6) --------------------------------------------------
+SUITE = Path(__file__).resolve().parent / "bench_suite"
+
+
+def bench(store: Path, *extra) -> list:
+    """A quick candidates-mode bench (one problem, no timing) over `store`."""
+    return ["bench", SUITE / "problems", "--candidates", SUITE / "candidates", "--filter", "2_add_one",
+            "--trials", "1", "--no-timing", "--no-baselines", "--gpus", "cpu", "--no-live", "--store", store, *extra]
+
+
+def stored_runs(store: Path) -> list[tuple[str, str, str]]:
+    import sqlite3
+
+    if not store.exists():
+        return []
+    with sqlite3.connect(store) as db:
+        try:
+            return db.execute("SELECT id, status, out_dir FROM runs").fetchall()
+        except sqlite3.OperationalError:
+            return []
+
+
+def test_bench_out_a_file_is_one_line_before_anything_is_recorded(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KERNELAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    store = tmp_path / "bench.sqlite"
+    result = run(bench(store, "--out", a_file))
+    check_one_line(result.exit_code, result.stdout, result.stderr, 2, "is a file, not a folder")
+    assert stored_runs(store) == [] and a_file.read_text() == "mine\n"
+    # the same command without --out is the run's first session (nothing stuck)
+    ok = run(bench(store))
+    assert ok.exit_code == 0, ok.output
+    [(run_id, status, out)] = stored_runs(store)
+    assert status == "finished" and out == str((tmp_path / "runs" / "bench" / run_id).resolve())
+
+
+def test_bench_run_stuck_on_a_file_by_an_older_version_is_recoverable(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KERNELAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    store, first = tmp_path / "bench.sqlite", tmp_path / "first"
+    assert run(bench(store, "--out", first)).exit_code == 0
+    [(run_id, _status, _out)] = stored_runs(store)
+    # What an older version left: the run recorded with a file as its folder, status running.
+    import shutil
+    import sqlite3
+
+    shutil.rmtree(first)
+    first.write_text("a file now\n")
+    with sqlite3.connect(store) as db:
+        db.execute("UPDATE runs SET status = 'running'")
+    for args in (bench(store), ["bench", "--resume", run_id, "--store", store]):
+        result = run(args)
+        check_one_line(result.exit_code, result.stdout, result.stderr, 2, "give --out DIR")
+        assert "(recorded in the store) is a file, not a folder" in result.stderr
+    moved = tmp_path / "moved"
+    again = run(["bench", "--resume", run_id, "--store", store, "--out", moved])
+    assert again.exit_code == 0, again.output
+    assert stored_runs(store) == [(run_id, "finished", str(moved.resolve()))] and (moved / "report.html").exists()
+    plain = run(bench(store))  # the same command, no --out: the folder the store now records
+    assert plain.exit_code == 0 and f"report: {moved.resolve() / 'report.html'}" in plain.stdout.replace("\n", "")
+
+
+def test_bench_out_holding_another_runs_report_is_refused_unless_force(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KERNELAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    mine, theirs, third = tmp_path / "a.sqlite", tmp_path / "b.sqlite", tmp_path / "c.sqlite"
+    # the same settings over two stores, no --out: never one default folder
+    assert run(bench(mine)).exit_code == 0 and run(bench(theirs)).exit_code == 0
+    [(_a, _s, shared)], [(_b, _t, other)] = stored_runs(mine), stored_runs(theirs)
+    assert shared != other
+    assert json.loads((Path(shared) / "run.json").read_text())["store"] == str(mine.resolve())
+    assert json.loads((Path(other) / "run.json").read_text())["store"] == str(theirs.resolve())
+    # --out naming a folder that holds another run's report: refused, as optimize refuses it
+    before = {name: (Path(shared) / name).read_text() for name in ("run.json", "summary.json", "report.html")}
+    refused = run(bench(third, "--out", shared))
+    check_one_line(refused.exit_code, refused.stdout, refused.stderr, 2, "already holds bench run")
+    assert "--force" in refused.stderr and stored_runs(third) == []
+    assert {name: (Path(shared) / name).read_text() for name in before} == before
+    forced = run(bench(third, "--out", shared, "--force"))
+    assert forced.exit_code == 0, forced.output
+    assert json.loads((Path(shared) / "run.json").read_text())["store"] == str(third.resolve())

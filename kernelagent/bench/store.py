@@ -201,7 +201,8 @@ class Store:
 
     # -- runs --------------------------------------------------------------------------
     def open_run(self, run_id: str, mode: str, spec: dict[str, Any], out_dir: str) -> tuple[dict, bool]:
-        """The run with this id, created if new. Returns (run, created)."""
+        """The run with this id, created if new, its folder now `out_dir` (checked by the caller:
+        an --out given to a known run moves its later reports there). Returns (run, created)."""
         now = time.time()
         with self.transaction() as db:
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -212,8 +213,8 @@ class Store:
                 created = True
             else:
                 created = False
-            db.execute("UPDATE runs SET status = 'running', updated = ?, sessions = sessions + 1 WHERE id = ?",
-                       (now, run_id))
+            db.execute("UPDATE runs SET status = 'running', updated = ?, sessions = sessions + 1, out_dir = ? "
+                       "WHERE id = ?", (now, out_dir, run_id))
         return self.run(run_id), created
 
     def run(self, run_id: str) -> dict | None:

@@ -36,7 +36,8 @@ def bench(
     resume: Annotated[Optional[str], typer.Option("--resume", metavar="RUN", help="Resume a run by id (its stored settings are used).", show_default=False)] = None,
     run_name: Annotated[Optional[str], typer.Option("--run", metavar="NAME", help="Name the run (default: derived from its settings, so the same command resumes it).", show_default=False)] = None,
     store: Annotated[Optional[Path], typer.Option("--store", metavar="PATH", help="SQLite store (default: $KERNELAGENT_CACHE_DIR/bench.sqlite, else ~/.cache/kernelagent/bench.sqlite).", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Run directory for reports and agent outputs (default: runs/bench/<run id>).", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Run directory for reports and agent outputs (default: the folder the store recorded for the run, else runs/bench/<run id>). A folder that holds another run's report is refused unless --force.", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let --out replace another run's report in that folder.")] = False,
     model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, or openai/<name> with --api-base.", show_default=False)] = None,
     api_base: Annotated[Optional[str], typer.Option("--api-base", metavar="URL", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...).", show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
@@ -123,7 +124,7 @@ def bench(
                       isolation=isolation,
                       cache_dir=str(cache_dir) if cache_dir else None, store=str(store) if store else None,
                       out=str(out) if out else None, concurrency=concurrency, jobs_per_gpu=jobs_per_gpu,
-                      run_name=run_name, api_key=api_key,
+                      run_name=run_name, api_key=api_key, force=force,
                       model_timeout=model_timeout, max_retries=max_retries, retry_backoff=retry_backoff)
     try:
         from kernelagent.bench.discover import check_root, discover
