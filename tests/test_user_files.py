@@ -168,3 +168,62 @@ def test_bench_out_holding_another_runs_report_is_refused_unless_force(tmp_path,
     forced = run(bench(third, "--out", shared, "--force"))
     assert forced.exit_code == 0, forced.output
     assert json.loads((Path(shared) / "run.json").read_text())["store"] == str(third.resolve())
+
+
+# -- a resume reuses the run's model, API base and budget (item 3) ---------------------------
+def test_the_printed_resume_command_runs_as_printed_with_the_runs_own_model_and_budget(tmp_path, monkeypatch):
+    from tests.fake_openai_server import FakeOpenAIServer, text
+    from tests.test_search_cli import GOOD, PROBLEM, WRONG, block
+
+    monkeypatch.setenv("KERNELAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    secret = "sk-never-stored-0123456789"
+    with FakeOpenAIServer() as server:
+        server.add(text(block(WRONG)), text(block(WRONG.replace("0.01", "0.02"))))
+        first = run(["optimize", PROBLEM, "--model", "openai/fake-coder", "--api-base", server.url, "--api-key", secret,
+                     "--strategy", "best-of-n", "--samples", "2", "--max-turns", "2", "--device", "cpu",
+                     "--out", out, "--no-live"])
+        assert first.exit_code == 1, first.output
+        # The command the CLI prints after Ctrl-C, as printed: no --model, no budget flag.
+        printed = run(["optimize", PROBLEM, "--resume", out, "--device", "cpu", "--no-live"])
+        assert printed.exit_code == 1, printed.output  # the run's 2 turns are spent: no call bought
+        assert len(server.requests) == 2
+        assert (f"resuming with the run's own --model openai/fake-coder --api-base {server.url} --max-turns 2"
+                in printed.stderr)
+        # a budget flag given is the new total, the rest is still the run's
+        server.add(text(block(GOOD)), text(block(WRONG)))
+        more = run(["optimize", PROBLEM, "--resume", out, "--max-turns", "4", "--device", "cpu", "--no-live"])
+        assert more.exit_code == 0, more.output
+        assert len(server.requests) == 4 and "--max-turns" not in more.stderr.splitlines()[0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["turns"] == 4 and summary["model"] == "openai/fake-coder"
+    written = "".join(p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
+    assert secret not in written  # the key is never stored
+
+
+def test_a_whole_model_resume_reuses_the_runs_model_and_budget(tmp_path):
+    """A whole-model run's summary names its model string, API base and budget: the printed
+    `--whole-model --resume OUT` needs no --model (here the recorded server is closed, so the
+    reuse shows as the server it tries to reach)."""
+    from tests.test_cli_errors import closed_port
+    from tests.test_wholemodel_cli import TINY
+
+    from kernelagent.problem import load_problem
+
+    out = tmp_path / "run"
+    out.mkdir()
+    base = f"http://127.0.0.1:{closed_port()}/v1"
+    (out / "summary.json").write_text(json.dumps({
+        "format_version": 2, "kind": "whole_model", "outcome": "interrupted", "problem": str(TINY),
+        "problem_sha256": load_problem(TINY).sha256, "model": "openai/fake",
+        "model_info": {"spec": "openai/fake", "api_base": base, "temperature": None},
+        "settings": {"top": 2, "min_share": 0.01, "trials": 1, "strategy": "single", "samples": 1, "mode": "text",
+                     "target_speedup": 1.0, "device": "cpu"},
+        "budget": {"turns": 1, "max_turns": 6, "max_tokens": None, "max_cost_usd": None, "timeout_s": None},
+        "regions": []}))
+    result = run(["optimize", TINY, "--whole-model", "--resume", out, "--device", "cpu", "--no-live"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == f"resuming with the run's own --model openai/fake --api-base {base} --max-turns 6 " \
+                       "(a flag given here overrides it)"
+    assert lines[-1].startswith(f"error: cannot reach the model server at {base}")

@@ -20,7 +20,7 @@ from kernelagent.text import plural, terminal_text
 
 def run_whole_model(problem: Path, llm: Any, budget: Any, out: Path, device: str, trials: int, strategy: str,
                     samples: int, mode: str, target_speedup: float, regions: int, *, live: bool | None, quiet: bool,
-                    resume: bool) -> int:
+                    resume: bool, model_info: dict[str, Any] | None = None) -> int:
     from kernelagent.agent.live import LiveView
     from kernelagent.cli.core import interrupted
     from kernelagent.devices import gpu_indices
@@ -38,7 +38,8 @@ def run_whole_model(problem: Path, llm: Any, budget: Any, out: Path, device: str
                 summary = optimize_whole_model(problem, llm, out=out, evaluator=evaluator, budget=budget,
                                                device="cpu" if plan_device == "cpu" else plan_device, top=regions,
                                                trials=trials, strategy=strategy, samples=samples, mode=mode,
-                                               target_speedup=target_speedup, observer=view, resume=resume)
+                                               target_speedup=target_speedup, observer=view, resume=resume,
+                                               model_info=model_info)
             except KeyboardInterrupt:
                 if evaluator is not None:
                     stop_now(evaluator)  # not the graceful close: it would wait for the job in flight
