@@ -227,3 +227,63 @@ def test_a_whole_model_resume_reuses_the_runs_model_and_budget(tmp_path):
     assert lines[0] == f"resuming with the run's own --model openai/fake --api-base {base} --max-turns 6 " \
                        "(a flag given here overrides it)"
     assert lines[-1].startswith(f"error: cannot reach the model server at {base}")
+
+
+# -- a damaged store, another program's database (item 4) ------------------------------------
+def damaged_store(path: Path) -> str:
+    """A store with a run and enough rows to span many pages, then 8 KiB of garbage written into
+    its middle (as a disk or a copy gone wrong leaves it). Returns the run id."""
+    import sqlite3
+
+    from kernelagent.bench.store import Store
+
+    with Store(path) as store:
+        store.open_run("r1", "candidates", {"root": str(SUITE / "problems"), "candidates": str(SUITE / "candidates"),
+                                            "filter": "2_add_one", "trials": 1, "timing": False, "baselines": False},
+                       str(path.parent / "r1"))
+        for i in range(300):
+            store.record_evaluation(f"k{i}", {"status": "correct", "pad": "x" * 2000}, settings={}, fingerprint={},
+                                    run_id="r1")
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek(size // 2)
+        f.write(b"\xff" * 8192)
+    return "r1"
+
+
+@pytest.mark.parametrize("checked_at_open", [True, False], ids=["checked at open", "found in use"])
+@pytest.mark.parametrize("command", ["bench", "report"])
+def test_a_damaged_store_is_one_line_and_exit_2(tmp_path, monkeypatch, command, checked_at_open):
+    monkeypatch.chdir(tmp_path)
+    if not checked_at_open:  # a store too large to read through at open: the damage is met in use
+        monkeypatch.setattr("kernelagent.bench.store.QUICK_CHECK_MAX_BYTES", 0, raising=False)
+    store = tmp_path / "bench.sqlite"
+    run_id = damaged_store(store)
+    args = (["bench", "--resume", run_id, "--store", store] if command == "bench"
+            else ["report", run_id, "--store", store])
+    result = run(args)
+    if checked_at_open:
+        check_one_line(result.exit_code, result.stdout, result.stderr, 2, "damaged")
+    else:  # bench's progress lines come first: the run started before a page was found damaged
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert result.stderr.strip().splitlines()[-1].startswith(f"error: the store {store} is damaged")
+    assert "move it aside" in result.stderr and "\ufffd" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["bench", "report --list"])
+def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path, monkeypatch, command):
+    import sqlite3
+
+    monkeypatch.chdir(tmp_path)
+    theirs = tmp_path / "app.db"
+    with sqlite3.connect(theirs) as db:
+        db.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        db.execute("INSERT INTO users (name) VALUES ('ada')")
+    db.close()
+    before = theirs.read_bytes()
+    args = (bench(theirs) if command == "bench" else ["report", "--list", "--store", theirs])
+    result = run(args)
+    check_one_line(result.exit_code, result.stdout, result.stderr, 2, "not a kernelagent store (its tables: users)")
+    assert theirs.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]

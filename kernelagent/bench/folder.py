@@ -31,7 +31,8 @@ def owner(folder: Path) -> tuple[str, str] | None:
         return None
 
 
-def _check_is_folder(out: Path, label: str, hint: str = "") -> None:
+def check_folder(out: Path, label: str, hint: str = "") -> None:
+    """UserError (one line) where `out`, or a folder above it, is a file."""
     for parent in [out, *out.parents]:
         if parent.exists() and not parent.is_dir():
             raise UserError((f"{label} is a file, not a folder" if parent == out
@@ -44,7 +45,7 @@ def run_folder(*, run_id: str, store_path: Path, explicit: str | None, recorded:
     me = (run_id, str(Path(store_path).resolve()))
     if explicit:
         out = Path(explicit)
-        _check_is_folder(out, f"--out {out}")
+        check_folder(out, f"--out {out}")
         held = owner(out)
         if held is not None and held != me:
             if not force:
@@ -54,7 +55,7 @@ def run_folder(*, run_id: str, store_path: Path, explicit: str | None, recorded:
                 (out / name).unlink(missing_ok=True)
     elif recorded:
         out = Path(recorded)
-        _check_is_folder(out, f"the run's folder {out} (recorded in the store)", ": give --out DIR")
+        check_folder(out, f"the run's folder {out} (recorded in the store)", ": give --out DIR")
         if out.exists() and (held := owner(out)) is not None and held != me:
             raise UserError(f"the run's folder {out} (recorded in the store) now holds bench run {held[0]} "
                             f"(store {held[1]}): give --out DIR")
@@ -63,7 +64,7 @@ def run_folder(*, run_id: str, store_path: Path, explicit: str | None, recorded:
         held = owner(out)
         if held is not None and held != me:
             out = out.with_name(f"{run_id}-{hashlib.sha256(me[1].encode()).hexdigest()[:8]}")
-        _check_is_folder(out, f"the default folder {out}", ": give --out DIR")
+        check_folder(out, f"the default folder {out}", ": give --out DIR")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

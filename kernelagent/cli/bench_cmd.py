@@ -70,6 +70,8 @@ def bench(
     stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
 ) -> None:
     """Run the agent (or evaluate existing candidates) on every problem under DIR, with resume and reports."""
+    import sqlite3
+
     from kernelagent.bench import BenchSpec, Session, run_bench
     from kernelagent.bench.progress import BenchProgress
     from kernelagent.harness import HarnessStartError
@@ -148,6 +150,10 @@ def bench(
         raise fail(str(exc)) from None
     except ValueError as exc:  # a bad --gpus
         raise fail(str(exc)) from None
+    except sqlite3.DatabaseError as exc:  # a damaged page the open's check did not read
+        from kernelagent.bench.store import damaged, default_store_path
+
+        raise fail(damaged(exc, store or default_store_path())) from None
     except HarnessStartError as exc:
         raise fail(f"the evaluation harness could not start: {str(exc).splitlines()[0]}") from None
     except KeyboardInterrupt:
