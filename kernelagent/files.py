@@ -32,7 +32,29 @@ def check_output_file(path: str | Path, *, option: str = "--out") -> Path:
             break
     if path.exists() and not os.access(path, os.W_OK):
         raise UserError(f"{option} {path}: the file is not writable")
+    why = probe_write(path)
+    if why:
+        raise UserError(f"{option} {path}: {why}")
     return path
+
+
+def probe_write(path: str | Path) -> str | None:
+    """Why no file can be made beside `path`, found by making (and removing) an empty one in the
+    nearest folder that exists; None when one can. os.access says yes to root everywhere, even
+    in /proc and on a read-only mount: only a try tells."""
+    path = Path(path)
+    folder = next((p for p in path.parents if p.exists()), None)
+    if folder is None or not folder.is_dir():
+        return None  # the checks above name it
+    probe = folder / f".{path.name[:40]}.{secrets.token_hex(4)}.probe"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        where = "" if folder == path.parent else f" (the folder {path.parent} would be made there)"
+        return f"cannot write in {folder}{where}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
 
 
 def write_files(texts: dict[Path, str], *, option: str = "--out") -> None:

@@ -287,3 +287,17 @@ def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path, monke
     result = run(args)
     check_one_line(result.exit_code, result.stdout, result.stderr, 2, "not a kernelagent store (its tables: users)")
     assert theirs.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+# -- verify: every output checked before the run (item 8) -------------------------------------
+@pytest.mark.parametrize("target", ["/proc/kernelagent-nowhere/verify.xml", "/proc/verify.xml"])
+def test_verify_junit_where_nothing_can_be_written_says_so_first(tmp_path, monkeypatch, target):
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(__file__).resolve().parent / "ci_repo", repo)
+    monkeypatch.setenv("KERNELAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    result = run(["verify", repo, "--junit", target])
+    check_one_line(result.exit_code, result.stdout, result.stderr, 2, f"--junit {target}: cannot write in /proc")
+    assert result.stdout == "" and not (repo / "kernelagent.lock.json").exists()
+    assert not (tmp_path / "cache" / "bench.sqlite").exists()  # nothing was evaluated

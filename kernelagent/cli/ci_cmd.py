@@ -89,11 +89,14 @@ def verify(
     # Every output is written before the exit code: CI wants the report most when it fails.
     try:
         if junit is not None:
-            junit.parent.mkdir(parents=True, exist_ok=True)
-            junit.write_text(outputs.junit_xml(report), encoding="utf-8")
+            from kernelagent.files import write_text
+
+            write_text(junit, outputs.junit_xml(report), option="--junit")
         outputs.append_step_summary(outputs.markdown(report))
     except OSError as exc:  # the results are in the store and the lock: a rerun is instant
         raise _fail(f"cannot write the report: {exc}") from None
+    except UserError as exc:
+        raise _fail(str(exc)) from None
     print(outputs.console_lines(report)[-1], file=err, flush=True)
     if json_out:
         typer.echo(outputs.dumps(report.to_dict()))
@@ -113,8 +116,12 @@ def _unwritable(target: Path) -> str | None:
         if folder.exists():
             if not folder.is_dir():
                 return f"{folder} is a file, not a folder"
-            return None if os.access(folder, os.W_OK | os.X_OK) else f"the folder {folder} is not writable"
-    return None
+            if not os.access(folder, os.W_OK | os.X_OK):
+                return f"the folder {folder} is not writable"
+            break
+    from kernelagent.files import probe_write
+
+    return probe_write(target)
 
 
 def regenerate(
