@@ -16,6 +16,14 @@ from pathlib import Path
 from kernelagent.errors import UserError
 
 
+def check_folder(out: Path, label: str, hint: str = "") -> None:
+    """UserError (one line) where `out`, or a folder above it, is a file."""
+    for parent in [out, *out.parents]:
+        if parent.exists() and not parent.is_dir():
+            raise UserError((f"{label} is a file, not a folder" if parent == out
+                             else f"{label}: {parent} is a file, not a folder") + hint)
+
+
 def check_output_file(path: str | Path, *, option: str = "--out") -> Path:
     """The path a file can be written at, or a UserError (one line) saying why not. Creates no
     file; may create missing parent folders only when writing (see `write_files`)."""

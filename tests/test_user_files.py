@@ -301,3 +301,72 @@ def test_verify_junit_where_nothing_can_be_written_says_so_first(tmp_path, monke
     check_one_line(result.exit_code, result.stdout, result.stderr, 2, f"--junit {target}: cannot write in /proc")
     assert result.stdout == "" and not (repo / "kernelagent.lock.json").exists()
     assert not (tmp_path / "cache" / "bench.sqlite").exists()  # nothing was evaluated
+
+
+# -- smaller ones (item 9) --------------------------------------------------------------------
+def test_usage_lines_name_a_repeated_argument_once():
+    from tests.test_cli_errors import commands
+
+    for path, _cmd in commands():
+        usage = run([*path, "--help"]).stdout.splitlines()[0]
+        assert "...." not in usage, usage
+
+
+def test_eval_into_a_closed_pipe_exits_with_the_verdict(tmp_path):
+    """`kernelagent eval P C | head -1` under `set -o pipefail`: the pass is exit 0. The pipe's
+    reader is gone before the first line, so every write meets the closed pipe."""
+    import subprocess
+    import sys
+
+    from tests.conftest import CANDIDATES
+
+    script = Path(sys.executable).parent / "kernelagent"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([str(script), "eval", str(CANDIDATES / "relu_problem.py"), str(CANDIDATES / "relu_good.py"),
+                               "--no-baselines", "--no-timing"], stdout=write, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "KERNELAGENT_CACHE_DIR": str(tmp_path / "cache"),
+                                   "CUDA_VISIBLE_DEVICES": ""}, timeout=300)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0, proc.stderr
+    assert "BrokenPipe" not in proc.stderr and "Exception ignored" not in proc.stderr and "error" not in proc.stderr
+
+
+def test_eval_in_a_pipe_prints_no_padding_and_its_stage_seconds_only_with_v(tmp_path, monkeypatch):
+    from tests.conftest import CANDIDATES
+
+    monkeypatch.setenv("KERNELAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    args = ["eval", CANDIDATES / "relu_problem.py", CANDIDATES / "relu_good.py", "--no-baselines", "--no-timing"]
+    plain, verbose = run(args), run([*args, "-v"])
+    assert plain.exit_code == verbose.exit_code == 0, plain.output + verbose.output
+    lines = plain.stdout.splitlines()
+    assert lines[0] == "PASS: correct" and any(line.startswith("correct ") for line in lines)
+    assert [line for line in lines if line != line.rstrip()] == []
+    assert "total_server" not in plain.stdout and "total_server" in verbose.stdout
+    assert [line for line in verbose.stdout.splitlines() if "total_server" in line][0].count("s  ") > 3  # one line
+
+
+CACHE_DIR_COMMANDS = [
+    ["eval", "{problem}", "{good}"],
+    ["profile", "{problem}", "{good}"],
+    ["bench", "{problems}", "--candidates", "{candidates}"],
+    ["serve"],
+    ["verify", "{tmp}"],
+]
+
+
+@pytest.mark.parametrize("args", CACHE_DIR_COMMANDS, ids=[a[0] for a in CACHE_DIR_COMMANDS])
+@pytest.mark.parametrize("under", [False, True], ids=["a file", "under a file"])
+def test_cache_dir_that_is_a_file_is_refused(tmp_path, args, under):
+    from tests.conftest import CANDIDATES
+
+    a_file = tmp_path / "cache.txt"
+    a_file.write_text("mine\n")
+    given = a_file / "sub" if under else a_file
+    places = {"problem": CANDIDATES / "relu_problem.py", "good": CANDIDATES / "relu_good.py",
+              "problems": SUITE / "problems", "candidates": SUITE / "candidates", "tmp": tmp_path}
+    result = run([str(a).format(**places) for a in args] + ["--cache-dir", given])
+    check_one_line(result.exit_code, result.stdout, result.stderr, 2, "is a file, not a folder")
+    assert "--cache-dir" in result.stderr and a_file.read_text() == "mine\n"

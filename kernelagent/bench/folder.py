@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from kernelagent.errors import UserError
+from kernelagent.files import check_folder
 
 REPORT_FILES = ("run.json", "summary.json", "problems.csv", "report.html")
 
@@ -29,14 +30,6 @@ def owner(folder: Path) -> tuple[str, str] | None:
         return str(data["run_id"]), str(data["store"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def check_folder(out: Path, label: str, hint: str = "") -> None:
-    """UserError (one line) where `out`, or a folder above it, is a file."""
-    for parent in [out, *out.parents]:
-        if parent.exists() and not parent.is_dir():
-            raise UserError((f"{label} is a file, not a folder" if parent == out
-                             else f"{label}: {parent} is a file, not a folder") + hint)
 
 
 def run_folder(*, run_id: str, store_path: Path, explicit: str | None, recorded: str | None,

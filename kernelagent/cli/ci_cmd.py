@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt, StageTimeoutOpt, TimeoutScaleOpt,
-                                  inductor_modes, stage_timeouts)
+from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt,
+                                  StageTimeoutOpt, TimeoutScaleOpt, folder, inductor_modes, stage_timeouts)
 from kernelagent.errors import UserError
 from kernelagent.text import plural, terminal_text
 
@@ -30,7 +30,7 @@ DeviceOpt = Annotated[Optional[str], typer.Option(
 TrialsOpt = Annotated[Optional[int], typer.Option(
     "--trials", min=1, metavar="N", help="Correctness trials (default: the manifest's `trials`, else 5).", show_default=False)]
 CacheOpt = Annotated[Optional[Path], typer.Option(
-    "--cache-dir", metavar="DIR", help="The harness's baseline cache folder.", show_default=False)]
+    "--cache-dir", metavar="DIR", callback=folder, help="The harness's baseline cache folder.", show_default=False)]
 IsolationOpt = Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox of the harness (see eval --help).")]
 
 
