@@ -370,3 +370,80 @@ def test_cache_dir_that_is_a_file_is_refused(tmp_path, args, under):
     result = run([str(a).format(**places) for a in args] + ["--cache-dir", given])
     check_one_line(result.exit_code, result.stdout, result.stderr, 2, "is a file, not a folder")
     assert "--cache-dir" in result.stderr and a_file.read_text() == "mine\n"
+
+
+def test_regions_without_whole_model_is_refused(tmp_path):
+    from tests.conftest import CANDIDATES
+
+    result = run(["optimize", CANDIDATES / "relu_problem.py", "--regions", "2", "--model",
+                  f"scripted:{CANDIDATES / 'relu_good.py'}", "--out", tmp_path / "run"])
+    check_one_line(result.exit_code, result.stdout, result.stderr, 2, "--regions is for --whole-model")
+    assert not (tmp_path / "run").exists()
+
+
+def test_plan_out_a_folder_of_other_files_is_refused_and_a_plans_own_is_planned_again(tmp_path, monkeypatch):
+    import kernelagent.wholemodel.plan as plan_module
+    from tests.test_wholemodel_cli import TINY
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    refused = run(["plan", TINY, "--device", "cpu", "--out", mine])
+    check_one_line(refused.exit_code, refused.stdout, refused.stderr, 2, "is not empty and holds no plan (notes.txt)")
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+    def fake(problem, out, device="cpu", **kw):
+        return {"device": "cpu", "regions": [], "totals": {"nodes_us": 1.0, "model_forward_us": 1.0,
+                                                           "nodes_vs_model": 1.0, "clock": "CPU time"}}
+
+    monkeypatch.setattr(plan_module, "make_plan", fake)
+    earlier = tmp_path / "plan"
+    (earlier / "regions").mkdir(parents=True)
+    (earlier / "plan.json").write_text("{}")
+    assert run(["plan", TINY, "--device", "cpu", "--out", earlier]).exit_code == 0
+
+
+def test_scripted_models_are_named_wherever_a_model_is_asked_for(tmp_path):
+    from tests.conftest import CANDIDATES
+    from tests.test_cli_errors import unwrap
+
+    for path in (["bench"], ["regenerate"], ["optimize"]):
+        assert "scripted:FILE" in unwrap(run([*path, "--help"]).stdout), path
+    missing = run(["optimize", CANDIDATES / "relu_problem.py", "--out", tmp_path / "run"])
+    check_one_line(missing.exit_code, missing.stdout, missing.stderr, 2, "no model given")
+    assert "scripted:FILE" in missing.stderr
+
+
+def test_a_resume_of_another_problems_run_names_that_problem(tmp_path):
+    from tests.test_wholemodel_cli import MODEL, TINY
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps({
+        "kind": "whole_model", "problem": "/somewhere/level1/1_relu.py", "problem_sha256": "0" * 64,
+        "settings": {"top": 3}}))
+    result = run(["optimize", TINY, "--whole-model", "--model", MODEL, "--resume", out, "--device", "cpu"])
+    check_one_line(result.exit_code, result.stdout, result.stderr, 2,
+                   "the run was for /somewhere/level1/1_relu.py, not tiny.py")
+    assert "another version" not in result.stderr
+
+
+def test_readme_and_getting_started_run_the_tests_the_same_way():
+    from tests.conftest import REPO
+
+    def command(path: Path) -> list[str]:
+        return [line.strip() for line in path.read_text().splitlines() if "pip install -e" in line and "pytest" in line]
+
+    readme, started = command(REPO / "README.md"), command(REPO / "docs" / "getting-started.md")
+    assert readme and readme == started
+
+
+def test_the_docs_site_build_is_ignored_by_git():
+    import subprocess
+
+    from tests.conftest import REPO
+
+    proc = subprocess.run(["git", "check-ignore", "-q", "site/index.html"], cwd=REPO, capture_output=True, timeout=30)
+    if proc.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert proc.returncode == 0

@@ -218,6 +218,7 @@ def test_optimize_whole_model_from_the_cli_through_litellm(tmp_path):
     assert calls == 2 and "whole model: correct; regions spliced: none" in result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["kind"] == "whole_model" and summary["budget"]["turns"] == 2
+    assert summary["exit_code"] == result.exit_code == 1  # issue 56: the summary says it, as optimize's does
     attempted = [r for r in summary["regions"] if r["status"] == "no kernel"]
     assert len(attempted) == 1 and "no verified kernel" in attempted[0]["why"]
     assert (out / "model_optimized.py").is_file() and (out / "plan" / "plan.json").is_file()

@@ -38,7 +38,7 @@ def bench(
     store: Annotated[Optional[Path], typer.Option("--store", metavar="PATH", help="SQLite store (default: $KERNELAGENT_CACHE_DIR/bench.sqlite, else ~/.cache/kernelagent/bench.sqlite).", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Run directory for reports and agent outputs (default: the folder the store recorded for the run, else runs/bench/<run id>). A folder that holds another run's report is refused unless --force.", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Let --out replace another run's report in that folder.")] = False,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, or openai/<name> with --api-base.", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, or openai/<name> with --api-base; or scripted:FILE[,FILE...] to play files back as the model's replies (no key needed).", show_default=False)] = None,
     api_base: Annotated[Optional[str], typer.Option("--api-base", metavar="URL", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...).", show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="tools: function calling; text: code blocks only; auto: both.")] = Mode.auto,

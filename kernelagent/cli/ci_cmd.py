@@ -129,7 +129,7 @@ def regenerate(
     only: Only = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be regenerated, and why; change nothing.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Each kernel's trajectory and summary go to OUT/<name>/ (default: runs/regenerate-<timestamp>).", show_default=False)] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string (default: the manifest's `model`).", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string (default: the manifest's `model`), or scripted:FILE[,FILE...] to play files back as the model's replies (no key needed).", show_default=False)] = None,
     api_base: Annotated[Optional[str], typer.Option("--api-base", metavar="URL", envvar="KERNELAGENT_API_BASE", help="OpenAI-compatible server (default: the manifest's `api_base`).", show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
     model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", help="Seconds to wait for one model reply.")] = 300.0,

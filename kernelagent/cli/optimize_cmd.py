@@ -93,12 +93,16 @@ def optimize(
         if backend not in ("triton", "cuda"):
             raise UserError(f"--backend must be triton or cuda (got {backend!r})")
         device = check_device(device, quiet=True)
+        from kernelagent.cli.core import click
+
+        if not whole_model and ctx.get_parameter_source("regions") == click.core.ParameterSource.COMMANDLINE:
+            raise UserError("--regions is for --whole-model (the hottest N regions of a whole model): add "
+                            "--whole-model, or leave --regions out")
         if resume is not None:
             if out is not None and out.resolve() != resume.resolve():
                 raise UserError("--resume DIR writes into DIR: leave out --out, or give the same folder")
             _check_resume(ctx, resume, loaded, whole_model, strategy=strategy, samples=samples, seed=seed,
                           regions=regions, mode=mode.value, trials=trials, target_speedup=target_speedup)
-            from kernelagent.cli.core import click
             from kernelagent.cli.resume_flags import FLAGS, recorded_flags, reuse
 
             given = dict(model=model, api_base=api_base, temperature=temperature, max_turns=max_turns,

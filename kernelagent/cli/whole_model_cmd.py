@@ -65,7 +65,7 @@ def run_whole_model(problem: Path, llm: Any, budget: Any, out: Path, device: str
                              f"{', '.join(summary['spliced']) or 'none'}; end to end {measured}; "
                              f"model: {summary['model_optimized']}; report: {out / 'report.html'}; "
                              f"summary: {out / 'summary.json'}"))
-    return 0 if summary["passed"] and summary["spliced"] else 1
+    return summary["exit_code"]
 
 
 def _interrupted_line(problem: Path, out: Path) -> str:

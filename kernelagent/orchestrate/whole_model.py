@@ -285,7 +285,11 @@ class WholeModelRun:
         self.save()
 
     def summary(self) -> dict[str, Any]:
-        return {"format_version": 2, "kind": "whole_model", "outcome": self.outcome,
+        spliced, passed = self.final.get("spliced", []), bool(self.final.get("passed"))
+        # The command's exit code, as optimize's summary.json has it: 0 the spliced model passes
+        # end to end with a region replaced, 1 none could be, 130 interrupted; None while running.
+        exit_code = {"interrupted": 130, "finished": 0 if passed and spliced else 1}.get(self.outcome)
+        return {"format_version": 2, "kind": "whole_model", "outcome": self.outcome, "exit_code": exit_code,
                 "problem": str(self.original.path), "problem_sha256": self.original.sha256,
                 "model": getattr(self.model, "name", type(self.model).__name__), "model_info": self.model_info,
                 "settings": self.settings,
@@ -348,8 +352,9 @@ def read_previous(out: str | Path, problem: Any) -> dict[str, Any]:
         raise UserError(f"--resume {out}: the run was written by a kernelagent that could not resume it; start a "
                         "new run")
     if previous.get("problem_sha256") not in (None, problem.sha256):
-        raise UserError(f"--resume {out}: the run was for another version of {problem.path.name} (its sha256 "
-                        "differs); start a new run")
+        from kernelagent.orchestrate.records import other_problem
+
+        raise UserError(f"--resume {out}: {other_problem(problem, previous.get('problem'))}")
     return previous
 
 
