@@ -447,3 +447,21 @@ def test_the_docs_site_build_is_ignored_by_git():
     if proc.returncode == 128:
         pytest.skip("not a git checkout")
     assert proc.returncode == 0
+
+
+def test_eval_json_names_the_option_and_says_it_is_one_result_per_candidate(tmp_path, monkeypatch):
+    from tests.conftest import CANDIDATES
+    from tests.test_cli_errors import unwrap
+
+    monkeypatch.setenv("KERNELAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    good = CANDIDATES / "relu_good.py"
+    result = run(["eval", CANDIDATES / "relu_problem.py", good, good, "--json", "--trials", "1", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    messages = [flag["message"] for row in rows for flag in row["flags"]]
+    messages += [str(v) for row in rows for v in ((row.get("baselines") or {}).get("skipped") or {}).values()]
+    assert len(rows) == 2 and messages
+    # what the model (trajectory.json) and a script read names the option, not an EvalConfig field
+    assert not [m for m in messages if "compile_baseline_on_cpu" in m]
+    assert [m for m in messages if "--compile-baseline-on-cpu" in m]
+    assert "JSON result per candidate, one per line" in unwrap(run(["eval", "--help"]).stdout)

@@ -20,7 +20,7 @@ def eval_command(
     candidates: Annotated[list[Path], typer.Argument(metavar="CANDIDATE...", help="Candidate file defining class ModelNew; several are judged one after another by one harness (its start is paid once), each printed as it is judged.", show_default=False)],
     trials: Annotated[int, typer.Option("--trials", min=1, max=100, metavar="N", help="Correctness trials, each with fresh seeded inputs.")] = 5,
     device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N. An explicit GPU must exist; only auto falls back to the CPU (and says so).")] = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one machine-readable JSON result.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one machine-readable JSON result per candidate, one per line (JSON Lines).")] = False,
     timing: Annotated[bool, typer.Option(help="Time the candidate (and the baselines).")] = True,
     baselines: Annotated[bool, typer.Option(help="Time eager and torch.compile baselines (cached on disk).")] = True,
     max_autotune: MaxAutotuneOpt = False,

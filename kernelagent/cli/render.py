@@ -22,7 +22,8 @@ def _m(text: object) -> str:
     return terminal_text(text, markup=True)
 
 
-# EvalConfig fields the harness's messages name, as the options that set them (`kernelagent eval`).
+# EvalConfig fields the harness's messages named before issue 56 (results kept in a store or a
+# trajectory), as the options that set them (`kernelagent eval`).
 OPTION_NAMES = {"pass compile_baseline_on_cpu to force": "pass --compile-baseline-on-cpu to time it anyway"}
 
 
