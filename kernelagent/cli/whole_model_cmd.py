@@ -63,7 +63,8 @@ def run_whole_model(problem: Path, llm: Any, budget: Any, out: Path, device: str
                 if speed is not None and interval else "timings not meaningful on the CPU")
     typer.echo(terminal_text(f"whole model: {summary['verdict']}; regions spliced: "
                              f"{', '.join(summary['spliced']) or 'none'}; end to end {measured}; "
-                             f"model: {summary['model_optimized']}; report: {out / 'report.html'}; "
+                             f"model: {out / 'model_optimized.py' if summary['model_optimized'] else 'none'}; "
+                             f"report: {out / 'report.html'}; "
                              f"summary: {out / 'summary.json'}"))
     return summary["exit_code"]
 
