@@ -465,3 +465,24 @@ def test_eval_json_names_the_option_and_says_it_is_one_result_per_candidate(tmp_
     assert not [m for m in messages if "compile_baseline_on_cpu" in m]
     assert [m for m in messages if "--compile-baseline-on-cpu" in m]
     assert "JSON result per candidate, one per line" in unwrap(run(["eval", "--help"]).stdout)
+
+
+def test_regenerate_takes_max_turns(tmp_path):
+    import shutil
+
+    from tests.fake_openai_server import FakeOpenAIServer, text
+    from tests.test_ci import CI_REPO, WRONG_RELU
+    from tests.test_ci import run as ci_run
+    from tests.test_search_cli import block
+
+    repo, cache = tmp_path / "repo", tmp_path / "cache"
+    shutil.copytree(CI_REPO, repo)
+    assert ci_run(["verify"], repo, cache).returncode == 0  # the lock
+    (repo / "kernels" / "relu.py").write_text(WRONG_RELU)
+    with FakeOpenAIServer() as server:
+        server.add(text(block(WRONG_RELU.replace("0.01 * x", "0.02 * x"))), text(block(WRONG_RELU)))
+        failed = ci_run(["regenerate", "--out", str(tmp_path / "regen"), "--api-base", server.url, "--max-turns", "1"],
+                        repo, cache)
+        calls = len(server.requests)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert calls == 1  # the manifest's budget is 2 turns: --max-turns 1 overrides it
