@@ -139,6 +139,7 @@ def regenerate(
     strategy: Annotated[Optional[str], typer.Option("--strategy", metavar="single|best-of-n|beam|evolve", help="Search strategy (default: the manifest's `strategy`, else single); see optimize --help.", show_default=False)] = None,
     samples: Annotated[Optional[int], typer.Option("--samples", min=1, metavar="N", help="Model calls per round (default: the manifest's `samples`, else 1).", show_default=False)] = None,
     model_concurrency: ModelConcurrencyOpt = None,
+    max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, metavar="N", help="Most model calls per kernel (default: the manifest's `max_turns`, else 10).", show_default=False)] = None,
     store: StoreOpt = None,
     device: DeviceOpt = None,
     trials: TrialsOpt = None,
@@ -160,6 +161,10 @@ def regenerate(
         raise _fail(f"--out {out} exists and is not a folder")
     try:
         manifest = load_manifest(path)
+        if max_turns is not None:
+            import dataclasses
+
+            manifest = dataclasses.replace(manifest, max_turns=max_turns)
         if strategy is not None or samples is not None or model_concurrency is not None:
             import dataclasses
 
