@@ -486,3 +486,11 @@ def test_regenerate_takes_max_turns(tmp_path):
         calls = len(server.requests)
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert calls == 1  # the manifest's budget is 2 turns: --max-turns 1 overrides it
+
+
+def test_pass_at_k_over_different_problems_says_so_on_the_page():
+    from kernelagent.bench.report import _pass_table
+
+    uneven = {"max_samples": 2, "pass_at_k": {"1": {"value": 0.75, "problems": 4}, "2": {"value": 0.5, "problems": 2}}}
+    even = {"max_samples": 2, "pass_at_k": {"1": {"value": 0.5, "problems": 2}, "2": {"value": 0.75, "problems": 2}}}
+    assert "at least k samples" in _pass_table(uneven) and "at least k samples" not in _pass_table(even)
