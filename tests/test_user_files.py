@@ -494,3 +494,16 @@ def test_pass_at_k_over_different_problems_says_so_on_the_page():
     uneven = {"max_samples": 2, "pass_at_k": {"1": {"value": 0.75, "problems": 4}, "2": {"value": 0.5, "problems": 2}}}
     even = {"max_samples": 2, "pass_at_k": {"1": {"value": 0.5, "problems": 2}, "2": {"value": 0.75, "problems": 2}}}
     assert "at least k samples" in _pass_table(uneven) and "at least k samples" not in _pass_table(even)
+
+
+def test_report_out_a_file_is_one_line(tmp_path):
+    from kernelagent.bench.store import Store
+
+    store = tmp_path / "bench.sqlite"
+    with Store(store) as db:
+        db.open_run("r1", "candidates", {"root": str(SUITE / "problems")}, str(tmp_path / "r1"))
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    result = run(["report", "r1", "--store", store, "--out", a_file])
+    check_one_line(result.exit_code, result.stdout, result.stderr, 2, "is a file, not a folder")
+    assert a_file.read_text() == "mine\n"
