@@ -507,3 +507,21 @@ def test_report_out_a_file_is_one_line(tmp_path):
     result = run(["report", "r1", "--store", store, "--out", a_file])
     check_one_line(result.exit_code, result.stdout, result.stderr, 2, "is a file, not a folder")
     assert a_file.read_text() == "mine\n"
+
+
+def test_plan_shows_a_region_of_the_whole_forward_as_unbounded_not_zero(tmp_path, monkeypatch):
+    import kernelagent.wholemodel.plan as plan_module
+    from tests.test_wholemodel_cli import TINY
+
+    def fake(problem, out, device="cpu", **kw):
+        region = {"id": "region_0", "kind": "elementwise", "ops": ["aten::relu"], "share": 1.0, "time_us": 23.0,
+                  "amdahl_bound": None, "shape": [4], "dtype": "float32", "fusable": True, "extractable": True,
+                  "why_not": ""}
+        return {"device": "cpu", "regions": [region], "totals": {"nodes_us": 23.0, "model_forward_us": 23.0,
+                                                                 "nodes_vs_model": 1.0, "clock": "CPU time"}}
+
+    monkeypatch.setattr(plan_module, "make_plan", fake)
+    result = run(["plan", TINY, "--device", "cpu", "--out", tmp_path / "plan"])
+    assert result.exit_code == 0, result.output
+    row = [line for line in result.stdout.splitlines() if line.startswith("region_0")][0]
+    assert "unbound" in row and "0.00x" not in row
