@@ -31,11 +31,28 @@ SCRIPT = TESTS / "jail_attacks.py"
 LAYERS = ["direct", "bwrap", "nobody"]
 
 
+def nobody_cannot_run(script: Path) -> str | None:
+    """Why uid 65534 cannot run `script` with this Python and this checkout's kernelagent (a clone
+    under a folder only root may enter, such as /root or a `mktemp -d`), or None. Issue 56: the
+    nobody layer's cases errored with `Permission denied` there; they are skipped, saying why."""
+    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", sys.executable,
+                            "-c", "import sys; open(sys.argv[1]).close(); import kernelagent.harness.child.mounts",
+                            str(script)], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "PYTHONPATH": str(script.resolve().parents[1])})
+    if probe.returncode == 0:
+        return None
+    last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+    return (f"uid 65534 cannot run {script} from this checkout ({last[:160]}): clone into a folder every user "
+            "may enter to run the nobody layer")
+
+
 def run_layer(layer: str, mode: str = "namespaces", attacks: list[str] | None = None) -> dict:
     if layer == "bwrap" and not shutil.which("bwrap"):
         pytest.skip("bubblewrap is not installed")
     if layer == "nobody" and (os.geteuid() != 0 or not shutil.which("setpriv")):
         pytest.skip("needs root and setpriv to run the server as uid 65534")
+    if layer == "nobody" and (why := nobody_cannot_run(SCRIPT)):
+        pytest.skip(why)
     env = {**os.environ, "KA_TEST_CANARY": f"canary-{uuid.uuid4().hex}"}
     cmd = [sys.executable, str(SCRIPT), "caller", "--layer", layer, "--mode", mode]
     for a in attacks or []:
@@ -54,6 +71,17 @@ def run_layer(layer: str, mode: str = "namespaces", attacks: list[str] | None = 
 @pytest.fixture(scope="module", params=LAYERS)
 def attacks(request):
     return request.param, run_layer(request.param)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_a_checkout_nobody_may_read_is_a_skip_with_its_reason(tmp_path):
+    closed = tmp_path / "closed"
+    (closed / "tests").mkdir(parents=True)
+    os.chmod(closed, 0o700)
+    copy = closed / "tests" / "jail_attacks.py"
+    shutil.copy(SCRIPT, copy)
+    why = nobody_cannot_run(copy)
+    assert why and "Permission denied" in why and "clone into a folder every user may enter" in why
 
 
 def test_jail_description(attacks):

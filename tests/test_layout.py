@@ -16,7 +16,7 @@ PACKAGE = REPO / "kernelagent"
 # on one line stand side by side (neither imports the other). A room not listed is not judged.
 FLOORS = [
     ["errors", "text", "interrupt", "hardware"],
-    ["problem", "devices", "html_page", "models"],
+    ["problem", "devices", "html_page", "models", "files"],
     ["harness"],
     ["agent", "wholemodel", "cluster"],
     ["search"],

@@ -113,4 +113,6 @@ def test_export_cli(tmp_path):
     missing = CliRunner().invoke(app, ["export", "sft", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "not found" in missing.output
     default = CliRunner().invoke(app, ["export", "sft", str(FIXTURE_RUNS), "--out", str(tmp_path / "d.jsonl")])
-    assert default.exit_code == 0 and "0 rows" in default.output  # CPU runs are unmeasured
+    # CPU runs are unmeasured: no row is exit 1 (no correct kernel to export), and nothing is written
+    assert default.exit_code == 1 and "no row to export" in default.output and "unmeasured" in default.output
+    assert not (tmp_path / "d.jsonl").exists() and not stats_path_for(tmp_path / "d.jsonl").exists()

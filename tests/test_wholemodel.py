@@ -193,7 +193,7 @@ def test_plan_cli_prints_the_table_and_writes_the_plan(tmp_path):
     assert missing.exit_code == 2 and "not found" in missing.stderr
 
 
-def test_optimize_whole_model_from_the_cli_through_litellm(tmp_path):
+def test_optimize_whole_model_from_the_cli_through_litellm(tmp_path, monkeypatch):
     """`kernelagent optimize model.py --whole-model` end to end through the real litellm client (the
     fake OpenAI server): the plan, the agent on the hottest region within the turn budget, the
     end-to-end check. The scripted replies hold no kernel, so nothing is spliced: exit 1, and the
@@ -206,18 +206,26 @@ def test_optimize_whole_model_from_the_cli_through_litellm(tmp_path):
 
     env = {"CUDA_VISIBLE_DEVICES": "", "KERNELAGENT_MODEL": None, "KERNELAGENT_API_BASE": None,
            "KERNELAGENT_API_KEY": None, "KERNELAGENT_CACHE_DIR": str(tmp_path / "cache")}
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
     with FakeOpenAIServer() as server:
         server.add(text("I would need to think about this region."), text("Still thinking."))
         result = CliRunner().invoke(app, ["optimize", str(HERE / "tiny.py"), "--whole-model", "--regions", "1",
                                           "--model", "openai/fake", "--api-base", server.url, "--max-turns", "2",
-                                          "--device", "cpu", "--mode", "text", "--out", str(out), "--no-live"],
+                                          "--device", "cpu", "--mode", "text", "--out", "run", "--no-live"],
                                     env=env)
         calls = len(server.requests)
     assert result.exit_code == 1, result.output
     assert calls == 2 and "whole model: correct; regions spliced: none" in result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["kind"] == "whole_model" and summary["budget"]["turns"] == 2
+    assert summary["exit_code"] == result.exit_code == 1  # issue 56: the summary says it, as optimize's does
+    # issue 56: the last line's paths are all as given (here relative), no region's line reads as the
+    # command's end, and the report's "judge again" command names the problem as given
+    last = result.stdout.strip().splitlines()[-1]
+    assert "model: run/model_optimized.py; report: run/report.html; summary: run/summary.json" in last, last
+    assert "(exit " not in result.stderr and "region's agent run: no_correct_kernel" in result.stderr
+    assert f"kernelagent eval {HERE / 'tiny.py'} " in (out / "report.html").read_text()
     attempted = [r for r in summary["regions"] if r["status"] == "no kernel"]
     assert len(attempted) == 1 and "no verified kernel" in attempted[0]["why"]
     assert (out / "model_optimized.py").is_file() and (out / "plan" / "plan.json").is_file()

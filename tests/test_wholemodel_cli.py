@@ -124,6 +124,7 @@ def test_ctrl_c_keeps_the_summary_the_report_and_every_finished_region(interrupt
     assert "Traceback" not in stderr + stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["outcome"] == "interrupted" and summary["budget"]["turns"] == 1  # the held call bought nothing
+    assert summary["exit_code"] == 130
     found = [r for r in summary["regions"] if r["status"] == "kernel found"]
     cut = [r for r in summary["regions"] if r["status"] == "interrupted"]
     assert len(found) == 1 and len(cut) == 1, summary["regions"]
@@ -142,6 +143,7 @@ def test_resume_finishes_the_run_and_buys_nothing_twice(interrupted, resumed):
     assert re.search(r"^region 2/2: region_\d", stderr, re.MULTILINE) and "region 1/2" not in stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["outcome"] == "finished" and summary["sessions"] == 2 and summary["passed"]
+    assert summary["exit_code"] == code == 0
     assert summary["budget"]["turns"] == 2  # one call per region, over both sessions
     assert sorted(summary["spliced"]) == ["region_0", "region_1"]
     assert all(r["turns"] == 1 and r["status"] == "spliced" for r in summary["regions"]), summary["regions"]

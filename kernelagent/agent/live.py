@@ -135,6 +135,8 @@ class LiveView:
 
     def on_end(self, result: Any) -> str:
         best = describe_obs(result.best) if result.best else "none"
+        if self.region:  # one region of a whole model: not the command's end, and not its exit code
+            return f"region's agent run: {result.outcome}; best: {best}"
         return f"result: {result.outcome} (exit {result.exit_code}); best: {best}; target: {result.target_check}"
 
     # -- a whole model (orchestrate/whole_model.py): its steps around each region's own events --

@@ -255,8 +255,13 @@ def _pass_table(m: dict) -> str:
     head = "".join(f"<th>pass@{k}</th>" for k in m["pass_at_k"])
     cells = "".join(f'<td class="num">{_pct(v["value"])} <small>({v["problems"]} problems)</small></td>'
                     for v in m["pass_at_k"].values())
+    counts = {v["problems"] for v in m["pass_at_k"].values()}
+    # A problem enters pass@k only with at least k samples: over fewer problems, pass@2 can read
+    # below pass@1 (issue 56: it read as a bug). The page says so wherever the counts differ.
+    note = ('<p class="meta">Each k is over the problems with at least k samples (the counts beside each '
+            'value), so a larger k can read lower when it covers other problems.</p>' if len(counts) > 1 else "")
     return (f'<h2>pass@k (samples per problem: up to {m["max_samples"]})</h2>'
-            f'<table id="pass-at-k"><thead><tr>{head}</tr></thead><tbody><tr>{cells}</tr></tbody></table>')
+            f'<table id="pass-at-k"><thead><tr>{head}</tr></thead><tbody><tr>{cells}</tr></tbody></table>{note}')
 
 
 def _problem_table(records: list[dict]) -> str:

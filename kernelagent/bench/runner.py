@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.bench.discover import ProblemRef, discover, find_candidates
+from kernelagent.bench.folder import run_folder
 from kernelagent.bench.store import Store, default_store_path, open_store
 from kernelagent.bench.dispatch import Dispatcher, ProblemEvaluator, WorkerLost, _labels, summarise  # noqa: F401
 from kernelagent.errors import UserError
@@ -137,6 +138,7 @@ class Session:
     host_tuning: bool = True
     pin_cpus: bool = True  # with host_tuning: each server pinned to its share of the CPUs
     run_name: str | None = None  # override the derived run id
+    force: bool = False  # let `out` replace another run's report there (bench/folder.py)
     api_key: str | None = None
     model_timeout: float = 300.0
     max_retries: int = 6
@@ -223,9 +225,10 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
     store_path = Path(session.store) if session.store else default_store_path()
     store = open_store(store_path)
     progress = progress or BenchProgress(quiet=True)
+    known = None
     try:
         if resume:
-            run = store.run(resume)
+            known = run = store.run(resume)
             if run is None:
                 raise UserError(f"no run {resume!r} in the store {store_path}")
             spec = BenchSpec(**run["spec"])
@@ -255,10 +258,11 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
         skipped = {key: skipped_record(ref, f"missing dependency {package}")
                    for key, (ref, problem) in problems.items()
                    if (package := missing_dependency(parse_source(problem.source, str(ref.path)))) is not None}
-        out_dir = Path(session.out) if session.out else Path("runs") / "bench" / run_id
+        # The folder is checked (and made) before the run is recorded: a bad --out is one line,
+        # and never leaves a run in the store pointing at it.
+        out_dir = run_folder(run_id=run_id, store_path=store_path, explicit=session.out,
+                             recorded=known["out_dir"] if known else None, force=session.force)
         run, created = store.open_run(run_id, spec.mode, dataclasses.asdict(spec), str(out_dir.resolve()))
-        out_dir = Path(run["out_dir"]) if not session.out else out_dir
-        out_dir.mkdir(parents=True, exist_ok=True)
         write_run_json(out_dir, run_id, store_path)
         store.add_problems(run_id, [{"key": k, "level": ref.level, "name": ref.name, "path": str(ref.path),
                                      "sha256": p.sha256} for k, (ref, p) in problems.items()])

@@ -32,6 +32,12 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
+# PRAGMA application_id of a kernelagent store ("KAgS"), set when the store is made: a SQLite file
+# that holds tables but not ours (another program's database) is refused, never added to.
+APPLICATION_ID = 0x4B416753
+# A store up to this size is read through by PRAGMA quick_check when opened (a damaged page is one
+# line then, not an internal error mid-run); a larger one is checked where it is used.
+QUICK_CHECK_MAX_BYTES = 1 << 30
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -142,9 +148,14 @@ def _loads(text: str | None) -> Any:
     return json.loads(text) if text else None
 
 
+class NotOurStore(ValueError):
+    """A SQLite database that belongs to something else, or a store that is damaged."""
+
+
 def open_store(path: str | Path, option: str = "--store") -> "Store":
     """The store at `path`, or one line (UserError, exit 2) saying why it cannot be opened: a
-    folder, a file that is not a SQLite database, a database that is locked or unwritable."""
+    folder, a file that is not a SQLite database, another program's database, a damaged store,
+    a database that is locked or unwritable."""
     from kernelagent.errors import UserError
 
     path = Path(path)
@@ -152,8 +163,44 @@ def open_store(path: str | Path, option: str = "--store") -> "Store":
         raise UserError(f"{option} {path} is not a file")
     try:
         return Store(path)
+    except NotOurStore as exc:
+        raise UserError(f"{option} {path}: {exc}") from None
     except (sqlite3.Error, OSError) as exc:
         raise UserError(f"{option} {path}: cannot open it as a kernelagent store ({exc})") from None
+
+
+def _check_ours(conn: sqlite3.Connection) -> None:
+    """NotOurStore unless `conn` is empty or a kernelagent store, and whole (quick_check). Reads
+    only: another program's database is left exactly as it was (not even its journal mode)."""
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    ours = app_id == APPLICATION_ID or (app_id == 0 and {"meta", "runs"} <= tables and conn.execute(
+        "SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone() is not None)
+    if tables and not ours:
+        shown = ", ".join(sorted(tables)[:4]) + (", ..." if len(tables) > 4 else "")
+        raise NotOurStore(f"a SQLite database that is not a kernelagent store (its tables: {shown}); "
+                          "give another --store path")
+    if app_id not in (0, APPLICATION_ID):
+        raise NotOurStore(f"a SQLite database of another program (application_id {app_id:#x}); "
+                          "give another --store path")
+    try:
+        size = Path(conn.execute("PRAGMA database_list").fetchone()[2] or "").stat().st_size
+    except OSError:
+        size = 0
+    if tables and size <= QUICK_CHECK_MAX_BYTES:
+        problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)").fetchall()]
+        if problems != ["ok"]:
+            raise NotOurStore(f"the store is damaged ({problems[0]}); move it aside to start a new one")
+
+
+def damaged(exc: BaseException, path: str | Path) -> str:
+    """One line for a store that fails where it is used (a damaged page past the open's check)."""
+    from kernelagent.text import clean_text
+
+    # the message may quote a damaged value: printable ASCII only (no U+FFFD runs), and short
+    why = " ".join("".join(c for c in clean_text(exc) if " " <= c <= "~").split())
+    why = why if len(why) <= 80 else why[:77] + "..."
+    return f"the store {path} is damaged or unusable ({why}); move it aside to start a new one"
 
 
 class Store:
@@ -164,11 +211,23 @@ class Store:
         self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout, isolation_level=None,
                                      check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
+        try:
+            _check_ours(self._conn)
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            if "not a database" in str(exc):
+                raise
+            raise NotOurStore(f"the store is damaged ({exc}); move it aside to start a new one") from None
+        except BaseException:
+            self._conn.close()
+            raise
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
         self._conn.execute("PRAGMA foreign_keys=ON")
         with self._lock:
             self._conn.executescript(SCHEMA)
+            if self._conn.execute("PRAGMA application_id").fetchone()[0] == 0:
+                self._conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         with self.transaction() as db:
             db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
                        (str(SCHEMA_VERSION),))
@@ -201,7 +260,8 @@ class Store:
 
     # -- runs --------------------------------------------------------------------------
     def open_run(self, run_id: str, mode: str, spec: dict[str, Any], out_dir: str) -> tuple[dict, bool]:
-        """The run with this id, created if new. Returns (run, created)."""
+        """The run with this id, created if new, its folder now `out_dir` (checked by the caller:
+        an --out given to a known run moves its later reports there). Returns (run, created)."""
         now = time.time()
         with self.transaction() as db:
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -212,8 +272,8 @@ class Store:
                 created = True
             else:
                 created = False
-            db.execute("UPDATE runs SET status = 'running', updated = ?, sessions = sessions + 1 WHERE id = ?",
-                       (now, run_id))
+            db.execute("UPDATE runs SET status = 'running', updated = ?, sessions = sessions + 1, out_dir = ? "
+                       "WHERE id = ?", (now, out_dir, run_id))
         return self.run(run_id), created
 
     def run(self, run_id: str) -> dict | None:

@@ -15,8 +15,8 @@ from typing import Annotated, Optional
 import typer
 
 from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt, SamplesOpt,
-                                  StageTimeoutOpt, StrategyOpt, TimeoutScaleOpt, finite, inductor_modes, interrupted,
-                                  stage_timeouts)
+                                  StageTimeoutOpt, StrategyOpt, TimeoutScaleOpt, finite, folder, inductor_modes,
+                                  interrupted, stage_timeouts)
 from kernelagent.cli.optimize_cmd import Mode
 from kernelagent.errors import EXIT_USAGE, UserError
 from kernelagent.text import plural, terminal_text
@@ -36,8 +36,9 @@ def bench(
     resume: Annotated[Optional[str], typer.Option("--resume", metavar="RUN", help="Resume a run by id (its stored settings are used).", show_default=False)] = None,
     run_name: Annotated[Optional[str], typer.Option("--run", metavar="NAME", help="Name the run (default: derived from its settings, so the same command resumes it).", show_default=False)] = None,
     store: Annotated[Optional[Path], typer.Option("--store", metavar="PATH", help="SQLite store (default: $KERNELAGENT_CACHE_DIR/bench.sqlite, else ~/.cache/kernelagent/bench.sqlite).", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Run directory for reports and agent outputs (default: runs/bench/<run id>).", show_default=False)] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, or openai/<name> with --api-base.", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Run directory for reports and agent outputs (default: the folder the store recorded for the run, else runs/bench/<run id>). A folder that holds another run's report is refused unless --force.", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Let --out replace another run's report in that folder.")] = False,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string, e.g. openai/gpt-4o, or openai/<name> with --api-base; or scripted:FILE[,FILE...] to play files back as the model's replies (no key needed).", show_default=False)] = None,
     api_base: Annotated[Optional[str], typer.Option("--api-base", metavar="URL", envvar="KERNELAGENT_API_BASE", help="Base URL of an OpenAI-compatible server (vLLM, SGLang, ...).", show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
     mode: Annotated[Mode, typer.Option("--mode", help="tools: function calling; text: code blocks only; auto: both.")] = Mode.auto,
@@ -54,7 +55,7 @@ def bench(
     modes: InductorModesOpt = None,
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
     isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
-    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", help="Baseline cache directory (default ~/.cache/kernelagent).", show_default=False)] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", callback=folder, help="Baseline cache directory (default ~/.cache/kernelagent).", show_default=False)] = None,
     model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds to wait for one model reply.")] = 300.0,
     max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=100, metavar="N", help="Retries of a model call on rate limits, timeouts and 5xx.")] = 6,
     retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, metavar="SECONDS", callback=finite(0), help="Base seconds of the exponential retry backoff.")] = 2.0,
@@ -69,6 +70,8 @@ def bench(
     stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
 ) -> None:
     """Run the agent (or evaluate existing candidates) on every problem under DIR, with resume and reports."""
+    import sqlite3
+
     from kernelagent.bench import BenchSpec, Session, run_bench
     from kernelagent.bench.progress import BenchProgress
     from kernelagent.harness import HarnessStartError
@@ -123,7 +126,7 @@ def bench(
                       isolation=isolation,
                       cache_dir=str(cache_dir) if cache_dir else None, store=str(store) if store else None,
                       out=str(out) if out else None, concurrency=concurrency, jobs_per_gpu=jobs_per_gpu,
-                      run_name=run_name, api_key=api_key,
+                      run_name=run_name, api_key=api_key, force=force,
                       model_timeout=model_timeout, max_retries=max_retries, retry_backoff=retry_backoff)
     try:
         from kernelagent.bench.discover import check_root, discover
@@ -147,6 +150,10 @@ def bench(
         raise fail(str(exc)) from None
     except ValueError as exc:  # a bad --gpus
         raise fail(str(exc)) from None
+    except sqlite3.DatabaseError as exc:  # a damaged page the open's check did not read
+        from kernelagent.bench.store import damaged, default_store_path
+
+        raise fail(damaged(exc, store or default_store_path())) from None
     except HarnessStartError as exc:
         raise fail(f"the evaluation harness could not start: {str(exc).splitlines()[0]}") from None
     except KeyboardInterrupt:

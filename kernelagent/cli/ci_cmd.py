@@ -12,8 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt, StageTimeoutOpt, TimeoutScaleOpt,
-                                  inductor_modes, stage_timeouts)
+from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt,
+                                  StageTimeoutOpt, TimeoutScaleOpt, folder, inductor_modes, stage_timeouts)
 from kernelagent.errors import UserError
 from kernelagent.text import plural, terminal_text
 
@@ -30,7 +30,7 @@ DeviceOpt = Annotated[Optional[str], typer.Option(
 TrialsOpt = Annotated[Optional[int], typer.Option(
     "--trials", min=1, metavar="N", help="Correctness trials (default: the manifest's `trials`, else 5).", show_default=False)]
 CacheOpt = Annotated[Optional[Path], typer.Option(
-    "--cache-dir", metavar="DIR", help="The harness's baseline cache folder.", show_default=False)]
+    "--cache-dir", metavar="DIR", callback=folder, help="The harness's baseline cache folder.", show_default=False)]
 IsolationOpt = Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox of the harness (see eval --help).")]
 
 
@@ -89,11 +89,14 @@ def verify(
     # Every output is written before the exit code: CI wants the report most when it fails.
     try:
         if junit is not None:
-            junit.parent.mkdir(parents=True, exist_ok=True)
-            junit.write_text(outputs.junit_xml(report), encoding="utf-8")
+            from kernelagent.files import write_text
+
+            write_text(junit, outputs.junit_xml(report), option="--junit")
         outputs.append_step_summary(outputs.markdown(report))
     except OSError as exc:  # the results are in the store and the lock: a rerun is instant
         raise _fail(f"cannot write the report: {exc}") from None
+    except UserError as exc:
+        raise _fail(str(exc)) from None
     print(outputs.console_lines(report)[-1], file=err, flush=True)
     if json_out:
         typer.echo(outputs.dumps(report.to_dict()))
@@ -113,8 +116,12 @@ def _unwritable(target: Path) -> str | None:
         if folder.exists():
             if not folder.is_dir():
                 return f"{folder} is a file, not a folder"
-            return None if os.access(folder, os.W_OK | os.X_OK) else f"the folder {folder} is not writable"
-    return None
+            if not os.access(folder, os.W_OK | os.X_OK):
+                return f"the folder {folder} is not writable"
+            break
+    from kernelagent.files import probe_write
+
+    return probe_write(target)
 
 
 def regenerate(
@@ -122,7 +129,7 @@ def regenerate(
     only: Only = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be regenerated, and why; change nothing.")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Each kernel's trajectory and summary go to OUT/<name>/ (default: runs/regenerate-<timestamp>).", show_default=False)] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string (default: the manifest's `model`).", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string (default: the manifest's `model`), or scripted:FILE[,FILE...] to play files back as the model's replies (no key needed).", show_default=False)] = None,
     api_base: Annotated[Optional[str], typer.Option("--api-base", metavar="URL", envvar="KERNELAGENT_API_BASE", help="OpenAI-compatible server (default: the manifest's `api_base`).", show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
     model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", help="Seconds to wait for one model reply.")] = 300.0,
@@ -132,6 +139,7 @@ def regenerate(
     strategy: Annotated[Optional[str], typer.Option("--strategy", metavar="single|best-of-n|beam|evolve", help="Search strategy (default: the manifest's `strategy`, else single); see optimize --help.", show_default=False)] = None,
     samples: Annotated[Optional[int], typer.Option("--samples", min=1, metavar="N", help="Model calls per round (default: the manifest's `samples`, else 1).", show_default=False)] = None,
     model_concurrency: ModelConcurrencyOpt = None,
+    max_turns: Annotated[Optional[int], typer.Option("--max-turns", min=1, metavar="N", help="Most model calls per kernel (default: the manifest's `max_turns`, else 10).", show_default=False)] = None,
     store: StoreOpt = None,
     device: DeviceOpt = None,
     trials: TrialsOpt = None,
@@ -153,6 +161,10 @@ def regenerate(
         raise _fail(f"--out {out} exists and is not a folder")
     try:
         manifest = load_manifest(path)
+        if max_turns is not None:
+            import dataclasses
+
+            manifest = dataclasses.replace(manifest, max_turns=max_turns)
         if strategy is not None or samples is not None or model_concurrency is not None:
             import dataclasses
 

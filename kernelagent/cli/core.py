@@ -51,6 +51,19 @@ def finite(min: float | None = None, max: float | None = None, min_open: bool = 
     return check
 
 
+def folder(value: Any) -> Any:
+    """An option callback: a folder to use or make (a cache), never a file or a path under one
+    (`--cache-dir FILE` was accepted, and nothing was cached)."""
+    if value is not None:
+        from pathlib import Path
+
+        for parent in [Path(value), *Path(value).parents]:
+            if parent.exists() and not parent.is_dir():
+                raise typer.BadParameter(f"{value} is a file, not a folder" if parent == Path(value)
+                                         else f"{value}: {parent} is a file, not a folder")
+    return value
+
+
 # -- help ------------------------------------------------------------------------------
 def _metavar(param: Any) -> str:
     """The option's metavar, else one derived from its type: N, X, PATH, a|b|c, TEXT."""
@@ -106,7 +119,9 @@ class _Help:
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if isinstance(param, TyperArgument):
-                name = argument_name(param) + ("..." if param.nargs != 1 else "")
+                name = argument_name(param)
+                if param.nargs != 1 and not name.endswith("..."):  # RUN... is named so already
+                    name += "..."
                 pieces.append(name if param.required else f"[{name}]")
         return pieces
 
@@ -159,6 +174,7 @@ class Group(_Help, TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra: Any) -> Any:
         """Run the command; every outcome leaves through sys.exit with a documented code."""
         _interrupt_reported[0] = False
+        _PipeSafe.install()
         try:
             code = super().main(args=args, prog_name=prog_name or "kernelagent", complete_var=complete_var,
                                 standalone_mode=False, **extra)
@@ -191,6 +207,48 @@ class Group(_Help, TyperGroup):
 
 
 _interrupt_reported = [False]
+
+
+class _PipeSafe:
+    """sys.stdout that outlives its reader: once the pipe is closed (`kernelagent eval ... | head
+    -1`), what follows goes to /dev/null and the command ends with its own exit code (a pass is 0,
+    even under `set -o pipefail`), never 1 for the closed pipe nor a BrokenPipeError at exit."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    @classmethod
+    def install(cls) -> None:
+        stream = sys.stdout
+        try:
+            stream.fileno()  # a real file or pipe; not CliRunner's buffer
+        except (AttributeError, OSError, ValueError):
+            return
+        if not isinstance(stream, cls):
+            sys.stdout = cls(stream)
+
+    def _closed(self) -> None:
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())  # the buffered rest (and Python's flush at exit) go nowhere
+        os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 # click's Abort (Ctrl-C at a prompt). typer 0.29's own copy of click has none: naming it there
 # raised AttributeError while handling any other exception, hiding the real one.
 _ABORT: tuple[type[BaseException], ...] = tuple(

@@ -73,8 +73,6 @@ def _prompts(directory, out, split, seed, mode, gpu, target_speedup, max_turns, 
                              inspect_inputs=inputs, progress=progress)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    if not info["rows"]:
-        raise UserError(f"no problem files under {directory}")
     detail = f" (train {info['train']}, test {info['test']}, seed {seed})"
     typer.echo(f"{info['rows']} prompts{detail}: {', '.join(info['files'])}")
 
@@ -95,17 +93,16 @@ def _nodes(runs, out) -> None:
     import json
 
     from kernelagent.errors import UserError
+    from kernelagent.files import check_output_file, write_text
     from kernelagent.rl.dataset import node_rows
 
     missing = [str(r) for r in runs if not r.exists()]
     if missing:
         raise UserError(f"not found: {', '.join(missing)}")
+    check_output_file(out)
     rows, read = node_rows(runs)
     if not read:
         raise UserError("no search runs found (trajectory.json with a \"search\" tree): run optimize with "
                         "--strategy best-of-n, beam or evolve")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    write_text(out, "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows))
     typer.echo(f"{plural(len(rows), 'node')} from {plural(read, 'search run')}: {out}")

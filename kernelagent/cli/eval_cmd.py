@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt, finite,
+from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt, finite, folder,
                                   inductor_modes, interrupted, stage_timeouts)
 from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_TOO_LARGE, UserError
 from kernelagent.text import terminal_text
@@ -20,7 +20,7 @@ def eval_command(
     candidates: Annotated[list[Path], typer.Argument(metavar="CANDIDATE...", help="Candidate file defining class ModelNew; several are judged one after another by one harness (its start is paid once), each printed as it is judged.", show_default=False)],
     trials: Annotated[int, typer.Option("--trials", min=1, max=100, metavar="N", help="Correctness trials, each with fresh seeded inputs.")] = 5,
     device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N. An explicit GPU must exist; only auto falls back to the CPU (and says so).")] = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one machine-readable JSON result.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one machine-readable JSON result per candidate, one per line (JSON Lines).")] = False,
     timing: Annotated[bool, typer.Option(help="Time the candidate (and the baselines).")] = True,
     baselines: Annotated[bool, typer.Option(help="Time eager and torch.compile baselines (cached on disk).")] = True,
     max_autotune: MaxAutotuneOpt = False,
@@ -32,12 +32,13 @@ def eval_command(
     atol: Annotated[Optional[float], typer.Option("--atol", metavar="X", callback=finite(0), help="Absolute tolerance, finite and >= 0 (default: by dtype).")] = None,
     rtol: Annotated[Optional[float], typer.Option("--rtol", metavar="X", callback=finite(0), help="Relative tolerance, finite and >= 0 (default: by dtype).")] = None,
     isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
-    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", help="Cache directory (default ~/.cache/kernelagent).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", callback=folder, help="Cache directory (default ~/.cache/kernelagent).")] = None,
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with torch.utils.cpp_extension.load_inline.")] = "triton",
     timeout_scale: Annotated[Optional[float], TimeoutScaleOpt] = None,
     stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
     compile_on_cpu: Annotated[bool, typer.Option("--compile-baseline-on-cpu", help="On the CPU, time the torch.compile baseline too (skipped there by default: Inductor's CPU build is slow and the interpreter's timings mean nothing).")] = False,
     whole_model: Annotated[bool, typer.Option("--whole-model", help="Judge CANDIDATE as a whole model spliced by `optimize --whole-model` (its OUT/model_optimized.py) against PROBLEM, the original model, with the rules of that run's end-to-end check: PyTorch may run the regions that were not replaced (reported as torch-work, not rejected), the static pass reports, no Nsight Compute evidence. The spliced kernels count as the candidate's own.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print the harness's seconds per stage.")] = False,
     daemon: Annotated[Optional[bool], typer.Option("--daemon/--no-daemon", help="Use this user's warm harness (started now if none answers; it ends after 10 idle minutes) instead of starting a server for this command alone: a second command skips the server's start. Default: $KERNELAGENT_DAEMON (off unless 1).", show_default=False)] = None,
 ) -> None:
     """Evaluate CANDIDATE against PROBLEM: compile, correctness, timing vs eager and torch.compile."""
@@ -46,13 +47,13 @@ def eval_command(
     code = run_guarded(_run, problem, candidates, trials, device, as_json, timing, baselines, max_autotune,
                        profile, seed, atol, rtol, isolation, cache_dir, backend, modes, kernel_evidence,
                        stage_timeouts(timeout_scale, stage_timeout), daemon, whole_model, compile_on_cpu,
-                       evidence=evidence)
+                       evidence=evidence, verbose=verbose)
     raise typer.Exit(code)
 
 
 def _run(problem, candidates, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
          isolation, cache_dir, backend="triton", modes=None, kernel_evidence=True, timeouts=None, daemon=None,
-         whole_model=False, compile_on_cpu=False, *, evidence="trace") -> int:
+         whole_model=False, compile_on_cpu=False, *, evidence: str = "trace", verbose: bool = False) -> int:
     from kernelagent.devices import check_device
     from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator
@@ -93,7 +94,7 @@ def _run(problem, candidates, trials, device, as_json, timing, baselines, max_au
                 done = f" ({judged} of {len(candidates)} judged and printed)" if len(candidates) > 1 else ""
                 raise interrupted(f"interrupted: the evaluation was stopped before a verdict{done}") from None
             _report(result, problem, candidate, source, as_json, whole_model, device,
-                    heading=len(candidates) > 1, first=judged == 0)
+                    heading=len(candidates) > 1, first=judged == 0, verbose=verbose)
             if not result.passed:
                 code = EXIT_FAILED
     finally:
@@ -102,7 +103,7 @@ def _run(problem, candidates, trials, device, as_json, timing, baselines, max_au
 
 
 def _report(result, problem: Path, candidate: Path, source: str, as_json: bool, whole_model: bool, device: str,
-            heading: bool, first: bool) -> None:
+            heading: bool, first: bool, verbose: bool = False) -> None:
     """Print one candidate's verdict (a JSON line under --json); a problem's or a machine's
     fault (no verdict about the candidate) is one line on stderr and its exit code."""
     from kernelagent.devices import check_device
@@ -129,7 +130,7 @@ def _report(result, problem: Path, candidate: Path, source: str, as_json: bool, 
 
     if heading:
         typer.echo(terminal_text(f"== {candidate} =="))
-    render_result(result)
+    render_result(result, stages=verbose)
     if not result.passed and not whole_model:
         from kernelagent.wholemodel.e2e import is_spliced
 

@@ -37,7 +37,7 @@ def sft(
 
 def _sft(runs, out, min_speedup, per_problem, include_unmeasured, split, seed, include_test,
          max_turns, max_reasoning_chars, reasoning_percentile, all_winners=False) -> None:
-    from kernelagent.errors import UserError
+    from kernelagent.errors import EXIT_FAILED, UserError
     from kernelagent.rl.sft import export_sft, stats_path_for
 
     missing = [str(r) for r in runs if not r.exists()]
@@ -52,6 +52,11 @@ def _sft(runs, out, min_speedup, per_problem, include_unmeasured, split, seed, i
     if not stats["runs_read"]:
         raise UserError("no run folders (trajectory.json + summary.json) found")
     skipped = ", ".join(f"{k} {v}" for k, v in sorted(stats["skipped"].items())) or "none"
+    if not stats["rows"]:
+        hint = ("; runs without meaningful timings (CPU) pass only with --include-unmeasured or --min-speedup 0"
+                if stats["skipped"].get("unmeasured") else "")
+        raise UserError(f"no row to export from {plural(stats['runs_read'], 'run')} (dropped: {skipped}){hint}; "
+                        f"nothing written", exit_code=EXIT_FAILED)
     typer.echo(f"{plural(stats['rows'], 'row')} from {plural(stats['runs_read'], 'run')} "
                f"({plural(stats['problems'], 'problem')}; "
                f"dropped: {skipped}): {out}; stats: {stats_path_for(out)}")

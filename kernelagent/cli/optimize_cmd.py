@@ -93,11 +93,27 @@ def optimize(
         if backend not in ("triton", "cuda"):
             raise UserError(f"--backend must be triton or cuda (got {backend!r})")
         device = check_device(device, quiet=True)
+        from kernelagent.cli.core import click
+
+        if not whole_model and ctx.get_parameter_source("regions") == click.core.ParameterSource.COMMANDLINE:
+            raise UserError("--regions is for --whole-model (the hottest N regions of a whole model): add "
+                            "--whole-model, or leave --regions out")
         if resume is not None:
             if out is not None and out.resolve() != resume.resolve():
                 raise UserError("--resume DIR writes into DIR: leave out --out, or give the same folder")
             _check_resume(ctx, resume, loaded, whole_model, strategy=strategy, samples=samples, seed=seed,
                           regions=regions, mode=mode.value, trials=trials, target_speedup=target_speedup)
+            from kernelagent.cli.resume_flags import FLAGS, recorded_flags, reuse
+
+            given = dict(model=model, api_base=api_base, temperature=temperature, max_turns=max_turns,
+                         max_tokens=max_tokens, max_cost=max_cost, timeout=timeout)
+            typed = {k for k in FLAGS if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE}
+            values, reused = reuse(given, recorded_flags(resume, whole_model), typed)
+            model, api_base, temperature = values["model"], values["api_base"], values["temperature"]
+            max_turns, max_tokens, max_cost, timeout = (values["max_turns"], values["max_tokens"], values["max_cost"],
+                                                        values["timeout"])
+            if reused and not quiet:
+                typer.echo(terminal_text(reused), err=True)
         else:
             from kernelagent.orchestrate import check_strategy
 
@@ -118,18 +134,23 @@ def optimize(
 
     budget = Budget(max_turns=max_turns, max_tokens=max_tokens, max_cost=max_cost,
                     timeout=timeout)
+    from kernelagent.cli.resume_flags import model_to_record
+
+    # What a resume reuses (cli/resume_flags.py); never the key.
+    model_info = {"spec": model_to_record(model), "api_base": api_base, "temperature": temperature}
     if whole_model:
         from kernelagent.cli.whole_model_cmd import run_whole_model
 
         raise typer.Exit(run_whole_model(problem, llm, budget, out, device, trials, strategy, samples, mode.value,
-                                         target_speedup, regions, live=live, quiet=quiet, resume=resume is not None))
+                                         target_speedup, regions, live=live, quiet=quiet, resume=resume is not None,
+                                         model_info=model_info))
     view = LiveView(budget, live=live, quiet=quiet)
     try:
         with view:
             run = run_optimize(
                 problem, llm, mode=mode.value, budget=budget, target_speedup=target_speedup,
                 out=out, device=device, trials=trials, quick_trials=min(quick_trials, trials),
-                observer=view, model_info={"api_base": api_base, "temperature": temperature},
+                observer=view, model_info=model_info,
                 backend=backend, strategy=strategy, samples=samples, model_concurrency=model_concurrency,
                 seed=seed, resume=resume,
                 eval_overrides={**({"compile_modes": compile_modes} if compile_modes != ("default",) else {}),

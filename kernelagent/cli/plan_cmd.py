@@ -15,7 +15,7 @@ import typer
 
 def plan(
     problem: Annotated[Path, typer.Argument(metavar="MODEL", help="A model in the KernelBench format (class Model, get_inputs, get_init_inputs).", show_default=False)],
-    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Where plan.json and the extracted region problems (regions/region_N.py) go (default: plans/<model>).", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", metavar="DIR", help="Where plan.json and the extracted region problems (regions/region_N.py) go (default: plans/<model>): a new or empty folder, or an earlier plan's (planned again).", show_default=False)] = None,
     device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N. On the CPU the model runs at smoke sizes and times are CPU times.")] = "auto",
     top: Annotated[int, typer.Option("--top", min=1, metavar="N", help="Regions shown in the table (plan.json has all).")] = 12,
     json_out: Annotated[bool, typer.Option("--json", help="Print plan.json's regions as one JSON object instead of the table.")] = False,
@@ -41,6 +41,13 @@ def _plan(problem: Path, out: Path | None, device: str, top: int, json_out: bool
     for folder in [out, *out.parents]:
         if folder.exists() and not folder.is_dir():
             raise UserError(f"--out {out}: {folder} is a file, not a folder")
+    # A plan's own folder (plan.json, regions/) is planned again; any other file there is the
+    # user's, and a plan is not written among them.
+    others = sorted(p.name for p in out.iterdir() if p.name not in ("plan.json", "regions")) if out.is_dir() else []
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise UserError(f"--out {out} is not empty and holds no plan ({shown}): give an empty or new folder, "
+                        "or an earlier plan's")
     if device == "auto":  # the table's clock line says when it is the CPU's
         device = "cuda" if gpu_indices() else "cpu"
     data = make_plan(problem, out, device=device)

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, finite, inductor_modes
+from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, finite, folder, inductor_modes
 from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UserError
 from kernelagent.text import terminal_text
 
@@ -30,7 +30,7 @@ def profile(
     trials: Annotated[int, typer.Option("--trials", min=1, max=100, metavar="N", help="Correctness trials before profiling.")] = 2,
     baselines: Annotated[bool, typer.Option(help="Also time eager and torch.compile.")] = True,
     isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
-    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", help="Cache directory (default ~/.cache/kernelagent).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", callback=folder, help="Cache directory (default ~/.cache/kernelagent).")] = None,
     max_autotune: MaxAutotuneOpt = False,
     modes: InductorModesOpt = None,
     daemon: Annotated[Optional[bool], typer.Option("--daemon/--no-daemon", help="Use this user's warm harness (started now if none answers; it ends after 10 idle minutes) instead of starting a server for this command alone: a second command skips the server's start. Default: $KERNELAGENT_DAEMON (off unless 1).", show_default=False)] = None,

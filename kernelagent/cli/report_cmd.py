@@ -25,16 +25,19 @@ def report(
     list_runs: Annotated[bool, typer.Option("--list", help="List the runs in the store.")] = False,
 ) -> None:
     """Write summary.json, problems.csv and report.html for a bench run (or compare two runs)."""
+    import sqlite3
+
+    from kernelagent.bench.folder import check_folder
     from kernelagent.bench.report import load_run, resolve_run, restrict_to_shared, write_compare, write_reports
-    from kernelagent.bench.store import default_store_path, open_store
+    from kernelagent.bench.store import damaged, default_store_path, open_store
 
     def fail(message: str) -> typer.Exit:
         typer.echo(terminal_text(f"error: {message}"), err=True)
         return typer.Exit(EXIT_USAGE)
 
+    path = store or default_store_path()
     try:
         if list_runs:
-            path = store or default_store_path()
             if not Path(path).is_file():
                 raise UserError(f"no bench store at {path}")
             with open_store(path) as db:
@@ -56,6 +59,7 @@ def report(
             if note:
                 typer.echo(f"note: {note}", err=True)
             target = out or Path("runs") / "compare" / _safe(f"{a['run']['id']}-vs-{b['run']['id']}")
+            check_folder(target, f"--out {target}" if out else f"the folder {target}")
             paths = write_compare(a, b, target)
             typer.echo(f"compare: {paths['html']}")
             raise typer.Exit(0)
@@ -65,10 +69,14 @@ def report(
         with open_store(path) as db:
             data = load_run(db, run_id)
             target = out or Path(data["run"]["out_dir"] or Path("runs") / "bench" / run_id)
+            check_folder(target, f"--out {target}" if out else f"the run's folder {target}",
+                         "" if out else ": give --out DIR")
             paths = write_reports(db, run_id, target)
         typer.echo(f"report: {paths['html']} (summary: {paths['summary']}, per problem: {paths['csv']})")
     except UserError as exc:
         raise fail(str(exc)) from None
+    except sqlite3.DatabaseError as exc:  # a damaged page the open's check did not read
+        raise fail(damaged(exc, path)) from None
 
 
 def _safe(name: str) -> str:

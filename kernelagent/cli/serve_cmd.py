@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import JobsPerGpuOpt, finite, interrupted
+from kernelagent.cli.core import JobsPerGpuOpt, finite, folder, interrupted
 
 class Backend(str, Enum):
     pool = "pool"
@@ -41,7 +41,7 @@ def serve(
     r_max: Annotated[float, typer.Option("--r-max", min=0.0, metavar="X", callback=finite(0), help="Cap on the speedup term.")] = 3.0,
     baseline: Annotated[Baseline, typer.Option("--baseline", help="compile (TorchInductor) or eager.")] = Baseline.compile,
     isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
-    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", help="Baseline cache (default ~/.cache/kernelagent).", show_default=False)] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", callback=folder, help="Baseline cache (default ~/.cache/kernelagent).", show_default=False)] = None,
     token: Annotated[Optional[str], typer.Option("--token", metavar="TOKEN", envvar="KERNELAGENT_SERVE_TOKEN", help="Require 'Authorization: Bearer TOKEN' on every request (or set $KERNELAGENT_SERVE_TOKEN; RemoteReward reads the same variable). Needed with a --host other than 127.0.0.1.", show_default=False)] = None,
 ) -> None:
     """Serve rewards over HTTP: POST /reward with a batch, GET /health."""

@@ -20,7 +20,7 @@ from kernelagent.text import plural, terminal_text
 
 def run_whole_model(problem: Path, llm: Any, budget: Any, out: Path, device: str, trials: int, strategy: str,
                     samples: int, mode: str, target_speedup: float, regions: int, *, live: bool | None, quiet: bool,
-                    resume: bool) -> int:
+                    resume: bool, model_info: dict[str, Any] | None = None) -> int:
     from kernelagent.agent.live import LiveView
     from kernelagent.cli.core import interrupted
     from kernelagent.devices import gpu_indices
@@ -38,7 +38,8 @@ def run_whole_model(problem: Path, llm: Any, budget: Any, out: Path, device: str
                 summary = optimize_whole_model(problem, llm, out=out, evaluator=evaluator, budget=budget,
                                                device="cpu" if plan_device == "cpu" else plan_device, top=regions,
                                                trials=trials, strategy=strategy, samples=samples, mode=mode,
-                                               target_speedup=target_speedup, observer=view, resume=resume)
+                                               target_speedup=target_speedup, observer=view, resume=resume,
+                                               model_info=model_info)
             except KeyboardInterrupt:
                 if evaluator is not None:
                     stop_now(evaluator)  # not the graceful close: it would wait for the job in flight
@@ -62,9 +63,10 @@ def run_whole_model(problem: Path, llm: Any, budget: Any, out: Path, device: str
                 if speed is not None and interval else "timings not meaningful on the CPU")
     typer.echo(terminal_text(f"whole model: {summary['verdict']}; regions spliced: "
                              f"{', '.join(summary['spliced']) or 'none'}; end to end {measured}; "
-                             f"model: {summary['model_optimized']}; report: {out / 'report.html'}; "
+                             f"model: {out / 'model_optimized.py' if summary['model_optimized'] else 'none'}; "
+                             f"report: {out / 'report.html'}; "
                              f"summary: {out / 'summary.json'}"))
-    return 0 if summary["passed"] and summary["spliced"] else 1
+    return summary["exit_code"]
 
 
 def _interrupted_line(problem: Path, out: Path) -> str:

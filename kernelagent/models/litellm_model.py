@@ -123,7 +123,8 @@ class LitellmModel:
         model = model or os.environ.get(ENV_MODEL) or None
         if not model:
             raise ModelConfigError(
-                f"no model given: pass --model (e.g. --model openai/gpt-4o) or set {ENV_MODEL}")
+                f"no model given: pass --model (e.g. --model openai/gpt-4o, or scripted:FILE to play a file back "
+                f"with no key) or set {ENV_MODEL}")
         self.name = model
         self.api_base = api_base
         self.timeout = timeout

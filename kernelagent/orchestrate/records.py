@@ -65,9 +65,18 @@ def resumable(folder: Path, problem: Any) -> dict[str, Any]:
         raise UserError(f"--resume {folder}: {exc}") from None
     recorded = (trajectory.get("problem") or {}).get("sha256")
     if recorded and recorded != problem.sha256:
-        raise UserError(f"--resume {folder}: the run was for another version of {problem.path.name} "
-                        "(its sha256 differs); start a new run")
+        raise UserError(f"--resume {folder}: {other_problem(problem, (trajectory.get('problem') or {}).get('path'))}")
     return trajectory
+
+
+def other_problem(problem: Any, recorded_path: Any) -> str:
+    """Why a run cannot be resumed for `problem`: it was for another problem (named), or for
+    another version of this one."""
+    from kernelagent.text import clean_text
+
+    if isinstance(recorded_path, str) and Path(recorded_path).name != problem.path.name:
+        return f"the run was for {clean_text(recorded_path)}, not {problem.path.name}; give that problem, or start a new run"
+    return f"the run was for another version of {problem.path.name} (its sha256 differs); start a new run"
 
 
 def restore_spend(budget: Budget, tree: Any, spend: dict[str, Any]) -> None:

@@ -65,10 +65,13 @@ def _spent(budget: Any) -> str | None:
 
 class WholeModelRun:
     def __init__(self, problem: str | Path, model: Any, *, out: str | Path, evaluator: Any, budget: Any,
-                 settings: dict[str, Any], observer: Callable[..., None] | None = None) -> None:
+                 settings: dict[str, Any], observer: Callable[..., None] | None = None,
+                 model_info: dict[str, Any] | None = None) -> None:
         from kernelagent.problem import load_problem
 
         self.model, self.evaluator, self.budget, self.settings = model, evaluator, budget, settings
+        # The model string, API base and temperature a resume reuses (never a key).
+        self.model_info = {k: v for k, v in (model_info or {}).items() if k in ("spec", "api_base", "temperature")}
         self.notify = observer or (lambda event, **data: None)
         self.out = Path(out).resolve()  # the summary's paths hold whatever the working folder
         self.original = load_problem(problem)
@@ -282,9 +285,14 @@ class WholeModelRun:
         self.save()
 
     def summary(self) -> dict[str, Any]:
-        return {"format_version": 2, "kind": "whole_model", "outcome": self.outcome,
+        spliced, passed = self.final.get("spliced", []), bool(self.final.get("passed"))
+        # The command's exit code, as optimize's summary.json has it: 0 the spliced model passes
+        # end to end with a region replaced, 1 none could be, 130 interrupted; None while running.
+        exit_code = {"interrupted": 130, "finished": 0 if passed and spliced else 1}.get(self.outcome)
+        return {"format_version": 2, "kind": "whole_model", "outcome": self.outcome, "exit_code": exit_code,
                 "problem": str(self.original.path), "problem_sha256": self.original.sha256,
-                "model": getattr(self.model, "name", type(self.model).__name__), "settings": self.settings,
+                "model": getattr(self.model, "name", type(self.model).__name__), "model_info": self.model_info,
+                "settings": self.settings,
                 "device": self.settings["device"], "plan": str(self.plan_path),
                 "model_optimized": str(self.final_path) if self.final else None, "regions": self.rows,
                 "spliced": self.final.get("spliced", []), "verdict": self.final.get("verdict"),
@@ -344,8 +352,9 @@ def read_previous(out: str | Path, problem: Any) -> dict[str, Any]:
         raise UserError(f"--resume {out}: the run was written by a kernelagent that could not resume it; start a "
                         "new run")
     if previous.get("problem_sha256") not in (None, problem.sha256):
-        raise UserError(f"--resume {out}: the run was for another version of {problem.path.name} (its sha256 "
-                        "differs); start a new run")
+        from kernelagent.orchestrate.records import other_problem
+
+        raise UserError(f"--resume {out}: {other_problem(problem, previous.get('problem'))}")
     return previous
 
 
@@ -353,7 +362,8 @@ def optimize_whole_model(problem: str | Path, model: Any, *, out: str | Path, ev
                          device: str = "cpu", top: int = 3, min_share: float = 0.01, trials: int = 5,
                          strategy: str = "single", samples: int = 1, mode: str = "auto",
                          target_speedup: float = 1.0, observer: Callable[..., None] | None = None,
-                         plan_data: dict | None = None, resume: bool = False) -> dict[str, Any]:
+                         plan_data: dict | None = None, resume: bool = False,
+                         model_info: dict[str, Any] | None = None) -> dict[str, Any]:
     """Returns the summary (also written to OUT/summary.json); the model is OUT/model_optimized.py.
     KeyboardInterrupt: the summary and report say what was kept (module doc), then it goes on up."""
     from kernelagent.problem import load_problem
@@ -364,7 +374,7 @@ def optimize_whole_model(problem: str | Path, model: Any, *, out: str | Path, ev
     if previous is not None:
         settings = {**settings, **{k: v for k, v in previous["settings"].items() if k in SETTINGS}}
     run = WholeModelRun(problem, model, out=out, evaluator=evaluator, budget=budget, settings=settings,
-                        observer=observer)
+                        observer=observer, model_info=model_info)
     run.out.mkdir(parents=True, exist_ok=True)
     if previous is not None:
         run.restore(previous)

@@ -122,7 +122,7 @@ def render_html(summary: dict[str, Any], out: str | Path | None = None) -> str:
     check = ""
     if summary.get("model_optimized"):
         check = (f'<p class="meta">Judge the spliced model again with the run\'s rules: <code>kernelagent eval '
-                 f'{escape(name)} {escape(str(summary["model_optimized"]))} --whole-model</code></p>')
+                 f'{escape(str(summary["problem"]))} {escape(str(summary["model_optimized"]))} --whole-model</code></p>')
     reason = (f'<p class="meta">{escape(str(summary["reason"]).splitlines()[0][:300])}</p>'
               if summary.get("reason") and not summary.get("passed") else "")
     head = "".join(f"<th>{h}</th>" for h in ("region", "kind", "ops", "share", "Amdahl bound", "status", "model calls",

@@ -127,12 +127,15 @@ def build_rows(root: str | Path, *, mode: str = "text", gpu: str | None = "auto"
     return rows
 
 
+def jsonl_text(rows: list[dict]) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
 def write_jsonl(rows: list[dict], path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    """Whole or not at all (kernelagent.files)."""
+    from kernelagent.files import write_text
+
+    write_text(path, jsonl_text(rows))
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -142,20 +145,27 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 def write_prompts(root: str | Path, out: str | Path, **kwargs: Any) -> dict[str, Any]:
     """Write `out` (every row); with a split also `<stem>.train.jsonl` / `<stem>.test.jsonl`.
-    Returns {"rows", "train", "test", "files"}."""
-    out = Path(out)
+    Returns {"rows", "train", "test", "files"}. Every output is checked before the problems are
+    read, and written whole under a temporary name only once there are rows: a failure leaves
+    earlier files as they were (kernelagent.files). No problem at all is a ValueError."""
+    from kernelagent.files import check_output_file, write_files
+
+    out = check_output_file(out)
+    split = kwargs.get("split", DEFAULT_SPLIT) is not None
+    sides = {side: out.with_name(f"{out.stem}.{side}{out.suffix or '.jsonl'}") for side in ("train", "test")} if split else {}
+    for path in sides.values():
+        check_output_file(path)
     rows = build_rows(root, **kwargs)
-    write_jsonl(rows, out)
-    files = [str(out)]
+    if not rows:
+        raise ValueError(f"no problem files under {root}")
+    texts = {out: jsonl_text(rows)}
     info: dict[str, Any] = {"rows": len(rows)}
-    if kwargs.get("split", DEFAULT_SPLIT) is not None:
-        for side in ("train", "test"):
-            part = [r for r in rows if r["split"] == side]
-            path = out.with_name(f"{out.stem}.{side}{out.suffix or '.jsonl'}")
-            write_jsonl(part, path)
-            files.append(str(path))
-            info[side] = len(part)
-    info["files"] = files
+    for side, path in sides.items():
+        part = [r for r in rows if r["split"] == side]
+        texts[path] = jsonl_text(part)
+        info[side] = len(part)
+    write_files(texts)
+    info["files"] = [str(p) for p in texts]
     return info
 
 

@@ -343,9 +343,15 @@ def export_sft(run_dirs: list[str | Path], min_speedup: float = 1.0,
                seed: int = DEFAULT_SEED, include_test: bool = False,
                max_turns: int | None = None, max_reasoning_chars: int | None = None,
                reasoning_percentile: float | None = None, all_winners: bool = False) -> dict[str, Any]:
-    """Write the rows to `out` and the statistics beside it; return the statistics.
+    """Write the rows to `out` and the statistics beside it; return the statistics. Both files
+    are checked first and written whole under a temporary name; with no row at all nothing is
+    written (an earlier export stays as it was) and the statistics say why (`written` False).
     `all_winners`: from a search run, every correct node at least `min_speedup` fast, not only
     the path to the final winner (single runs give their one row either way)."""
+    from kernelagent.files import check_output_file, write_files
+
+    out = check_output_file(out)
+    check_output_file(stats_path_for(out))
     runs = find_run_dirs(run_dirs)
     candidates, skipped = [], {}
     for run in runs:
@@ -367,16 +373,13 @@ def export_sft(run_dirs: list[str | Path], min_speedup: float = 1.0,
     for reason, n in dropped.items():
         skipped[reason] = skipped.get(reason, 0) + n
     rows = select_rows(curated, per_problem, skipped)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
     stats = stats_of(rows, skipped, len(runs), min_speedup)
     stats.update(out=str(out), split=split, seed=seed, include_test=include_test,
                  kept_by_mode={m: sum(r["mode"] == m for r in rows) for m in sorted({r["mode"] for r in rows})},
                  curation={"max_turns": max_turns, "max_reasoning_chars": max_reasoning_chars,
                            "reasoning_percentile": reasoning_percentile, "per_problem": per_problem,
-                           "all_winners": all_winners})
-    stats_path_for(out).write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
+                           "all_winners": all_winners}, written=bool(rows))
+    if rows:
+        write_files({out: "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows),
+                     stats_path_for(out): json.dumps(stats, indent=1) + "\n"})
     return stats

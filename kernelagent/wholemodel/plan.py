@@ -100,6 +100,12 @@ def table_rows(plan: dict, top: int | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+def _bound(amdahl: float | None) -> str:
+    """Amdahl's bound as the table shows it: None is a region holding the whole forward, where
+    the bound is unbounded (plan.json's null), never 0.00x."""
+    return "unbound" if amdahl is None else f"{amdahl:6.2f}x"
+
+
 def render(plan: dict, top: int | None = 12) -> str:
     """The plan as a plain-text table (rich renders the same rows in the CLI)."""
     totals = plan["totals"]
@@ -107,7 +113,7 @@ def render(plan: dict, top: int | None = 12) -> str:
              f"{'fusable':7} extract  ops"]
     for r in table_rows(plan, top):
         lines.append(f"{r['region']:10} {r['kind'][:16]:16} {r['share']:7.1%} {r['time_us']:10.1f} "
-                     f"{(r['amdahl'] or 0):6.2f}x  {str(tuple(r['shape'] or ()))[:22]:22} {str(r['dtype'])[:9]:9} "
+                     f"{_bound(r['amdahl']):>7}  {str(tuple(r['shape'] or ()))[:22]:22} {str(r['dtype'])[:9]:9} "
                      f"{'yes' if r['fusable'] else 'no':7} {r['extract'][:60]}  {r['ops'][:60]}")
     ratio = totals.get("nodes_vs_model")
     lines.append(f"clock: {totals['clock']}; the regions sum to {totals['nodes_us']:.1f} us per forward, "

@@ -521,7 +521,7 @@ class TimedPhases:
         self.result["stage_seconds"]["baselines"] = time.monotonic() - started
         if not modes and not self.fingerprint.get("cuda"):
             self.result["baselines"].setdefault("skipped", {})["compile"] = \
-                "torch.compile baseline skipped on the CPU (pass compile_baseline_on_cpu to force)"
+                "torch.compile baseline skipped on the CPU (pass --compile-baseline-on-cpu to time it anyway)"
 
     def baseline_dirs(self) -> tuple[Path, Path]:
         """Compile caches the candidate never reached: the caller's shared reference-side cache
