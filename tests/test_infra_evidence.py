@@ -33,6 +33,7 @@ def _job(tmp_path: Path, shared: bool) -> Job:
     job.refdir = tmp_path / "reference"
     job.refdir.mkdir()
     job.compile_seed, job.started = 1, time.monotonic()
+    job.static_flags = {"has_extra": True}  # no derived sets drawn: the events below are the checks
     job.gate.unregister = lambda _job: shared  # did it share the device (the gate's own record)
     return job
 
