@@ -34,6 +34,8 @@ from typing import Any, Callable
 
 import torch
 
+from kernelagent.harness.derive.measure import available_memory
+
 # A float64 run slower than this (seconds) is not made again in this process.
 MAX_SECONDS = 10.0
 # On a GPU, a reference call slower than this (ms) gets no float64 run (a GPU's float64 units
@@ -155,14 +157,8 @@ def _allowed_bytes(device: torch.device) -> float:
 def _available_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 1 << 62
+    host = available_memory()
+    return host if host is not None else 1 << 62
 
 
 def _bytes(values: Any) -> int:

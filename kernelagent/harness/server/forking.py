@@ -47,6 +47,7 @@ PRELOAD = (
     "kernelagent.harness.child.reference_side",
     "kernelagent.harness.child.sm_clocks",
     "kernelagent.harness.child.timing",
+    "kernelagent.harness.child.transfer",
     "kernelagent.harness.child.triton_warm",
     "kernelagent.harness.config",
     "kernelagent.harness.cuda_source",
