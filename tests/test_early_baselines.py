@@ -108,10 +108,16 @@ def test_the_server_announces_the_baselines_before_the_evidence(monkeypatch):
     job = job_mod.Job.__new__(job_mod.Job)
     job.result = {"status": Status.CORRECT, "baselines": dict(BASELINES)}
     job.request = {"want_baselines": False}
+    job.config, job.fingerprint = EvalConfig(), {"cuda": True}  # no trace: Nsight Compute's stage
     job.on_baselines = lambda b: order.append("baselines")
     for name in ("publish_build", "ref_stats"):
         monkeypatch.setattr(job_mod.Job, name, lambda self: None)
-    monkeypatch.setattr(evidence, "collect", lambda j: order.append("evidence"))
+
+    def collect(j):
+        order.append("evidence")
+        j.result["evidence"] = {"kernels": []}
+
+    monkeypatch.setattr(evidence, "collect", collect)
     monkeypatch.setattr(evidence, "discard", lambda j: order.append("discard"))
     monkeypatch.setattr(evidence, "wanted", lambda j: True)
 

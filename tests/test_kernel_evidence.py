@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kernelagent.harness.caller import kernel_evidence as ke
+from kernelagent.harness.caller.results import apply_kernel_evidence
 from tests.conftest import CANDIDATES, read
 
 TRITON = read(CANDIDATES / "relu_good.py")
@@ -124,14 +125,14 @@ def test_evidence_that_cannot_be_collected_keeps_a_result_from_counting_as_a_win
 
     result = _cuda_result()
     assert result.passed
-    Evaluator._kernel_evidence(SimpleNamespace(), result, {"unavailable": "ncu (Nsight Compute) was not found",
+    apply_kernel_evidence(result, {"unavailable": "ncu (Nsight Compute) was not found",
                                                            "seconds": 0.2}, TRITON)
     assert result.status == "correct" and not result.passed
     flag = next(f for f in result.flags if f.kind == "kernel-evidence")
     assert flag.severity == "review" and "does not count as a win" in flag.message and "ncu" in flag.message
     # A server that sent nothing back (an older one, or a bug) is no evidence either.
     silent = _cuda_result()
-    Evaluator._kernel_evidence(SimpleNamespace(), silent, None, TRITON)
+    apply_kernel_evidence(silent, None, TRITON)
     assert not silent.passed and "did not run it" in silent.flags[0].message
 
 
@@ -146,13 +147,13 @@ def test_what_the_candidate_did_under_ncu_rejects_it_as_the_main_run_would(tmp_p
     evidence = {"unavailable": "the candidate did something not allowed under ncu",
                 "violations": {"reading-reference": ["gc.get_objects() at candidate.py:19"],
                                "made-up-kind": ["ignored"], "tampering": "not a list"}}
-    Evaluator._kernel_evidence(SimpleNamespace(), result, evidence, TRITON)
+    apply_kernel_evidence(result, evidence, TRITON)
     assert result.status == "rejected" and not result.correct
     assert [(f.kind, f.severity) for f in result.flags] == [("reading-reference", "reject")]
     assert "gc.get_objects()" in result.flags[0].message and "Nsight Compute" in result.flags[0].message
     # Malformed violations are no evidence of anything: the review flag as before.
     odd = _cuda_result()
-    Evaluator._kernel_evidence(SimpleNamespace(), odd, {"unavailable": "x", "violations": ["a"]}, TRITON)
+    apply_kernel_evidence(odd, {"unavailable": "x", "violations": ["a"]}, TRITON)
     assert odd.status == "correct" and [f.kind for f in odd.flags] == ["kernel-evidence"]
 
 
@@ -192,22 +193,22 @@ def test_evidence_is_judged_for_a_reviewed_result_but_not_a_rejected_or_failed_o
     torch_only = {"kernels": [_k("ampere_sgemm_128x64_nn", 3e6)]}
     reviewed = _cuda_result()
     reviewed.flags.append(Flag("clock-mismatch", "the candidate's clock disagrees", "review"))
-    Evaluator._kernel_evidence(SimpleNamespace(), reviewed, torch_only, TRITON)
+    apply_kernel_evidence(reviewed, torch_only, TRITON)
     assert reviewed.status == "rejected" and "no-custom-kernel" in [f.kind for f in reviewed.flags]
 
     rejected = _cuda_result()
     rejected.flags.append(Flag("hidden-work", "a thread outlived forward()", "reject"))
-    Evaluator._kernel_evidence(SimpleNamespace(), rejected, torch_only, TRITON)
+    apply_kernel_evidence(rejected, torch_only, TRITON)
     assert [f.kind for f in rejected.flags] == ["hidden-work"] and rejected.kernel_evidence in ({}, None)
 
     incorrect = _cuda_result()
     incorrect.status, incorrect.correct = "incorrect", False
-    Evaluator._kernel_evidence(SimpleNamespace(), incorrect, torch_only, TRITON)
+    apply_kernel_evidence(incorrect, torch_only, TRITON)
     assert incorrect.flags == [] and incorrect.status == "incorrect"
 
 
 def test_evaluator_turns_reject_evidence_into_a_rejection(tmp_path):
-    """The caller's wiring (Evaluator._kernel_evidence) on a CUDA result, with the server's ncu
+    """The caller's wiring (caller/results.apply_kernel_evidence) on a CUDA result, with the server's ncu
     answer stood in: a reject flag from the evidence makes the verdict `rejected`, with the reason."""
     from types import SimpleNamespace
 
@@ -215,7 +216,7 @@ def test_evaluator_turns_reject_evidence_into_a_rejection(tmp_path):
     from kernelagent.harness.caller.evaluator import Evaluator
 
     result = _cuda_result()
-    Evaluator._kernel_evidence(SimpleNamespace(), result, {"kernels": [_k("ampere_sgemm_128x64_nn", 3e6)],
+    apply_kernel_evidence(result, {"kernels": [_k("ampere_sgemm_128x64_nn", 3e6)],
                                                            "seconds": 4.5}, TRITON)
     assert result.status == Status.REJECTED and not result.correct
     assert result.reason.startswith("[no-custom-kernel]") and result.stage == "evidence"
