@@ -4,6 +4,7 @@ whole model's hottest regions: kernelagent/orchestrate/whole_model.py).
 A plain function with typer options; kernelagent/cli/__init__.py registers it with
 `app.command("optimize")(optimize)`. Exit codes: 0 correct and meets the target, 3 correct
 but short of it, 1 no correct kernel, 2 bad input or configuration (one line on stderr),
+5 the model did not answer (timeout and retries spent) before any kernel of its was judged,
 130 interrupted (what was kept, and how to go on, in one line on stderr).
 """
 
@@ -177,8 +178,12 @@ def optimize(
     best = summary.get("best") or {}
     words = {"success": "correct kernel, meets the target",
              "short_of_target": "correct kernel, short of the target",
-             "no_correct_kernel": "no correct kernel found"}[run.result.outcome]
+             "no_correct_kernel": "no correct kernel found",
+             "model_unavailable": "the model did not answer, no kernel was judged"}[run.result.outcome]
     detail = f" ({summary['target_check']})" if best else ""
+    if run.result.stop_reason == "model_error" and not best:  # the model's failure, in the same line
+        detail = f" ({'the model stopped answering: ' if run.result.outcome != 'model_unavailable' else ''}" \
+                 f"{run.result.stop_detail})"
     kernel = f"; kernel: {best['kernel']}" if best else ""
     typer.echo(terminal_text(f"{words}{detail}{kernel}; summary: {run.out_dir / 'summary.json'}"))
     raise typer.Exit(run.exit_code)
