@@ -2,7 +2,9 @@
 
 A plain function with typer options (registered by kernelagent/cli/__init__.py). Thin: it
 resolves options and calls kernelagent.bench.run_bench. Exit codes: 0 the batch finished (the
-metrics are the result, whatever they are), 2 bad input or configuration, 130 interrupted
+metrics are the result, whatever they are), 2 bad input or configuration, 5 (agent mode) the
+model did not answer (timeout and retries spent): the batch stopped, and goes on with the same
+command, 130 interrupted
 (resume with the same command, or --resume RUN).
 """
 
@@ -18,7 +20,7 @@ from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOp
                                   StageTimeoutOpt, StrategyOpt, TimeoutScaleOpt, finite, folder, inductor_modes,
                                   interrupted, stage_timeouts)
 from kernelagent.cli.optimize_cmd import Mode
-from kernelagent.errors import EXIT_USAGE, UserError
+from kernelagent.errors import EXIT_MODEL_UNAVAILABLE, EXIT_USAGE, UserError
 from kernelagent.text import plural, terminal_text
 
 
@@ -180,6 +182,10 @@ def bench(
         for item in m.get("skipped") or []:
             typer.echo(terminal_text(f"skipped {item['key']}: {item['reason']}"))
         typer.echo(f"report: {outcome.out_dir / 'report.html'}")
+    if outcome.model_unavailable is not None:
+        typer.echo(terminal_text(f"error: the model did not answer, the batch stopped ({outcome.model_unavailable}); "
+                                 f"run the same command again (or --resume {outcome.run_id}) to go on"), err=True)
+        raise typer.Exit(EXIT_MODEL_UNAVAILABLE)
     raise typer.Exit(0)
 
 

@@ -292,11 +292,11 @@ class LitellmModel:
                 raise ModelConfigError(
                     f"model '{self.name}' was not found (HTTP 404): check --model and "
                     "--api-base") from exc
-            attempts = "" if not is_retryable(exc) else f" after {self.max_retries + 1} attempts"
+            tries = self.max_retries + 1
+            attempts = "" if not is_retryable(exc) else f" after {tries} attempt{'s' if tries != 1 else ''}"
             if _timed_out(exc):
                 raise ModelError(f"the model server did not answer within --model-timeout {self.timeout:g} s"
-                                 f"{attempts or ' (1 attempt)'} ({time.monotonic() - start:.1f} s in all, "
-                                 "backoff included)") from exc
+                                 f"{attempts} ({time.monotonic() - start:.1f} s in all, backoff included)") from exc
             raise ModelError(f"model call failed{attempts}: {describe_error(exc)}") from exc
         self._answered = True
         latency = time.monotonic() - start
