@@ -120,3 +120,26 @@ def test_bench_agent_mode_stops_on_a_model_that_never_answers(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     statuses = [p.get("status") for p in summary["problems"]]
     assert statuses.count("model_unavailable") == 1, summary["problems"]
+
+
+def test_whole_model_regions_after_a_model_that_never_answers_are_not_attempted(tmp_path, monkeypatch):
+    """`optimize --whole-model`: the first region's calls are not answered; the second region gets no
+    call (each would wait the same), no region has a kernel: exit 5, and the summary says why."""
+    monkeypatch.setenv("KERNELAGENT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    with FakeOpenAIServer([hang()]) as server:
+        args = ["optimize", str(TESTS / "wholemodel" / "tiny.py"), "--whole-model", "--regions", "2",
+                "--model", "openai/fake", "--api-base", server.url, "--model-timeout", f"{TIMEOUT:g}",
+                "--max-retries", "0", "--max-turns", "4", "--device", "cpu", "--mode", "text", "--out", "run",
+                "--no-live"]
+        result = CliRunner().invoke(app, args, env={**ENV, "CUDA_VISIBLE_DEVICES": ""}, catch_exceptions=False)
+        calls = len(server.requests)
+    assert result.exit_code == EXIT_MODEL_UNAVAILABLE, result.output
+    assert calls == 1, calls
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("whole model: the model did not answer, no kernel was judged"), last
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["exit_code"] == EXIT_MODEL_UNAVAILABLE and "--model-timeout 2 s" in summary["model_unavailable"]
+    chosen = [r for r in summary["regions"] if r.get("chosen")]
+    assert [r["status"] for r in chosen] == ["model unavailable", "not attempted"], chosen
+    assert "did not answer in an earlier region" in chosen[1]["why"]
