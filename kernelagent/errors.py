@@ -10,6 +10,10 @@ EXIT_SHORT_OF_TARGET = 3  # `optimize`: correct, but short of the speed target
 # `eval`: the problem is too large for this machine (status too_large: its inputs do not fit in
 # memory, by an estimate made before anything is allocated). About the machine, not the candidate.
 EXIT_TOO_LARGE = 4
+# `optimize` (single, search, whole model) and `bench`'s agent mode: the model could not be reached
+# or did not answer (its timeout and retries spent) and nothing was judged of a kernel it did not
+# write: outcome `model_unavailable`. About the model server, never a candidate.
+EXIT_MODEL_UNAVAILABLE = 5
 # A bug in kernelagent itself (an exception nobody expected): one line on stderr and the path
 # of a file holding the whole traceback. 70 is sysexits' EX_SOFTWARE.
 EXIT_INTERNAL = 70

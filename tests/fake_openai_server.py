@@ -10,6 +10,8 @@ records every request body. A script item is a dict:
     {"status": 429, "headers": {"Retry-After": "0"}}      an error response (any status)
     {"delay": 2.0, ...}                                   sleep first (client timeouts), then
                                                           answer as the rest of the item says
+    {"hang": True}                                        accept the request and never answer
+                                                          (until the server stops)
     {"usage": {"prompt_tokens": 10, "completion_tokens": 5}}  optional, on any reply
 
 Running out of script answers 400, so a test that under-scripts fails loudly.
@@ -33,6 +35,11 @@ def tool(name: str, arguments: dict | str | None = None, content: str = "", **ex
     return {"content": content, "tool_calls": [{"name": name, "arguments": args}], **extra}
 
 
+def hang() -> dict:
+    """A request the server accepts and never answers."""
+    return {"hang": True}
+
+
 def error(status: int, retry_after: str | None = None, message: str = "injected fault") -> dict:
     item: dict[str, Any] = {"status": status, "message": message}
     if retry_after is not None:
@@ -46,6 +53,7 @@ class FakeOpenAIServer:
         self.requests: list[dict] = []  # JSON bodies, in arrival order
         self.lock = threading.Lock()
         self.counter = 0
+        self.stopped = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -92,6 +100,9 @@ class FakeOpenAIServer:
                     self._send(400, {"error": {"message": "fake server: script exhausted",
                                                "type": "invalid_request_error"}})
                     return
+                if item.get("hang"):
+                    server.stopped.wait()
+                    return
                 if item.get("delay"):
                     time.sleep(item["delay"])
                 if item.get("status", 200) != 200:
@@ -136,6 +147,7 @@ class FakeOpenAIServer:
         return self
 
     def stop(self) -> None:
+        self.stopped.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from kernelagent.agent.budget import Budget, LimitsExceeded
 from kernelagent.agent.prompts import Prompts, truncate
 from kernelagent.agent.trajectory import Trajectory
+from kernelagent.errors import EXIT_MODEL_UNAVAILABLE
 from kernelagent.harness import bounded_json
 from kernelagent.models.base import Model, ModelConfigError, ModelError, ModelReply
 
@@ -92,8 +93,8 @@ class AgentConfig:
 
 @dataclass
 class RunResult:
-    outcome: str  # "success" | "short_of_target" | "no_correct_kernel"
-    exit_code: int  # 0 | 3 | 1
+    outcome: str  # "success" | "short_of_target" | "no_correct_kernel" | "model_unavailable"
+    exit_code: int  # 0 | 3 | 1 | 5
     stop_reason: str  # "target_met" | "submitted" | "limits" | "model_error"
     stop_detail: str
     best: Observation | None
@@ -165,6 +166,7 @@ class Agent:
         self.short_submits = 0
         self.tool_seconds: dict[str, float] = defaultdict(float)
         self.tool_calls: dict[str, int] = defaultdict(int)
+        self.judged = 0  # kernels the model wrote that the harness judged
 
     # -- conversation ------------------------------------------------------------------
     @property
@@ -298,6 +300,8 @@ class Agent:
     # -- judging candidates ------------------------------------------------------------
     def judge(self, obs: Observation, turn: int) -> tuple[str, str] | None:
         """Keep track of correct candidates; return (reason, detail) if the run should stop."""
+        if obs.code:
+            self.judged += 1
         if obs.passed and obs.code:
             key = sha(obs.code)
             old = self.candidates.get(key)
@@ -326,8 +330,20 @@ class Agent:
             return (obs.measurable, low, point or 0.0, obs.submitted, turn)
         return sorted(self.candidates.values(), key=key, reverse=True)
 
-    def finish(self, stop_reason: str, stop_detail: str) -> RunResult:
-        """Re-verify the best candidates with the full trial count; the first that passes wins."""
+    def finish(self, stop_reason: str, stop_detail: str, judged: int | None = None) -> RunResult:
+        """Re-verify the best candidates with the full trial count; the first that passes wins.
+        A run the model stopped (`model_error`: not reached, no answer in time, retries spent) before
+        any kernel it wrote was judged is `model_unavailable` (exit 5): a verdict about the model
+        server, not about a candidate. `judged` (a search's count) replaces the loop's own."""
+        judged = self.judged if judged is None else judged
+        if stop_reason == "model_error" and not judged and not self.candidates:
+            result = RunResult(outcome="model_unavailable", exit_code=EXIT_MODEL_UNAVAILABLE,
+                               stop_reason=stop_reason, stop_detail=stop_detail, best=None,
+                               target_check="no kernel judged: the model did not answer",
+                               tool_seconds=dict(self.tool_seconds), tool_calls=dict(self.tool_calls))
+            self.trajectory.data["final_verification"] = []
+            self.notify("end", result=result)
+            return result
         best, attempts = None, []
         for obs, _turn in self.ranked()[: self.config.verify_candidates]:
             if not (obs.full and obs.timed):

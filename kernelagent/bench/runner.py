@@ -164,6 +164,12 @@ class BenchOutcome:
     def exit_code(self) -> int:
         return 0 if self.metrics.get("correct") else 1
 
+    @property
+    def model_unavailable(self) -> str | None:
+        """Why the batch stopped: a problem's model did not answer (`bench` exits 5); else None."""
+        return next((str(r.get("reason") or "") for r in self.records if r.get("status") == "model_unavailable"),
+                    None)
+
 
 # -- turning evaluation results into records ----------------------------------------------
 def skipped_record(ref: ProblemRef, reason: str) -> dict[str, Any]:
@@ -532,6 +538,14 @@ def _run_agent(spec: BenchSpec, session: Session, store: Store, run_id: str, dis
         record = agent_record(ref, result.summary, store.attempts(run_id, ref.key), time.monotonic() - started)
         progress.charge(int((record["tokens"] or {}).get("total") or 0) - seen["tokens"],
                         float(record["cost_usd"] or 0.0) - seen["cost"])
+        if record["outcome"] == "model_unavailable":
+            # The model did not answer (timeout and retries spent): not the problem's result. It is
+            # asked again on resume, and no other problem starts (each would wait the same way).
+            record["status"] = "model_unavailable"
+            stop.set()
+            store.finish_problem(run_id, ref.key, "error", record)
+            progress.problem_finished(ref.key, record)
+            return
         store.finish_problem(run_id, ref.key, "done", record)
         progress.problem_finished(ref.key, record)
 

@@ -36,7 +36,7 @@ class Regeneration:
     outcome: str = "pending"  # replaced | relocked | short | failed | skipped
     detail: str = ""
     after: KernelCheck | None = None
-    agent_outcome: str | None = None  # the agent's: success | short_of_target | no_correct_kernel
+    agent_outcome: str | None = None  # the agent's: success | short_of_target | no_correct_kernel | model_unavailable
     out_dir: str | None = None
     reasons: list[str] = field(default_factory=list)  # why it was regenerated
 

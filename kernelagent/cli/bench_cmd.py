@@ -2,7 +2,9 @@
 
 A plain function with typer options (registered by kernelagent/cli/__init__.py). Thin: it
 resolves options and calls kernelagent.bench.run_bench. Exit codes: 0 the batch finished (the
-metrics are the result, whatever they are), 2 bad input or configuration, 130 interrupted
+metrics are the result, whatever they are), 2 bad input or configuration, 5 (agent mode) the
+model did not answer (timeout and retries spent): the batch stopped, and goes on with the same
+command, 130 interrupted
 (resume with the same command, or --resume RUN).
 """
 
@@ -18,7 +20,7 @@ from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOp
                                   StageTimeoutOpt, StrategyOpt, TimeoutScaleOpt, finite, folder, inductor_modes,
                                   interrupted, stage_timeouts)
 from kernelagent.cli.optimize_cmd import Mode
-from kernelagent.errors import EXIT_USAGE, UserError
+from kernelagent.errors import EXIT_MODEL_UNAVAILABLE, EXIT_USAGE, UserError
 from kernelagent.text import plural, terminal_text
 
 
@@ -56,7 +58,7 @@ def bench(
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
     isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", callback=folder, help="Baseline cache directory (default ~/.cache/kernelagent).", show_default=False)] = None,
-    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds to wait for one model reply.")] = 300.0,
+    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds to wait for one model reply, per attempt (a call makes --max-retries + 1 attempts, with a backoff of at most 60 s between them).")] = 300.0,
     max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=100, metavar="N", help="Retries of a model call on rate limits, timeouts and 5xx.")] = 6,
     retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, metavar="SECONDS", callback=finite(0), help="Base seconds of the exponential retry backoff.")] = 2.0,
     temperature: Annotated[Optional[float], typer.Option("--temperature", metavar="X", callback=finite(0), help="Sampling temperature.", show_default=False)] = None,
@@ -180,6 +182,10 @@ def bench(
         for item in m.get("skipped") or []:
             typer.echo(terminal_text(f"skipped {item['key']}: {item['reason']}"))
         typer.echo(f"report: {outcome.out_dir / 'report.html'}")
+    if outcome.model_unavailable is not None:
+        typer.echo(terminal_text(f"error: the model did not answer, the batch stopped ({outcome.model_unavailable}); "
+                                 f"run the same command again (or --resume {outcome.run_id}) to go on"), err=True)
+        raise typer.Exit(EXIT_MODEL_UNAVAILABLE)
     raise typer.Exit(0)
 
 

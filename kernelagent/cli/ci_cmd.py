@@ -132,7 +132,7 @@ def regenerate(
     model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", envvar="KERNELAGENT_MODEL", help="litellm model string (default: the manifest's `model`), or scripted:FILE[,FILE...] to play files back as the model's replies (no key needed).", show_default=False)] = None,
     api_base: Annotated[Optional[str], typer.Option("--api-base", metavar="URL", envvar="KERNELAGENT_API_BASE", help="OpenAI-compatible server (default: the manifest's `api_base`).", show_default=False)] = None,
     api_key: Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", envvar="KERNELAGENT_API_KEY", help="API key (default: the provider's usual variable).", show_default=False)] = None,
-    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", help="Seconds to wait for one model reply.")] = 300.0,
+    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", help="Seconds to wait for one model reply, per attempt (a call makes --max-retries + 1 attempts, with a backoff of at most 60 s between them).")] = 300.0,
     max_retries: Annotated[int, typer.Option("--max-retries", min=0, metavar="N", help="Retries of a model call on rate limits, timeouts, connection errors and 5xx.")] = 6,
     retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, metavar="SECONDS", help="Base seconds of the exponential retry backoff.")] = 2.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout (progress goes to stderr).")] = False,

@@ -4,6 +4,7 @@ whole model's hottest regions: kernelagent/orchestrate/whole_model.py).
 A plain function with typer options; kernelagent/cli/__init__.py registers it with
 `app.command("optimize")(optimize)`. Exit codes: 0 correct and meets the target, 3 correct
 but short of it, 1 no correct kernel, 2 bad input or configuration (one line on stderr),
+5 the model did not answer (timeout and retries spent) before any kernel of its was judged,
 130 interrupted (what was kept, and how to go on, in one line on stderr).
 """
 
@@ -52,7 +53,7 @@ def optimize(
     device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N. An explicit GPU must exist; only auto falls back to the CPU (and says so).")] = "auto",
     trials: Annotated[int, typer.Option("--trials", min=1, metavar="N", help="Correctness trials for submit and the final verification.")] = 5,
     quick_trials: Annotated[int, typer.Option("--quick-trials", min=1, metavar="N", help="Correctness trials for run_tests and profile.")] = 2,
-    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds to wait for one model reply.")] = 300.0,
+    model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds to wait for one model reply, per attempt (a call makes --max-retries + 1 attempts, with a backoff of at most 60 s between them).")] = 300.0,
     max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=100, metavar="N", help="Retries of a model call on rate limits, timeouts, connection errors and 5xx.")] = 6,
     retry_backoff: Annotated[float, typer.Option("--retry-backoff", min=0.0, metavar="SECONDS", callback=finite(0), help="Base seconds of the exponential retry backoff.")] = 2.0,
     temperature: Annotated[Optional[float], typer.Option("--temperature", metavar="X", callback=finite(0), help="Sampling temperature (provider default if unset).", show_default=False)] = None,
@@ -177,8 +178,12 @@ def optimize(
     best = summary.get("best") or {}
     words = {"success": "correct kernel, meets the target",
              "short_of_target": "correct kernel, short of the target",
-             "no_correct_kernel": "no correct kernel found"}[run.result.outcome]
+             "no_correct_kernel": "no correct kernel found",
+             "model_unavailable": "the model did not answer, no kernel was judged"}[run.result.outcome]
     detail = f" ({summary['target_check']})" if best else ""
+    if run.result.stop_reason == "model_error" and not best:  # the model's failure, in the same line
+        detail = f" ({'the model stopped answering: ' if run.result.outcome != 'model_unavailable' else ''}" \
+                 f"{run.result.stop_detail})"
     kernel = f"; kernel: {best['kernel']}" if best else ""
     typer.echo(terminal_text(f"{words}{detail}{kernel}; summary: {run.out_dir / 'summary.json'}"))
     raise typer.Exit(run.exit_code)

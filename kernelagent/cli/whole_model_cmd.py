@@ -3,7 +3,8 @@
 Progress goes to stderr as the run goes (a live panel on a terminal, one line per event with
 --no-live or in a pipe): the plan, each region as it starts and ends, each turn, the splice
 checks and the verdict. Exit codes: 0 the spliced model passes end to end with at least one
-region replaced, 1 no region could be replaced (the model is unchanged), 2 bad input, 130
+region replaced, 1 no region could be replaced (the model is unchanged), 2 bad input, 5 the
+model did not answer (timeout and retries spent) and no region has a kernel of its, 130
 interrupted (one line: what was kept, and the command that goes on).
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import typer
 
-from kernelagent.errors import EXIT_USAGE, UserError
+from kernelagent.errors import EXIT_MODEL_UNAVAILABLE, EXIT_USAGE, UserError
 from kernelagent.text import plural, terminal_text
 
 
@@ -57,6 +58,11 @@ def run_whole_model(problem: Path, llm: Any, budget: Any, out: Path, device: str
         typer.echo(terminal_text(f"error: the evaluation harness could not start: {str(exc).splitlines()[0]}"),
                    err=True)
         raise typer.Exit(EXIT_USAGE) from None
+    if summary["exit_code"] == EXIT_MODEL_UNAVAILABLE:
+        typer.echo(terminal_text(f"whole model: the model did not answer, no kernel was judged "
+                                 f"({summary.get('model_unavailable')}); the model is unchanged; "
+                                 f"summary: {out / 'summary.json'}"))
+        return summary["exit_code"]
     speed = summary.get("e2e_speedup")
     interval = summary.get("e2e_interval")
     measured = (f"{speed:.3f}x [{interval[0]:.3f}, {interval[1]:.3f}] vs {summary.get('e2e_baseline')}"

@@ -28,14 +28,29 @@ DUMMY_KEY = "sk-no-key-required"
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 
 
+# What litellm's first completion imports lazily (its HTTP stack, proxy types, logging hooks):
+# imported with litellm, before any call, so that no call's --model-timeout pays for them (issue 56:
+# several seconds on a loaded machine). A name this litellm lacks is skipped.
+FIRST_CALL_IMPORTS = ("tenacity", "httpcore", "h11", "litellm._service_logger", "litellm.proxy._types",
+                      "litellm.llms.openai.chat.gpt_audio_transformation")
+
+
 def import_litellm() -> Any:
-    """Import litellm quietly: local price table (no network fetch), no banners on stdout."""
+    """Import litellm quietly: local price table (no network fetch), no banners on stdout; and
+    what its first call would import (FIRST_CALL_IMPORTS)."""
+    import importlib
+
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
     litellm.suppress_debug_info = True
     litellm.telemetry = False
     litellm.num_retries = 0
+    for name in FIRST_CALL_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a warm-up: the call imports what it needs anyway
+            pass
     return litellm
 
 
@@ -63,6 +78,20 @@ def is_retryable(exc: BaseException) -> bool:
         return True
     status = _status(exc)
     return status is not None and (status in RETRY_STATUS or status >= 500)
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """The call's timeout fired: no answer within --model-timeout (litellm reports it as HTTP 408)."""
+    import openai
+
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, (openai.APITimeoutError, TimeoutError)) or type(exc).__name__ in (
+                "Timeout", "ReadTimeout", "WriteTimeout", "PoolTimeout", "ConnectTimeout"):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
 
 
 def connect_failure(exc: BaseException) -> BaseException | None:
@@ -134,6 +163,7 @@ class LitellmModel:
         self.temperature = temperature
         self.extra = extra
         self.api_key = self._resolve_key(api_key)
+        import_litellm()  # now, not inside the first call's wall (a no-op when _resolve_key did it)
         # Retries are for a server that answered once (or gives HTTP errors): one that was
         # never reached on the first call is a wrong --api-base or no network, not a hiccup.
         self._answered = False
@@ -190,6 +220,14 @@ class LitellmModel:
                                    "(check --api-base and that the server is running)") from None
 
     # -- retries -----------------------------------------------------------------------
+    def longest_call_s(self) -> float:
+        """The longest one query() can take against a server that accepts and never answers:
+        max_retries + 1 attempts of `timeout` seconds each, and between them the backoff, wait n
+        (from 1) being backoff_base * 2**(n-1), up to 10% jitter added, at most backoff_max (a
+        server's Retry-After is capped the same). The docs quote this bound (guides/optimize.md)."""
+        waits = sum(min(self.backoff_max, 1.1 * self.backoff_base * 2 ** n) for n in range(self.max_retries))
+        return (self.max_retries + 1) * self.timeout + waits
+
     def _wait(self, state: "tenacity.RetryCallState") -> float:
         exponential = self.backoff_base * 2 ** (state.attempt_number - 1)
         exponential *= 1 + 0.1 * random.random()  # a little jitter
@@ -254,7 +292,11 @@ class LitellmModel:
                 raise ModelConfigError(
                     f"model '{self.name}' was not found (HTTP 404): check --model and "
                     "--api-base") from exc
-            attempts = "" if not is_retryable(exc) else f" after {self.max_retries + 1} attempts"
+            tries = self.max_retries + 1
+            attempts = "" if not is_retryable(exc) else f" after {tries} attempt{'s' if tries != 1 else ''}"
+            if _timed_out(exc):
+                raise ModelError(f"the model server did not answer within --model-timeout {self.timeout:g} s"
+                                 f"{attempts} ({time.monotonic() - start:.1f} s in all, backoff included)") from exc
             raise ModelError(f"model call failed{attempts}: {describe_error(exc)}") from exc
         self._answered = True
         latency = time.monotonic() - start

@@ -84,6 +84,9 @@ class WholeModelRun:
         self.spent_before = 0.0  # wall seconds of earlier sessions (a resumed run)
         self.started = time.monotonic()
         self.sessions = 1
+        # Why the model stopped answering (a region's run ended `model_unavailable`): no region after
+        # it gets a call, and with no kernel found the command exits 5 (EXIT_MODEL_UNAVAILABLE).
+        self.model_down: str | None = None
 
     def e2e_config(self) -> Any:
         """The end-to-end rules (wholemodel/e2e.py). On the CPU nothing is timed: the interpreter's
@@ -138,6 +141,8 @@ class WholeModelRun:
         folder = self.out / "regions" / region["id"]
         resume, initial = self._continue_from(folder, row)
         spent = _spent(self.budget)
+        if self.model_down is not None:
+            spent = f"the model did not answer in an earlier region: {self.model_down}"
         if spent is not None and initial is None:
             row.update(status="not attempted", agent="skipped", why=f"the shared budget was spent before it ({spent})")
             self.notify("region_done", region=region["id"], status=row["status"], why=row["why"])
@@ -163,7 +168,11 @@ class WholeModelRun:
         finally:
             row["turns"] = int(row.get("turns") or 0) + self.budget.turns - turns_before
         best = run.result.best
-        if best is None or not best.passed or not best.code:
+        if run.result.outcome == "model_unavailable":
+            self.model_down = run.result.stop_detail
+            row.update(status="model unavailable", agent="skipped",  # a resume asks the model again
+                       why=f"the model did not answer: {run.result.stop_detail}")
+        elif best is None or not best.passed or not best.code:
             if row["turns"] == 0:
                 row.update(status="not attempted", agent="skipped",
                            why=f"no model call was made ({run.result.stop_reason}: {run.result.stop_detail})")
@@ -288,8 +297,12 @@ class WholeModelRun:
         spliced, passed = self.final.get("spliced", []), bool(self.final.get("passed"))
         # The command's exit code, as optimize's summary.json has it: 0 the spliced model passes
         # end to end with a region replaced, 1 none could be, 130 interrupted; None while running.
-        exit_code = {"interrupted": 130, "finished": 0 if passed and spliced else 1}.get(self.outcome)
+        # 5: the model did not answer and no region has a kernel of its (EXIT_MODEL_UNAVAILABLE).
+        unanswered = self.model_down is not None and not any(r.get("agent") == "kernel" for r in self.rows)
+        exit_code = {"interrupted": 130, "finished": 0 if passed and spliced else (5 if unanswered else 1)
+                     }.get(self.outcome)
         return {"format_version": 2, "kind": "whole_model", "outcome": self.outcome, "exit_code": exit_code,
+                "model_unavailable": self.model_down,
                 "problem": str(self.original.path), "problem_sha256": self.original.sha256,
                 "model": getattr(self.model, "name", type(self.model).__name__), "model_info": self.model_info,
                 "settings": self.settings,

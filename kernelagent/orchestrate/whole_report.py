@@ -15,7 +15,7 @@ from kernelagent.html_page import cards, cell, page
 from kernelagent.text import html_text as escape
 
 OK = ("spliced", "kernel found")
-BAD = ("left out", "no kernel", "interrupted")
+BAD = ("left out", "no kernel", "interrupted", "model unavailable")
 
 
 def _pct(v: Any) -> str:

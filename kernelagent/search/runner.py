@@ -389,7 +389,8 @@ class Search:
                 agent.candidates.setdefault(sha(node.code), (_observation(node), node.id))
         agent.tool_seconds.update(self.tool_seconds)
         agent.tool_calls.update(self.tool_calls)
-        result = agent.finish(stop_reason, stop_detail)
+        judged = sum(1 for n in self.tree.nodes if n.code and n.verdict and n.action != "initial")
+        result = agent.finish(stop_reason, stop_detail, judged=judged)
         self.save()
         return result
 
