@@ -213,8 +213,7 @@ def capture(model: Any, inputs: list[Any], device: str) -> tuple[Any, list[dict]
 
 
 def _timed(measured: dict[str, float]) -> dict[str, float]:
-    """A node's measured fields, rounded: time_us always; share and noise (fractions of the nodes'
-    time) where the CPU's rounds measured them."""
+    """A node's time_us, and its share and noise where the CPU's rounds measured them, rounded."""
     out = {"time_us": round(measured.get("time_us", 0.0), 3)}
     out.update({k: round(measured[k], 6) for k in ("share", "noise") if k in measured})
     return out
@@ -255,7 +254,8 @@ def _rounds_cpu(gm: Any, ep: Any, model: Any, inputs: list[Any]) -> tuple[dict, 
 
     from kernelagent.wholemodel import timing
 
-    torch.set_num_threads(1)  # the work is this thread's, so its CPU time is the work's
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # no op waits on a pool thread another process holds off the CPU
 
     class Spans(Interpreter):
         def __init__(self, module: Any, timer: Any) -> None:
@@ -271,10 +271,13 @@ def _rounds_cpu(gm: Any, ep: Any, model: Any, inputs: list[Any]) -> tuple[dict, 
         args = flat_args(ep, inputs)
         return lambda timer: Spans(gm, timer).run(*args)
 
-    for _ in range(2):  # warm up
-        prepare()(lambda name, fn: fn())
-        model(*inputs)
-    result = timing.measure(prepare, lambda: model(*inputs))
+    try:
+        for _ in range(2):  # warm up
+            prepare()(lambda name, fn: fn())
+            model(*inputs)
+        result = timing.measure(prepare, lambda: model(*inputs))
+    finally:
+        torch.set_num_threads(threads)
     totals = {**result["totals"], "rounds": timing.ROUNDS,
               "clock": "CPU wall time on one thread (no GPU: not a device time)"}
     return result["per_node"], totals
