@@ -90,9 +90,14 @@ def quartiles(values: list[float]) -> tuple[float, float]:
 
 
 def noise(values: list[float]) -> float:
-    """Half the interquartile range: how far a typical round strays from the median."""
-    low, high = quartiles(values)
-    return (high - low) / 2
+    """The uncertainty of the median of `values`: its standard error, 1.2533 sigma / sqrt(n), with
+    sigma from the median absolute deviation (1.4826 MAD), which rounds an outside process slowed
+    (up to half of them) do not move."""
+    if len(values) < 2:
+        return 0.0
+    middle = median(values)
+    mad = median([abs(v - middle) for v in values])
+    return 1.2533 * 1.4826 * mad / len(values) ** 0.5
 
 
 def summarise(rounds: list[dict[str, float]], forwards: list[float], models: list[float],
@@ -103,8 +108,8 @@ def summarise(rounds: list[dict[str, float]], forwards: list[float], models: lis
 
     A node's share is the median over the rounds of its fraction of its round's nodes, so a round
     the load slowed as a whole weighs as much as any other; the shares are then scaled to sum to 1,
-    and a node's time is its share of the nodes' median sum. Its noise is the uncertainty of that
-    median (from the interquartile range of its per-round fractions), which ranking reads."""
+    and a node's time is its share of the nodes' time (the sum of each node's median). Its noise is the uncertainty of that
+    median (noise()), which the ranking reads."""
     names: dict[str, None] = {}
     for r in rounds:
         names.update(dict.fromkeys(r))
@@ -113,11 +118,9 @@ def summarise(rounds: list[dict[str, float]], forwards: list[float], models: lis
     fractions = {name: [r[name] / total if total > 0 else 0.0 for r, total in zip(cleaned, sums)] for name in names}
     medians = {name: median(values) for name, values in fractions.items()}
     scale = sum(medians.values()) or 1.0
-    nodes_us = median(sums)
-    # the median's standard error: 1.2533 sigma / sqrt(n), sigma ~ the interquartile range / 1.349
-    error = 1.2533 / 1.349 / max(1, len(rounds)) ** 0.5
+    nodes_us = sum(median([r[name] for r in cleaned]) for name in names)  # each op's own median, summed
     per_node = {name: {"time_us": nodes_us * medians[name] / scale, "share": medians[name] / scale,
-                       "noise": 2 * noise(fractions[name]) * error / scale} for name in names}
+                       "noise": noise(fractions[name]) / scale} for name in names}
     forward = median(forwards)
     low, high = quartiles(forwards)
     spread = (high - low) / forward if forward > 0 else 0.0
@@ -127,7 +130,7 @@ def summarise(rounds: list[dict[str, float]], forwards: list[float], models: lis
               "noise": {"rounds": len(forwards), "forward_min_us": round(min(forwards, default=0.0), 3),
                         "forward_median_us": round(forward, 3), "forward_max_us": round(max(forwards, default=0.0), 3),
                         "forward_spread": round(spread, 4), "tolerance": TOLERANCE, "unsteady_above": UNSTEADY,
-                        "median_share_error": round(max((v["noise"] for v in per_node.values()), default=0.0), 6)}}
+                        "share_error": round(max((v["noise"] for v in per_node.values()), default=0.0), 6)}}
     return {"per_node": per_node, "totals": totals}
 
 
