@@ -128,8 +128,8 @@ def clock_line(totals: dict) -> str:
         return (f"clock: {totals['clock']}; the ops sum to {totals['nodes_us']:.1f} us, "
                 f"{totals['nodes_vs_forward']:.1%} of the captured graph's forward ({totals['graph_forward_us']:.1f} us, "
                 f"run op by op){flag}; the model's own forward {totals['model_forward_us']:.1f} us; medians of "
-                f"{noise['rounds']} interleaved rounds, the forward's middle half within "
-                f"{noise['forward_spread']:.0%}, shares within {noise.get('share_error', 0):.1%}")
+                f"{noise['rounds']} interleaved rounds; noise: the middle half of the forwards spans "
+                f"{noise['forward_spread']:.0%} of their median, shares within {noise.get('share_error', 0):.1%}")
     ratio = totals.get("nodes_vs_model")
     return (f"clock: {totals['clock']}; the regions sum to {totals['nodes_us']:.1f} us per forward, "
             f"the model's own forward {totals['model_forward_us']:.1f} us under torch.profiler"
