@@ -111,6 +111,11 @@ def test_initialize_reports_the_version_and_plan_writes_in_the_servers_own_folde
     assert sorted(p.name for p in CANDIDATES.iterdir()) == before  # nothing new beside the problems
     assert "removed when the server stops" in text(plan) and str(written) in text(plan)
     assert regions and all(Path(r).is_relative_to(written.parent) for r in regions)
+    # issue 56: the plan's own doubts (a forward that moved between its rounds) are fields and lines
+    said, unsteady = plan.structured_content["warnings"], plan.structured_content["unsteady"]
+    assert isinstance(said, list) and isinstance(unsteady, bool) and (not unsteady or said)
+    assert all(f"warning: {w}" in text(plan) for w in said)
+    assert "noise" in plan.structured_content["regions"][0] and "interleaved rounds" in text(plan)
     assert judged is not None and judged.structured_content["status"] == "correct", text(judged)
     assert not written.exists()  # the server's folder goes with it
 

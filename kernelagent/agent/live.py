@@ -147,12 +147,12 @@ class LiveView:
 
     def on_plan(self, regions: int, chosen: list, totals: dict) -> str:
         """The plan's line, then its own warning where its numbers disagree (totals["warning"],
-        wholemodel/child.py agreement_warning), as `kernelagent plan` prints it."""
+        wholemodel/plan.py warnings: one line each), as `kernelagent plan` prints it."""
         listed = ", ".join(f"{rid} ({kind}, {share:.1%})" for rid, share, kind in chosen) or "none"
         self.region = f"0/{len(chosen)} regions"
         line = f"plan: {plural(regions, 'region')}; optimising {len(chosen)}: {listed}"
-        said = (totals or {}).get("warning")
-        return f"{line}\nwarning: {said}" if said else line
+        said = [w for w in str((totals or {}).get("warning") or "").splitlines() if w]  # one line each
+        return "\n".join([line, *(f"warning: {w}" for w in said)])
 
     def on_region(self, region: str, index: int, count: int, share: float, kind: str, resumed: bool) -> str:
         self.region = f"{index}/{count}: {region} ({kind}, {share:.1%} of the model's time)"

@@ -2,8 +2,10 @@
 
 Exit codes: 0 the plan is written, 2 bad input (a missing file, not a problem, a model that
 raises or that torch.export cannot capture, --out on a file, a GPU that does not exist): one
-line on stderr that names the file. A warning on stderr when the regions' sum and the model's
-own forward disagree (on the CPU, where times are CPU times, they often do)."""
+line on stderr that names the file. A warning line on stderr for each doubt the plan's own numbers
+raise: on the CPU, ops that sum past the forward they ran in (measured again, then flagged) and a
+forward whose time moved between the plan's rounds (plan.json totals.unsteady); on a GPU, ops
+that disagree with the model's own forward."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def _plan(problem: Path, out: Path | None, device: str, top: int, json_out: bool
     from kernelagent.errors import UserError
     from kernelagent.problem import load_problem
     from kernelagent.text import terminal_text
-    from kernelagent.wholemodel.plan import make_plan, render, warning
+    from kernelagent.wholemodel.plan import make_plan, render, warnings
 
     device = check_device(device, quiet=True)
     load_problem(problem)  # a file that is not a problem: one line, before any note
@@ -51,8 +53,7 @@ def _plan(problem: Path, out: Path | None, device: str, top: int, json_out: bool
     if device == "auto":  # the table's clock line says when it is the CPU's
         device = "cuda" if gpu_indices() else "cpu"
     data = make_plan(problem, out, device=device)
-    said = warning(data)
-    if said:
+    for said in warnings(data):
         typer.echo(terminal_text(f"warning: {said}"), err=True)
     if json_out:
         typer.echo(json.dumps({"plan": str(out / "plan.json"), "totals": data["totals"],

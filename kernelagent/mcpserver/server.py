@@ -216,7 +216,7 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
                              "folder are problems this server runs.")
     async def plan(problem: str, ctx: Context, out: str | None = None) -> dict[str, Any]:
         from kernelagent.mcpserver.confined import copy_out
-        from kernelagent.wholemodel.plan import PLAN_TIMEOUT_S, render
+        from kernelagent.wholemodel.plan import PLAN_TIMEOUT_S, render, warnings
 
         loaded = guard(lambda: _problem_or_error(problem_of, problem))
         base = root_set.root_of(loaded.path)
@@ -241,7 +241,9 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
             return json.loads(plan_json), written
 
         data, written = await run_call(ctx, sessions, harness, "planning", work)
-        text = render(data) + f"\nplan: {written.get('plan.json', target / 'plan.json')}"
+        said = warnings(data)  # a measurement flagged or unsteady says so, as `kernelagent plan` does
+        text = "".join(f"warning: {w}\n" for w in said) + render(data) + \
+            f"\nplan: {written.get('plan.json', target / 'plan.json')}"
         if out is None:
             text += ("\nnote: written in the server's own output folder, removed when the server stops; give `out` "
                      "under a --root folder to keep it")
@@ -249,8 +251,9 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
             text += ("\nnote: the regions were written under a --root folder, so they are not problems this server "
                      "runs; give `out` under a --problems folder to evaluate them")
         return _reply({"plan": str(written.get("plan.json", target / "plan.json")), "totals": data["totals"],
+                       "warnings": said, "unsteady": bool((data["totals"] or {}).get("unsteady")),
                        "regions": [{k: r.get(k) for k in ("id", "kind", "ops", "share", "time_us", "amdahl_bound",
-                                                          "extractable", "why_not", "problem")}
+                                                          "noise", "clear_lead", "extractable", "why_not", "problem")}
                                    for r in data["regions"]], "text": text}, text)
 
     @server.tool(description="Verify the kernels of a kernelagent.toml manifest (under a root) as `kernelagent "

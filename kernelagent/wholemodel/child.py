@@ -4,10 +4,10 @@
     python -m kernelagent.wholemodel.child splice PROBLEM --plan PLAN --jobs JOBS.json
 
 `plan` captures the model's forward with torch.export (dynamic sizes where torch allows), runs
-the captured graph once per profiled repetition through an FX Interpreter that wraps each node
-in a torch.profiler range, and attributes device time (CPU time on the CPU) to nodes (the median
-repetition on a GPU, the quickest on the CPU); it also profiles the model's own forward, whose
-total the plan's shares are checked against (a warning in plan.json when they disagree). Then it
+the captured graph through an FX Interpreter that times each node: on a GPU in a torch.profiler
+range (device time, the median of the profiled repetitions, checked against the model's own
+forward), on the CPU in interleaved rounds of the graph and the model's forward on one thread
+(timing.py: medians, the noise, a re-measure when the nodes sum past their forward). Then it
 groups the nodes into regions (regions.py), writes each extractable region as a KernelBench
 problem (DIR/regions/region_k.py: `Model`, `get_inputs()` with the region's real shapes and
 dtypes and values at the captured values' scale, `get_init_inputs()`; weights and buffers are
@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 from kernelagent import pyast
 
-REPS = 5
-EMPTY = "ka::~empty"  # the calibration range: no FX node is named so
+REPS = 5  # profiled repetitions on a GPU (the CPU's rounds: timing.py)
 
 
 class ProblemRaised(Exception):
@@ -159,7 +158,6 @@ def capture(model: Any, inputs: list[Any], device: str) -> tuple[Any, list[dict]
     ep, dynamic = export(model, inputs)
     gm = ep.graph_module
     cuda = device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     values: dict[str, Any] = {}
 
     class Timed(Interpreter):
@@ -179,25 +177,12 @@ def capture(model: Any, inputs: list[Any], device: str) -> tuple[Any, list[dict]
 
     with torch.no_grad():
         Timed(gm, record=True).run(*flat_args(ep, inputs))
-        for _ in range(2):
-            Timed(gm, record=False).run(*flat_args(ep, inputs))
-            model(*inputs)
-        sync()
-        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
-        with torch.profiler.profile(activities=activities) as graph_prof:
-            for _ in range(REPS):
-                with torch.profiler.record_function("ka::forward"):
-                    Timed(gm, record=False).run(*flat_args(ep, inputs))
-                sync()
-            for _ in range(4 * REPS):  # what a range costs by itself (no node is named so: not an identifier)
-                with torch.profiler.record_function(EMPTY):
-                    pass
-        with torch.profiler.profile(activities=activities) as model_prof:
-            for _ in range(REPS):
-                with torch.profiler.record_function("ka::forward"):
-                    model(*inputs)
-                sync()
-    per_node = _times(graph_prof, cuda)
+        if cuda:
+            per_node = _profile_cuda(gm, ep, model, inputs, Timed)
+            totals = per_node.pop("~totals")
+            per_node = {name: {"time_us": t} for name, t in per_node.items()}
+        else:
+            per_node, totals = _rounds_cpu(gm, ep, model, inputs)
     nodes = []
     for n in gm.graph.nodes:
         if n.op != "call_function":
@@ -207,19 +192,95 @@ def capture(model: Any, inputs: list[Any], device: str) -> tuple[Any, list[dict]
         info = {"name": n.name, "op": op_name(n.target), "target": str(n.target),
                 "kind": kind(op_name(n.target)) if tensor else "shape", "tensor": tensor,
                 "args": _tensor_args(n), "users": [u.name for u in n.users],
-                "time_us": round(per_node.get(n.name, 0.0), 3), "mutates": _mutates(n),
+                **_timed(per_node.get(n.name, {})), "mutates": _mutates(n),
                 "shape": list(values.get(n.name, {}).get("shape") or []) if tensor else None,
                 "dtype": values.get(n.name, {}).get("dtype")}
         if any(isinstance(v, torch.device) for v in [*n.args, *n.kwargs.values()]):
             info["unextractable"] = "it names a device"
         nodes.append(info)
-    totals = {"nodes_us": round(sum(per_node.values()), 3), "graph_forward_us": round(_forward(graph_prof, cuda), 3),
-              "model_forward_us": round(_forward(model_prof, cuda), 3), "reps": REPS, "dynamic_sizes": dynamic,
-              "clock": "device (CUDA kernels)" if cuda else "CPU time (no GPU: not a device time)"}
+    totals["dynamic_sizes"] = dynamic
     totals["nodes_vs_model"] = round(totals["nodes_us"] / totals["model_forward_us"], 4) \
         if totals["model_forward_us"] else None
-    totals["warning"] = agreement_warning(totals, cuda)
+    if cuda:
+        totals["warning"] = agreement_warning(totals, cuda)
+    else:
+        from kernelagent.wholemodel.timing import warnings
+
+        said = warnings(totals)
+        totals["unsteady"] = next((w for w in said if w.startswith("the forward's time moved")), None)
+        totals["warning"] = "\n".join(said) or None
     return ep, nodes, {"totals": totals, "values": values}
+
+
+def _timed(measured: dict[str, float]) -> dict[str, float]:
+    """A node's time_us, and its share and noise where the CPU's rounds measured them, rounded."""
+    out = {"time_us": round(measured.get("time_us", 0.0), 3)}
+    out.update({k: round(measured[k], 6) for k in ("share", "noise") if k in measured})
+    return out
+
+
+def _profile_cuda(gm: Any, ep: Any, model: Any, inputs: list[Any], timed: Any) -> dict[str, Any]:
+    """Per node device us (median of REPS profiled repetitions), with the totals under "~totals"."""
+    import torch
+
+    for _ in range(2):
+        timed(gm, record=False).run(*flat_args(ep, inputs))
+        model(*inputs)
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as graph_prof:
+        for _ in range(REPS):
+            with torch.profiler.record_function("ka::forward"):
+                timed(gm, record=False).run(*flat_args(ep, inputs))
+            torch.cuda.synchronize()
+    with torch.profiler.profile(activities=activities) as model_prof:
+        for _ in range(REPS):
+            with torch.profiler.record_function("ka::forward"):
+                model(*inputs)
+            torch.cuda.synchronize()
+    per_node: dict[str, Any] = _times(graph_prof, True)
+    per_node["~totals"] = {"nodes_us": round(sum(per_node.values()), 3),
+                           "graph_forward_us": round(_forward(graph_prof, True), 3),
+                           "model_forward_us": round(_forward(model_prof, True), 3), "reps": REPS,
+                           "clock": "device (CUDA kernels)"}
+    return per_node
+
+
+def _rounds_cpu(gm: Any, ep: Any, model: Any, inputs: list[Any]) -> tuple[dict, dict]:
+    """({node: {time_us, share, noise}}, totals) from timing.measure(): interleaved rounds of the
+    graph and the model on one thread, each node and each forward timed by the same clock."""
+    import torch
+    from torch.fx import Interpreter
+
+    from kernelagent.wholemodel import timing
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # no op waits on a pool thread another process holds off the CPU
+
+    class Spans(Interpreter):
+        def __init__(self, module: Any, timer: Any) -> None:
+            super().__init__(module)
+            self.timer = timer
+
+        def run_node(self, n: Any) -> Any:
+            if n.op != "call_function":
+                return Interpreter.run_node(self, n)
+            return self.timer(n.name, lambda: Interpreter.run_node(self, n))
+
+    def prepare() -> Any:
+        args = flat_args(ep, inputs)
+        return lambda timer: Spans(gm, timer).run(*args)
+
+    try:
+        for _ in range(2):  # warm up
+            prepare()(lambda name, fn: fn())
+            model(*inputs)
+        result = timing.measure(prepare, lambda: model(*inputs))
+    finally:
+        torch.set_num_threads(threads)
+    totals = {**result["totals"], "rounds": timing.ROUNDS,
+              "clock": "CPU wall time on one thread (no GPU: not a device time)"}
+    return result["per_node"], totals
 
 
 def _summary(value: Any) -> dict[str, Any]:
@@ -239,28 +300,15 @@ def _summary(value: Any) -> dict[str, Any]:
 
 
 def _times(prof: Any, cuda: bool) -> dict[str, float]:
-    """Per node, microseconds per forward: device time of the kernels launched in its range (CPU
-    time without a GPU), one figure per profiled repetition, then their median on a GPU and their
-    minimum on the CPU (where other processes and the interpreter's own work only ever add time,
-    and a single slow repetition would move a node up the ranking)."""
+    """Per node, device microseconds per forward on a GPU: the device time of the kernels launched
+    in its range, the median of the profiled repetitions. (The CPU's times: _rounds_cpu.)"""
+    from kernelagent.wholemodel.timing import median
+
     samples: dict[str, list[float]] = {}
     for event in prof.events():
         if event.name.startswith("ka::") and event.name != "ka::forward":
-            samples.setdefault(event.name[4:], []).append(_device_us(event) if cuda else event.cpu_time_total)
-    # On the CPU each range's own cost (a few microseconds, as much as a small op) is taken out.
-    overhead = 0.0 if cuda else _robust(samples.pop(EMPTY[4:], []), cuda)
-    samples.pop(EMPTY[4:], None)
-    return {name: max(0.0, _robust(values, cuda) - overhead) for name, values in samples.items()}
-
-
-def _robust(values: list[float], cuda: bool) -> float:
-    if not values:
-        return 0.0
-    if not cuda:
-        return min(values)
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+            samples.setdefault(event.name[4:], []).append(_device_us(event))
+    return {name: median(values) for name, values in samples.items()}
 
 
 def _device_us(event: Any) -> float:
@@ -268,13 +316,11 @@ def _device_us(event: Any) -> float:
 
 
 def _forward(prof: Any, cuda: bool) -> float:
-    """The forward's time per repetition: every CUDA kernel's own device time (the profiler's
-    total), or the forward range's CPU time (the quickest repetition, as for the nodes)."""
-    if cuda:
-        total = sum(float(getattr(e, "self_device_time_total", 0.0) or 0.0) for e in prof.events()
-                    if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type))
-        return total / REPS
-    return _robust([e.cpu_time_total for e in prof.events() if e.name == "ka::forward"], cuda)
+    """The forward's device time per repetition: every CUDA kernel's own device time (the
+    profiler's total) over the repetitions."""
+    total = sum(float(getattr(e, "self_device_time_total", 0.0) or 0.0) for e in prof.events()
+                if getattr(e, "device_type", None) is not None and "CUDA" in str(e.device_type))
+    return total / REPS
 
 
 # On either side of this band, the regions' sum and the model's own forward disagree enough for

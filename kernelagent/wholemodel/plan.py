@@ -115,19 +115,41 @@ def render(plan: dict, top: int | None = 12) -> str:
         lines.append(f"{r['region']:10} {r['kind'][:16]:16} {r['share']:7.1%} {r['time_us']:10.1f} "
                      f"{_bound(r['amdahl']):>7}  {str(tuple(r['shape'] or ()))[:22]:22} {str(r['dtype'])[:9]:9} "
                      f"{'yes' if r['fusable'] else 'no':7} {r['extract'][:60]}  {r['ops'][:60]}")
-    ratio = totals.get("nodes_vs_model")
-    lines.append(f"clock: {totals['clock']}; the regions sum to {totals['nodes_us']:.1f} us per forward, "
-                 f"the model's own forward {totals['model_forward_us']:.1f} us under torch.profiler"
-                 + (f" ({ratio:.1%})" if ratio else ""))
+    lines.append(clock_line(totals))
     return "\n".join(lines)
 
 
-def warning(plan: dict) -> str | None:
-    """What the plan's own numbers say about trusting it (child.py agreement_warning), if anything.
-    A plan written before that check: judged here from its totals."""
+def clock_line(totals: dict) -> str:
+    """What the times are: on the CPU (rounds, plan.json totals.noise) the ops' share of the forward
+    they ran in, with the noise; on a GPU (and in an earlier plan) against the model's own forward."""
+    noise = totals.get("noise")
+    if isinstance(noise, dict) and totals.get("graph_forward_us"):
+        flag = "" if totals.get("consistent", True) else " (flagged: past the tolerance)"
+        return (f"clock: {totals['clock']}; the ops sum to {totals['nodes_us']:.1f} us, "
+                f"{totals['nodes_vs_forward']:.1%} of the captured graph's forward ({totals['graph_forward_us']:.1f} us, "
+                f"run op by op){flag}; the model's own forward {totals['model_forward_us']:.1f} us; medians of "
+                f"{noise['rounds']} interleaved rounds; noise: the middle half of the forwards spans "
+                f"{noise['forward_spread']:.0%} of their median, shares within {noise.get('share_error', 0):.1%}")
+    ratio = totals.get("nodes_vs_model")
+    return (f"clock: {totals['clock']}; the regions sum to {totals['nodes_us']:.1f} us per forward, "
+            f"the model's own forward {totals['model_forward_us']:.1f} us under torch.profiler"
+            + (f" ({ratio:.1%})" if ratio else ""))
+
+
+def warnings(plan: dict) -> list[str]:
+    """What the plan's own numbers say about trusting it, one line each: on the CPU, a measurement
+    whose ops sum past their forward and a forward that moved between the rounds (timing.warnings);
+    on a GPU, the ops against the model's own forward (child.agreement_warning). A plan written
+    before those checks: judged here from its totals."""
     totals = plan.get("totals") or {}
     if "warning" in totals:
-        return totals["warning"]
+        return [line for line in str(totals["warning"] or "").splitlines() if line]
     from kernelagent.wholemodel.child import agreement_warning
 
-    return agreement_warning(totals, cuda=str(plan.get("device", "cpu")).startswith("cuda"))
+    said = agreement_warning(totals, cuda=str(plan.get("device", "cpu")).startswith("cuda"))
+    return [said] if said else []
+
+
+def warning(plan: dict) -> str | None:
+    """warnings(), the first (the gravest), or None."""
+    return next(iter(warnings(plan)), None)

@@ -9,6 +9,8 @@ anchor followed by a softmax (matmul, scale, softmax, matmul: attention). A node
 model state in place (batch-norm running statistics in training mode) is never extracted: its
 region stays in the model as it is, and the plan says why.
 
+The order is by time where the plan's measured noise lets it tell, else the graph's order (rank).
+
 Amdahl's bound beside each region: the whole model's speedup if the region took no time at all,
 1 / (1 - share).
 """
@@ -50,10 +52,34 @@ def group(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
             assigned[nxt["name"]] = len(regions)
         regions.append(chain)
     total = sum(float(n.get("time_us") or 0.0) for n in nodes)
-    out = [describe(chain, by_name, total) for chain in regions]
-    out.sort(key=lambda r: r["time_us"], reverse=True)
-    for rank, region in enumerate(out):
-        region["id"] = f"region_{rank}"
+    out = rank([describe(chain, by_name, total) for chain in regions])
+    for index, region in enumerate(out):
+        region["id"] = f"region_{index}"
+    return out
+
+
+def rank(regions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`regions` (in graph order) hottest first where the plan's noise lets it tell: sorted by share,
+    then each region whose share is within the noise (both regions' `noise`, summed) of the hottest
+    region of its group joins that group, and a group is put back in graph order. So a region goes
+    ahead of an earlier one in the graph only when its lead is clear of the noise, and two plans
+    whose shares differ by noise give the same order. `clear_lead`: the region's lead over the
+    next is clear of the noise."""
+    by_share = sorted(enumerate(regions), key=lambda ir: (-ir[1]["share"], ir[0]))
+    groups: list[list[tuple[int, dict[str, Any]]]] = []
+    for index, region in by_share:
+        if groups:
+            head = groups[-1][0][1]
+            if head["share"] - region["share"] <= head.get("noise", 0.0) + region.get("noise", 0.0):
+                groups[-1].append((index, region))
+                continue
+        groups.append([(index, region)])
+    out: list[dict[str, Any]] = []
+    for members in groups:
+        ordered = [r for _i, r in sorted(members, key=lambda ir: ir[0])]
+        for position, region in enumerate(ordered):
+            region["clear_lead"] = position == len(ordered) - 1
+        out.extend(ordered)
     return out
 
 
@@ -80,7 +106,9 @@ def describe(chain: list[dict[str, Any]], by_name: dict[str, dict[str, Any]], to
             if arg not in names and arg not in inputs:
                 inputs.append(arg)
     time_us = sum(float(n.get("time_us") or 0.0) for n in chain)
-    share = time_us / total_us if total_us > 0 else 0.0
+    measured = all("share" in n for n in chain)  # the CPU's rounds: each node's share and its noise
+    noise = sum(float(n.get("noise") or 0.0) ** 2 for n in chain) ** 0.5
+    share = (sum(float(n["share"]) for n in chain) if measured else time_us / total_us if total_us > 0 else 0.0)
     kinds = [n["kind"] for n in chain]
     ops = [n["op"] for n in chain]
     compute = [k for k in kinds if k != "view"]
@@ -93,7 +121,7 @@ def describe(chain: list[dict[str, Any]], by_name: dict[str, dict[str, Any]], to
     elif not last.get("tensor", True):
         why = "its result is not a tensor"
     return {"nodes": [n["name"] for n in chain], "ops": ops, "kind": label(ops, kinds),
-            "fusable": len(compute) >= 2, "time_us": round(time_us, 3), "share": round(share, 6),
+            "fusable": len(compute) >= 2, "time_us": round(time_us, 3), "noise": round(noise, 6), "share": round(share, 6),
             "amdahl_bound": round(1.0 / (1.0 - share), 4) if share < 1.0 else None,
             "inputs": inputs, "output": last["name"], "shape": last.get("shape"), "dtype": last.get("dtype"),
             "extractable": why is None, "why_not": why}
