@@ -1,6 +1,7 @@
 """Hostile candidates against the kernel trace (issue 55), each evaluated through the real
 harness on a GPU with the default evidence: `pytest -m gpu tests/test_trace_attacks_gpu.py`
-(`bash scripts/device/gpu_focus.sh 400 tests/test_trace_attacks_gpu.py`).
+(`bash scripts/device/gpu_focus.sh 400 -rP tests/test_trace_attacks_gpu.py`: `-rP` shows each
+attack's printed status, reason and flags).
 
 Each candidate in tests/gpu_attacks/trace/ is a ModelNew for tests/candidates/relu_problem.py
 whose docstring says what it does and what should catch it. With no audit drawn and none for a
