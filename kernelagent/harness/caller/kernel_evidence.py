@@ -44,19 +44,27 @@ SLOWER_FACTOR = 1.5
 SLOWER_SLACK_MS = 0.005
 
 
+def split_kernels(kernels: Any, own_names: set[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                                              list[dict[str, Any]]]:
+    """ncu's kernels that took device time, then the candidate's own among them, then the library
+    kernels that are work: glue by their own names (copies, fills; demangled or mangled) is
+    allowed beside the candidate's kernels, every other library kernel is work."""
+    timed = [k for k in kernels if isinstance(k, dict) and (k.get("total_ns") or 0) > 0] \
+        if isinstance(kernels, list) else []
+    own = [k for k in timed if is_own_kernel(str(k.get("name", "")), own_names)]
+    work = [k for k in timed if k not in own and not is_glue(k)]
+    return timed, own, work
+
+
 def judge(evidence: dict[str, Any], own_names: set[str], median_ms: float | None,
           calls: int = CALLS) -> list[dict[str, str]]:
     """Flags from ncu's kernels (`evidence["kernels"]`: name, launches, total_ns) for `calls`
     profiled forward calls."""
-    kernels = [k for k in evidence.get("kernels", []) if (k.get("total_ns") or 0) > 0]
+    kernels, own, work = split_kernels(evidence.get("kernels", []), own_names)
     total_ns = sum(k["total_ns"] for k in kernels)
     if not kernels or total_ns <= 0:
         return []
-    own = [k for k in kernels if is_own_kernel(k["name"], own_names)]
     own_ns = sum(k["total_ns"] for k in own)
-    # Library kernels that are glue by their own names (copies, fills; demangled or mangled) are
-    # allowed beside the candidate's kernels; every other library kernel is work.
-    work = [k for k in kernels if k not in own and not is_glue(k)]
     work_ns = sum(k["total_ns"] for k in work)
     top = ", ".join(f"{short_name(k['name'])} ({k['total_ns'] / total_ns:.0%})" for k in (work or kernels)[:3])
     flags: list[dict[str, str]] = []

@@ -135,13 +135,11 @@ def audit_disagreement(trace: dict[str, Any], evidence: dict[str, Any], own_name
     kernels = evidence.get("kernels")
     if not isinstance(kernels, list) or not all(isinstance(v, (int, float)) for v in (own_ns, library_ns)):
         return None
-    from kernelagent.harness.cuda_source import is_glue_kernel, is_own_kernel
+    from kernelagent.harness.caller.kernel_evidence import split_kernels
 
-    own = sum(float(k.get("total_ns") or 0) for k in kernels if isinstance(k, dict)
-              and is_own_kernel(str(k.get("name", "")), set(own_names)))
-    work = sum(float(k.get("total_ns") or 0) for k in kernels if isinstance(k, dict)
-               and not is_own_kernel(str(k.get("name", "")), set(own_names))
-               and not is_glue_kernel(str(k.get("name", ""))))
+    _, own_kernels, work_kernels = split_kernels(kernels, own_names)  # ncu's own rule's split
+    own = sum(float(k["total_ns"]) for k in own_kernels)
+    work = sum(float(k["total_ns"]) for k in work_kernels)
     if own + work <= 0 or own_ns + library_ns <= 0:
         return None
     ncu_share, trace_share = own / (own + work), own_ns / (own_ns + library_ns)
