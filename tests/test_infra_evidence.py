@@ -200,3 +200,95 @@ def test_a_malformed_message_from_the_reference_is_not_the_candidates_breach():
     reference_end.send_bytes(b'{"v":2,"type":"verdict","job":"j","nonce":"n","seed":' + str(10**400).encode() + b"}")
     with pytest.raises(ReferenceGone, match="could not read"):
         ChannelPhases.ref_recv(job, {"verdict"}, time.monotonic() + 5)
+
+
+class _FakeNvml:
+    """NVML as server/failures.candidate_device_bytes reads it: `rows` are (pid, bytes)."""
+
+    def __init__(self, rows: dict[int, int] | None):
+        self.rows = rows
+
+    def handle(self, uuid, pci_bus_id):
+        return object()
+
+    def process_bytes(self, handle):
+        return self.rows
+
+    def close(self) -> None:
+        pass
+
+
+def _reference_gone_oom(job: Job) -> None:
+    raise ReferenceGone("exited with code 1 (CUDA out of device memory)")
+
+
+@pytest.mark.parametrize("held_gib, event, shared, status, fragment, alone", [
+    # issue 54's memory hog: the candidate's process holds 139 GiB when the reference runs out
+    (139, reference_oom, False, "runtime_error", "more than this evaluation's whole share", False),
+    (139, reference_oom, True, "runtime_error", "more than this evaluation's whole share", False),
+    (139, _reference_gone_oom, False, "runtime_error", "more than this evaluation's whole share", False),
+    # within its share (3 GiB promised + the slack): the failure stays ours, re-run alone beside others
+    (3, reference_oom, True, "harness_error", "re-run alone", True),
+    (3, reference_oom, False, "harness_error", "out of device memory", False),
+    # NVML cannot say, or lists no process of the candidate's: never blamed on a guess
+    (None, reference_oom, False, "harness_error", "out of device memory", False),
+    ("other pid", reference_oom, True, "harness_error", "re-run alone", True),
+], ids=["hog-alone", "hog-beside-others", "hog-reference-died", "within-share-beside", "within-share-alone",
+        "no-nvml-reading", "not-the-candidates-process"])
+def test_the_reference_out_of_memory_is_the_candidates_when_it_held_more_than_its_share(
+        held_gib, event, shared, status, fragment, alone, tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    from kernelagent.harness.child import sm_clocks
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # the candidate's process
+    try:
+        pid = 1 if held_gib == "other pid" else child.pid  # pid 1: on the device, never in the candidate's tree
+        rows = None if held_gib is None else {pid: (139 if held_gib == "other pid" else held_gib) << 30,
+                                              os.getpid(): 600 << 20}  # ours (the reference's) is not counted
+        monkeypatch.setattr(sm_clocks.Nvml, "open", classmethod(lambda cls, name="": _FakeNvml(rows)))
+        job = _job(tmp_path, shared)
+        job.fingerprint["cuda"] = True
+
+        def supervise() -> None:
+            job.planned = list(PLANNED)
+            # the candidate's process as the job knows it, already reaped when the job cleans up
+            job.cand = types.SimpleNamespace(pid=child.pid, exitcode=0, is_alive=lambda: False,
+                                             join=lambda timeout=None: None, kill=lambda: None)
+            job.concurrency["memory_reserved_bytes"] = 3 << 30  # the ledger's promise to this evaluation
+            event(job)
+            job.conclude([])
+
+        job.supervise = supervise
+        result = job.run()
+    finally:
+        child.kill()
+        child.wait()
+    assert result["status"] == status, result["reason"]
+    assert fragment in result["reason"], result["reason"]
+    assert bool(result["concurrency"].get("retry_alone")) == alone, result["concurrency"]
+    if held_gib == 139:
+        assert result["concurrency"]["candidate_device_bytes"] == 139 << 30
+
+
+def test_nvml_process_rows_are_read_bounded_and_unknown_sizes_left_out():
+    """sm_clocks.Nvml.process_bytes over a fake libnvidia-ml: v3's rows summed by pid, NVML's
+    'not available' size and impossible pids dropped, a failing call None."""
+    import ctypes
+
+    from kernelagent.harness.child import sm_clocks
+
+    def v3(handle, count, rows):
+        entries = [(4242, 5 << 30), (4242, 1 << 30), (77, sm_clocks._NOT_AVAILABLE), (0, 1 << 20), (9, 0)]
+        count._obj.value = len(entries)
+        for i, (pid, size) in enumerate(entries):
+            rows[i].pid, rows[i].usedGpuMemory = pid, size
+        return 0
+
+    lib = types.SimpleNamespace(nvmlDeviceGetComputeRunningProcesses_v3=v3)
+    assert sm_clocks.Nvml(lib).process_bytes(ctypes.c_void_p()) == {4242: 6 << 30}
+    lib = types.SimpleNamespace(nvmlDeviceGetComputeRunningProcesses=lambda handle, count, rows: 999)
+    assert sm_clocks.Nvml(lib).process_bytes(ctypes.c_void_p()) is None
+    assert sm_clocks.Nvml(types.SimpleNamespace()).process_bytes(ctypes.c_void_p()) is None

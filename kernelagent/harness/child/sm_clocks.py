@@ -20,6 +20,12 @@ CLOCK_SAMPLES = 30
 _perf_counter = time.perf_counter  # bound now, before any candidate code runs
 
 
+# nvmlProcessInfo_v1_t and nvmlProcessInfo_t (v2/v3); NVML_VALUE_NOT_AVAILABLE as an unsigned long long.
+_PROCESS_V1 = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+_PROCESS_V2 = _PROCESS_V1 + [("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+_NOT_AVAILABLE = (1 << 64) - 1
+
+
 class Nvml:
     """The few NVML calls the timer needs (libnvidia-ml.so.1 through ctypes). `open` returns
     None where NVML is missing or does not initialise: then no clock is recorded, and nothing
@@ -75,6 +81,30 @@ class Nvml:
         fn = self.lib.nvmlDeviceGetMemoryInfo
         fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.POINTER(_Memory)], ctypes.c_int
         return int(info.free) if fn(handle, ctypes.byref(info)) == 0 else None
+
+    def process_bytes(self, handle: Any, limit: int = 256) -> dict[int, int] | None:
+        """Device memory each compute process holds on this device (nvmlDeviceGetComputeRunning
+        Processes, v3, v2 or v1), by pid as this process's namespace sees it; None where NVML
+        cannot say. Entries whose size NVML does not know are left out."""
+        for name, fields in (("nvmlDeviceGetComputeRunningProcesses_v3", _PROCESS_V2),
+                             ("nvmlDeviceGetComputeRunningProcesses_v2", _PROCESS_V2),
+                             ("nvmlDeviceGetComputeRunningProcesses", _PROCESS_V1)):
+            fn = getattr(self.lib, name, None)
+            if fn is None:
+                continue
+            row = type("_Process", (ctypes.Structure,), {"_fields_": fields})
+            count = ctypes.c_uint(limit)
+            rows = (row * limit)()
+            fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(row)]
+            fn.restype = ctypes.c_int
+            if fn(handle, ctypes.byref(count), rows) != 0:
+                return None
+            out: dict[int, int] = {}
+            for item in rows[:min(int(count.value), limit)]:
+                if 0 < item.usedGpuMemory < _NOT_AVAILABLE and 0 < item.pid < 1 << 31:
+                    out[int(item.pid)] = out.get(int(item.pid), 0) + int(item.usedGpuMemory)
+            return out
+        return None
 
     def close(self) -> None:
         fn = getattr(self.lib, "nvmlShutdown", None)

@@ -174,8 +174,9 @@ class CheckPhases:
         self.checks[record.name] = record
         if record.harness_error and "out of device memory" in record.message:
             # The reference's own failure only: a failed extra set's message is the candidate's
-            # exception text, which may say anything (server/failures.py)
-            self.out_of_memory = True
+            # exception text, which may say anything (server/failures.py). Unless the candidate's
+            # processes held more than the evaluation's share then (our NVML reading): theirs.
+            self.out_of_memory = not self.blame_device_memory()
         if record.skipped and record.kind in self.derived_dims:
             self.result["derived"].setdefault("skipped", []).append({"name": record.name, "reason": record.message})
         self.result["trials"].append({

@@ -8,6 +8,10 @@ The rules (issue 54, class 5, scope 4):
   only from what the reference, our process, saw: ref_error, its verdicts, its log).
 - An exception raised while the server handles the candidate's data (`handling_candidate`) is
   the candidate's protocol breach, never a harness error.
+- The reference running out of device memory is ours to explain only while the candidate's
+  processes keep to this evaluation's share: where NVML, read by this server, has them holding more
+  than the memory ledger promised the whole evaluation, the failure is the candidate's
+  (`blame_device_memory`; issue 54's memory hog, which took 139 GiB of an H200 beside a reference).
 - The first failure wins: a check the candidate failed stays its verdict when a later step (its
   evidence, a reference that then dies, a fault of ours) goes wrong (`keep_first_failure`).
 """
@@ -21,7 +25,12 @@ from typing import Any
 from kernelagent.harness import protocol
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import verdict
+from kernelagent.harness.server.gate import process_tree
 from kernelagent.harness.server.processes import _describe_exit, sandbox_failure
+
+# Above the ledger's promise to the whole evaluation by more than this, the candidate's processes
+# hold memory that is not theirs to hold (CUDA contexts and the allocator's rounding stay below it).
+MEMORY_SLACK = 1 << 30
 
 _STAGES = ("start", "load", "compile", "correctness", "timing", "post-check", "profile")
 # What the server may fail at when it reads a message's fields the schema only typed loosely
@@ -101,6 +110,28 @@ class FailurePhases:
             own = int(self.concurrency.get("memory_reserved_bytes") or 0)
             self.concurrency["memory_beside_bytes"] = max(0, used - own)
 
+    def blame_device_memory(self) -> bool:
+        """The reference (our process) ran out of device memory. The server reads, through NVML,
+        what the candidate's processes hold on the device now: more than the ledger's promise to
+        this whole evaluation (memory_reserved_bytes) plus MEMORY_SLACK makes the failure the
+        candidate's, a runtime_error. Without NVML, a reservation or a reading, nothing is blamed
+        and the failure stays ours (re-run alone where it ran beside others)."""
+        reserved = self.concurrency.get("memory_reserved_bytes")
+        cand = getattr(self, "cand", None)
+        if not isinstance(reserved, int) or reserved <= 0 or cand is None or cand.pid is None:
+            return False
+        held = candidate_device_bytes(self.fingerprint, cand.pid)
+        if held is None:
+            return False
+        self.concurrency["candidate_device_bytes"] = held
+        if held <= reserved + MEMORY_SLACK:
+            return False
+        self.fail(Status.RUNTIME_ERROR, "out of device memory: the reference's process ran out while the candidate's "
+                                        f"processes held {held / 2**30:.2f} GiB of the device, more than this "
+                                        f"evaluation's whole share ({reserved / 2**30:.2f} GiB, as measured by the "
+                                        "harness through NVML); free what the kernel does not need", self.stage)
+        return True
+
     def candidate_protocol(self, text: str) -> None:
         message = (f"the candidate's process broke the harness protocol during '{self.stage}': {text}; "
                    "a kernel must not write to the harness's channels")
@@ -123,3 +154,25 @@ class FailurePhases:
             self.fail(Status.CRASHED, f"the candidate's process {_describe_exit(code)} during stage '{self.stage}'",
                       self.stage)
         self.result["correct"] = False
+
+
+def candidate_device_bytes(fingerprint: dict[str, Any], pid: int) -> int | None:
+    """Device memory held now by `pid` and its descendants on the job's device, by NVML (no CUDA
+    context here); None where NVML, the device or the processes cannot be found."""
+    from kernelagent.harness.child.sm_clocks import Nvml
+
+    if not fingerprint.get("cuda"):
+        return None
+    nvml = Nvml.open()
+    if nvml is None:
+        return None
+    try:
+        handle = nvml.handle(fingerprint.get("uuid"), fingerprint.get("pci_bus_id"))
+        rows = nvml.process_bytes(handle) if handle is not None else None
+    finally:
+        nvml.close()
+    if rows is None:
+        return None
+    tree = process_tree(pid)
+    mine = [size for row_pid, size in rows.items() if row_pid in tree]
+    return sum(mine) if mine else None

@@ -347,9 +347,10 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         except ReferenceGone as exc:
             # Our own process died: out of memory if it said so (its message, or CUDA's own words in
             # its log, e.g. creating its context beside other jobs' memory on an H100 run).
-            self.out_of_memory = self.out_of_memory or "out of device memory" in str(exc) or \
-                _says_out_of_memory(_tail(self.refdir / "reference.log"))
+            said = "out of device memory" in str(exc) or _says_out_of_memory(_tail(self.refdir / "reference.log"))
             self.keep_first_failure(f"the reference process {exc}")  # a failed check stays the verdict
+            if said and not self.out_of_memory:  # unless the candidate held more than its share then
+                self.out_of_memory = not self.blame_device_memory()
             self.fail(Status.HARNESS_ERROR, f"the reference process {exc} during stage '{self.stage}'", self.stage)
         except protocol.ProtocolError as exc:
             self.candidate_protocol(str(exc))
