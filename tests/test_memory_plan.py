@@ -55,3 +55,38 @@ def test_outputs_count_like_inputs_without_a_meta_kernel():
               "def get_inputs():\n    return [torch.rand(1024, 1024)]\n"
               "def get_init_inputs():\n    return []\n")
     assert memory_plan.estimate(source) == {"input_bytes": 4 << 20, "output_bytes": 4 << 20, "param_bytes": 0}
+
+
+# Full-size KernelBench evaluations on an H200, each alone (scripts/device/memory_probe.py,
+# 2026-11-28): the problem's bytes, and NVML's peak of used memory over the evaluation (both
+# processes and their contexts), GiB. Reserving needed_bytes alone (5.5 GiB per 1 GiB of ReLU's
+# inputs) let 10 of 25 of tests/test_kernelbench_solutions.py's jobs run out of memory beside
+# each other.
+H200_PEAKS = [
+    # (problem, input GiB, output GiB, NVML peak GiB)
+    ("level1/19_ReLU", 6.0, 6.0, 47.29),
+    ("level1/23_Softmax", 6.0, 6.0, 59.11),
+    ("level1/36_RMSNorm_", 7.0, 7.0, 58.80),
+    ("level1/38_L1Norm_", 8.0, 8.0, 65.66),
+    ("level1/45_Average_Pooling_2D", 16.0, 0.13, 117.99),
+    ("level1/3_Batched_matrix_multiplication", 1.25, 0.5, 9.68),
+]
+
+
+@pytest.mark.parametrize("name, inputs, outputs, peak", H200_PEAKS, ids=[row[0] for row in H200_PEAKS])
+def test_the_reservation_covers_what_an_h200_evaluation_held(name, inputs, outputs, peak):
+    from kernelagent.harness.server.gate import job_memory_bytes
+
+    free = 139.3 * GIB  # the H200's free memory before any job
+    reserved = job_memory_bytes(int(inputs * GIB), int(outputs * GIB), 0, int(free))
+    assert reserved >= peak * GIB, (name, reserved / GIB)
+    # ...without taking the device from problems that fit it: too_large still asks needed_bytes
+    sizes = {"input_bytes": int(inputs * GIB), "output_bytes": int(outputs * GIB), "param_bytes": 0}
+    assert memory_plan.too_large_reason(sizes, int(free)) is None
+    assert reserved <= 1.8 * peak * GIB, (name, reserved / GIB)  # and not far above it (ReLU: 1.7x)
+
+
+def test_the_harness_bytes_stay_within_a_share_of_free_memory():
+    assert memory_plan.harness_bytes(10 * GIB, 20 * GIB) == int(0.3 * 20 * GIB)
+    assert memory_plan.harness_bytes(10 * GIB, None) == 15 * GIB
+    assert memory_plan.harness_bytes(1 << 20, 80 * GIB) == memory_plan.HARNESS_FLOOR

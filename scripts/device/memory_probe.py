@@ -20,6 +20,11 @@ DEFAULT = ["level1/19_ReLU", "level1/23_Softmax", "level1/36_RMSNorm_", "level1/
 
 
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("problems", nargs="*", default=DEFAULT, help="KernelBench keys with a solution")
+    args = parser.parse_args()
     from kernelagent.harness import EvalConfig, Evaluator
     from kernelagent.harness.child.sm_clocks import Nvml, torch_device_ids
 
@@ -40,7 +45,7 @@ def main() -> None:
     gib = 1 << 30
     config = EvalConfig(baselines=False)
     with Evaluator(device="cuda") as ev:
-        for key in sys.argv[1:] or DEFAULT:
+        for key in args.problems:
             peak, stop = [0], threading.Event()
             before = used()
 

@@ -19,6 +19,11 @@ they shrink rather than fail.
 from __future__ import annotations
 
 MARGIN_BYTES = 512 << 20  # per process: L2 flush buffer, timer buffers, allocator rounding
+# What each process may hold for the harness beyond one set of the problem's bytes (kept outputs of
+# timed calls, fresh input sets made ahead; server/timed.py harness_budget): 1.5x the problem's I/O
+# bytes, at least HARNESS_FLOOR, within HARNESS_SHARE of the device's free memory.
+HARNESS_SHARE = 0.3
+HARNESS_FLOOR = 256 << 20
 
 
 def estimate(problem_source: str) -> dict[str, int] | None:
@@ -41,6 +46,25 @@ def estimate(problem_source: str) -> dict[str, int] | None:
 def needed_bytes(sizes: dict[str, int]) -> int:
     p, i, o = sizes["param_bytes"], sizes["input_bytes"], sizes["output_bytes"]
     return (p + 2 * i + o) + (p + i + o) + 2 * MARGIN_BYTES
+
+
+def harness_bytes(io_bytes: int, free_bytes: int | None) -> int:
+    """The harness's own bytes in one process beyond the problem's (see HARNESS_SHARE)."""
+    budget = max(1.5 * int(io_bytes), HARNESS_FLOOR)
+    return int(min(HARNESS_SHARE * free_bytes, budget) if free_bytes else budget)
+
+
+def reserved_bytes(sizes: dict[str, int], free_bytes: int | None) -> int:
+    """What the server's memory ledger reserves for one evaluation beside others (contexts aside):
+    needed_bytes, each process's harness bytes, and one more input set each (input sets are made
+    ahead whole, and a check's variant inputs live beside the main ones). Measured on an H200
+    (2026-11-28, scripts/device/memory_probe.py, each alone): NVML's peak over a full-size
+    KernelBench evaluation was 1.4-2.3x needed_bytes (ReLU 47 GiB, Softmax 59, AvgPool2D 118),
+    which reserving needed_bytes alone let 10 of 25 jobs run out of memory beside each other;
+    tests/test_memory_plan.py holds the rows. too_large still asks needed_bytes alone: the
+    harness's bytes shrink to fit what is free."""
+    io = int(sizes["input_bytes"]) + int(sizes["output_bytes"])
+    return needed_bytes(sizes) + 2 * harness_bytes(io, free_bytes) + 2 * int(sizes["input_bytes"])
 
 
 def too_large_reason(sizes: dict[str, int], free_bytes: int) -> str | None:

@@ -65,7 +65,7 @@ class CheckPhases:
         # device's memory for this one is reserved first (server/gate.py MemoryLedger).
         ready = self.ready
         need = gate_mod.job_memory_bytes(int(ready.get("input_bytes", 0)), int(ready.get("output_bytes", 0)),
-                                         int(ready.get("param_bytes", 0)))
+                                         int(ready.get("param_bytes", 0)), self.fingerprint.get("free_bytes"))
         if getattr(self, "_memory", None) is None and self.gate_memory is not None:  # no estimate before the fork
             self._memory = self.gate_memory.reserve(self, need)
             waited = time.monotonic()

@@ -41,6 +41,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Protocol
 
+from kernelagent.harness.child import memory_plan
+
 # A bandwidth reading within this factor of the recent best is quiet (Bandwidth); the wait for
 # quiet bandwidth, on a device already idle of other kernels, lasts at most BANDWIDTH_WAIT_S.
 BANDWIDTH_SLACK = 1.08
@@ -402,10 +404,11 @@ class MemoryLedger:
 CONTEXT_BYTES = 600 << 20  # a CUDA context and the allocator's slack, per process
 
 
-def job_memory_bytes(input_bytes: int, output_bytes: int, param_bytes: int) -> int:
-    """The memory plan's bound for one evaluation on a device: two processes, each about
-    2.5x (inputs + outputs + parameters), plus a CUDA context each."""
-    return int(2 * (2.5 * (input_bytes + output_bytes + param_bytes) + CONTEXT_BYTES))
+def job_memory_bytes(input_bytes: int, output_bytes: int, param_bytes: int, free_bytes: int | None = None) -> int:
+    """The memory plan's reservation for one evaluation on a device (memory_plan.reserved_bytes),
+    plus a CUDA context for each of its two processes."""
+    sizes = {"input_bytes": input_bytes, "output_bytes": output_bytes, "param_bytes": param_bytes}
+    return int(memory_plan.reserved_bytes(sizes, free_bytes) + 2 * CONTEXT_BYTES)
 
 
 def default_concurrency(cpus: int | None = None, device_free_bytes: int | None = None,

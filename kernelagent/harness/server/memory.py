@@ -50,7 +50,7 @@ class MemoryPhases:
 
         # Two processes' contexts, and a third for an evidence session started beside the checks.
         contexts = 3 if evidence.may_want(self) else 2
-        need = memory_plan.needed_bytes(sizes) + contexts * gate_mod.CONTEXT_BYTES
+        need = memory_plan.reserved_bytes(sizes, self.fingerprint.get("free_bytes")) + contexts * gate_mod.CONTEXT_BYTES
         self._memory = self.gate_memory.reserve(self, need)
         waited = time.monotonic()
         self._memory.__enter__()

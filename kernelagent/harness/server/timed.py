@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.harness import protocol
+from kernelagent.harness.child import memory_plan
 from kernelagent.harness.server import draws, verdict
 from kernelagent.harness.server.gate import add_seconds
 from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
@@ -27,13 +28,12 @@ from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
 # Outputs of timed calls kept for verification: at most this many calls, within this share of
 # free device memory (or this many bytes on the CPU).
 MAX_KEPT_CALLS = 1000
-KEEP_DEVICE_SHARE = 0.3
 # The least a process may keep on a GPU, within the memory plan's per-process margin
 # (memory_plan.MARGIN_BYTES, 512 MiB, reserved already). With 64 MiB a 16 MiB-output ReLU kept
 # two outputs, so its loop ran in 256 segments of 2 calls, and the candidate's per-segment cost
 # beyond the calibration's (0.25-0.4 ms on an H200, 2026-11-26) read as 0.1-0.2 ms of work per
 # call on a 0.017 ms kernel: honest runs flagged clock-mismatch. 256 MiB keeps ten.
-KEEP_DEVICE_FLOOR = 256 << 20
+# (memory_plan.HARNESS_FLOOR, with the share of free memory in memory_plan.HARNESS_SHARE.)
 KEEP_CPU_BYTES = 256 << 20
 TIMED_CHECKS = 3  # timed calls verified, chosen in secret over the whole loop (the last one always too)
 MAX_SEGMENTS = 256  # a loop of huge outputs (one kept per segment) stops here
@@ -468,7 +468,7 @@ class TimedPhases:
     def harness_budget(self) -> int:
         """Device bytes the harness itself may hold in one process beyond the problem's own
         inputs, outputs and parameters (kept outputs, fresh input sets made ahead): 1.5 times the
-        problem's I/O bytes (at least KEEP_DEVICE_FLOOR), within 30% of the free memory. With one set of
+        problem's I/O bytes (at least memory_plan.HARNESS_FLOOR), within 30% of the free memory. With one set of
         inputs and outputs in use, a process then stays within about 2.5x the problem's bytes
         (the memory plan, issue 12). On the CPU a fixed 256 MiB."""
         if not self.fingerprint.get("cuda"):
@@ -476,7 +476,7 @@ class TimedPhases:
             return int(os.environ.get("KERNELAGENT_CPU_KEEP_BYTES", KEEP_CPU_BYTES))
         io = int(self.ready.get("input_bytes", 0)) + int(self.ready.get("output_bytes", 0))
         free = int(self.ready.get("memory", {}).get("free_bytes", 0))
-        return int(min(KEEP_DEVICE_SHARE * free, max(1.5 * io, KEEP_DEVICE_FLOOR)))
+        return memory_plan.harness_bytes(io, free)
 
     def run_baselines(self) -> None:
         assert self.ref is not None
