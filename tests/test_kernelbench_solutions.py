@@ -158,6 +158,6 @@ def test_solution_passes_the_harness_at_full_size_on_the_gpu(path, full_size_res
     key = f"{path.parent.name}/{path.stem}"
     result = full_size_results[path]
     print(f"{key}: {result.status} speedups {result.speedups} stages {result.stage_seconds} "
-          f"concurrency {result.concurrency}")
+          f"concurrency {result.concurrency} memory {result.memory}")
     flags = [f"{f.kind} ({f.severity}): {f.message[:600]}" for f in result.flags if f.severity != "info"]
     assert result.passed, f"{key}: {result.status} {result.reason} flags {flags} concurrency {result.concurrency}"
