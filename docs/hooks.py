@@ -5,6 +5,8 @@
   is escaped, so a placeholder such as `<problem-stem>` shows as written;
 - `<!-- statuses -->` becomes the harness's statuses (harness/result.py `Status`), every flag kind
   with its severity (`SEVERITY`), and the exit codes (kernelagent/errors.py);
+- `<!-- settings -->` becomes every `KERNELAGENT_*` environment variable, from the one table of
+  them (kernelagent/settings.py `SETTINGS`): its type, default and meaning (tests/test_settings.py);
 - `<!-- http-statuses serve -->` and `<!-- http-statuses mcp -->` become the HTTP statuses of the
   reward service and of the MCP server: the shared stack's (serving/guard.py `STATUSES`) and the
   server's own (rl/service.py, mcpserver/http_app.py `STATUSES`).
@@ -16,6 +18,7 @@ import inspect
 
 MARK_CLI = "<!-- cli-reference -->"
 MARK_STATUS = "<!-- statuses -->"
+MARK_SETTINGS = "<!-- settings -->"
 MARK_HTTP = {"serve": ("<!-- http-statuses serve -->", "kernelagent.rl.service"),
              "mcp": ("<!-- http-statuses mcp -->", "kernelagent.mcpserver.http_app")}
 
@@ -102,6 +105,33 @@ def status_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
+SETTING_ROLES = {"user": "Yours to set",
+                 "internal": "Set by the harness for its own processes (never by hand)",
+                 "tests": "Read by the test suite and the device scripts, not by the package"}
+
+
+def settings_markdown() -> str:
+    from kernelagent import settings
+
+    def shown(value) -> str:
+        if value is None:
+            return "unset"
+        if isinstance(value, bool):
+            return "`1`" if value else "`0`"
+        return f"`{value:g}`" if isinstance(value, float) else f"`{value}`"
+
+    out = [f"A boolean is one of {', '.join(f'`{v}`' for v in settings.TRUE)} or "
+           f"{', '.join(f'`{v}`' for v in settings.FALSE)} (any case); an empty variable is an unset one.\n"]
+    for role, title in SETTING_ROLES.items():
+        out += [f"## {title}\n", "| variable | type | default | meaning |", "| --- | --- | --- | --- |"]
+        for s in settings.SETTINGS:
+            if s.role == role:
+                doc = plain(s.doc).replace("|", "\\|")
+                out.append(f"| `{s.name}` | {plain(s.expected())} | {shown(s.default)} | {doc} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def http_status_markdown(module: str) -> str:
     import importlib
 
@@ -121,6 +151,8 @@ def on_page_markdown(markdown: str, page, config, files):  # noqa: ARG001 - MkDo
         markdown = markdown.replace(MARK_CLI, cli_markdown())
     if MARK_STATUS in markdown:
         markdown = markdown.replace(MARK_STATUS, status_markdown())
+    if MARK_SETTINGS in markdown:
+        markdown = markdown.replace(MARK_SETTINGS, settings_markdown())
     for mark, module in MARK_HTTP.values():
         if mark in markdown:
             markdown = markdown.replace(mark, http_status_markdown(module))

@@ -15,7 +15,7 @@ PACKAGE = REPO / "kernelagent"
 # From the bottom up: a room may import the rooms listed before it, never one after it. Rooms
 # on one line stand side by side (neither imports the other). A room not listed is not judged.
 FLOORS = [
-    ["errors", "text", "interrupt", "hardware"],
+    ["errors", "text", "interrupt", "hardware", "settings"],
     ["problem", "devices", "html_page", "models", "files"],
     ["harness"],
     ["agent", "wholemodel", "cluster"],

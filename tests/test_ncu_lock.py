@@ -81,5 +81,5 @@ def test_servers_share_the_callers_lock_directory(lock_dir):
 
 def test_a_scope_that_is_not_one_is_a_user_error_before_any_server_starts(monkeypatch):
     monkeypatch.setenv("KERNELAGENT_NCU_LOCK", "gpu")
-    with pytest.raises(UserError, match="KERNELAGENT_NCU_LOCK='gpu' is not one of device, host"):
+    with pytest.raises(UserError, match="KERNELAGENT_NCU_LOCK='gpu': expected one of device, host"):
         Evaluator(device="cpu")._server_env(Path("/nonexistent-scratch"))

@@ -9,20 +9,21 @@ first of all when set (to try prompt variants without touching the package).
 
 from __future__ import annotations
 
-import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
+from kernelagent import settings
+
 ENV_PROMPTS = "KERNELAGENT_PROMPTS"
 
 
 def prompt_dirs() -> list[Path]:
     dirs = []
-    if os.environ.get(ENV_PROMPTS):
-        dirs.append(Path(os.environ[ENV_PROMPTS]))
+    if settings.get(ENV_PROMPTS) is not None:
+        dirs.append(settings.get(ENV_PROMPTS))
     try:
         packaged = resources.files("kernelagent") / "prompts"
         dirs.append(Path(str(packaged)))

@@ -16,7 +16,7 @@ import sys
 
 import typer
 
-from kernelagent import __version__
+from kernelagent import __version__, settings
 from kernelagent.cli.core import Command, typer_app
 from kernelagent.errors import EXIT_INTERRUPTED, UserError
 
@@ -63,6 +63,10 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
 ) -> None:
     setup_logging(verbose)
+    try:  # a malformed or unknown KERNELAGENT_* variable: one line, exit 2, before any command runs
+        settings.check_environment()
+    except settings.SettingError as exc:
+        raise UserError(str(exc)) from None
 
 
 # (module, attribute, command name). A module may hold a command function or a typer

@@ -12,12 +12,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from kernelagent import settings
+
 _lock = threading.Lock()
 _cache: dict[tuple[str, str], Any] = {}
 
 
 def problems_root() -> Path:
-    return Path(os.environ.get("KERNELAGENT_RL_PROBLEMS", Path(tempfile.gettempdir()) / "kernelagent-rl-problems"))
+    return settings.get("KERNELAGENT_RL_PROBLEMS") or Path(tempfile.gettempdir()) / "kernelagent-rl-problems"
 
 
 def _safe(part: str) -> str:

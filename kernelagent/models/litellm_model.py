@@ -14,6 +14,7 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
+from kernelagent import settings
 from kernelagent.models.base import ModelConfigError, ModelError, ModelReply, ToolCall, Usage
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ class LitellmModel:
                  api_key: str | None = None, timeout: float = 300.0, max_retries: int = 6,
                  backoff_base: float = 2.0, backoff_max: float = 60.0,
                  temperature: float | None = None, **extra: Any) -> None:
-        model = model or os.environ.get(ENV_MODEL) or None
+        model = model or settings.get(ENV_MODEL) or None
         if not model:
             raise ModelConfigError(
                 f"no model given: pass --model (e.g. --model openai/gpt-4o, or scripted:FILE to play a file back "

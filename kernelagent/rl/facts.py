@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from kernelagent import settings
+
 FACTS_VERSION = 1  # bump when the inspection script's output changes
 
 _lock = threading.Lock()
@@ -48,8 +50,8 @@ for line in sys.stdin:
 
 
 def cache_dir() -> Path:
-    if os.environ.get("KERNELAGENT_CACHE_DIR"):
-        root = Path(os.environ["KERNELAGENT_CACHE_DIR"])
+    if settings.get("KERNELAGENT_CACHE_DIR") is not None:
+        root = settings.get("KERNELAGENT_CACHE_DIR")
     elif os.environ.get("XDG_CACHE_HOME"):
         root = Path(os.environ["XDG_CACHE_HOME"]) / "kernelagent"
     else:

@@ -36,6 +36,7 @@ import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
 
+from kernelagent import settings
 from kernelagent.rl.trl import PROBLEM_COLUMNS, KernelReward, _submit, evaluate_batch
 from kernelagent.serving.guard import Limits
 
@@ -359,7 +360,7 @@ class RemoteReward:
 
         self.url = url.rstrip("/")
         # The service's bearer token: given, or $KERNELAGENT_SERVE_TOKEN.
-        self.token = token or os.environ.get("KERNELAGENT_SERVE_TOKEN") or None
+        self.token = token or settings.get("KERNELAGENT_SERVE_TOKEN") or None
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self.max_backoff, self.max_wait = max_backoff, max_wait
         self.last: list[dict] = []

@@ -26,14 +26,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kernelagent import settings
 from kernelagent.harness.config import EvalConfig
 
 CACHE_FORMAT = 1
 
 
 def default_cache_dir() -> Path:
-    if os.environ.get("KERNELAGENT_CACHE_DIR"):
-        return Path(os.environ["KERNELAGENT_CACHE_DIR"])
+    named = settings.get("KERNELAGENT_CACHE_DIR")
+    if named is not None:
+        return named
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "kernelagent"
 

@@ -43,7 +43,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Iterator
 
-DEFAULT_IDLE_S = 600.0
+from kernelagent.settings import BY_NAME, get as setting
+
+DEFAULT_IDLE_S: float = BY_NAME["KERNELAGENT_DAEMON_IDLE_S"].default
 # A socket that refuses us, or a harness that closes on us, is tried once more after a pause
 # before it is taken for dead and replaced.
 RECONNECT_TRIES, RECONNECT_PAUSE_S = 2, 0.25
@@ -61,12 +63,12 @@ class DaemonStartFailed(RuntimeError):
 def wanted(explicit: bool | None) -> bool:
     if explicit is not None:
         return bool(explicit)
-    return os.environ.get("KERNELAGENT_DAEMON", "0").strip().lower() in ("1", "true", "yes", "on")
+    return setting("KERNELAGENT_DAEMON")
 
 
 def idle_seconds() -> float:
     try:
-        return max(1.0, float(os.environ.get("KERNELAGENT_DAEMON_IDLE_S", DEFAULT_IDLE_S)))
+        return max(1.0, float(setting("KERNELAGENT_DAEMON_IDLE_S")))
     except ValueError:
         return DEFAULT_IDLE_S
 
@@ -76,8 +78,8 @@ def runtime_dir() -> Path:
     is a real directory owned by this user that nobody else may enter."""
     from kernelagent.harness import private_dir
 
-    if os.environ.get("KERNELAGENT_RUNTIME_DIR"):
-        path = Path(os.environ["KERNELAGENT_RUNTIME_DIR"])
+    if setting("KERNELAGENT_RUNTIME_DIR") is not None:
+        path = setting("KERNELAGENT_RUNTIME_DIR")
     elif os.environ.get("XDG_RUNTIME_DIR"):
         path = Path(os.environ["XDG_RUNTIME_DIR"]) / "kernelagent"
     else:

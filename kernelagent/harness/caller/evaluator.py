@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from kernelagent import settings
 from kernelagent.errors import UserError
 from kernelagent.harness import interpreter, protocol
 from kernelagent.harness.caller import sandbox, zygote
@@ -128,8 +129,8 @@ class Evaluator(ServerChannel):
         env = sandbox.server_environ()
         from kernelagent.harness.caller import ncu_session
 
-        try:  # checked here, before any server starts, not at a job's evidence stage
-            ncu_session.lock_scope()
+        try:  # every KERNELAGENT_* value the servers get (NCU_LOCK...), checked before any starts
+            settings.check_environment(env, unknown=False)
         except ValueError as exc:
             raise UserError(str(exc)) from None
         # The servers' temp directory is their scratch root: the Nsight Compute locks stay in

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from kernelagent import settings
 from kernelagent.harness import bounded_json
 from kernelagent.harness import interpreter
 from kernelagent.harness.caller.ncu_session import (  # noqa: F401 - also this module's names
@@ -48,7 +49,8 @@ _STALL_RE = re.compile(r"smsp__average_warps_issue_stalled_(.+)_per_issue_active
 
 
 def find_ncu() -> str | None:
-    for path in (os.environ.get("KERNELAGENT_NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
+    named = settings.get("KERNELAGENT_NCU")
+    for path in (str(named) if named else None, shutil.which("ncu"), "/usr/local/cuda/bin/ncu"):
         if path and os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     return None
@@ -198,7 +200,7 @@ _NAMESPACES: dict[str, bool] = {}
 
 def namespaces_work() -> bool:
     """Does the per-job jail work in this process's world (probed once, in forked children)?"""
-    if os.environ.get("KERNELAGENT_NCU_NO_NAMESPACES"):  # tests: the machine without them
+    if settings.get("KERNELAGENT_NCU_NO_NAMESPACES"):  # tests: the machine without them
         return False
     if "work" not in _NAMESPACES:
         from kernelagent.harness.child import jail_probe

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from kernelagent import settings
 from kernelagent.harness.child.ncu_entry import GO_FILE  # stdlib-only at import: cheap
 
 
@@ -226,7 +227,7 @@ def _with_the_lock(on_ready: Callable[[], Any], wait_s: float, key: str | None =
     return slot
 
 
-LOCK_SCOPES = ("device", "host")
+LOCK_SCOPES: tuple[str, ...] = settings.BY_NAME["KERNELAGENT_NCU_LOCK"].choices or ()
 
 
 def lock_scope() -> str:
@@ -235,10 +236,7 @@ def lock_scope() -> str:
     on each device, so the servers of several GPUs profile at once) or "host" (one at a time on
     the host). Anything else is a ValueError that names the variable (the caller checks it
     before a server starts: Evaluator._server_env)."""
-    value = os.environ.get("KERNELAGENT_NCU_LOCK", "").strip().lower() or "device"
-    if value not in LOCK_SCOPES:
-        raise ValueError(f"KERNELAGENT_NCU_LOCK={value[:40]!r} is not one of {', '.join(LOCK_SCOPES)}")
-    return value
+    return settings.get("KERNELAGENT_NCU_LOCK")
 
 
 def ncu_lock_dir() -> Path:
@@ -251,8 +249,8 @@ def ncu_lock_dir() -> Path:
     servers of every device and the caller's own sessions (`profile`) see the same files."""
     from kernelagent.harness import private_dir
 
-    named = os.environ.get("KERNELAGENT_NCU_LOCK_DIR")
-    return private_dir.make(Path(named) if named else private_dir.default_user_dir())
+    named = settings.get("KERNELAGENT_NCU_LOCK_DIR")
+    return private_dir.make(named if named is not None else private_dir.default_user_dir())
 
 
 _FRESH: list[Path] = []
@@ -269,7 +267,7 @@ def lock_dir_for_servers() -> Path:
     try:
         return ncu_lock_dir()
     except private_dir.NotPrivate as exc:
-        if os.environ.get("KERNELAGENT_NCU_LOCK_DIR"):
+        if settings.get("KERNELAGENT_NCU_LOCK_DIR") is not None:
             raise UserError(f"KERNELAGENT_NCU_LOCK_DIR: {exc}") from None
         if not _FRESH:
             _FRESH.append(private_dir.fresh())

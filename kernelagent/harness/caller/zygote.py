@@ -17,6 +17,7 @@ import subprocess
 import time
 from typing import Any
 
+from kernelagent import settings
 from kernelagent.harness import interpreter
 from kernelagent.harness.caller import pids
 
@@ -29,7 +30,7 @@ class ZygoteError(RuntimeError):
 
 
 def address() -> str | None:
-    return os.environ.get(ENV) or None
+    return settings.get(ENV)
 
 
 class ZygoteProcess:

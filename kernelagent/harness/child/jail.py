@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kernelagent import settings
 from kernelagent.harness.child import jail_probe, namespaces
 
 
@@ -31,17 +32,16 @@ VISIBLE_TOP = frozenset({"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"
 # The uid a job runs as when the server runs as root (65534, "nobody", is mapped in nearly every
 # container's uid range); KERNELAGENT_JOB_UID overrides it. Files only root may read are then out
 # of the job's reach even where the view shows them.
-DEFAULT_JOB_UID = 65534
+DEFAULT_JOB_UID: int = settings.BY_NAME["KERNELAGENT_JOB_UID"].default
 
 
 def job_uid() -> tuple[int, int] | None:
     """(uid, gid) for jobs, or None when the server is not root (jobs keep the caller's uid)."""
     if os.geteuid() != 0:
         return None
-    raw = os.environ.get("KERNELAGENT_JOB_UID", "").strip()
     try:
-        uid = int(raw) if raw else DEFAULT_JOB_UID
-    except ValueError:
+        uid = settings.get("KERNELAGENT_JOB_UID")
+    except ValueError:  # the CLI refuses it at its start (settings.check_environment)
         uid = DEFAULT_JOB_UID
     return (uid, uid) if uid > 0 else None
 

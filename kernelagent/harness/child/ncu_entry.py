@@ -19,6 +19,8 @@ import os
 import sys
 from pathlib import Path
 
+from kernelagent import settings
+
 
 def main(argv: list[str]) -> int:
     problem_path, candidate_path, backend, calls = argv[0], argv[1], argv[2], int(argv[3])
@@ -48,7 +50,7 @@ def main(argv: list[str]) -> int:
         capability = "%d.%d" % torch.cuda.get_device_capability(device)
         os.environ["TORCH_CUDA_ARCH_LIST"] = capability
         builder = cuda_build.BuildHook(scratch, scratch / ".ka-build-cache",
-                                       os.environ.get("KERNELAGENT_CANDIDATE_SHA", "unknown"), capability)
+                                       settings.get("KERNELAGENT_CANDIDATE_SHA"), capability)
         builder.install()
     if backend == "triton":
         # Triton's import and its cache key, before the device is held: the candidate's first
@@ -74,7 +76,7 @@ def main(argv: list[str]) -> int:
                 _stamp("first")
         torch.cuda.synchronize()
         _stamp("warmed")
-        if os.environ.get("KERNELAGENT_NCU_TWO_PHASE"):
+        if settings.get("KERNELAGENT_NCU_TWO_PHASE"):
             # the profiled calls run once the server has stopped every other job (server/evidence.py)
             print("KERNELAGENT_NCU_WARMED", flush=True)
             _wait_for(GO_FILE + "2")
@@ -91,7 +93,7 @@ def main(argv: list[str]) -> int:
 def _stamp(name: str) -> None:
     """A progress line for the evidence's phases (server/evidence.py): informational only, from
     the candidate's process (it could print its own), never used to decide anything."""
-    if os.environ.get("KERNELAGENT_NCU_HANDSHAKE"):
+    if settings.get("KERNELAGENT_NCU_HANDSHAKE"):
         import time
 
         print(f"KERNELAGENT_NCU_T {name} {time.monotonic():.4f}", flush=True)
@@ -121,7 +123,7 @@ def _wait_for_the_device() -> None:
     READY, then wait until the server, holding the slot with every other job stopped and the
     device idle, creates GO_FILE in the scratch. Elsewhere (`kernelagent profile`) nothing waits.
     Nothing of the candidate's has run before this point."""
-    if not os.environ.get("KERNELAGENT_NCU_HANDSHAKE"):
+    if not settings.get("KERNELAGENT_NCU_HANDSHAKE"):
         return
     print("KERNELAGENT_NCU_READY", flush=True)
     _wait_for(GO_FILE)
@@ -136,7 +138,7 @@ def _wait_for(name: str) -> None:
     # A session started early (server/evidence.py) may wait here while the job's checks run; it
     # gives up by itself when its scratch is removed (the server or its caller went away) or
     # after KERNELAGENT_NCU_WAIT_S, so nothing of it outlives the job.
-    until = time.monotonic() + float(os.environ.get("KERNELAGENT_NCU_WAIT_S", "3600"))
+    until = time.monotonic() + settings.get("KERNELAGENT_NCU_WAIT_S")
     while not go.exists():
         if time.monotonic() > until or _scratch_gone():
             print("KERNELAGENT_NCU_ABANDONED", flush=True)

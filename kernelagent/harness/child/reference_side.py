@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from kernelagent import settings
 from kernelagent.harness import protocol
 from kernelagent.harness.child import compare, idle_probe, inputs as inputs_mod, precise, timing, transfer
 from kernelagent.harness.child.common import (AllocPressure, _device, _error_kind, _op_names, _param_bytes, _sync,
@@ -510,16 +511,20 @@ def set_compile_workers() -> int | None:
     variable once, when its config is first imported, which a server forked from the zygote may
     have done under another environment: so the value is set on its config here, before
     anything compiles. None (Inductor's choice stands) where neither is a positive integer."""
-    for name in ("TORCHINDUCTOR_COMPILE_THREADS", COMPILE_WORKERS_ENV):
-        value = os.environ.get(name, "").strip()
-        if value:
-            if not value.isdigit() or int(value) < 1:
-                return None
-            import torch._inductor.config as inductor_config
+    value = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "").strip()
+    if not value:
+        try:
+            value = str(settings.get(COMPILE_WORKERS_ENV) or "")
+        except ValueError:  # not a positive integer
+            return None
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        return None
+    import torch._inductor.config as inductor_config
 
-            inductor_config.compile_threads = int(value)
-            return inductor_config.compile_threads
-    return None
+    inductor_config.compile_threads = int(value)
+    return inductor_config.compile_threads
 
 
 class _EmptyModel(torch.nn.Module):

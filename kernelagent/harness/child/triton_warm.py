@@ -15,15 +15,16 @@ KERNELAGENT_TRITON_WARM=0 leaves it all to the first call (to measure the differ
 
 from __future__ import annotations
 
-import os
 import time
+
+from kernelagent import settings
 
 
 def warm() -> float:
     """Import Triton, compute its cache key and import what its first call imports; the seconds
     it took (0.0 where Triton is missing or its layout differs: the first call then pays, as
     before). Idempotent: the key is cached in the process."""
-    if os.environ.get("KERNELAGENT_TRITON_WARM", "1") == "0":
+    if not settings.get("KERNELAGENT_TRITON_WARM"):
         return 0.0
     started = time.monotonic()
     try:

@@ -34,8 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelagent import settings
+
 DEFAULT_DIR = "/tmp/kernelagent-device-locks"
-DEFAULT_WAIT_S = 600.0
+DEFAULT_WAIT_S: float = settings.BY_NAME["KERNELAGENT_DEVICE_LOCK_WAIT_S"].default
 POLL_S = 0.05
 
 
@@ -54,12 +56,12 @@ def device_key(fingerprint: dict[str, Any]) -> str | None:
 
 
 def lock_dir() -> Path:
-    return Path(os.environ.get("KERNELAGENT_DEVICE_LOCK_DIR") or DEFAULT_DIR)
+    return settings.get("KERNELAGENT_DEVICE_LOCK_DIR") or Path(DEFAULT_DIR)
 
 
 def wait_limit_s() -> float:
     try:
-        value = float(os.environ.get("KERNELAGENT_DEVICE_LOCK_WAIT_S", DEFAULT_WAIT_S))
+        value = float(settings.get("KERNELAGENT_DEVICE_LOCK_WAIT_S"))
     except ValueError:
         return DEFAULT_WAIT_S
     return value if 0 <= value < float("inf") else DEFAULT_WAIT_S
@@ -79,7 +81,7 @@ class DeviceLock:
 
     @classmethod
     def for_fingerprint(cls, fingerprint: dict[str, Any]) -> "DeviceLock | None":
-        if os.environ.get("KERNELAGENT_DEVICE_LOCK", "1") == "0":
+        if not settings.get("KERNELAGENT_DEVICE_LOCK"):
             return None
         key = device_key(fingerprint)
         return cls(key) if key else None

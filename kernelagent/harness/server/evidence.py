@@ -35,6 +35,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from kernelagent.settings import get as setting
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import trace_stage
 
@@ -163,7 +164,7 @@ def session_uid(job: Any) -> tuple[int, int] | None:
     On an H200 (driver 580) Nsight Compute read the counters as uid 65534; where a driver
     refuses that uid (ERR_NVGPUCTRPERM), the evidence is unavailable, at review, never faked."""
     run_as = (job.jail or {}).get("run_as")
-    if not run_as or os.environ.get("KERNELAGENT_NCU_AS_JOB_UID", "1") == "0":
+    if not run_as or not setting("KERNELAGENT_NCU_AS_JOB_UID"):
         return None
     return int(run_as[0]), int(run_as[1])
 
@@ -258,7 +259,7 @@ def spare_key(job: Any, settings: dict[str, Any] | None = None) -> tuple | None:
     problem and the session's settings: the backend, the jail and what it hides, the uid). None
     where no spare may serve: the CUDA backend (the target's build hook is set up for one
     candidate before READY), or spares switched off (KERNELAGENT_EVIDENCE_SPARES=0)."""
-    if job.config.backend == "cuda" or os.environ.get("KERNELAGENT_EVIDENCE_SPARES", "1") == "0":
+    if job.config.backend == "cuda" or not setting("KERNELAGENT_EVIDENCE_SPARES"):
         return None
     settings = settings or _session_settings(job)
     digest = hashlib.sha256(job.request["problem_source"].encode()).hexdigest()

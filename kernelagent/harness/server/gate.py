@@ -41,6 +41,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Protocol
 
+from kernelagent import settings
 from kernelagent.harness.child import memory_plan
 
 # A bandwidth reading within this factor of the recent best is quiet (Bandwidth); the wait for
@@ -91,7 +92,7 @@ class Gate:
         # ncu sessions and in-process profiles kept apart (profilers.py); at most this many early
         # evidence sessions at once (KERNELAGENT_EARLY_EVIDENCE; 0: none, every session late)
         try:
-            early = max(0, int(os.environ.get("KERNELAGENT_EARLY_EVIDENCE", "3")))
+            early = max(0, settings.get("KERNELAGENT_EARLY_EVIDENCE"))
         except ValueError:
             early = 3
         self.profilers = Profilers(max_early=early)

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 
+from kernelagent import settings
 from kernelagent.harness import protocol
 from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig
 from kernelagent.harness.result import Status
@@ -175,7 +176,8 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
     # child, so the imports below run meanwhile on what the machine shows (_expects_cuda), and a
     # wrong guess (device nodes, but no usable CUDA) starts this server again knowing the answer.
     fingerprint = probe() if getattr(probe, "cached", False) else None
-    known = os.environ.pop(INTERPRET_KNOWN, None)  # for this start only: never inherited by jobs
+    known = settings.get(INTERPRET_KNOWN)
+    os.environ.pop(INTERPRET_KNOWN, None)  # for this start only: never inherited by jobs
     expects_cuda = bool(fingerprint.get("cuda")) if fingerprint is not None else \
         (known == "cuda" if known else _expects_cuda(requested_device))
     if not expects_cuda:
@@ -281,7 +283,7 @@ class Dispatcher:
 
     @staticmethod
     def make_gate(fingerprint: dict[str, Any], limit: int) -> gate_mod.Gate:
-        gate = gate_mod.Gate(idle_wait_s=float(os.environ.get("KERNELAGENT_IDLE_WAIT_S", "30")))
+        gate = gate_mod.Gate(idle_wait_s=settings.get("KERNELAGENT_IDLE_WAIT_S"))
         if fingerprint.get("cuda") and limit > 1:
             gate.memory = gate_mod.MemoryLedger(fingerprint.get("free_bytes"))
         return gate

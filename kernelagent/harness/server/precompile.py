@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelagent import settings
 from kernelagent.harness.cuda_source import (SourceMap, extract_extensions, generated_files, compact_errors, check_flags,
                                              check_includes, CudaBuildError)
 from kernelagent.harness.result import Status
@@ -62,7 +63,7 @@ def _cpu_torch_stubs(workdir: Path, includes: list[str]) -> list[str]:
 
 def default_arch() -> str:
     """The architecture to pre-compile for without a GPU (the GPUs we target: H100/H200)."""
-    return os.environ.get("KERNELAGENT_CUDA_ARCH", "90")
+    return settings.get("KERNELAGENT_CUDA_ARCH")
 
 
 @dataclass

@@ -19,6 +19,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from kernelagent.settings import BY_NAME, get as setting
 from kernelagent.harness import protocol
 from kernelagent.harness.child import memory_plan
 from kernelagent.harness.server import draws, verdict
@@ -34,7 +35,7 @@ MAX_KEPT_CALLS = 1000
 # beyond the calibration's (0.25-0.4 ms on an H200, 2026-11-26) read as 0.1-0.2 ms of work per
 # call on a 0.017 ms kernel: honest runs flagged clock-mismatch. 256 MiB keeps ten.
 # (memory_plan.HARNESS_FLOOR, with the share of free memory in memory_plan.HARNESS_SHARE.)
-KEEP_CPU_BYTES = 256 << 20
+KEEP_CPU_BYTES: int = BY_NAME["KERNELAGENT_CPU_KEEP_BYTES"].default
 TIMED_CHECKS = 3  # timed calls verified, chosen in secret over the whole loop (the last one always too)
 MAX_SEGMENTS = 256  # a loop of huge outputs (one kept per segment) stops here
 # The server reads the SM clock around the candidate's loop only where NVML starts faster than
@@ -473,7 +474,7 @@ class TimedPhases:
         (the memory plan, issue 12). On the CPU a fixed 256 MiB."""
         if not self.fingerprint.get("cuda"):
             # The knob lets the CPU tests drive the segmented loop with small problems.
-            return int(os.environ.get("KERNELAGENT_CPU_KEEP_BYTES", KEEP_CPU_BYTES))
+            return setting("KERNELAGENT_CPU_KEEP_BYTES")
         io = int(self.ready.get("input_bytes", 0)) + int(self.ready.get("output_bytes", 0))
         free = int(self.ready.get("memory", {}).get("free_bytes", 0))
         return memory_plan.harness_bytes(io, free)

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from kernelagent import settings
 from kernelagent.harness.trace import channel as trace_channel
 
 DUMP_ENV = "KERNELAGENT_TRACE_DUMP"  # a folder: each job's raw trace is written there as <job>.jsonl
@@ -49,7 +50,7 @@ def collect(job: Any) -> None:
     job.trace_channel = None
     job.trace = channel.collect()
     job.result["trace"] = {"bytes": job.trace.read_bytes, "overflow": job.trace.overflow, "ended": job.trace.ended}
-    dump = os.environ.get(DUMP_ENV)
+    dump = settings.get(DUMP_ENV)
     if dump:  # the operator's own folder (probes, GPU tests, fixtures): the raw bytes, as they came
         name = "".join(c for c in str(job.job_id) if c.isalnum() or c in "-_")[:64] or "job"
         try:

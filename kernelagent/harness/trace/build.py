@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelagent import settings
+
 SOURCE = Path(__file__).with_name("tracer.c")
 LIB_NAME = "libkernelagent_trace.so"
 SONAME = LIB_NAME
@@ -190,8 +192,9 @@ def compile_command(tools: Toolchain, out: Path, source: Path = SOURCE) -> list[
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
     # The same root as the baseline cache (caller/baseline_cache.default_cache_dir).
-    if env.get("KERNELAGENT_CACHE_DIR"):
-        return Path(env["KERNELAGENT_CACHE_DIR"])
+    named = settings.get("KERNELAGENT_CACHE_DIR", env)
+    if named is not None:
+        return named
     return Path(env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "kernelagent"
 
 
@@ -255,7 +258,7 @@ def for_server(*, cuda: bool, cache_dir: str | Path | None = None,
     env = os.environ if env is None else env
     if not cuda:
         return {"unavailable": "no CUDA device"}
-    if env.get(OFF_ENV, "").strip() == "0":
+    if not settings.get(OFF_ENV, env):
         return {"unavailable": f"turned off ({OFF_ENV}=0)"}
     found = library(cache_dir=cache_dir, env=env)
     return {"library": str(found)} if isinstance(found, Path) else {"unavailable": found.reason}
