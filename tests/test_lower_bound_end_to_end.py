@@ -72,9 +72,10 @@ class ScriptedGpuEvaluator:
     def fingerprint(self) -> dict:
         return dict(self.FINGERPRINT)
 
-    def evaluate(self, problem, source: str, config=None) -> EvalResult:
-        self.evaluated.append(source)
-        return scripted_result(problem.sha256, source, config)
+    def evaluate(self, problem, candidate_source: str, config=None, *, cancel=None) -> EvalResult:
+        """EvaluatorProtocol's evaluate (cancel: nothing here to stop)."""
+        self.evaluated.append(candidate_source)
+        return scripted_result(problem.sha256, candidate_source, config)
 
 
 class ScriptedPool:

@@ -297,7 +297,7 @@ def test_token_is_required_when_set_and_client_sends_it(tmp_path):
 
     class NoReward:
         config = type("C", (), {"to_dict": staticmethod(lambda: {})})()
-        _backend = None
+        started_backend = None  # KernelReward.started_backend: none started
 
         def close(self) -> None:
             pass

@@ -1,7 +1,8 @@
 """The agent: a model proposes Triton kernels, the harness judges them, the loop iterates.
 
 The pieces of one agent run: the loop (loop.py), its tools (tools.py), prompts, budget,
-trajectory and live view. `optimize()`, which wires them into a run (and runs a search or a
+trajectory and live view; episode.py wires them into one episode (optimize, the RL
+environments and the prompt datasets all start there). `optimize()`, which wires them into a run (and runs a search or a
 whole model), is one floor up, in kernelagent/orchestrate:
 
     from kernelagent.orchestrate import optimize
@@ -30,9 +31,10 @@ from kernelagent.agent.prompts import Prompts, truncate
 from kernelagent.agent.tools import HarnessTools, describe_inputs
 from kernelagent.agent.trajectory import Trajectory, write_json_atomic
 
-__all__ = ["Agent", "AgentConfig", "BACKEND", "BACKENDS", "Budget", "FormatError", "HarnessTools", "LimitsExceeded",
-           "MODES", "Observation", "Prompts", "RunResult", "Submitted", "ToolExecutor", "Trajectory", "check_target",
-           "describe", "describe_inputs", "extract_code", "prompt_context", "truncate", "write_json_atomic"]
+__all__ = ["Agent", "AgentConfig", "BACKEND", "BACKENDS", "Budget", "Episode", "FormatError", "HarnessTools",
+           "LimitsExceeded", "MODES", "Observation", "Prompts", "RunResult", "Submitted", "ToolExecutor",
+           "Trajectory", "check_target", "describe", "describe_inputs", "extract_code", "first_messages",
+           "prompt_context", "start_episode", "truncate", "write_json_atomic"]
 
 MODES = ("tools", "text", "auto")
 BACKEND = "triton"  # the default; "cuda" for CUDA C++ candidates (load_inline)
@@ -62,3 +64,6 @@ def prompt_context(problem: Any, *, mode: str, backend: str, inputs: Any, device
                 reference_source=problem.source.strip(), inputs=inputs, device=device, cpu=cpu,
                 target_speedup=target_speedup, max_turns=max_turns, max_tokens=max_tokens,
                 max_cost=max_cost, timeout=timeout)
+
+
+from kernelagent.agent.episode import Episode, first_messages, start_episode  # noqa: E402  (uses the above)

@@ -26,7 +26,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from kernelagent.agent.budget import Budget, LimitsExceeded
 from kernelagent.agent.prompts import Prompts, truncate
@@ -75,7 +75,12 @@ class Observation:
     data: dict[str, Any] = field(default_factory=dict)  # the harness verdict, for the record
 
 
+@runtime_checkable
 class ToolExecutor(Protocol):
+    """The agent's tools. Their `evaluate(code)` is a seam of its own, one floor above the
+    harness's EvaluatorProtocol: it takes the model's code for the run's problem and answers
+    what the model is shown (an Observation), not a verdict object."""
+
     def schemas(self) -> list[dict]: ...  # function-calling schemas
     def run(self, name: str, arguments: dict) -> Observation: ...  # may raise FormatError
     def evaluate(self, code: str) -> Observation: ...  # text mode: compile, tests, timing

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.agent.loop import FormatError, Observation, check_target
 from kernelagent.agent.prompts import Prompts
 from kernelagent.problem import ProblemError
+
+if TYPE_CHECKING:
+    from kernelagent.harness import EvaluatorProtocol
 
 CODE_PARAM = {
     "type": "string",
@@ -72,7 +75,7 @@ def tool_schemas(backend: str = "triton") -> list[dict]:
 
 # Shapes and dtypes of the problem's inputs, computed on the meta device in a child process
 # (no memory is allocated and the user's file never runs in the agent's process).
-_DESCRIBE_INPUTS = r"""
+DESCRIBE_INPUTS = r"""
 import importlib.util, json, sys
 import torch
 spec = importlib.util.spec_from_file_location("kernelagent_reference", sys.argv[1])
@@ -101,7 +104,7 @@ def describe_inputs(problem_path: str, timeout: float = 120.0) -> dict[str, Any]
     from kernelagent.harness import interpreter
 
     try:
-        proc = subprocess.run(interpreter.code_argv(_DESCRIBE_INPUTS, str(problem_path)),
+        proc = subprocess.run(interpreter.code_argv(DESCRIBE_INPUTS, str(problem_path)),
                               capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"inputs": {"error": f"could not inspect the inputs: {exc}"}}
@@ -134,7 +137,7 @@ class HarnessTools:
     """Tools over an `Evaluator` and one problem. Keeps the last candidate, so `code` may
     be left out. `eval_overrides` are EvalConfig fields applied to every evaluation."""
 
-    def __init__(self, evaluator: Any, problem: Any, prompts: Prompts, *, trials: int = 5,
+    def __init__(self, evaluator: EvaluatorProtocol | None, problem: Any, prompts: Prompts, *, trials: int = 5,
                  quick_trials: int = 2, target_speedup: float = 1.0,
                  eval_overrides: dict[str, Any] | None = None,
                  inputs: dict[str, Any] | None = None, use_ncu: bool | str = "auto",
@@ -182,18 +185,20 @@ class HarnessTools:
             "profile": timed_settings(self.quick_trials, profile=True),
             "submit": timed_settings(self.trials),
         }[name]
-        return self._evaluate(name, code, settings, submitted=(name == "submit"))
+        return self.evaluate_with(name, code, settings, submitted=(name == "submit"))
 
     def evaluate(self, code: str) -> Observation:
         """Text mode: everything at once (compile, full correctness, timing)."""
         self.last_code = code
-        return self._evaluate("evaluate", code, timed_settings(self.trials))
+        return self.evaluate_with("evaluate", code, timed_settings(self.trials))
 
     def verify(self, code: str) -> Observation:
-        return self._evaluate("verify", code, timed_settings(self.trials))
+        return self.evaluate_with("verify", code, timed_settings(self.trials))
 
-    # -- internals ---------------------------------------------------------------------
-    def _evaluate(self, tool: str, code: str, settings: dict, submitted: bool = False) -> Observation:
+    def evaluate_with(self, tool: str, code: str, settings: dict, *, submitted: bool = False) -> Observation:
+        """Evaluate `code` under `settings` (EvalConfig fields over the run's overrides) and
+        render it as tool `tool`'s answer: what every tool above, and the MCP server's
+        `evaluate` tool, run."""
         from kernelagent.harness import EvalConfig, Status
 
         config = EvalConfig(**{**self.eval_overrides, **settings})

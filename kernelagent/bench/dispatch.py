@@ -10,10 +10,13 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kernelagent.bench.store import Store, evaluation_key
 from kernelagent.errors import UserError
+
+if TYPE_CHECKING:
+    from kernelagent.harness import EvalConfig, EvalResult
 
 
 def summarise(result: dict) -> dict[str, Any]:
@@ -44,6 +47,27 @@ def summarise(result: dict) -> dict[str, Any]:
         "device": result.get("device"),
     }
 
+
+
+@runtime_checkable
+class DispatchWorker(Protocol):
+    """What a Dispatcher's job thread calls: a local harness Evaluator (an EvalResult) or a Ray
+    worker (ray_pool.RayWorker: the plain dict its actor sent, or WorkerLost). A seam of its own,
+    not EvaluatorProtocol: a remote worker answers data that is checked here, and its loss is
+    told apart from a verdict."""
+
+    def evaluate(self, problem: Any, source: str, config: EvalConfig) -> EvalResult | dict[str, Any]: ...
+
+
+@runtime_checkable
+class StoreDispatch(Protocol):
+    """Dispatcher.evaluate: one attempt of a bench run, through the store (a verdict stored for
+    the same key is reused). A seam of its own, not EvaluatorProtocol: it records the attempt
+    under its problem key and sample name and answers (result dict, evaluation key, reused).
+    ProblemEvaluator turns it into an EvaluatorProtocol for the agent."""
+
+    def evaluate(self, problem: Any, source: str, config: EvalConfig, *, problem_key: str,
+                 sample: str) -> tuple[dict, str | None, bool]: ...
 
 
 class WorkerLost(Exception):
@@ -108,7 +132,7 @@ class Dispatcher:
         return "; ".join(f"{jobs} job{'s' if jobs != 1 else ''} at once per device" + (f" ({why})" if why else "")
                          for jobs, why in shown)
 
-    def _device_loop(self, index: int, evaluator: Any, started: Any) -> None:
+    def _device_loop(self, index: int, evaluator: DispatchWorker, started: Any) -> None:
         try:
             fingerprint = evaluator.fingerprint()
         except BaseException as exc:  # noqa: BLE001 - reported to the constructor
@@ -134,7 +158,7 @@ class Dispatcher:
                 thread.join()
             evaluator.close()  # from the thread that started it
 
-    def _job_loop(self, index: int, evaluator: Any, slot: int) -> None:
+    def _job_loop(self, index: int, evaluator: DispatchWorker, slot: int) -> None:
         label = self.labels[index] if slot == 0 else f"{self.labels[index]}/{slot + 1}"
         try:
             while True:
@@ -160,7 +184,7 @@ class Dispatcher:
         finally:
             self._worker_ended()
 
-    def _lost(self, job: tuple, evaluator: Any) -> bool:
+    def _lost(self, job: tuple, evaluator: DispatchWorker) -> bool:
         """A worker went away (a Ray node or actor lost) in the middle of `job`: nothing of it
         was recorded, so it goes back to the queue for whichever worker is free. True when this
         worker could be replaced on its node and goes on taking jobs."""
@@ -293,7 +317,7 @@ def _labels(devices: list[str]) -> list[str]:
 class ProblemEvaluator:
     """What the agent sees as its evaluator: `evaluate` and `fingerprint`, through the store."""
 
-    def __init__(self, dispatcher: Dispatcher, problem_key: str):
+    def __init__(self, dispatcher: StoreDispatch, problem_key: str):
         self.dispatcher, self.problem_key = dispatcher, problem_key
         self._n = 0
         self._lock = threading.Lock()
@@ -301,7 +325,10 @@ class ProblemEvaluator:
     def fingerprint(self) -> dict[str, Any]:
         return self.dispatcher.fingerprint()
 
-    def evaluate(self, problem: Any, candidate_source: str, config: Any = None):
+    def evaluate(self, problem: Any, candidate_source: str, config: EvalConfig | None = None, *,
+                 cancel: threading.Event | None = None) -> EvalResult:
+        """EvaluatorProtocol, through the store. `cancel` is not honoured: the dispatcher's job
+        threads own the evaluation (a bench run stops them all at once)."""
         from kernelagent.harness import EvalConfig, EvalResult
         from kernelagent.problem import load_problem
 

@@ -3,7 +3,7 @@
     pool = RayPool("auto", cpu_workers=2, cache_dir=None, isolation="auto")
     Dispatcher(pool, store, run_id, progress)   # the same dispatcher as the local pool's
 
-The actors are the ones the reward service uses too (`kernelagent.cluster.actors._EvalActor`): each holds one
+The actors are the ones the reward service uses too (`kernelagent.cluster.actors.EvalActor`): each holds one
 harness `Evaluator`, so the candidate's process lives inside that worker's harness exactly as
 on one machine. Only source text goes out and only plain dicts (EvalResult.to_dict) come
 back; the SQLite store stays with the driver (the Dispatcher writes it).

@@ -23,10 +23,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.ci.lock import merge_entry, read_lock, today, write_lock
 from kernelagent.ci.manifest import KernelEntry, Manifest
+
+if TYPE_CHECKING:
+    from kernelagent.harness import EvalConfig, EvalResult, FingerprintedEvaluator
 
 # The baseline a target is measured against: TorchInductor where it was timed, else eager.
 BASELINE_NAMES = {"compile": "TorchInductor", "eager": "eager"}
@@ -37,7 +40,7 @@ class CachedEvaluator:
     same problem, candidate, settings and environment were evaluated before, and stores
     what it evaluates. It has the `evaluate`/`fingerprint` pair the agent needs too."""
 
-    def __init__(self, evaluator: Any, store: Any, run_id: str) -> None:
+    def __init__(self, evaluator: FingerprintedEvaluator, store: Any, run_id: str) -> None:
         self.evaluator, self.store, self.run_id = evaluator, store, run_id
         self.performed = 0
         self.reused = 0
@@ -60,10 +63,13 @@ class CachedEvaluator:
     def cpu(self) -> bool:
         return not self.fingerprint().get("cuda")
 
-    def evaluate(self, problem: Any, source: str, config: Any = None):
-        return self.evaluate_cached(problem, source, config)[0]
+    def evaluate(self, problem: Any, candidate_source: str, config: EvalConfig | None = None, *,
+                 cancel: threading.Event | None = None) -> EvalResult:
+        """EvaluatorProtocol: the result, from the store when it holds it."""
+        return self.evaluate_cached(problem, candidate_source, config, cancel=cancel)[0]
 
-    def evaluate_cached(self, problem: Any, source: str, config: Any = None) -> tuple[Any, bool]:
+    def evaluate_cached(self, problem: Any, source: str, config: EvalConfig | None = None, *,
+                        cancel: threading.Event | None = None) -> tuple[EvalResult, bool]:
         """(EvalResult, reused)."""
         from kernelagent.bench.store import evaluation_key
         from kernelagent.harness import EvalConfig, EvalResult, Status
@@ -80,7 +86,7 @@ class CachedEvaluator:
             with self._count_lock:
                 self.reused += 1
             return EvalResult.from_dict(hit[1]), True
-        result = self.evaluator.evaluate(problem, source, config)
+        result = self.evaluator.evaluate(problem, source, config, cancel=cancel)
         data = result.to_dict()
         # A harness failure is the machine's fault, not the kernel's: logged, never cached.
         self.store.record_evaluation(key, data, settings=settings, fingerprint=fingerprint,

@@ -40,10 +40,11 @@ def prompts(
     problem id and source as columns for the reward function."""
     from kernelagent.cli import run_guarded
 
-    run_guarded(_prompts, directory, out, split, seed, mode.value, gpu, target_speedup, max_turns, inputs)
+    run_guarded(_prompts, directory=directory, out=out, split=split, seed=seed, mode=mode.value, gpu=gpu,
+                target_speedup=target_speedup, max_turns=max_turns, inputs=inputs)
 
 
-def _prompts(directory, out, split, seed, mode, gpu, target_speedup, max_turns, inputs) -> None:
+def _prompts(*, directory, out, split, seed, mode, gpu, target_speedup, max_turns, inputs) -> None:
     import sys
     import time
 

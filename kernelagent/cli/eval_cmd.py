@@ -44,16 +44,18 @@ def eval_command(
     """Evaluate CANDIDATE against PROBLEM: compile, correctness, timing vs eager and torch.compile."""
     from kernelagent.cli import run_guarded
 
-    code = run_guarded(_run, problem, candidates, trials, device, as_json, timing, baselines, max_autotune,
-                       profile, seed, atol, rtol, isolation, cache_dir, backend, modes, kernel_evidence,
-                       stage_timeouts(timeout_scale, stage_timeout), daemon, whole_model, compile_on_cpu,
-                       evidence=evidence, verbose=verbose)
+    code = run_guarded(_run, problem=problem, candidates=candidates, trials=trials, device=device, as_json=as_json,
+                       timing=timing, baselines=baselines, max_autotune=max_autotune, profile=profile, seed=seed,
+                       atol=atol, rtol=rtol, isolation=isolation, cache_dir=cache_dir, backend=backend, modes=modes,
+                       kernel_evidence=kernel_evidence, timeouts=stage_timeouts(timeout_scale, stage_timeout),
+                       daemon=daemon, whole_model=whole_model, compile_on_cpu=compile_on_cpu, evidence=evidence,
+                       verbose=verbose)
     raise typer.Exit(code)
 
 
-def _run(problem, candidates, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
+def _run(*, problem, candidates, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
          isolation, cache_dir, backend="triton", modes=None, kernel_evidence=True, timeouts=None, daemon=None,
-         whole_model=False, compile_on_cpu=False, *, evidence: str = "trace", verbose: bool = False) -> int:
+         whole_model=False, compile_on_cpu=False, evidence: str = "trace", verbose: bool = False) -> int:
     from kernelagent.devices import check_device
     from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator
@@ -93,8 +95,9 @@ def _run(problem, candidates, trials, device, as_json, timing, baselines, max_au
                 stop_now(evaluator)
                 done = f" ({judged} of {len(candidates)} judged and printed)" if len(candidates) > 1 else ""
                 raise interrupted(f"interrupted: the evaluation was stopped before a verdict{done}") from None
-            _report(result, problem, candidate, source, as_json, whole_model, device,
-                    heading=len(candidates) > 1, first=judged == 0, verbose=verbose)
+            _report(result=result, problem=problem, candidate=candidate, source=source, as_json=as_json,
+                    whole_model=whole_model, device=device, heading=len(candidates) > 1, first=judged == 0,
+                    verbose=verbose)
             if not result.passed:
                 code = EXIT_FAILED
     finally:
@@ -102,7 +105,7 @@ def _run(problem, candidates, trials, device, as_json, timing, baselines, max_au
     return code
 
 
-def _report(result, problem: Path, candidate: Path, source: str, as_json: bool, whole_model: bool, device: str,
+def _report(*, result, problem: Path, candidate: Path, source: str, as_json: bool, whole_model: bool, device: str,
             heading: bool, first: bool, verbose: bool = False) -> None:
     """Print one candidate's verdict (a JSON line under --json); a problem's or a machine's
     fault (no verdict about the candidate) is one line on stderr and its exit code."""

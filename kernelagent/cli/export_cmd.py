@@ -31,11 +31,13 @@ def sft(
     """Turn verified agent runs into chat-format fine-tuning rows."""
     from kernelagent.cli import run_guarded
 
-    run_guarded(_sft, runs, out, min_speedup, per_problem, include_unmeasured, split, seed, include_test,
-                max_turns, max_reasoning_chars, reasoning_percentile, all_winners)
+    run_guarded(_sft, runs=runs, out=out, min_speedup=min_speedup, per_problem=per_problem,
+                include_unmeasured=include_unmeasured, split=split, seed=seed, include_test=include_test,
+                max_turns=max_turns, max_reasoning_chars=max_reasoning_chars,
+                reasoning_percentile=reasoning_percentile, all_winners=all_winners)
 
 
-def _sft(runs, out, min_speedup, per_problem, include_unmeasured, split, seed, include_test,
+def _sft(*, runs, out, min_speedup, per_problem, include_unmeasured, split, seed, include_test,
          max_turns, max_reasoning_chars, reasoning_percentile, all_winners=False) -> None:
     from kernelagent.errors import EXIT_FAILED, UserError
     from kernelagent.rl.sft import export_sft, stats_path_for

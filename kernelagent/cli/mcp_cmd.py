@@ -32,10 +32,11 @@ def mcp(
     """Serve kernelagent's tools (read_reference, evaluate, profile, plan, list_problems, verify) over MCP."""
     from kernelagent.cli import run_guarded
 
-    run_guarded(_mcp, problems, root, http, token, device, isolation, max_evaluations, max_gpu_seconds)
+    run_guarded(_mcp, problems=problems, root=root, http=http, token=token, device=device, isolation=isolation,
+                max_evaluations=max_evaluations, max_gpu_seconds=max_gpu_seconds)
 
 
-def _mcp(problems, root, http, token, device, isolation, max_evaluations, max_gpu_seconds) -> None:
+def _mcp(*, problems, root, http, token, device, isolation, max_evaluations, max_gpu_seconds) -> None:
     import importlib.util
 
     from kernelagent.devices import check_device

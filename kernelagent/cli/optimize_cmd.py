@@ -142,9 +142,10 @@ def optimize(
     if whole_model:
         from kernelagent.cli.whole_model_cmd import run_whole_model
 
-        raise typer.Exit(run_whole_model(problem, llm, budget, out, device, trials, strategy, samples, mode.value,
-                                         target_speedup, regions, live=live, quiet=quiet, resume=resume is not None,
-                                         model_info=model_info))
+        raise typer.Exit(run_whole_model(problem=problem, llm=llm, budget=budget, out=out, device=device,
+                                         trials=trials, strategy=strategy, samples=samples, mode=mode.value,
+                                         target_speedup=target_speedup, regions=regions, live=live, quiet=quiet,
+                                         resume=resume is not None, model_info=model_info))
     view = LiveView(budget, live=live, quiet=quiet)
     try:
         with view:

@@ -25,10 +25,10 @@ def plan(
     """Profile a model's forward on its get_inputs(), group its ops into regions, rank them by device time (with Amdahl's bound) and write each extractable region as a standalone problem."""
     from kernelagent.cli import run_guarded
 
-    run_guarded(_plan, problem, out, device, top, json_out)
+    run_guarded(_plan, problem=problem, out=out, device=device, top=top, json_out=json_out)
 
 
-def _plan(problem: Path, out: Path | None, device: str, top: int, json_out: bool) -> None:
+def _plan(*, problem: Path, out: Path | None, device: str, top: int, json_out: bool) -> None:
     import json
 
     from kernelagent.devices import check_device, gpu_indices

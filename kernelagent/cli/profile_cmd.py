@@ -38,12 +38,13 @@ def profile(
     """Profile CANDIDATE on PROBLEM: top kernels, roofline fraction, Nsight Compute metrics."""
     from kernelagent.cli import run_guarded
 
-    code = run_guarded(_run, problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines,
-                       isolation, cache_dir, modes, max_autotune, daemon)
+    code = run_guarded(_run, problem=problem, candidate=candidate, backend=backend, device=device, as_json=as_json,
+                       ncu=ncu, ncu_timeout=ncu_timeout, trials=trials, baselines=baselines, isolation=isolation,
+                       cache_dir=cache_dir, modes=modes, max_autotune=max_autotune, daemon=daemon)
     raise typer.Exit(code)
 
 
-def _run(problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines, isolation,
+def _run(*, problem, candidate, backend, device, as_json, ncu, ncu_timeout, trials, baselines, isolation,
          cache_dir, modes=None, max_autotune=False, daemon=None) -> int:
     from kernelagent.devices import check_device
     from kernelagent.harness import Evaluator, Status

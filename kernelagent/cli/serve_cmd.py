@@ -47,12 +47,14 @@ def serve(
     """Serve rewards over HTTP: POST /reward with a batch, GET /health."""
     from kernelagent.cli import run_guarded
 
-    run_guarded(_serve, gpus, host, port, max_pending, request_timeout, read_timeout, cpu_workers, backend.value,
-                ray_address, trials, eval_config, compile_weight, correct_weight, speed_weight,
-                r_max, baseline.value, isolation, cache_dir, token, jobs_per_gpu)
+    run_guarded(_serve, gpus=gpus, host=host, port=port, max_pending=max_pending, request_timeout=request_timeout,
+                read_timeout=read_timeout, cpu_workers=cpu_workers, backend=backend.value, ray_address=ray_address,
+                trials=trials, eval_config=eval_config, compile_weight=compile_weight, correct_weight=correct_weight,
+                speed_weight=speed_weight, r_max=r_max, baseline=baseline.value, isolation=isolation,
+                cache_dir=cache_dir, token=token, jobs_per_gpu=jobs_per_gpu)
 
 
-def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_workers, backend, ray_address,
+def _serve(*, gpus, host, port, max_pending, request_timeout, read_timeout, cpu_workers, backend, ray_address,
            trials, eval_config, compile_weight, correct_weight, speed_weight, r_max, baseline,
            isolation, cache_dir, token=None, jobs_per_gpu=0) -> None:
     import json
@@ -101,8 +103,7 @@ def _serve(gpus, host, port, max_pending, request_timeout, read_timeout, cpu_wor
             devices = ["cpu"] * cpu_workers
         engine = EvaluatorPool(devices=devices, cache_dir=cache_dir, isolation=isolation,
                                cpu_workers=cpu_workers, jobs_per_device=jobs_per_gpu)
-    reward = KernelReward(engine, config=reward_config, eval_config=config)
-    reward._own_backend = True  # the service closes it
+    reward = KernelReward(engine, config=reward_config, eval_config=config, own_backend=True)  # the service closes it
     service = RewardService(reward, max_pending=max_pending, request_timeout=request_timeout,
                             read_timeout=read_timeout, token=token)
     try:

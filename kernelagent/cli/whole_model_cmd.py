@@ -19,8 +19,8 @@ from kernelagent.errors import EXIT_MODEL_UNAVAILABLE, EXIT_USAGE, UserError
 from kernelagent.text import plural, terminal_text
 
 
-def run_whole_model(problem: Path, llm: Any, budget: Any, out: Path, device: str, trials: int, strategy: str,
-                    samples: int, mode: str, target_speedup: float, regions: int, *, live: bool | None, quiet: bool,
+def run_whole_model(*, problem: Path, llm: Any, budget: Any, out: Path, device: str, trials: int, strategy: str,
+                    samples: int, mode: str, target_speedup: float, regions: int, live: bool | None, quiet: bool,
                     resume: bool, model_info: dict[str, Any] | None = None) -> int:
     from kernelagent.agent.live import LiveView
     from kernelagent.cli.core import interrupted

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ MAX_JOBS_PER_ACTOR = 8  # the harness server admits at most 8 jobs per device (g
 
 def start_actor(ray: Any, slot: WorkerSlot, cache_dir: str | None, isolation: str,
                 jobs_per_device: int = 0) -> Any:
-    """An `_EvalActor` pinned to the slot's node (not moved by Ray: a lost node's work is
+    """An `EvalActor` pinned to the slot's node (not moved by Ray: a lost node's work is
     resubmitted by the caller, to actors that are alive). No Ray-side restarts or task retries,
     so an evaluation is never run twice behind the caller's back."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -78,7 +78,7 @@ def start_actor(ray: Any, slot: WorkerSlot, cache_dir: str | None, isolation: st
     options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 0} if slot.device == "cuda" else {"num_cpus": 1}
     global _REMOTE
     if _REMOTE is None:  # one actor class, exported to the cluster once
-        _REMOTE = ray.remote(_EvalActor)
+        _REMOTE = ray.remote(EvalActor)
     # A threaded actor: its one Evaluator takes several evaluate calls at once, and its server
     # overlaps them (admitting as many as it runs; the rest wait in the server's queue).
     return _REMOTE.options(
@@ -87,7 +87,17 @@ def start_actor(ray: Any, slot: WorkerSlot, cache_dir: str | None, isolation: st
     ).remote(slot.device, cache_dir, isolation, (slot.index, slot.per_node), jobs_per_device)
 
 
-class _EvalActor:
+@runtime_checkable
+class RemoteEvaluator(Protocol):
+    """What a Ray actor's `evaluate` takes and answers: plain data only (the problem as source
+    text with its id, the config as a dict, the result as a dict), since every argument and
+    answer crosses Ray's serialisation. A seam of its own, not EvaluatorProtocol: the caller's
+    side (rl.ray_backend.RayBackend, bench.ray_pool.RayWorker) turns it back into one."""
+
+    def evaluate(self, problem_source: str, problem_id: str, candidate: str, config: dict | None) -> dict: ...
+
+
+class EvalActor:
     """Lives in a Ray worker: one Evaluator, reused for every job sent to this actor."""
 
     def __init__(self, device: str, cache_dir: str | None, isolation: str,

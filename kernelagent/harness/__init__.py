@@ -14,6 +14,7 @@ The folders say which process a file runs in, and so which side of the trust bou
               candidate's (hostile: everything it says is a claim), with what they share
               (inputs, timing, transfer, the in-process evidence, the CUDA build hook, the jail).
     protocol.py  every message between these processes: typed JSON, versioned, bounded.
+    contract.py  EvaluatorProtocol: the evaluate() every evaluator (and wrapper) implements.
     config.py, result.py, stats.py, cuda_source.py  plain data and pure functions, used anywhere.
 
 Importing this package does not import torch.
@@ -22,7 +23,9 @@ Importing this package does not import torch.
 from kernelagent.harness.caller.evaluator import Evaluator, HarnessStartError, evaluate
 from kernelagent.harness.caller.pool import EvaluatorPool
 from kernelagent.harness.config import DEFAULT_TOLERANCES, EvalConfig, StageTimeouts
+from kernelagent.harness.contract import EvaluatorProtocol, FingerprintedEvaluator
 from kernelagent.harness.result import EvalResult, Flag, Status, Timing, TrialResult
 
-__all__ = ["DEFAULT_TOLERANCES", "EvalConfig", "EvalResult", "Evaluator", "EvaluatorPool", "Flag",
-           "HarnessStartError", "Status", "StageTimeouts", "Timing", "TrialResult", "evaluate"]
+__all__ = ["DEFAULT_TOLERANCES", "EvalConfig", "EvalResult", "Evaluator", "EvaluatorPool",
+           "EvaluatorProtocol", "FingerprintedEvaluator", "Flag", "HarnessStartError", "Status",
+           "StageTimeouts", "Timing", "TrialResult", "evaluate"]

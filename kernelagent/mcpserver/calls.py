@@ -15,11 +15,14 @@ import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.mcpserver.exceptions import ToolError  # this module is imported only by `kernelagent mcp`
 
 from kernelagent.mcpserver.session import Sessions, ToolInputError
+
+if TYPE_CHECKING:
+    from kernelagent.harness import EvalConfig, EvalResult, EvaluatorProtocol
 
 PROGRESS_EVERY_S = 2.0
 CANCEL_GRACE_S = 35.0  # how long a call stopped for its budget waits for its job to end
@@ -69,12 +72,29 @@ class CallEvaluator:
     """The shared Evaluator as one call sees it: each evaluation it starts is cancelled with the
     call (`cancel`), and the last result is kept (a bad problem's verdict)."""
 
-    def __init__(self, evaluator: Any, cancel: threading.Event) -> None:
+    def __init__(self, evaluator: EvaluatorProtocol, cancel: threading.Event) -> None:
         self._evaluator, self._cancel = evaluator, cancel
         self.last: Any = None
 
-    def evaluate(self, problem: Any, source: str, config: Any = None) -> Any:
-        self.last = self._evaluator.evaluate(problem, source, config, cancel=self._cancel)
+    def evaluate(self, problem: Any, candidate_source: str, config: EvalConfig | None = None, *,
+                 cancel: threading.Event | None = None) -> EvalResult:
+        """EvaluatorProtocol: cancelled with the call, and with `cancel` too where one is given."""
+        if cancel is None or cancel is self._cancel:
+            self.last = self._evaluator.evaluate(problem, candidate_source, config, cancel=self._cancel)
+            return self.last
+        either, done = threading.Event(), threading.Event()
+
+        def watch() -> None:  # either event cancels the evaluation
+            while not done.wait(0.05):
+                if cancel.is_set() or self._cancel.is_set():
+                    either.set()
+                    return
+
+        threading.Thread(target=watch, name="kernelagent-cancel", daemon=True).start()
+        try:
+            self.last = self._evaluator.evaluate(problem, candidate_source, config, cancel=either)
+        finally:
+            done.set()
         return self.last
 
     def __getattr__(self, name: str) -> Any:

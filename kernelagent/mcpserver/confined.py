@@ -141,9 +141,9 @@ class Confinement:
     def describe_inputs(self, problem: Any, cancel: threading.Event | None = None) -> dict[str, Any]:
         """The shapes and dtypes of a problem's inputs (agent/tools.py's script, on the meta
         device), as read_reference and the task prompt show them."""
-        from kernelagent.agent.tools import _DESCRIBE_INPUTS
+        from kernelagent.agent.tools import DESCRIBE_INPUTS
 
-        run = self.run(problem.source, problem.name, interpreter.code_argv(_DESCRIBE_INPUTS, "{problem}"),
+        run = self.run(problem.source, problem.name, interpreter.code_argv(DESCRIBE_INPUTS, "{problem}"),
                        timeout=DESCRIBE_TIMEOUT_S, cancel=cancel)
         try:
             for line in run.output.splitlines():

@@ -17,10 +17,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.mcpserver.roots import BadProblem, Roots
 from kernelagent.mcpserver.session import ToolInputError
+
+if TYPE_CHECKING:
+    from kernelagent.harness import EvaluatorProtocol
 
 
 @dataclass
@@ -137,7 +140,7 @@ class _NoStore:
         return None
 
 
-def run(checked: Checked, evaluator: Any, cancel: Any) -> Any:
+def run(checked: Checked, evaluator: EvaluatorProtocol, cancel: Any) -> Any:
     """ci/verify.py's judgement of each checked entry, in the manifest's order, with the shared
     harness (each evaluation cancelled with the call); the lock is read, never written."""
     from kernelagent.bench.store import environment as env_of

@@ -192,7 +192,7 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
         if not isinstance(trials, int) or not 1 <= trials <= 100:
             raise ToolError("`trials` must be a whole number from 1 to 100")
         settings = timed_settings(trials) if timing else dict(trials=trials, timing=False, baselines=False)
-        work, early = guard(lambda: evaluation(problem, lambda tools: tools._evaluate("evaluate", source, settings),
+        work, early = guard(lambda: evaluation(problem, lambda tools: tools.evaluate_with("evaluate", source, settings),
                                                trials))
         if early is not None:
             return early

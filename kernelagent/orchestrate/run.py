@@ -16,18 +16,21 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kernelagent.agent import BACKEND, BACKENDS, MODES, describe, prompt_context
+from kernelagent.agent import BACKEND, BACKENDS, MODES, describe, start_episode
 from kernelagent.agent.budget import Budget
-from kernelagent.agent.loop import Agent, AgentConfig, RunResult
+from kernelagent.agent.loop import RunResult
 from kernelagent.agent.prompts import Prompts, truncate
-from kernelagent.agent.tools import HarnessTools, describe_inputs
-from kernelagent.agent.trajectory import Trajectory, write_json_atomic
+from kernelagent.agent.tools import describe_inputs
+from kernelagent.agent.trajectory import write_json_atomic
 from kernelagent.errors import EXIT_INTERRUPTED
 from kernelagent.models.base import Model
 from kernelagent.orchestrate.records import (OptimizeRun, build_summary, check_strategy, default_out_dir, resumable,
                                              restore_spend)
+
+if TYPE_CHECKING:
+    from kernelagent.harness import FingerprintedEvaluator
 
 
 def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_turns: int = 20,
@@ -35,7 +38,7 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
              timeout: float | None = None, target_speedup: float = 1.0,
              out: str | Path | None = None, device: str = "auto", trials: int = 5,
              quick_trials: int = 2, eval_overrides: dict[str, Any] | None = None,
-             evaluator: Any = None, observer: Callable[..., None] | None = None,
+             evaluator: FingerprintedEvaluator | None = None, observer: Callable[..., None] | None = None,
              model_info: dict[str, Any] | None = None,
              budget: Budget | None = None, backend: str = BACKEND,
              initial: str | None = None, strategy: str = "single", samples: int = 1,
@@ -91,7 +94,6 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
             evaluator = stack.enter_context(Evaluator(device=device))
         fingerprint = evaluator.fingerprint()
         device_info = describe(fingerprint)
-        cpu = not fingerprint.get("cuda")
         budget = budget or Budget(max_turns=max_turns, max_tokens=max_tokens,
                                   max_cost=max_cost, timeout=timeout)
         config = {"mode": mode, "backend": backend, "target_speedup": target_speedup,
@@ -102,21 +104,14 @@ def optimize(problem_path: str | Path, model: Model, *, mode: str = "auto", max_
                   "seed": seed,
                   "model": {"name": getattr(model, "name", type(model).__name__),
                             **(model_info or {})}}
-        trajectory = Trajectory(out_dir / "trajectory.json", config=config,
-                                environment={**fingerprint, "device_info": device_info},
-                                problem={"name": problem.name, "path": str(problem.path),
-                                         "sha256": problem.sha256})
-        overrides = dict(eval_overrides or {})
-        if backend != "triton":
-            overrides["backend"] = backend
-        tools = HarnessTools(evaluator, problem, prompts, trials=trials, quick_trials=quick_trials,
-                             target_speedup=target_speedup, eval_overrides=overrides,
-                             inputs=inputs.result())
-        context = prompt_context(problem, mode=mode, backend=backend, inputs=tools.inputs, device=device_info,
-                                 cpu=cpu, target_speedup=target_speedup, max_turns=budget.max_turns,
-                                 max_tokens=budget.max_tokens, max_cost=budget.max_cost, timeout=budget.timeout)
-        agent = Agent(model, tools, prompts, budget, trajectory,
-                      AgentConfig(mode=mode, target_speedup=target_speedup), observer=notify)
+        episode = start_episode(model=model, evaluator=evaluator, problem=problem, prompts=prompts, budget=budget,
+                                mode=mode, trials=trials, quick_trials=quick_trials, target_speedup=target_speedup,
+                                eval_overrides=eval_overrides, inputs=inputs.result(),
+                                trajectory_path=out_dir / "trajectory.json", record=config,
+                                environment={**fingerprint, "device_info": device_info}, backend=backend,
+                                observer=notify)
+        trajectory, tools, agent = episode.trajectory, episode.tools, episode.agent
+        context = episode.context(fingerprint)
         search = None
         if searching:
             from kernelagent.search import Search, SearchConfig, Tree

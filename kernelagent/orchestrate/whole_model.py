@@ -35,11 +35,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from kernelagent.agent.trajectory import write_json_atomic
 from kernelagent.errors import UserError
 from kernelagent.wholemodel.e2e import e2e_config
+
+if TYPE_CHECKING:
+    from kernelagent.harness import FingerprintedEvaluator
 
 SETTINGS = ("top", "min_share", "trials", "strategy", "samples", "mode", "target_speedup", "device")
 # Where a region's agent run stands: done ones are kept by a resume, the others run (again).
@@ -64,8 +67,8 @@ def _spent(budget: Any) -> str | None:
 
 
 class WholeModelRun:
-    def __init__(self, problem: str | Path, model: Any, *, out: str | Path, evaluator: Any, budget: Any,
-                 settings: dict[str, Any], observer: Callable[..., None] | None = None,
+    def __init__(self, problem: str | Path, model: Any, *, out: str | Path, evaluator: FingerprintedEvaluator,
+                 budget: Any, settings: dict[str, Any], observer: Callable[..., None] | None = None,
                  model_info: dict[str, Any] | None = None) -> None:
         from kernelagent.problem import load_problem
 
@@ -371,8 +374,8 @@ def read_previous(out: str | Path, problem: Any) -> dict[str, Any]:
     return previous
 
 
-def optimize_whole_model(problem: str | Path, model: Any, *, out: str | Path, evaluator: Any, budget: Any,
-                         device: str = "cpu", top: int = 3, min_share: float = 0.01, trials: int = 5,
+def optimize_whole_model(problem: str | Path, model: Any, *, out: str | Path, evaluator: FingerprintedEvaluator,
+                         budget: Any, device: str = "cpu", top: int = 3, min_share: float = 0.01, trials: int = 5,
                          strategy: str = "single", samples: int = 1, mode: str = "auto",
                          target_speedup: float = 1.0, observer: Callable[..., None] | None = None,
                          plan_data: dict | None = None, resume: bool = False,

@@ -79,13 +79,12 @@ def render_prompt(problem: Any, *, mode: str, inputs: dict[str, Any], device: di
                   cpu: bool, target_speedup: float, max_turns: int | None,
                   prompts: Any = None) -> list[dict]:
     """[system, user] for a problem: the templates and context `optimize` uses."""
-    from kernelagent.agent import BACKEND, Prompts, prompt_context
+    from kernelagent.agent import BACKEND, Prompts, first_messages, prompt_context
 
     prompts = prompts or Prompts()
     context = prompt_context(problem, mode=mode, backend=BACKEND, inputs=inputs, device=device, cpu=cpu,
                              target_speedup=target_speedup, max_turns=max_turns)
-    return [{"role": "system", "content": prompts.render("system", **context)},
-            {"role": "user", "content": prompts.render("task", **context)}]
+    return first_messages(prompts, context)
 
 
 def build_rows(root: str | Path, *, mode: str = "text", gpu: str | None = "auto",

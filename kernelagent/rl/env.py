@@ -36,14 +36,17 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.rl.reward import RewardBreakdown, RewardConfig, reward_from_result
+
+if TYPE_CHECKING:
+    from kernelagent.harness import FingerprintedEvaluator
 
 _fingerprints: dict[int, tuple[Any, dict]] = {}
 
 
-def fingerprint_of(evaluator: Any) -> dict:
+def fingerprint_of(evaluator: FingerprintedEvaluator) -> dict:
     """The evaluator's fingerprint, asked once per evaluator (a pool's `fingerprint` waits
     for a free evaluator: a reset must not queue behind running evaluations)."""
     hit = _fingerprints.get(id(evaluator))
@@ -112,7 +115,7 @@ class KernelEnv:
     `evaluator`: an Evaluator or EvaluatorPool (anything with `.evaluate` and
     `.fingerprint`), shared between environments; it is not closed here."""
 
-    def __init__(self, evaluator: Any, *, mode: str = "auto", max_turns: int = 10,
+    def __init__(self, evaluator: FingerprintedEvaluator, *, mode: str = "auto", max_turns: int = 10,
                  target_speedup: float = 1.0, trials: int = 5, quick_trials: int = 2,
                  eval_overrides: dict[str, Any] | None = None,
                  reward_config: RewardConfig | None = None, reward_mode: str = "terminal",
@@ -138,17 +141,7 @@ class KernelEnv:
     def reset(self, problem: Any, *, problem_id: str | None = None) -> list[dict]:
         """Start an episode on `problem` (a path, a Problem, or source text with
         `problem_id`). Returns the prompt: the system and task messages."""
-        from kernelagent.agent import (
-            BACKEND,
-            Agent,
-            AgentConfig,
-            Budget,
-            HarnessTools,
-            Prompts,
-            Trajectory,
-            describe,
-            prompt_context,
-        )
+        from kernelagent.agent import BACKEND, Budget, Prompts, describe, first_messages, start_episode
         from kernelagent.rl.facts import inputs_for
 
         if self.agent is not None and not self.done:
@@ -163,27 +156,19 @@ class KernelEnv:
                   "max_turns": self.max_turns, "trials": self.trials,
                   "quick_trials": self.quick_trials, "eval_overrides": self.eval_overrides,
                   "model": {"name": "policy"}, "source": "kernelagent.rl.env"}
-        trajectory = Trajectory(self.out_dir / "trajectory.json" if self.out_dir else None,
-                                config=config, environment={**fingerprint, "device_info": device_info},
-                                problem={"name": problem.name, "path": str(problem.path),
-                                         "sha256": problem.sha256})
-        tools = HarnessTools(self.evaluator, problem, prompts, trials=self.trials,
-                             quick_trials=self.quick_trials, target_speedup=self.target_speedup,
-                             eval_overrides=self.eval_overrides, inputs=inputs)
-        # The same context `kernelagent.orchestrate.optimize` renders its prompts with.
-        context = prompt_context(problem, mode=self.mode, backend=BACKEND, inputs=tools.inputs,
-                                 device=device_info, cpu=not fingerprint.get("cuda"),
-                                 target_speedup=self.target_speedup, max_turns=budget.max_turns,
-                                 max_tokens=budget.max_tokens, max_cost=budget.max_cost,
-                                 timeout=budget.timeout)
         self._model = _ActionModel()
-        self.agent = Agent(self._model, tools, prompts, budget, trajectory,
-                           AgentConfig(mode=self.mode, target_speedup=self.target_speedup))
-        self.problem, self.tools, self.prompts = problem, tools, prompts
-        system, task = prompts.render("system", **context), prompts.render("task", **context)
-        self.agent.add("system", system)
-        self.agent.add("user", task)
-        trajectory.save()
+        path = self.out_dir / "trajectory.json" if self.out_dir else None
+        # The same episode, and prompt context, as `kernelagent.orchestrate.optimize`'s.
+        episode = start_episode(model=self._model, evaluator=self.evaluator, problem=problem, prompts=prompts,
+                                budget=budget, mode=self.mode, trials=self.trials, quick_trials=self.quick_trials,
+                                target_speedup=self.target_speedup, eval_overrides=self.eval_overrides,
+                                inputs=inputs, trajectory_path=path, record=config,
+                                environment={**fingerprint, "device_info": device_info}, backend=BACKEND)
+        self.agent = episode.agent
+        self.problem, self.tools, self.prompts = problem, episode.tools, prompts
+        for message in first_messages(prompts, episode.context(fingerprint)):
+            self.agent.add(message["role"], message["content"])
+        episode.trajectory.save()
         budget.started = time.monotonic()
         self.done, self.final, self.run_result, self._best_seen = False, None, None, None
         return [dict(m) for m in self.agent.messages]
@@ -292,7 +277,8 @@ class KernelGymEnv:
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, evaluator: Any, problems: list[Any] | None = None, **env_options: Any) -> None:
+    def __init__(self, evaluator: FingerprintedEvaluator, problems: list[Any] | None = None,
+                 **env_options: Any) -> None:
         import random
 
         self.env = KernelEnv(evaluator, **env_options)

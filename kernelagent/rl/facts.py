@@ -27,7 +27,7 @@ FACTS_VERSION = 1  # bump when the inspection script's output changes
 _lock = threading.Lock()
 _memory: dict[str, dict[str, Any]] = {}
 
-# Runs the agent's own inspection script (kernelagent.agent.tools._DESCRIBE_INPUTS) once per
+# Runs the agent's own inspection script (kernelagent.agent.tools.DESCRIBE_INPUTS) once per
 # file, in one process: torch is imported by the first and reused by the rest.
 _MANY = r"""
 import contextlib, io, json, sys
@@ -138,7 +138,7 @@ def inputs_for_many(problems: list[Any], *, timeout: float = 120.0,
 def _inspect(items: Iterable[tuple[int, str]], count: int, timeout: float):
     """Yield (index, facts) from one child; a problem that hangs past `timeout` ends the
     child, and it is reported as such; the rest go on in a fresh child."""
-    from kernelagent.agent.tools import _DESCRIBE_INPUTS
+    from kernelagent.agent.tools import DESCRIBE_INPUTS
     from kernelagent.harness import interpreter
 
     pending = list(items)
@@ -147,7 +147,7 @@ def _inspect(items: Iterable[tuple[int, str]], count: int, timeout: float):
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            proc.stdin.write(json.dumps(_DESCRIBE_INPUTS) + "\n")
+            proc.stdin.write(json.dumps(DESCRIBE_INPUTS) + "\n")
             for index, path in pending:
                 proc.stdin.write(json.dumps([index, path]) + "\n")
             proc.stdin.close()

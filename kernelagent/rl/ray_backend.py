@@ -18,10 +18,13 @@ between the driver and the actors; the candidate's process stays inside the acto
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kernelagent.cluster.actors import (MAX_JOBS_PER_ACTOR, WorkerSlot, _EvalActor, connect, plan_workers,  # noqa: F401
+from kernelagent.cluster.actors import (MAX_JOBS_PER_ACTOR, EvalActor, WorkerSlot, connect, plan_workers,  # noqa: F401
                                         start_actor)
+
+if TYPE_CHECKING:
+    from kernelagent.harness import EvalConfig, EvalResult
 
 
 class RayBackend:
@@ -45,7 +48,7 @@ class RayBackend:
             use_gpu = gpus > 0 and gpus_per_actor > 0
             count = actors or (int(gpus / gpus_per_actor) if use_gpu else cpu_actors)
             options = {"num_gpus": gpus_per_actor, "num_cpus": 1} if use_gpu else {"num_cpus": 1}
-            remote = ray.remote(**options, max_concurrency=MAX_JOBS_PER_ACTOR + 2)(_EvalActor)
+            remote = ray.remote(**options, max_concurrency=MAX_JOBS_PER_ACTOR + 2)(EvalActor)
             device = "cuda" if use_gpu else "cpu"
             self.actors = [remote.remote(device, cache_dir, isolation, (0, 1), jobs_per_device)
                            for _ in range(max(1, count))]
@@ -81,8 +84,11 @@ class RayBackend:
                     out.append(exc)
         return out
 
-    def evaluate(self, problem: Any, candidate: str, config: Any = None) -> Any:
-        result = self.evaluate_batch([(problem, candidate, config)])[0]
+    def evaluate(self, problem: Any, candidate_source: str, config: EvalConfig | None = None, *,
+                 cancel: threading.Event | None = None) -> EvalResult:
+        """EvaluatorProtocol. `cancel` is not honoured: a job sent to a Ray actor runs to its
+        verdict (the actor's own timeouts bound it)."""
+        result = self.evaluate_batch([(problem, candidate_source, config)])[0]
         if isinstance(result, Exception):
             raise result
         return result

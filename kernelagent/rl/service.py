@@ -37,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Awaitable, Callable
 
 from kernelagent import settings
-from kernelagent.rl.trl import PROBLEM_COLUMNS, KernelReward, _submit, evaluate_batch
+from kernelagent.rl.trl import PROBLEM_COLUMNS, KernelReward, evaluate_batch, submit_job
 from kernelagent.serving.guard import Limits
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ class RewardService:
             self.pending -= n
 
     def health(self) -> dict[str, Any]:
-        backend = self.reward._backend
+        backend = self.reward.started_backend
         return {"status": "ok", "pending": self.pending, "capacity": self.max_pending,
                 "served": self.served, "rejected_busy": self.rejected, "timeouts": self.timeouts,
                 "disconnects": self.disconnects,
@@ -146,7 +146,7 @@ class RewardService:
             timeout = min(timeout, float(body["timeout"]))
         started = time.monotonic()
         # ValueError -> 400; parsing problems and finding candidates runs off the event loop
-        prepared, backend = await asyncio.to_thread(lambda: (self.reward._prepare(completions, columns),
+        prepared, backend = await asyncio.to_thread(lambda: (self.reward.prepare(completions, columns),
                                                              self.reward.backend))
         jobs = prepared["jobs"]
         self._admit(len(jobs))  # Busy -> 429
@@ -154,7 +154,7 @@ class RewardService:
         if not batched:
             futures: list[Future] = []
             for job in jobs:
-                future = _submit(backend, job)
+                future = submit_job(backend, job)
                 future.add_done_callback(lambda _f: self._release(1))
                 futures.append(future)
         else:  # a backend that takes whole batches (Ray)
@@ -182,7 +182,7 @@ class RewardService:
             if isinstance(results[0], BaseException):
                 raise results[0]
             results = results[0]
-        breakdowns = await asyncio.to_thread(self.reward._finish, prepared, list(results))
+        breakdowns = await asyncio.to_thread(self.reward.rewards, prepared, list(results))
         with self._lock:
             self.served += n
         return 200, {"rewards": [b.value for b in breakdowns],

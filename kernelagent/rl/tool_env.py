@@ -29,9 +29,12 @@ import functools
 import json
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.rl.reward import RewardBreakdown, RewardConfig, reward_from_result
+
+if TYPE_CHECKING:
+    from kernelagent.harness import FingerprintedEvaluator
 
 _shared_lock = threading.Lock()
 _shared: dict[tuple, Any] = {}
@@ -57,7 +60,7 @@ def shared_backend(devices: list[str] | None = None, cpu_workers: int = 1,
 class KernelToolEnv:
     """One rollout's environment: the agent's tools over the harness, and its reward."""
 
-    def __init__(self, backend: Any = None, *, devices: list[str] | None = None,
+    def __init__(self, backend: FingerprintedEvaluator | None = None, *, devices: list[str] | None = None,
                  max_turns: int = 10, target_speedup: float = 1.0, trials: int = 5,
                  quick_trials: int = 2, eval_overrides: dict[str, Any] | None = None,
                  reward_config: RewardConfig | None = None, mode: str = "tools") -> None:
@@ -85,17 +88,7 @@ class KernelToolEnv:
     # -- TRL hooks ---------------------------------------------------------------------
     def reset(self, **row: Any) -> str | None:
         """Start a rollout on the row's problem (`problem_source`, else `problem_path`)."""
-        from kernelagent.agent import (
-            BACKEND,
-            Agent,
-            AgentConfig,
-            Budget,
-            HarnessTools,
-            Prompts,
-            Trajectory,
-            describe,
-            prompt_context,
-        )
+        from kernelagent.agent import BACKEND, Budget, Prompts, first_messages, start_episode
         from kernelagent.rl.env import as_problem, fingerprint_of
         from kernelagent.rl.facts import inputs_for
 
@@ -109,24 +102,20 @@ class KernelToolEnv:
         prompts = self._prompts = getattr(self, "_prompts", None) or Prompts()
         inputs = inputs_for(problem)
         budget = Budget(max_turns=self.max_turns)
-        tools = HarnessTools(self.backend, problem, prompts, trials=self.trials,
-                             quick_trials=self.quick_trials, target_speedup=self.target_speedup,
-                             eval_overrides=self.eval_overrides, inputs=inputs)
-        trajectory = Trajectory(None, config={"mode": self.mode, "source": "kernelagent.rl.tool_env",
-                                              "max_turns": self.max_turns},
-                                environment={}, problem={"name": problem.name, "sha256": problem.sha256})
-        self.agent = Agent(None, tools, prompts, budget, trajectory,  # type: ignore[arg-type]
-                           AgentConfig(mode=self.mode, target_speedup=self.target_speedup))
-        self.problem, self.tools = problem, tools
+        episode = start_episode(model=None, evaluator=self.backend, problem=problem, prompts=prompts, budget=budget,
+                                mode=self.mode, trials=self.trials, quick_trials=self.quick_trials,
+                                target_speedup=self.target_speedup, eval_overrides=self.eval_overrides,
+                                inputs=inputs, trajectory_path=None,
+                                record={"mode": self.mode, "source": "kernelagent.rl.tool_env",
+                                        "max_turns": self.max_turns}, environment={}, backend=BACKEND)
+        self.agent = episode.agent
+        self.problem, self.tools = problem, episode.tools
         self.done, self.final, self.run_result, self.calls, self._data = False, None, None, [], []
         budget.started = time.monotonic()
         if row.get("prompt"):
             return None  # the dataset's prompt is already the task
-        fingerprint = fingerprint_of(self.backend)
-        context = prompt_context(problem, mode=self.mode, backend=BACKEND, inputs=inputs,
-                                 device=describe(fingerprint), cpu=not fingerprint.get("cuda"),
-                                 target_speedup=self.target_speedup, max_turns=self.max_turns)
-        return prompts.render("system", **context) + "\n\n" + prompts.render("task", **context)
+        system, task = first_messages(prompts, episode.context(fingerprint_of(self.backend)))
+        return system["content"] + "\n\n" + task["content"]
 
     def get_reward(self) -> float | None:
         """The rollout's reward (None for an infrastructure failure): ends the episode."""

@@ -147,10 +147,10 @@ def evaluate_batch(backend: Any, jobs: list[tuple[Any, str, Any]]) -> list[Any]:
     """Evaluate jobs in parallel on `backend`; each entry an EvalResult or the exception."""
     if hasattr(backend, "evaluate_batch"):
         return backend.evaluate_batch(jobs)
-    return [_result(f) for f in [_submit(backend, job) for job in jobs]]
+    return [_result(f) for f in [submit_job(backend, job) for job in jobs]]
 
 
-def _submit(backend: Any, job: tuple) -> Future:
+def submit_job(backend: Any, job: tuple) -> Future:
     """backend.submit(*job), with a failure to submit as a failed future."""
     try:
         return backend.submit(*job)
@@ -205,12 +205,13 @@ class KernelReward:
     def __init__(self, backend: Any = None, *, config: RewardConfig | None = None,
                  eval_config: Any = None, devices: list[str] | None = None,
                  cpu_workers: int = 1, cache_dir: str | None = None, isolation: str = "auto",
-                 judge: Any = None, dedupe: bool = True, jobs_per_device: int = 0) -> None:
+                 judge: Any = None, dedupe: bool = True, jobs_per_device: int = 0,
+                 own_backend: bool | None = None) -> None:
         self.config = config or RewardConfig()
         self.eval_config = eval_config
         self.judge = judge
         self.dedupe = dedupe
-        self._own_backend = backend is None
+        self._own_backend = backend is None if own_backend is None else own_backend  # close() closes it
         self._backend = backend
         if backend is None:
             devices = default_backend_args(devices, cpu_workers)
@@ -230,6 +231,11 @@ class KernelReward:
 
                 self._backend = EvaluatorPool(**self._backend_args)
             return self._backend
+
+    @property
+    def started_backend(self) -> Any:
+        """The backend if there is one yet (None: not started; asking does not start it)."""
+        return self._backend
 
     def close(self) -> None:
         if self._own_backend and self._backend is not None:
@@ -262,22 +268,24 @@ class KernelReward:
 
     # -- scoring -----------------------------------------------------------------------
     def score(self, completions: Any, **columns: Any) -> list[RewardBreakdown]:
-        prepared = self._prepare(completions, columns)
+        prepared = self.prepare(completions, columns)
         results = evaluate_batch(self.backend, prepared["jobs"])
-        return self._finish(prepared, results)
+        return self.rewards(prepared, results)
 
     async def ascore(self, completions: Any, **columns: Any) -> list[RewardBreakdown]:
-        prepared = self._prepare(completions, columns)
+        prepared = self.prepare(completions, columns)
         backend = self.backend
         if hasattr(backend, "submit") and not hasattr(backend, "evaluate_batch"):
-            futures: list[Future] = [_submit(backend, job) for job in prepared["jobs"]]
+            futures: list[Future] = [submit_job(backend, job) for job in prepared["jobs"]]
             results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures),
                                            return_exceptions=True)
         else:
             results = await asyncio.to_thread(evaluate_batch, backend, prepared["jobs"])
-        return await asyncio.to_thread(self._finish, prepared, list(results))
+        return await asyncio.to_thread(self.rewards, prepared, list(results))
 
-    def _prepare(self, completions: Any, columns: dict) -> dict:
+    def prepare(self, completions: Any, columns: dict) -> dict:
+        """The completions' jobs (one per distinct candidate and problem) and what each row
+        maps to; `rewards` turns their results into the rewards (the reward service runs both)."""
         completions = list(completions or [])
         n = len(completions)
         problems = problems_from_columns(columns, n) if n else []
@@ -300,7 +308,8 @@ class KernelReward:
             rows.append(index[key] if self.dedupe else len(jobs) - 1)
         return {"rows": rows, "jobs": jobs}
 
-    def _finish(self, prepared: dict, results: list[Any]) -> list[RewardBreakdown]:
+    def rewards(self, prepared: dict, results: list[Any]) -> list[RewardBreakdown]:
+        """The rewards of `prepare`'s rows, from their jobs' results (EvalResult or exception)."""
         judged: list[Any] = [None] * len(results)
         if self.judge is not None and prepared["jobs"]:
             judged = self.judge.score_many([(p.source, code) for p, code, _ in prepared["jobs"]])

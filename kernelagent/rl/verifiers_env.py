@@ -26,9 +26,12 @@ Dataset rows are `kernelagent dataset prompts` rows: `prompt`, plus the problem 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.rl.reward import RewardBreakdown
+
+if TYPE_CHECKING:
+    from kernelagent.harness import FingerprintedEvaluator
 
 _PROBLEM_KEYS = ("problem_source", "problem_path", "problem")
 
@@ -62,7 +65,7 @@ class KernelEpisodes:
     """The verifiers hooks over `KernelEnv`, one episode per rollout state (no verifiers
     import). `env_options` are KernelEnv's (mode, max_turns, trials, reward_config, ...)."""
 
-    def __init__(self, evaluator: Any, **env_options: Any) -> None:
+    def __init__(self, evaluator: FingerprintedEvaluator, **env_options: Any) -> None:
         from kernelagent.rl.env import KernelEnv
 
         KernelEnv(evaluator, **env_options)  # bad options fail here, not in a rollout
@@ -142,7 +145,7 @@ def verifiers_env_class() -> type:
     class KernelVerifiersEnv(MultiTurnEnv):
         """A verifiers MultiTurnEnv whose turns are `KernelEnv.step`."""
 
-        def __init__(self, evaluator: Any, *, mode: str = "auto", max_turns: int = 10,
+        def __init__(self, evaluator: FingerprintedEvaluator, *, mode: str = "auto", max_turns: int = 10,
                      env_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
             self.episodes = KernelEpisodes(evaluator, mode=mode, max_turns=max_turns,
                                            **(env_options or {}))
@@ -172,7 +175,7 @@ def verifiers_env_class() -> type:
     return _env_class
 
 
-def load_environment(evaluator: Any, dataset: Any = None, **options: Any) -> Any:
+def load_environment(evaluator: FingerprintedEvaluator, dataset: Any = None, **options: Any) -> Any:
     """A verifiers environment over `evaluator` (an Evaluator or EvaluatorPool). `dataset`:
     a `datasets.Dataset` or a list of `dataset prompts` rows (their `problem_*` columns are
     moved into `info`). Other options: mode, max_turns, env_options, and MultiTurnEnv's."""

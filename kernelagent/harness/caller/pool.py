@@ -121,12 +121,12 @@ class EvaluatorPool:
             return evaluator
 
     def evaluate(self, problem: Problem | str | Path, candidate_source: str,
-                 config: EvalConfig | None = None) -> EvalResult:
+                 config: EvalConfig | None = None, *, cancel: threading.Event | None = None) -> EvalResult:
         """Evaluates on the evaluator with the fewest jobs in flight (its server queues the job
-        when it already runs as many as it admits)."""
+        when it already runs as many as it admits); `cancel` as Evaluator.evaluate has it."""
         evaluator = self._take()
         try:
-            return evaluator.evaluate(problem, candidate_source, config)
+            return evaluator.evaluate(problem, candidate_source, config, cancel=cancel)
         finally:
             with self._load_lock:
                 self._load[id(evaluator)] -= 1
