@@ -72,17 +72,16 @@ def standin_service(eval_ms: float, workers: int, **kwargs):
     from kernelagent.rl.trl import KernelReward
 
     class StandInReward(KernelReward):
-        def _prepare(self, completions, columns):
+        def prepare(self, completions, columns):
             return {"rows": list(range(len(completions))), "jobs": [(None, str(c), None) for c in completions]}
 
-        def _finish(self, prepared, results):
+        def rewards(self, prepared, results):
             return [RewardBreakdown(reward=r, verifiable=r, status="correct") if isinstance(r, float)
                     else RewardBreakdown(reward=0.0, verifiable=0.0, status="harness_error", infra_error=True)
                     for r in results]
 
     backend = StandInBackend(eval_ms, workers)
-    reward = StandInReward(backend)
-    reward._own_backend = True
+    reward = StandInReward(backend, own_backend=True)
     return RewardService(reward, **kwargs), backend
 
 

@@ -37,7 +37,7 @@ def test_text_episode_and_prompts_equal_optimize(tmp_path):
     obs, reward, done = e.step(block(WRONG, "Leaky first."))
     assert not done and reward == 0.0 and "incorrect" in obs
     obs, reward, done = e.step(block(GOOD, "Now max(x, 0)."))
-    assert done and reward == pytest.approx(CORRECT_ON_CPU)
+    assert done and reward == pytest.approx(CORRECT_ON_CPU), (reward, obs[-1500:], e.final)
     assert e.final.correct and e.run_result.outcome == "success"
     roles = [m["role"] for m in e.messages]
     assert roles[:3] == ["system", "user", "assistant"] and roles.count("assistant") == 3
@@ -72,7 +72,7 @@ def test_submit_ends_the_episode_with_the_verified_reward(tmp_path):
     submit = {"role": "assistant", "content": "Submitting.", "tool_calls": [
         {"id": "s1", "function": {"name": "submit", "arguments": {"code": GOOD}}}]}
     obs, reward, done = e.step(submit)
-    assert done and reward == pytest.approx(0.25 + 1.0)
+    assert done and reward == pytest.approx(0.25 + 1.0), (done, reward, obs[-1500:])
     saved = json.loads((tmp_path / "trajectory.json").read_text())
     assert saved["status"] == "finished" and saved["final_verification"][0]["passed"]
 
