@@ -2,8 +2,9 @@
 
 The server's stages do not set a status. Each records an outcome (a frozen value below) and
 `apply` writes the fold of all of them into the result: its status, reason, stage and
-`correct`, and nothing else writes those (tests/test_verdict_fold.py reads the harness's server
-for any other assignment). The rules, in the order the outcomes happened:
+`correct`, and nothing else writes those; the caller's EvalResult is written the same way
+(`apply_to`, `weigh`). tests/test_verdict_fold.py reads the harness for any other assignment.
+The rules, in the order the outcomes happened:
 
 - `Failed` (a stage's failure) and `Concluded` (the checks' verdict, server/verdict.py
   conclude_checks, with the flags it was judged with): the first one decides; a later one is
@@ -152,3 +153,18 @@ def apply(result: dict[str, Any], outcomes: Sequence[Outcome]) -> Verdict:
     result.update(fields(verdict))
     return verdict
 
+
+def apply_to(result: Any, outcomes: Sequence[Outcome]) -> Verdict:
+    """The same writer for the caller's EvalResult: its status, reason, stage and `correct`, the
+    fold of `outcomes` alone (what the result held before is not an input: `weigh` passes it)."""
+    verdict = fold(outcomes)
+    result.status, result.reason, result.stage, result.correct = (verdict.status, verdict.reason, verdict.stage,
+                                                                  verdict.correct)
+    return verdict
+
+
+def weigh(result: Any, flags: Sequence[dict[str, str]]) -> Verdict:
+    """New evidence on a result the server decided (the caller's kernel evidence, its trace, an
+    audit): its verdict folded again as the checks' conclusion with these flags, so that a
+    `reject` among them outranks the comparison by the same rule (with_rejects)."""
+    return apply_to(result, [Concluded(result.status, result.reason, result.stage, tuple(flags))])
