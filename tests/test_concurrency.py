@@ -271,6 +271,14 @@ def test_default_concurrency_is_bounded_by_cpus_and_memory():
     assert default_concurrency(cpus=2, cuda=False)[0] == 1
 
 
+def _decided(job, status, reason):
+    """A job whose verdict so far is `status`, recorded as a job records it (harness/verdict.py)."""
+    from kernelagent.harness.verdict import Concluded
+
+    job.outcomes, job.result = [], {}
+    job.record(Concluded(status, reason, None))
+
+
 def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
     """The rule (server/job.py conclude_concurrency): an out-of-memory error in a job that shared
     the device is a harness error with retry_alone, and the caller re-runs it alone."""
@@ -279,21 +287,21 @@ def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
     job = job_mod.Job.__new__(job_mod.Job)
     job.concurrency, job.alone, job.out_of_memory, job.shared_device = {}, False, True, True
     job.stage_timed_out, job.alloc_retries = False, {}
-    job.result = {"status": Status.RUNTIME_ERROR, "reason": "out of memory on the device", "correct": False}
+    _decided(job, Status.RUNTIME_ERROR, "out of memory on the device")
     job.conclude_concurrency()
     assert job.result["status"] == Status.HARNESS_ERROR and job.result["concurrency"]["retry_alone"]
     job.alone = True
-    job.result = {"status": Status.RUNTIME_ERROR, "reason": "out of memory on the device", "correct": False}
+    _decided(job, Status.RUNTIME_ERROR, "out of memory on the device")
     job.conclude_concurrency()
     assert job.result["status"] == Status.RUNTIME_ERROR  # alone, it is the candidate's
     # The reference out of memory building the problem beside others (level1/25_Swish with 3.3
     # GiB left by its neighbours on an H100): too_large only once it ran alone.
     job.alone = False
-    job.result = {"status": Status.TOO_LARGE, "reason": "the reference ran out of device memory", "correct": False}
+    _decided(job, Status.TOO_LARGE, "the reference ran out of device memory")
     job.conclude_concurrency()
     assert job.result["status"] == Status.HARNESS_ERROR and job.result["concurrency"]["retry_alone"]
     job.alone = True
-    job.result = {"status": Status.TOO_LARGE, "reason": "the reference ran out of device memory", "correct": False}
+    _decided(job, Status.TOO_LARGE, "the reference ran out of device memory")
     job.conclude_concurrency()
     assert job.result["status"] == Status.TOO_LARGE
     # The caller's side: a retry_alone reply is sent again with options.alone.
@@ -345,7 +353,7 @@ def test_a_full_device_while_timed_beside_others_is_retried_alone():
         job = job_mod.Job.__new__(job_mod.Job)
         job.concurrency, job.alone, job.out_of_memory, job.shared_device = {}, alone, False, shared
         job.stage_timed_out, job.alloc_retries = False, retries
-        job.result = {"status": status, "reason": "", "correct": status == Status.CORRECT}
+        _decided(job, status, "")
         job.conclude_concurrency()
         return job.result
 
@@ -373,7 +381,7 @@ def test_a_stage_past_its_limit_beside_others_is_retried_alone():
         job = job_mod.Job.__new__(job_mod.Job)
         job.concurrency, job.alone, job.out_of_memory, job.shared_device = {}, alone, False, shared
         job.stage_timed_out, job.alloc_retries = stage_timed_out, {}
-        job.result = {"status": status, "reason": "stage 'compile' ran past its 120 s limit", "correct": False}
+        _decided(job, status, "stage 'compile' ran past its 120 s limit")
         job.conclude_concurrency()
         return job.result
 
@@ -590,8 +598,7 @@ def test_the_reference_dying_of_cuda_out_of_memory_beside_others_is_retried_alon
     job.concurrency, job.alone, job.shared_device = {}, False, True
     job.stage_timed_out, job.alloc_retries = False, {}
     job.out_of_memory = job_mod._says_out_of_memory(log)
-    job.result = {"status": Status.HARNESS_ERROR, "correct": False,
-                  "reason": "the reference process exited with code 1 during stage 'compile'"}
+    _decided(job, Status.HARNESS_ERROR, "the reference process exited with code 1 during stage 'compile'")
     job.conclude_concurrency()
     assert job.result["concurrency"]["retry_alone"] and "re-run alone" in job.result["reason"]
 

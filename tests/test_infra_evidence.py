@@ -148,13 +148,17 @@ def test_a_fault_after_the_verdict_keeps_the_candidates_failure(decided, status)
     import queue
     from types import SimpleNamespace
 
+    from kernelagent.harness import verdict as fold
+    from kernelagent.harness.server.job import Job
     from kernelagent.harness.server.main import Dispatcher
 
     sent = []
-    job = SimpleNamespace(fork=lambda: None, result={"status": None, "reason": "trial 0: mismatch", "flags": []})
+    job = SimpleNamespace(fork=lambda: None, result={**fold.fields(fold.fold([])), "flags": []}, outcomes=[])
+    job.record = types.MethodType(Job.record, job)  # the job's one writer of its verdict
 
     def run():
-        job.result["status"] = decided  # the verdict, then a fault in finish_result
+        if decided:  # the verdict, then a fault in finish_result
+            job.record(fold.Concluded(decided, "trial 0: mismatch", "correctness"))
         raise OverflowError("int too large to convert to float")
 
     job.run = run

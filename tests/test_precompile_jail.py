@@ -228,7 +228,7 @@ def test_diagnostics_are_cleaned_and_bounded(tmp_path, monkeypatch, mode):
     result = precompile_mod.precompile(_many_extensions(12), workdir, timeout=120, jail=jail)
     print(f"\n[{mode}] {len(result.message)} characters:\n{result.message[:600]}")
     assert not result.ok and not result.skipped and not result.harness_fault, result
-    assert result.verdict()["status"] == Status.COMPILE_ERROR
+    assert result.verdict().status == Status.COMPILE_ERROR
     assert len(result.message) <= _tools().MAX_MESSAGE_CHARS
     assert "red" in result.message and "bell" in result.message  # the words stay
     for bad in ("\x1b", "\x07", "\x08", "]52;"):
@@ -263,9 +263,9 @@ def test_a_jail_that_cannot_be_entered_is_a_harness_error(tmp_path, monkeypatch)
     result = precompile_mod.precompile(_many_extensions(1), tmp_path / "scratch-root" / "job" / "precompile",
                                        timeout=60, jail=jail)
     verdict = result.verdict()
-    print("\n" + verdict["reason"])
-    assert verdict["status"] == Status.HARNESS_ERROR and "jail could not be entered" in verdict["reason"]
-    assert "yyyy" not in verdict["reason"]  # the fake compiler never ran
+    print("\n" + verdict.reason)
+    assert verdict.status == Status.HARNESS_ERROR and "jail could not be entered" in verdict.reason
+    assert "yyyy" not in verdict.reason  # the fake compiler never ran
 
 
 # -- through the harness: `kernelagent eval --backend cuda --device cpu` ----------------------

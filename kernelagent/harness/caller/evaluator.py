@@ -23,7 +23,7 @@ from typing import Any
 
 from kernelagent import settings
 from kernelagent.errors import UserError
-from kernelagent.harness import interpreter, protocol
+from kernelagent.harness import interpreter, protocol, verdict
 from kernelagent.harness.caller import sandbox, zygote
 from kernelagent.harness.caller.audit import evidence_options, needs_win_audit
 from kernelagent.harness.caller.baseline_cache import BaselineCache
@@ -422,13 +422,13 @@ class Evaluator(ServerChannel):
         if not isinstance(problem, Problem):
             problem = load_problem(problem)
         started = time.monotonic()
-        base = EvalResult(status=Status.HARNESS_ERROR, problem=str(problem.path), problem_sha256=problem.sha256,
+        base = EvalResult(**verdict.fields(verdict.fold([verdict.HarnessFault("")])),  # until decided
+                          problem=str(problem.path), problem_sha256=problem.sha256,
                           candidate_sha256=sha256_text(candidate_source), config=config.to_dict(),
-                          seeds={"secret": config.seed is None, "base": config.seed,
-                                 "weights": config.weight_seed})
+                          seeds={"secret": config.seed is None, "base": config.seed, "weights": config.weight_seed})
         static = candidate_static_problem(candidate_source)
         if static:
-            base.status, base.stage, base.reason = Status.COMPILE_ERROR, "load", static
+            verdict.apply_to(base, [verdict.Failed(Status.COMPILE_ERROR, static, "load")])
             base.stage_seconds["total"] = time.monotonic() - started
             return base
         static_flags: list[Flag] = []
@@ -438,8 +438,7 @@ class Evaluator(ServerChannel):
             findings = static_check.check_source(candidate_source, backend=config.backend)
             rejects = [f for f in findings if f.severity == "reject"]
             if rejects and config.static_check == "reject":
-                base.status, base.stage = Status.REJECTED, "static"
-                base.reason = static_check.summary(rejects)
+                verdict.apply_to(base, [verdict.Failed(Status.REJECTED, static_check.summary(rejects), "static")])
                 base.flags = [Flag(f"static:{f.kind}", f.message_with_line(), "reject") for f in rejects]
                 base.flags += [Flag(f"static:{f.kind}", f.message_with_line(), "info")
                                for f in findings if f.severity != "reject"]
@@ -455,7 +454,7 @@ class Evaluator(ServerChannel):
                 try:
                     self.start()
                 except HarnessStartError as exc:
-                    base.reason = str(exc)
+                    verdict.apply_to(base, [verdict.HarnessFault(str(exc))])
                     return base
                 base.fingerprint = dict(self._fingerprint or {})
                 base.isolation = dict(self.isolation)
@@ -520,15 +519,14 @@ class Evaluator(ServerChannel):
                     reply = self._round_trip(request, self._deadline(config), cancel)
             base.stage_seconds["start_to_reply"] = time.monotonic() - started
             if reply is not None and reply.get("cancelled"):
-                base.reason = CANCELLED_REASON
+                verdict.apply_to(base, [verdict.HarnessFault(CANCELLED_REASON)])
                 return base
             if reply is None:
-                base.status = Status.TIMEOUT
-                base.reason = ("the harness did not answer within its overall deadline; the server was killed and "
-                               "will be restarted")
+                verdict.apply_to(base, [verdict.Failed(Status.TIMEOUT, "the harness did not answer within its overall "
+                                                       "deadline; the server was killed and will be restarted", None)])
                 return base
             if "error" in reply:
-                base.reason = reply["error"] + self._server_log_tail(reply["error"])
+                verdict.apply_to(base, [verdict.HarnessFault(reply["error"] + self._server_log_tail(reply["error"]))])
                 return base
             evidence = reply["result"].pop("evidence", None)
             result = self._merge(base, reply["result"], cached, cache_key, config)

@@ -26,7 +26,7 @@ def apply_kernel_evidence(result: EvalResult, evidence: dict[str, Any] | None, c
     sees clearly less of the candidate's own work than the trace said rejects the result
     (`audit_disagreement`)."""
     from kernelagent.harness.caller import kernel_evidence
-    from kernelagent.harness.server import verdict  # pure functions: the same rule in this process
+    from kernelagent.harness import verdict  # the verdict fold: the same rule as the server's
 
     if result.status != Status.CORRECT or not (result.fingerprint or {}).get("cuda"):
         return
@@ -54,9 +54,7 @@ def apply_kernel_evidence(result: EvalResult, evidence: dict[str, Any] | None, c
     seen = kernel_evidence.violations_under_ncu(evidence)
     if seen:
         result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in seen)
-        outcome = verdict.apply_rejects(verdict.Outcome(result.status, result.reason, result.stage), seen)
-        result.status, result.reason, result.stage = outcome.status, outcome.reason, outcome.stage
-        result.correct = outcome.correct
+        verdict.weigh(result, seen)
         return
     if "unavailable" in evidence or not isinstance(evidence.get("kernels"), list):
         why = evidence.get("unavailable", "no kernel list came back")
@@ -78,20 +76,16 @@ def apply_kernel_evidence(result: EvalResult, evidence: dict[str, Any] | None, c
                                   candidate.median_ms if candidate else None)
     result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in found)
     # Explicit evidence of an exploit outranks the comparison: the server's own rule.
-    outcome = verdict.apply_rejects(verdict.Outcome(result.status, result.reason, result.stage), found)
-    result.status, result.reason, result.stage = outcome.status, outcome.reason, outcome.stage
-    result.correct = outcome.correct
+    verdict.weigh(result, found)
 
 
 def _reject(result: EvalResult, found: list[dict[str, str]]) -> None:
     """Flags added to the result, and its verdict from them by the server's own rule (an explicit
     rejection outranks the comparison)."""
-    from kernelagent.harness.server import verdict  # pure functions: the same rule in this process
+    from kernelagent.harness import verdict  # the verdict fold: the same rule as the server's
 
     result.flags.extend(Flag(f["kind"], f["message"], f["severity"]) for f in found)
-    outcome = verdict.apply_rejects(verdict.Outcome(result.status, result.reason, result.stage), found)
-    result.status, result.reason, result.stage = outcome.status, outcome.reason, outcome.stage
-    result.correct = outcome.correct
+    verdict.weigh(result, found)
 
 
 def apply_trace(result: EvalResult, trace: dict[str, Any]) -> None:

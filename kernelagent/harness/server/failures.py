@@ -97,7 +97,6 @@ class FailurePhases:
             self.candidate_protocol(text)
         else:
             self.fail(Status.RUNTIME_ERROR, text, stage)
-        self.result["correct"] = False
 
     def note_memory_beside(self) -> None:
         """What our own memory ledger (server/gate.MemoryLedger) had promised to other jobs on
@@ -137,7 +136,6 @@ class FailurePhases:
                    "a kernel must not write to the harness's channels")
         self.flag(verdict.flag("protocol", message, "reject"))
         self.fail(Status.REJECTED, "[protocol] " + message, self.stage)
-        self.result["correct"] = False
 
     def cand_died(self) -> None:
         assert self.cand is not None
@@ -153,7 +151,6 @@ class FailurePhases:
         else:
             self.fail(Status.CRASHED, f"the candidate's process {_describe_exit(code)} during stage '{self.stage}'",
                       self.stage)
-        self.result["correct"] = False
 
 
 def candidate_device_bytes(fingerprint: dict[str, Any], pid: int) -> int | None:

@@ -13,7 +13,8 @@ a time, and relays what the candidate sends to the reference, so:
 - the timed loop is clocked by the server from the outside, against a calibration loop the
   reference process runs with an empty model, and a secret subset of the timed calls' outputs is
   compared in the reference process (server/verdict.py decides from these);
-- the verdict comes from server/verdict.py, over the reference's comparisons only.
+- the verdict comes from server/verdict.py, over the reference's comparisons only, and the
+  result's status from the fold of what the job recorded (harness/verdict.py, `record`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 
 from kernelagent.harness import protocol
 from kernelagent.harness.config import EvalConfig
+from kernelagent.harness import verdict as fold
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import draws, evidence, gate as gate_mod, trace_stage, verdict
 from kernelagent.harness.server.gate import Gate
@@ -96,8 +98,9 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         self.jail = jail
         self.root = scratch_root / f"job-{uuid.uuid4().hex[:12]}"
         self.rng = random.SystemRandom()
-        self.result: dict[str, Any] = {"status": None, "reason": "", "compiled": False, "correct": False,
-                                       "stage": None, "trials": [], "timings": {}, "flags": [],
+        # status, reason, stage and correct: written only by the verdict fold (record)
+        self.outcomes: list[fold.Outcome] = []
+        self.result: dict[str, Any] = {**fold.fields(fold.fold(self.outcomes)), "compiled": False, "trials": [], "timings": {}, "flags": [],
                                        "stage_seconds": {}, "kernels": [], "memory": {}}
         self.checks: dict[str, CheckRecord] = {}
         self.planned: list[str] = []
@@ -122,9 +125,13 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         self.alloc_retries: dict[str, int] = {}  # the allocator gave memory back while timed work ran (per process)
 
     # -- helpers -------------------------------------------------------------------
+    def record(self, outcome: fold.Outcome) -> fold.Verdict:
+        """What happened, in order; the result's verdict is their fold (harness/verdict.py)."""
+        self.outcomes.append(outcome)
+        return fold.apply(self.result, self.outcomes)
+
     def fail(self, status: str, reason: str, stage: str | None) -> None:
-        if self.result["status"] is None:
-            self.result.update(status=status, reason=reason, stage=stage)
+        self.record(fold.Failed(status, reason, stage))  # the first failure decides
 
     def flag(self, item: dict[str, str]) -> None:
         self.result["flags"].append(item)
@@ -456,7 +463,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
     def retry_alone(self, reason: str) -> None:
         """A harness error that the caller answers by running the job again alone
         (caller/evaluator.py), where this job shared the device (conclude_concurrency)."""
-        self.result.update(status=Status.HARNESS_ERROR, correct=False, reason=reason)
+        self.record(fold.RetryAlone(reason))
         self.concurrency["retry_alone"] = True
 
     def precompile_only(self) -> dict[str, Any]:
@@ -467,7 +474,8 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         result = precompile(self.request["candidate_source"], self.scratch / "precompile",
                             timeout=self.config.timeouts.cuda_build, jail=self.jail)
         self.result["stage_seconds"]["nvcc"] = result.seconds
-        self.result.update(result.verdict(), stage="compile")
+        outcome = self.record(result.verdict())
+        self.result["compiled"] = outcome.status == Status.COMPILED
         self.result["flags"] += result.flags()
         self.result["log"] = "\n".join(result.commands)[-LOG_TAIL_BYTES:]
         self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
@@ -525,8 +533,6 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         outcome = verdict.conclude_checks(self.planned, self.checks, self.config.compile_only,
                                           bool(self.result["compiled"]), derived=self.derived_dims)
         flags = list(self.result["flags"]) + list(outcome.flags) + list(claimed)
-        if self.result["status"] is None:
-            outcome = verdict.apply_rejects(outcome, flags)
-            self.result.update(status=outcome.status, reason=outcome.reason, stage=outcome.stage,
-                               correct=outcome.status == Status.CORRECT)
+        # decides only where nothing failed before; its reject flags outrank the comparison
+        self.record(fold.Concluded(outcome.status, outcome.reason, outcome.stage, tuple(flags)))
         self.result["flags"] = flags

@@ -33,7 +33,7 @@ import torch
 from kernelagent import settings
 from kernelagent.harness import protocol
 from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig
-from kernelagent.harness.result import Status
+from kernelagent.harness import verdict
 from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.device_lock import DeviceLock
 from kernelagent.harness.server.job import FORK, Job
@@ -361,8 +361,8 @@ class Dispatcher:
                 self._handle(request, job_id, device_lock)
         except Exception:  # noqa: BLE001 - the server goes on; the caller hears a harness error
             try:
-                self.send("result", job_id, "-", result={"status": Status.HARNESS_ERROR,
-                                                         "reason": "harness error:\n" + traceback.format_exc(limit=4)})
+                fault = verdict.HarnessFault("harness error:\n" + traceback.format_exc(limit=4))
+                self.send("result", job_id, "-", result=verdict.fields(verdict.fold([fault])))
             except OSError:
                 pass
         finally:
@@ -389,14 +389,13 @@ class Dispatcher:
         try:
             job.fork()
         except Exception:  # noqa: BLE001
-            job.result.update(status=Status.HARNESS_ERROR, reason="harness error:\n" + traceback.format_exc(limit=4))
+            job.record(verdict.HarnessFault("harness error:\n" + traceback.format_exc(limit=4)))
         self.send("started", job_id)
         # The job's nonce arrives only now: the job's processes were forked without it.
         try:
             nonce = self._nonces[job_id].get(timeout=120)
         except queue.Empty:
-            job.result.update(status=job.result["status"] or Status.HARNESS_ERROR,
-                              reason="the caller sent no nonce for this job")
+            job.record(verdict.NoNonce("the caller sent no nonce for this job"))
             job.abandon()
             return
         if self.cancelled(job_id):  # before its nonce came, or while it was being forked
@@ -409,13 +408,12 @@ class Dispatcher:
             try:
                 result = job.run()
             except Exception:  # noqa: BLE001
-                result = {"status": Status.HARNESS_ERROR, "reason": "harness error:\n" + traceback.format_exc()}
-                if job.result["status"] not in (None, Status.CORRECT, *Status.NOT_JUDGED):
-                    # a failure of the candidate's, decided before the fault (its evidence, the
-                    # clean-up), stays its verdict (server/failures.py)
-                    job.result["flags"].append({"kind": "later-fault", "severity": "info",
-                                                "message": result["reason"][-600:]})
-                    result = job.result
+                # a failure of the candidate's, decided before the fault (its evidence, the
+                # clean-up), stays its verdict (server/failures.py); else only the fault is sent
+                decided = job.record(verdict.ServerFault("harness error:\n" + traceback.format_exc()))
+                if decided.later_fault is not None:
+                    job.result["flags"].append(decided.later_fault)
+                result = verdict.fields(decided) if decided.fresh else job.result
         else:
             result = job.result
         if self.cancelled(job_id):  # its processes were killed under it: not a verdict
@@ -428,7 +426,8 @@ class Dispatcher:
         self.send("result", job_id, nonce, result=protocol.json_safe(result))
 
 
-CANCELLED = {"status": Status.HARNESS_ERROR, "reason": "cancelled by the caller: the job's processes were killed"}
+CANCELLED = verdict.fields(verdict.fold([verdict.HarnessFault("cancelled by the caller: the job's processes were "
+                                                               "killed")]))
 
 
 def _kill_job(job: Job) -> None:

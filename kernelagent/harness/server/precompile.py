@@ -18,6 +18,7 @@ from kernelagent.harness.cuda_source import (SourceMap, extract_extensions, gene
                                              check_includes, CudaBuildError)
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import verdict
+from kernelagent.harness.verdict import Concluded
 from kernelagent.harness.server.tool_jail import ToolJail, ToolRun, bounded_message
 
 def find_nvcc() -> str | None:
@@ -76,20 +77,21 @@ class PrecompileResult:
     jail_note: str = ""  # where the compilers ran without the per-job jail: that, for the result
     harness_fault: str = ""  # the jail could not be entered: nothing is said about the candidate
 
-    def verdict(self) -> dict[str, Any]:
-        """The result's status, reason and `compiled` (a harness error where nothing could be
-        said about the candidate: no nvcc, sources built at run time, no jail to compile in)."""
+    def verdict(self) -> Concluded:
+        """What the compile says, for the verdict fold (harness/verdict.py; `compiled` where it
+        is compiled): a harness error where nothing could be said about the candidate: no nvcc,
+        sources built at run time, no jail to compile in."""
         if self.harness_fault:
-            return {"status": Status.HARNESS_ERROR,
-                    "reason": "the compilers' jail could not be entered, so nothing was compiled: " + self.harness_fault}
+            return Concluded(Status.HARNESS_ERROR, "the compilers' jail could not be entered, so nothing was "
+                                                   "compiled: " + self.harness_fault, "compile")
         if self.ok:
-            return {"status": Status.COMPILED, "compiled": True,
-                    "reason": "the CUDA sources compiled with nvcc (compile-only: this machine has no GPU, so the "
-                              "extension was not linked or run; correctness and timing need a GPU)"}
+            return Concluded(Status.COMPILED, "the CUDA sources compiled with nvcc (compile-only: this machine has "
+                                              "no GPU, so the extension was not linked or run; correctness and "
+                                              "timing need a GPU)", "compile")
         if self.skipped:
-            return {"status": Status.HARNESS_ERROR,
-                    "reason": "cannot check this CUDA candidate without a GPU: " + self.skipped}
-        return {"status": Status.COMPILE_ERROR, "reason": self.message}
+            return Concluded(Status.HARNESS_ERROR, "cannot check this CUDA candidate without a GPU: " + self.skipped,
+                             "compile")
+        return Concluded(Status.COMPILE_ERROR, self.message, "compile")
 
     def flags(self) -> list[dict[str, str]]:
         """Where the compilers ran without the per-job jail (as candidates run here), an

@@ -20,6 +20,7 @@ from typing import Any
 
 from kernelagent.harness.result import SEVERITY, Status
 from kernelagent.harness.stats import quantile
+from kernelagent.harness.verdict import with_rejects
 
 # Timed loop checks (trusted_time): the server's per-call time may exceed the mean that the
 # candidate's process claims by this share of the server's time, plus an absolute allowance for
@@ -189,17 +190,12 @@ def conclude_checks(planned: list[str], checks: dict[str, CheckRecord], compile_
 
 def apply_rejects(outcome: Outcome, flags: list[dict[str, str]]) -> Outcome:
     """Explicit evidence of an exploit outranks the comparison's verdict (but never a
-    harness error or a bad problem, which are not about the candidate)."""
-    rejects = [f for f in flags if f["severity"] == "reject"]
-    if not rejects or outcome.status in (Status.HARNESS_ERROR, Status.BAD_PROBLEM, Status.TIMEOUT,
-                                         Status.REJECTED):
+    harness error or a bad problem, which are not about the candidate): the fold's rule
+    (harness/verdict.py with_rejects)."""
+    status, reason, stage = with_rejects(outcome.status, outcome.reason, outcome.stage, flags)
+    if status == outcome.status:
         return outcome
-    first = rejects[0]
-    also = ""
-    if outcome.status != Status.CORRECT and outcome.reason:
-        also = f" (it was also {outcome.status}: {outcome.reason.splitlines()[0][:300]})"
-    return Outcome(Status.REJECTED, f"[{first['kind']}] {first['message']}{also}", outcome.stage or "evidence",
-                   outcome.flags)
+    return Outcome(status, reason, stage, outcome.flags)
 
 
 # --------------------------------------------------------------------------------------
