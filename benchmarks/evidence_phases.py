@@ -1,7 +1,7 @@
 """Where the kernel evidence's seconds go, phase by phase, outside any server (issue 39).
 
-One Nsight Compute session as the harness runs it (caller/ncu.py `prepare`, the per-job jail,
-the READY/GO/WARMED/GO2 handshake of caller/ncu_session.py), driven by this script instead of a
+One Nsight Compute session as the harness runs it (server/ncu.py `prepare`, the per-job jail,
+the READY/GO/WARMED/GO2 handshake of server/ncu_session.py), driven by this script instead of a
 server, with the target's own stamps and, read from /proc, when the target process itself ended
 (before ncu's host process wrote the report and ended). Variants:
 
@@ -51,8 +51,8 @@ def _target_pids(leader: int) -> list[int]:
 
 def one(variant: str, problem: Path, solution: Path, calls: int, triton_cache: Path | None,
         keep_cache: Path | None) -> dict:
-    from kernelagent.harness.caller import ncu
-    from kernelagent.harness.caller.ncu_session import NcuSession, reap
+    from kernelagent.harness.server import ncu
+    from kernelagent.harness.server.ncu_session import NcuSession, reap
     from kernelagent.harness.child.ncu_entry import GO_FILE
 
     run_as = (65534, 65534) if os.geteuid() == 0 else None

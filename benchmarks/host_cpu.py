@@ -66,7 +66,7 @@ def classify(comm: str, cmdline: str, caller: bool = False) -> str:
         return "ncu"
     if "kernelagent.harness.child.ncu_entry" in cmdline:
         return "ncu-target"
-    if "kernelagent.harness.child.jail_exec" in cmdline:
+    if "kernelagent.harness.jail.exec_in" in cmdline:
         return "jail-exec"
     if "compile_worker" in cmdline or "_inductor" in cmdline:
         return "compile-worker"

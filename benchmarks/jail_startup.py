@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kernelagent.harness.child import namespaces as jail  # noqa: E402
+from kernelagent.harness.jail import namespaces as jail  # noqa: E402
 
 
 def one(mode: str, scratch_root: Path) -> float:

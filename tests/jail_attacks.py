@@ -1,4 +1,4 @@
-"""Attacks on the per-job jail (kernelagent/harness/child/namespaces.py), run by tests/test_jail.py.
+"""Attacks on the per-job jail (kernelagent/harness/jail/namespaces.py), run by tests/test_jail.py.
 
 This script plays the harness server: it forks one job per attack, the job enters the jail
 first thing and then attacks, and reports what happened through a pipe; what must be checked
@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kernelagent.harness.child import mounts  # noqa: E402
-from kernelagent.harness.child import namespaces as jail  # noqa: E402
+from kernelagent.harness.jail import mounts  # noqa: E402
+from kernelagent.harness.jail import namespaces as jail  # noqa: E402
 
 CANARY_NAME = "KA_TEST_CANARY"  # not a "secret" name: the scrubber would not remove it, we do
 
@@ -447,7 +447,7 @@ def caller_main(args) -> None:
         cmd += ["--attack", a]
     prefix: list[str] = []
     if args.layer == "bwrap":
-        from kernelagent.harness.caller.sandbox import bubblewrap_prefix
+        from kernelagent.harness.jail.sandbox import bubblewrap_prefix
 
         p = bubblewrap_prefix(base, probe_jail=False)
         if p is None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelagent.harness.child import namespaces  # noqa: E402
+from kernelagent.harness.jail import namespaces  # noqa: E402
 
 
 def main(runs: int) -> dict:

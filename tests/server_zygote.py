@@ -31,7 +31,8 @@ def start() -> str | None:
     """The zygote's socket, with KERNELAGENT_SERVER_ZYGOTE set to it; None where it did not start
     (the servers then start as they do for users)."""
     from kernelagent.harness import interpreter
-    from kernelagent.harness.caller import sandbox, zygote
+    from kernelagent.harness.caller import zygote
+    from kernelagent.harness.jail import sandbox
 
     folder = Path(tempfile.mkdtemp(prefix="ka-zygote-"))
     sock = folder / "zygote.sock"

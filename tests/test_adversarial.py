@@ -171,7 +171,7 @@ def test_sandbox_write_did_not_happen_and_isolation_is_reported(adv_evaluator):
 
 def test_sandbox_under_bubblewrap(cache_dir):
     """With bwrap, the write fails at the OS level too (read-only root, hidden home)."""
-    from kernelagent.harness.caller import sandbox
+    from kernelagent.harness.jail import sandbox
 
     if sandbox.bubblewrap_command(sandbox.make_scratch_root()) is None:
         pytest.skip("bubblewrap is not installed or cannot create namespaces here (no user namespaces)")

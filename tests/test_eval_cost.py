@@ -6,7 +6,7 @@ device slot's time, each tested so that it fails if the mechanism breaks.
 - the kernel evidence's ncu session starts early, beside the job's checks, at most `max_early`
   at a time, and never beside an in-process profiler (server/profilers.py, server/evidence.py);
 - the early session warms up with the slot taken but the other jobs running, and is profiled
-  with them stopped (caller/ncu.py NcuSession two_phase, gate.Hold.freeze);
+  with them stopped (server/ncu.py NcuSession two_phase, gate.Hold.freeze);
 - a waiting session gives up by itself when its scratch goes (child/ncu_entry.py);
 - the speedup interval's bootstrap is vectorised and still reproducible (harness/stats.py);
 - the harness names its processes, and benchmarks/host_cpu.py finds where the host's CPU goes.
@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import pytest
 
 from kernelagent.harness import EvalConfig
-from kernelagent.harness.caller import ncu as ncu_mod
+from kernelagent.harness.server import ncu as ncu_mod
 from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.profilers import Profilers
 from kernelagent.harness.server.timed import TimedPhases, loop_plan
@@ -143,7 +143,7 @@ def test_a_late_session_waits_for_an_in_process_profile():
 
 
 def test_the_server_starts_at_most_the_cap_of_early_sessions_and_ends_each_once(tmp_path, monkeypatch):
-    from kernelagent.harness.caller import kernel_evidence
+    from kernelagent.harness.server import kernel_evidence
     from kernelagent.harness.server import evidence
 
     started, discarded = [], []
@@ -197,7 +197,7 @@ def test_the_next_job_of_a_problem_takes_over_a_spare_its_predecessor_started(tm
     problem, taken over by that job with its own candidate written in, never by a job of another
     problem or of the CUDA backend, ended when dead, for an in-process profile, or for a job's
     own session at the cap."""
-    from kernelagent.harness.caller import kernel_evidence
+    from kernelagent.harness.server import kernel_evidence
     from kernelagent.harness.server import evidence
 
     started = []
@@ -354,7 +354,7 @@ def test_one_phase_sessions_never_ask_for_the_freeze(tmp_path):
 
 
 def test_a_discarded_early_session_is_killed_and_its_scratch_removed(tmp_path):
-    from kernelagent.harness.caller.kernel_evidence import Early
+    from kernelagent.harness.server.kernel_evidence import Early
 
     outer = tmp_path / "outer"
     (outer / "job").mkdir(parents=True)

@@ -1,5 +1,5 @@
 """The evidence stage with the trace as the default (issue 55), on the CPU: which results Nsight
-Compute audits (caller/audit.py), what the server does with a job's trace (server/evidence.stage:
+Compute audits (server/audit.py), what the server does with a job's trace (server/evidence.stage:
 trace judged, ncu only where planned, asked, a win, or the trace cannot decide), and what the
 caller makes of both (caller/results.apply_kernel_evidence: the trace's flags, the audit's
 disagreement). Traces are built with tests/tracefake.py, so the decoder and the rules run too."""
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelagent.harness.caller import audit
+from kernelagent.harness.server import audit
 from kernelagent.harness.caller.results import apply_kernel_evidence
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import EvalResult, Status, Timing

@@ -156,7 +156,7 @@ def _namespaces_work() -> bool:
     """Whether per-job namespaces work on this machine (auto and default resolve to them there)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     try:
-        out = subprocess.run([sys.executable, "-m", "kernelagent.harness.child.jail_probe"], capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "kernelagent.harness.jail.probe"], capture_output=True,
                              text=True, timeout=120, env=env).stdout
         return json.loads(out).get("namespaces_work") is True
     except (OSError, ValueError, subprocess.TimeoutExpired):

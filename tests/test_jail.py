@@ -1,10 +1,10 @@
-"""The per-job jail (kernelagent/harness/child/namespaces.py) under attack.
+"""The per-job jail (kernelagent/harness/jail/namespaces.py) under attack.
 
 tests/jail_attacks.py plays the trusted caller (a canary secret in its environment) and the
 harness server (scrubbed environment), forks one job per attack; each job enters the jail and
 attacks. The whole run is repeated in each layer this machine offers:
   direct: the server runs as the caller's user (root here, as on the GPU machine);
-  bwrap:  the server runs under caller/sandbox.py's bubblewrap prefix (as root: capabilities
+  bwrap:  the server runs under jail/sandbox.py's bubblewrap prefix (as root: capabilities
           dropped, uid 1000 in a user namespace), the jail nests inside it;
   nobody: the server runs as uid 65534 (an unprivileged caller), where root can switch to it.
 A "none" run is the control: the same attacks succeed without the jail, so these checks can fail.
@@ -36,7 +36,7 @@ def nobody_cannot_run(script: Path) -> str | None:
     under a folder only root may enter, such as /root or a `mktemp -d`), or None. Issue 56: the
     nobody layer's cases errored with `Permission denied` there; they are skipped, saying why."""
     probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", sys.executable,
-                            "-c", "import sys; open(sys.argv[1]).close(); import kernelagent.harness.child.mounts",
+                            "-c", "import sys; open(sys.argv[1]).close(); import kernelagent.harness.jail.mounts",
                             str(script)], capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONPATH": str(script.resolve().parents[1])})
     if probe.returncode == 0:
@@ -208,7 +208,7 @@ def test_controls_without_the_jail():
 
 
 def test_probe_reports_what_works():
-    from kernelagent.harness.child import jail_probe
+    from kernelagent.harness.jail import probe as jail_probe
 
     info = jail_probe.probe()
     assert info["namespaces_work"] is True, info
@@ -219,7 +219,7 @@ def test_probe_reports_what_works():
 def test_bwrap_prefix_probes_both_layers(tmp_path):
     if not shutil.which("bwrap"):
         pytest.skip("bubblewrap is not installed")
-    from kernelagent.harness.caller.sandbox import bubblewrap_prefix
+    from kernelagent.harness.jail.sandbox import bubblewrap_prefix
 
     prefix = bubblewrap_prefix(tmp_path)
     assert prefix is not None
@@ -231,14 +231,14 @@ def test_bwrap_prefix_probes_both_layers(tmp_path):
 
 
 def test_bad_arguments_raise(tmp_path):
-    from kernelagent.harness.child import namespaces as jail
+    from kernelagent.harness.jail import namespaces as jail
 
     with pytest.raises(ValueError):
         jail.enter_job_jail(tmp_path, [], [], "sandbox")
 
 
 def _mount_error(err: int):
-    from kernelagent.harness.child import mounts
+    from kernelagent.harness.jail import mounts
 
     exc = mounts.JailError(f"mount: {os.strerror(err)}")
     exc.errno = err  # as mounts._check raises it
@@ -251,7 +251,7 @@ def test_a_hide_path_that_vanishes_while_the_jail_is_made_is_skipped(tmp_path, m
     neighbour test removed its canary directory meanwhile). Anything else still fails the jail."""
     import errno
 
-    from kernelagent.harness.child import mounts
+    from kernelagent.harness.jail import mounts
 
     mounted = []
     monkeypatch.setattr(mounts, "_mount", lambda src, target, fstype, flags, data=None: mounted.append(
@@ -291,7 +291,7 @@ def test_a_hidden_directory_removed_or_made_again_before_it_is_sealed(tmp_path, 
     again; with a bound-back path under it, or failing for another reason, the jail fails."""
     import errno
 
-    from kernelagent.harness.child import mounts
+    from kernelagent.harness.jail import mounts
 
     calls = []
     gone, again, kept = tmp_path / "gone", tmp_path / "again", tmp_path / "kept"
@@ -338,7 +338,8 @@ def test_top_level_directories_made_after_the_server_started_are_hidden_from_lat
     """A job entering its jail lists the top-level directories to hide then, not at the
     server's start: one made since is hidden too (a harness serves jobs for hours), and they
     go as `listed_tops`, apart from the paths a caller named (which must stay directories)."""
-    from kernelagent.harness.child import jail, namespaces
+    from kernelagent.harness.jail import candidate as jail
+    from kernelagent.harness.jail import namespaces
 
     monkeypatch.setattr(jail, "hidden_tops", lambda: [Path("/srv"), Path("/ka-made-later")])
     assert jail.tops_now([Path("/srv"), Path("/home/u")]) == [Path("/ka-made-later")]

@@ -1,4 +1,4 @@
-"""Out-of-process kernel evidence (caller/kernel_evidence.py): the candidate's own kernel names
+"""Out-of-process kernel evidence (server/kernel_evidence.py): the candidate's own kernel names
 from its source, and the rules over what Nsight Compute saw. The ncu run itself needs a GPU
 (tests/test_profile_gpu.py); here the rules run on synthetic ncu rows, and a fake `ncu`
 shows the evaluator's wiring."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelagent.harness.caller import kernel_evidence as ke
+from kernelagent.harness.server import kernel_evidence as ke
 from kernelagent.harness.caller.results import apply_kernel_evidence
 from tests.conftest import CANDIDATES, read
 
@@ -164,7 +164,7 @@ def test_an_unbounded_report_line_under_ncu_is_the_candidates_tampering(line):
     again; a 200,000-deep array there was a RecursionError reading the evidence."""
     import subprocess
 
-    from kernelagent.harness.caller import ncu
+    from kernelagent.harness.server import ncu
 
     proc = subprocess.CompletedProcess([], 0, stdout="KERNELAGENT_NCU_DONE " + line + "\n", stderr="")
     read = ncu.read_session(None, proc, 60, None, 10, 0.0)

@@ -1,6 +1,6 @@
 """Kernel evidence on a real GPU, on by default and without bubblewrap: the kernel trace of the
 job's own process (issue 55, the default) and Nsight Compute, outside it (`evidence="ncu"`, and as
-the trace's audit; the per-job kernel namespaces jail ncu, child/jail_exec.py):
+the trace's audit; the per-job kernel namespaces jail ncu, jail/exec_in.py):
 `pytest -m gpu tests/test_kernel_evidence_gpu.py`. Needs Nsight Compute (ncu)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ TORCH_BEHIND_A_SWITCH = ["h3_dispatch_mode_pop", "h3_gc_monitor_none", "h3_audit
 
 @pytest.fixture(scope="module")
 def evidence_results(cuda_evaluator):
-    from kernelagent.harness.caller.ncu import find_ncu
+    from kernelagent.harness.server.ncu import find_ncu
 
     if find_ncu() is None:
         pytest.skip("needs Nsight Compute (ncu)")

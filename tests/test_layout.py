@@ -131,3 +131,42 @@ def test_every_parse_of_the_package_goes_through_the_one_lock(monkeypatch):
     for t in threads:
         t.join()
     assert most[0] == 1
+
+
+# Inside harness/, the processes' floors (issue 57): the shared modules at its top, then the
+# pieces every process uses (derive, the trace, the jail), the child's code, the server's, and the
+# caller's, which starts the server. harness/__init__.py, the public facade, is not judged.
+HARNESS_FLOORS = [["(top)"], ["derive", "trace", "jail"], ["child"], ["server"], ["caller"]]
+HARNESS_LEVEL = {room: i for i, rooms in enumerate(HARNESS_FLOORS) for room in rooms}
+
+
+def harness_room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["kernelagent", "harness"] or len(parts) < 3:
+        return None
+    return parts[2] if (PACKAGE / "harness" / parts[2]).is_dir() else "(top)"
+
+
+def test_no_harness_module_imports_one_from_a_floor_above_it():
+    harness = PACKAGE / "harness"
+    upward = []
+    for path in sorted(harness.rglob("*.py")):
+        rel = path.relative_to(harness)
+        if rel == Path("__init__.py"):
+            continue
+        here = rel.parts[0] if len(rel.parts) > 1 else "(top)"
+        assert here in HARNESS_LEVEL, f"harness/{here} has no floor in HARNESS_FLOORS"
+        for module in imports(path):
+            there = harness_room(module)
+            if there is not None and there != here and HARNESS_LEVEL[there] >= HARNESS_LEVEL[here]:
+                upward.append(f"{path.relative_to(REPO)} imports {module} ({there} is not below {here})")
+    assert not upward, "\n".join(upward)
+
+
+def test_the_jail_is_one_package():
+    """The jail's modules live together (harness/jail/), none left in child/ or caller/."""
+    jail = {p.stem for p in (PACKAGE / "harness" / "jail").glob("*.py")}
+    assert {"sandbox", "candidate", "namespaces", "mounts", "fds", "probe", "exec_in"} <= jail
+    strays = [p.name for d in ("child", "caller") for p in (PACKAGE / "harness" / d).glob("*.py")
+              if p.stem in ("sandbox", "jail", "jail_exec", "jail_probe", "namespaces", "mounts", "fds")]
+    assert not strays, strays

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernelagent.errors import UserError
-from kernelagent.harness.caller import ncu_session
+from kernelagent.harness.server import ncu_session
 from kernelagent.harness.caller.evaluator import Evaluator
 from kernelagent.harness.server.evidence import ncu_lock_key
 

@@ -1,7 +1,7 @@
 """ncu runs the candidate's code itself, outside the server's per-job jail: it must run inside
-bubblewrap or the per-job kernel namespaces (child/jail_exec.py), and unjailed only when the
+bubblewrap or the per-job kernel namespaces (jail/exec_in.py), and unjailed only when the
 user asked for it (issues 11, 24); one session per host, and under the server the candidate's
-part waits for the device's timing slot (caller/ncu.py). A fake `ncu` stands in for Nsight
+part waits for the device's timing slot (server/ncu.py). A fake `ncu` stands in for Nsight
 Compute: it reports where it ran."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelagent.harness.caller import ncu as ncu_mod
+from kernelagent.harness.server import ncu as ncu_mod
 from tests.conftest import CANDIDATES, read
 
 FAKE_NCU = """#!/bin/sh
@@ -48,7 +48,7 @@ def test_without_bubblewrap_or_namespaces_ncu_does_not_run_unless_asked(tmp_path
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
 def test_ncu_runs_inside_bubblewrap(tmp_path, monkeypatch):
-    from kernelagent.harness.caller import sandbox
+    from kernelagent.harness.jail import sandbox
 
     if sandbox.bubblewrap_command(tmp_path) is None:
         pytest.skip("bubblewrap cannot create namespaces here")
@@ -76,7 +76,7 @@ exit 3
 
 def test_without_bubblewrap_ncu_runs_in_the_per_job_jail(tmp_path, monkeypatch):
     """Kernel evidence is on by default and must hold with no bubblewrap installed: ncu then
-    runs inside the per-job kernel namespaces (child/jail_exec.py), with a private /tmp."""
+    runs inside the per-job kernel namespaces (jail/exec_in.py), with a private /tmp."""
     if not ncu_mod.namespaces_work():
         pytest.skip("kernel namespaces do not work on this machine")
     hidden = tmp_path / "caches"
@@ -160,7 +160,7 @@ def own_ncu_lock(tmp_path, monkeypatch):
     """Each test here takes a lock file of its own: under pytest-xdist another worker's profile
     or kernel evidence holds the host's (two CI failures: a lock that was never had)."""
     from kernelagent.harness import private_dir
-    from kernelagent.harness.caller import ncu_session
+    from kernelagent.harness.server import ncu_session
 
     # this user's private folder in the temp directory, never the shared temp directory itself (issue 54)
     assert ncu_session.ncu_lock_path().parent == private_dir.default_user_dir()
@@ -281,7 +281,7 @@ def test_profiled_calls_that_hold_the_slot_too_long_are_killed(tmp_path, monkeyp
     import os as _os
     import time
 
-    from kernelagent.harness.caller import ncu_session
+    from kernelagent.harness.server import ncu_session
 
     monkeypatch.setattr(ncu_session, "PROFILED_HOLD_S", 1.0)
     held = []

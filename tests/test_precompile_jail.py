@@ -118,7 +118,7 @@ def _tools():
 
 def job_jail(mode: str, root: Path) -> dict:
     """The jail a job of a server with isolation `mode` gets (child/jail.resolve)."""
-    from kernelagent.harness.child import jail
+    from kernelagent.harness.jail import candidate as jail
 
     root.mkdir(parents=True, exist_ok=True)
     try:
@@ -289,7 +289,7 @@ def _attack(secret: Path, how: str) -> str:
 @pytest.mark.parametrize("isolation", ["auto", "bwrap"])
 def test_an_include_of_a_host_file_never_reaches_the_result(tmp_path, secrets_on_host, isolation):
     from kernelagent.harness import Evaluator
-    from kernelagent.harness.caller import sandbox
+    from kernelagent.harness.jail import sandbox
 
     if isolation == "bwrap" and sandbox.bubblewrap_command(tmp_path) is None:
         pytest.skip("bubblewrap is not installed or cannot create namespaces here")

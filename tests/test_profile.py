@@ -95,7 +95,7 @@ def test_ncu_times_are_nanoseconds_whatever_unit_ncu_printed():
     assert profiling.summarise_ncu(profiling.parse_ncu_csv(micro))[0]["time_ns"] == pytest.approx(182_500)
     # base units as printed: unchanged
     assert profiling.summarise_ncu(profiling.parse_ncu_csv(NCU_CSV))[0]["time_ns"] == pytest.approx(1050)
-    from kernelagent.harness.caller import kernel_evidence
+    from kernelagent.harness.server import kernel_evidence
     flags = kernel_evidence.judge({"kernels": [dict(kernels[0], name="softmax_row_kernel")]},
                                   {"softmax_row_kernel"}, median_ms=1.0, calls=2)
     assert [f["kind"] for f in flags] == ["clock-mismatch"]  # 4.38 ms of kernels a call, 1 ms claimed

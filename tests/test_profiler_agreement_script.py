@@ -100,7 +100,8 @@ def test_table_verdicts_on_synthetic_gpu_rows():
 def test_the_third_clock_is_ncus_kernel_time_per_call():
     """results.apply_kernel_evidence keeps ncu's summed kernel time per profiled call, over every
     kernel (not only the 20 it lists), for the agreement table's third clock."""
-    from kernelagent.harness.caller import kernel_evidence, results
+    from kernelagent.harness.caller import results
+    from kernelagent.harness.server import kernel_evidence
     from kernelagent.harness.result import EvalResult, Timing
 
     result = EvalResult(status="correct", correct=True, fingerprint={"cuda": True})

@@ -257,8 +257,9 @@ def test_the_table_has_one_row_a_name():
 
 
 def test_the_modules_defaults_are_the_tables():
-    from kernelagent.harness.caller import daemon, ncu_session
-    from kernelagent.harness.child import jail
+    from kernelagent.harness.caller import daemon
+    from kernelagent.harness.server import ncu_session
+    from kernelagent.harness.jail import candidate as jail
     from kernelagent.harness.server import device_lock, timed
 
     assert (daemon.DEFAULT_IDLE_S, device_lock.DEFAULT_WAIT_S, timed.KEEP_CPU_BYTES, jail.DEFAULT_JOB_UID,

@@ -94,7 +94,7 @@ def test_memory_hog_is_judged_as_the_candidate(results, cuda_evaluator):
 
 
 def _need_ncu():
-    from kernelagent.harness.caller.ncu import find_ncu
+    from kernelagent.harness.server.ncu import find_ncu
 
     if find_ncu() is None:
         pytest.skip("needs Nsight Compute (ncu)")
@@ -115,7 +115,7 @@ def test_squatted_ncu_lock_folder_is_not_used(tmp_path, monkeypatch, cache_dir):
         pytest.skip("needs root, to give the squatted folder to another uid (os.chown)")
     _need_ncu()
     from kernelagent.harness import Evaluator
-    from kernelagent.harness.caller import ncu_session
+    from kernelagent.harness.server import ncu_session
 
     shared_tmp = tmp_path / "shared-tmp"
     shared_tmp.mkdir()

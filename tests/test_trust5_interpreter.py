@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from kernelagent.harness import interpreter, private_dir
-from kernelagent.harness.caller import daemon, ncu_session
+from kernelagent.harness.caller import daemon
+from kernelagent.harness.server import ncu_session
 from tests.conftest import CANDIDATES, REPO
 
 # A module named like the standard library's: it leaves a marker (the pid that imported it),

@@ -117,7 +117,7 @@ class EvalConfig:
     # The price, for trust: the spin runs in the candidate's process, and the server subtracts
     # it with the rest of the loop's own cost (its calibration), so a candidate that skips it
     # and forges its clocks is credited up to this much per call; Nsight Compute's sum of its
-    # kernels bounds such a claim (caller/kernel_evidence.py, SLOWER_FACTOR). 150 us was too
+    # kernels bounds such a claim (server/kernel_evidence.py, SLOWER_FACTOR). 150 us was too
     # short on an H100 (2026-11-27): our 0.073 ms batchnorm, about 80 us to launch, read 0.0731-
     # 0.0816 ms over 9 harness runs, 6 of them more than 3% above the profiler (calls whose
     # launch outran the spin); under 400 us, 0.0729-0.0738 ms, none (profiler 0.0711-0.0727). A
@@ -145,7 +145,7 @@ class EvalConfig:
     profile: bool = False
     # After a CUDA result that would count as a win (correct, nothing flagged), run the candidate
     # once more under Nsight Compute, jailed, and check the kernels ncu saw against its source and
-    # its timing (caller/kernel_evidence.py): evidence from outside the candidate's process, which
+    # its timing (server/kernel_evidence.py): evidence from outside the candidate's process, which
     # the candidate cannot switch off. On by default; where it cannot be collected the result is
     # flagged for review and does not count as a win. Costs one ncu run per win; nothing on CPU.
     kernel_evidence: bool = True

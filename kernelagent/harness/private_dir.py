@@ -1,5 +1,5 @@
 """Folders of this user's own for what the harness shares between its processes on a host: the
-Nsight Compute lock files (caller/ncu_session.py), the warm harness's sockets (caller/daemon.py).
+Nsight Compute lock files (server/ncu_session.py), the warm harness's sockets (caller/daemon.py).
 Issue 54, class 7: a lock file straight in a sticky, world-writable /tmp could be made first by
 another local user (theirs, so ours to open no more, or held by them forever), and a name there
 could be a link they planted.

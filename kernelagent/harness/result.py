@@ -194,7 +194,7 @@ class EvalResult:
     # Confidence interval of each speedup (baseline name -> [low, high]), from the timing samples
     # (harness/stats.py). Decisions that must not be fooled by noise use the low end.
     speedup_intervals: dict[str, list[float]] = field(default_factory=dict)
-    # Out-of-process kernel evidence (config.kernel_evidence; caller/kernel_evidence.py): the
+    # Out-of-process kernel evidence (config.kernel_evidence; server/kernel_evidence.py): the
     # kernels Nsight Compute saw ({"kernels": [{name, launches, total_ns}], "seconds"}) or
     # {"unavailable": why}. Empty when not asked for.
     kernel_evidence: dict[str, Any] = field(default_factory=dict)

@@ -3,9 +3,9 @@ never in the server's process, never with its environment, and jailed where the 
 
 The problems are trusted (roots.py: pinned at start under --problems), so this is defence in
 depth, not the boundary: each run is a child process started from a copy of the pinned source
-in a scratch folder of its own, with the allowlisted environment (caller/sandbox.py
+in a scratch folder of its own, with the allowlisted environment (jail/sandbox.py
 `scrubbed_environ`: no API keys, tokens or credentials) and, where the kernel namespaces work
-(probed once at start), inside the per-job jail that candidates get (child/jail_exec.py: the
+(probed once at start), inside the per-job jail that candidates get (jail/exec_in.py: the
 home, the working directory, /tmp, the project folders and the roots hidden, no network, an
 unprivileged uid when the server is root). Its output goes to a file the server opened, read
 bounded; a run is killed at its time limit or when its call is cancelled.
@@ -55,7 +55,7 @@ class Confinement:
         """The per-job jail's settings here ({"mode": "none"} where namespaces do not work)."""
         with self._lock:
             if self._jail is None:
-                from kernelagent.harness.child import jail
+                from kernelagent.harness.jail import candidate as jail
 
                 try:
                     self._jail = jail.resolve("auto", self.parent, [str(p) for p in self.hide])
@@ -81,7 +81,7 @@ class Confinement:
         return dataclasses.replace(problem, path=path)
 
     def environment(self, scratch: Path) -> dict[str, str]:
-        from kernelagent.harness.caller import sandbox
+        from kernelagent.harness.jail import sandbox
 
         env = sandbox.scrubbed_environ()
         env.update(HOME=str(scratch), TMPDIR=str(scratch), PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1",
@@ -109,7 +109,7 @@ class Confinement:
         jail = self.jail()
         prefix: list[str] = []
         if jail.get("mode") == "namespaces":
-            prefix = interpreter.module_argv("kernelagent.harness.child.jail_exec", "--scratch", str(scratch))
+            prefix = interpreter.module_argv("kernelagent.harness.jail.exec_in", "--scratch", str(scratch))
             if jail.get("run_as"):
                 prefix += ["--run-as", f"{int(jail['run_as'][0])}:{int(jail['run_as'][1])}"]
             for path in jail.get("hide") or []:  # its home, working directory, roots
@@ -166,7 +166,7 @@ class Run:
 
     def failure(self) -> str | None:
         """Why the run failed, in one line (wholemodel/plan.py's reading of its child), or None."""
-        from kernelagent.harness.child.jail_exec import JAIL_FAILED
+        from kernelagent.harness.jail.exec_in import JAIL_FAILED
 
         if self.killed:
             return f"the run was stopped: {self.killed}"

@@ -7,7 +7,7 @@ set -u
 SAMPLES=${1:-2}
 {
 log device; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader; nproc
-NCU=$(python3 -c "from kernelagent.harness.caller.ncu import find_ncu; print(find_ncu())")
+NCU=$(python3 -c "from kernelagent.harness.server.ncu import find_ncu; print(find_ncu())")
 log "micro (ncu: $NCU)"
 for c in "import torch" "import torch, triton, torch._dynamo" "import torch; torch.zeros(1,device='cuda'); torch.cuda.synchronize()"; do
   timeout 60 /usr/bin/time -f "%e s wall %U user %S sys: $c" python3 -c "$c"

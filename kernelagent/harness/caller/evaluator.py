@@ -24,8 +24,9 @@ from typing import Any
 from kernelagent import settings
 from kernelagent.errors import UserError
 from kernelagent.harness import interpreter, protocol, verdict
-from kernelagent.harness.caller import sandbox, zygote
-from kernelagent.harness.caller.audit import evidence_options, needs_win_audit
+from kernelagent.harness.caller import zygote
+from kernelagent.harness.jail import sandbox
+from kernelagent.harness.server.audit import evidence_options, needs_win_audit
 from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.caller.channel import ServerChannel
 from kernelagent.harness.caller.results import apply_kernel_evidence, first_try_summary, store_baselines
@@ -127,7 +128,7 @@ class Evaluator(ServerChannel):
 
     def _server_env(self, scratch_root: Path | None = None) -> dict[str, str]:
         env = sandbox.server_environ()
-        from kernelagent.harness.caller import ncu_session
+        from kernelagent.harness.server import ncu_session
 
         try:  # every KERNELAGENT_* value the servers get (NCU_LOCK...), checked before any starts
             settings.check_environment(env, unknown=False)
@@ -261,7 +262,7 @@ class Evaluator(ServerChannel):
         self.cuda_cache_dir = persistent or scratch_root / "cuda-ext"
         # As root, bubblewrap's layer maps the server to uid 0 outside, and jobs inside it cannot
         # switch to an unprivileged uid: `auto` then runs the server unwrapped and every job in
-        # its own namespaces as an unprivileged uid (child/jail.py job_uid); `bwrap` asks for
+        # its own namespaces as an unprivileged uid (jail/candidate.py job_uid); `bwrap` asks for
         # the layer anyway (jobs keep uid 0 outside, said in the result's isolation).
         if self.isolation_requested == "bwrap" or (self.isolation_requested == "auto" and os.geteuid() != 0):
             writable = [p for p in (persistent, shared, probes) if p is not None] + list(extra_rw or [])

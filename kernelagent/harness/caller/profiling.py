@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from kernelagent import hardware
-# Nsight Compute itself lives in caller/ncu.py; these names stay importable from here.
-from kernelagent.harness.caller.ncu import (NCU_METRICS, NCU_STALLS, UNSANDBOXED_NCU, find_ncu,  # noqa: F401
+# Nsight Compute itself lives in server/ncu.py; these names stay importable from here.
+from kernelagent.harness.server.ncu import (NCU_METRICS, NCU_STALLS, UNSANDBOXED_NCU, find_ncu,  # noqa: F401
                                             ncu_sandbox, parse_ncu_csv, run_ncu, summarise_ncu)
 
 # --------------------------------------------------------------------------------------

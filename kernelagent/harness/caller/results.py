@@ -16,7 +16,7 @@ def apply_kernel_evidence(result: EvalResult, evidence: dict[str, Any] | None, c
     """Out-of-process evidence for a correct CUDA result that nothing rejected (flagged for
     review or not: server/evidence.py says why): the kernels ncu
     saw (collected by the server as the job's last stage, server/evidence.py), judged here
-    against the candidate's source and its checked timing (caller/kernel_evidence.py). A
+    against the candidate's source and its checked timing (server/kernel_evidence.py). A
     reject flag turns the verdict into `rejected`; evidence that could not be collected is a
     review flag (the result is then no win). Nothing on the CPU, where no such evidence
     exists, and nothing for a result that is not correct (it would only cost time).
@@ -25,7 +25,7 @@ def apply_kernel_evidence(result: EvalResult, evidence: dict[str, Any] | None, c
     report, when it ran as an audit or the trace's fallback, is judged after it, and an audit that
     sees clearly less of the candidate's own work than the trace said rejects the result
     (`audit_disagreement`)."""
-    from kernelagent.harness.caller import kernel_evidence
+    from kernelagent.harness.server import kernel_evidence
     from kernelagent.harness import verdict  # the verdict fold: the same rule as the server's
 
     if result.status != Status.CORRECT or not (result.fingerprint or {}).get("cuda"):
@@ -129,7 +129,7 @@ def audit_disagreement(trace: dict[str, Any], evidence: dict[str, Any], own_name
     kernels = evidence.get("kernels")
     if not isinstance(kernels, list) or not all(isinstance(v, (int, float)) for v in (own_ns, library_ns)):
         return None
-    from kernelagent.harness.caller.kernel_evidence import split_kernels
+    from kernelagent.harness.server.kernel_evidence import split_kernels
 
     _, own_kernels, work_kernels = split_kernels(kernels, own_names)  # ncu's own rule's split
     own = sum(float(k["total_ns"]) for k in own_kernels)

@@ -19,7 +19,7 @@ import torch
 from kernelagent import hardware
 from kernelagent.harness.child import inputs as inputs_mod, timing
 from kernelagent.harness.child.defences import GLUE_OPS
-from kernelagent.harness.child.fds import close_inherited_fds
+from kernelagent.harness.jail.fds import close_inherited_fds
 from kernelagent.harness.config import EvalConfig
 
 def child_setup(log_path: Path, workdir: Path, keep_fds: list[int]) -> None:

@@ -44,7 +44,7 @@ def device_time_share(model: Any, values: list[Any], own_names: set[str], device
     if total <= 0:
         return {"share": None, "top": []}
 
-    # Glue by kernel name: one rule here and in the out-of-process evidence (caller/kernel_evidence.py).
+    # Glue by kernel name: one rule here and in the out-of-process evidence (server/kernel_evidence.py).
     from kernelagent.harness.cuda_source import is_glue_kernel, is_own_kernel
 
     def own(name: str) -> bool:

@@ -125,7 +125,7 @@ CLOCK_RAMP_MS = 20.0
 # agreement table's one miss, +18%). The calibration's loop runs the same FixedLoop, so the server
 # subtracts the longer spin too; a candidate that skips it is credited at most
 # (FIRST_COVER_FACTOR - 1) * cover once per segment, and Nsight Compute's sum catches a claim
-# well below the kernels' own time (caller/kernel_evidence.py).
+# well below the kernels' own time (server/kernel_evidence.py).
 FIRST_COVER_FACTOR = 2.0
 
 # The host's reading replaces the events' only beyond this margin (launch time past the cover,

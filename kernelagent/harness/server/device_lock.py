@@ -19,7 +19,7 @@ at most that, after which the jobs run and their results say so (`concurrency.de
 the gate's idle probe still flags a device kept busy through a timed loop (`device-busy`). Where
 the lock cannot be opened at all (a file of another user's, not ours to open) the server runs
 without it and says why. The descriptor is close-on-exec, and the job processes forked from the
-server close every inherited descriptor (child/fds.py), so no candidate can hold it.
+server close every inherited descriptor (jail/fds.py), so no candidate can hold it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A job's last stage on a GPU: out-of-process kernel evidence (caller/kernel_evidence.py).
+"""A job's last stage on a GPU: out-of-process kernel evidence (server/kernel_evidence.py).
 
 Every correct CUDA result that nothing rejected is run once more under Nsight Compute, whose host
 process records every kernel the candidate launched and for how long. The run belongs to the job
@@ -11,14 +11,14 @@ context and the problem start beside the other jobs (our code only). Then child/
 READY and waits; the server takes the timing slot like a timed loop (every other job stopped, the
 device idle) and lets it go: the candidate's import, warm-up and profiled calls run with the device
 to themselves, and the slot is held until the whole session has ended (nothing of it is left to
-run beside a neighbour's loop), bounded by ncu.PROFILED_HOLD_S (caller/ncu.py). Nothing of the
+run beside a neighbour's loop), bounded by ncu.PROFILED_HOLD_S (server/ncu.py). Nothing of the
 session is ever stopped mid-way (sessions stopped with their job while neighbours timed hung on
 an H100). One session's profiled part runs at a time on a device (ncu.ncu_lock keyed by the
 device, taken at READY before the slot; `KERNELAGENT_NCU_LOCK=host`: one on the host); the
 start-ups of several sessions, our code only, run side by side.
 
 The session is jailed like every job (ncu_sandbox with `namespaces=True`: the per-job kernel
-namespaces through child/jail_exec.py, with the server's scratch root, the caches and the home
+namespaces through jail/exec_in.py, with the server's scratch root, the caches and the home
 hidden, plus a private /tmp and a loopback for ncu). The evidence is data for the caller, which
 judges it against the candidate's source and checked timing (caller/evaluator.py): nothing the
 candidate's process says is read here but the report ncu's host process wrote.
@@ -43,7 +43,7 @@ from kernelagent.harness.server import trace_stage
 def ncu_lock_key(fingerprint: dict[str, Any]) -> str | None:
     """The key of this server's Nsight Compute lock: its device's (device_lock.device_key), or
     None (the host's one lock) under `KERNELAGENT_NCU_LOCK=host` or without a device identity."""
-    from kernelagent.harness.caller.ncu_session import lock_scope
+    from kernelagent.harness.server.ncu_session import lock_scope
     from kernelagent.harness.server.device_lock import device_key
 
     return device_key(fingerprint) if lock_scope() == "device" else None
@@ -76,17 +76,17 @@ def traced(job: Any) -> bool:
 
 def audit_asked(job: Any) -> bool:
     """Did the caller ask for a Nsight Compute audit of this result (a result shown as a win, or
-    the caller's seeded share: caller/audit.py)?"""
+    the caller's seeded share: server/audit.py)?"""
     options = job.request.get("options") or {}
     evidence_options = options.get("evidence")
     return isinstance(evidence_options, dict) and evidence_options.get("audit") is True
 
 
 def audit_for_win(job: Any) -> bool:
-    """A result that beats Inductor, where the caller asked wins to be audited (caller/audit.py):
+    """A result that beats Inductor, where the caller asked wins to be audited (server/audit.py):
     the candidate's checked median under Inductor's, from the caller's cache (`win_below_ms`) or
     this job's own baselines. Our own measurements on both sides, never the candidate's."""
-    from kernelagent.harness.caller.audit import inductor_ms
+    from kernelagent.harness.server.audit import inductor_ms
 
     options = (job.request.get("options") or {}).get("evidence")
     if not isinstance(options, dict) or options.get("audit_wins") is not True:
@@ -156,7 +156,7 @@ def stage(job: Any) -> None:
 
 
 def session_uid(job: Any) -> tuple[int, int] | None:
-    """The uid the ncu session runs as: the job's (child/jail.py job_uid), so that the session,
+    """The uid the ncu session runs as: the job's (jail/candidate.py job_uid), so that the session,
     which runs the candidate's code again, reads no more than the job itself could (a root-only
     file the minimal view shows, say). None where the job has no uid of its own (the server is
     not root, or the probe found that uid cannot run the job: jail.job_uid says why), or where
@@ -203,7 +203,7 @@ def start_early(job: Any) -> None:
     the next job of the same problem (an agent's next turn, a search's next sample)."""
     if not may_want(job) or job.config.profile or getattr(job, "early_evidence", None) is not None:
         return
-    from kernelagent.harness.caller.ncu import find_ncu
+    from kernelagent.harness.server.ncu import find_ncu
 
     if find_ncu() is None:  # the late path says so
         return
@@ -229,7 +229,7 @@ def start_early(job: Any) -> None:
         if not profilers.may_start() and not (profilers.drop_spares() and profilers.may_start()):
             return
         job.early_counted = True
-        from kernelagent.harness.caller import kernel_evidence
+        from kernelagent.harness.server import kernel_evidence
 
         try:
             problem = job.root / "evidence-problem.py"
@@ -282,7 +282,7 @@ def _start_spare(job: Any, key: tuple, settings: dict[str, Any]) -> None:
     source, parent = job.request["problem_source"], job.root.parent
 
     def start() -> None:
-        from kernelagent.harness.caller import kernel_evidence
+        from kernelagent.harness.server import kernel_evidence
 
         problem = None
         try:
@@ -351,7 +351,7 @@ def covers_device_share(job: Any) -> bool:
         return False
     if traced(job):
         return True
-    from kernelagent.harness.caller.ncu import find_ncu
+    from kernelagent.harness.server.ncu import find_ncu
 
     return find_ncu() is not None
 
@@ -359,7 +359,7 @@ def covers_device_share(job: Any) -> bool:
 def collect(job: Any) -> None:
     """Run the evidence and put it in the result (`evidence`: {"kernels", "seconds"} or
     {"unavailable": why}). The stage's time is in stage_seconds["evidence"]."""
-    from kernelagent.harness.caller import kernel_evidence
+    from kernelagent.harness.server import kernel_evidence
 
     options = job.request.get("options") or {}
     settings = _session_settings(job)

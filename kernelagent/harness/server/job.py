@@ -1,7 +1,7 @@
 """One evaluation, supervised by the harness server.
 
 The server forks two processes per job (child/): the trusted reference process and the
-candidate's process, which enters its own namespaces (child/jail.py) before any candidate code
+candidate's process, which enters its own namespaces (jail/candidate.py) before any candidate code
 runs. Each holds exactly one channel: a pipe to the server. The server drives both, one step at
 a time, and relays what the candidate sends to the reference, so:
 

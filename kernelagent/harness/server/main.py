@@ -218,7 +218,7 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
     from kernelagent.harness.trace import build as trace_build
 
     fingerprint["trace"] = trace_build.for_server(cuda=bool(fingerprint.get("cuda")))
-    from kernelagent.harness.child import jail
+    from kernelagent.harness.jail import candidate as jail
 
     sandbox = jail.resolve(isolation, scratch_root, hide)
     fingerprint["isolation"] = sandbox["describe"]

@@ -62,7 +62,7 @@ def _in_fork(work: Any, workdir: Path, timeout: float, what: str) -> dict[str, A
     def target() -> None:
         try:
             from kernelagent.harness import procname
-            from kernelagent.harness.child.fds import close_inherited_fds
+            from kernelagent.harness.jail.fds import close_inherited_fds
 
             procname.set_name("ka-fork")
 
@@ -285,7 +285,8 @@ def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jai
     """The candidate's process, first thing after the fork: the jail (namespaces, every other
     descriptor closed), then the log, then the candidate."""
     from kernelagent.harness import procname
-    from kernelagent.harness.child import candidate_side, jail as jail_mod
+    from kernelagent.harness.child import candidate_side
+    from kernelagent.harness.jail import candidate as jail_mod
     from kernelagent.harness.child.common import child_setup
     from kernelagent.harness.trace import channel as trace_channel
 

@@ -4,7 +4,7 @@ pre-compile), run in the candidate's jail, with their diagnostics the only thing
 A compiler echoes what it reads: an `#include "/root/.netrc"` or a `#line 1 "/etc/shadow"` in a
 candidate's source has it quote that file's lines in its errors. So a tool run on a candidate's
 sources runs where the candidate's own process would (`ToolJail.of`):
-- the job's jail is the per-job namespaces (child/jail.py): through child/jail_exec.py, with the
+- the job's jail is the per-job namespaces (jail/candidate.py): through jail/exec_in.py, with the
   same hidden directories as the job (the caller's home and working directory, the caches, the
   scratch root with the other jobs', every top-level directory outside the system's), as the
   job's unprivileged uid where the server is root, no network, a private /tmp. A host path
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent.harness import interpreter
-from kernelagent.harness.caller import sandbox
-from kernelagent.harness.child.jail_exec import JAIL_FAILED, JAIL_FAILED_LINE
+from kernelagent.harness.jail import sandbox
+from kernelagent.harness.jail.exec_in import JAIL_FAILED, JAIL_FAILED_LINE
 from kernelagent.text import clean_text
 
 MAX_OUTPUT_BYTES = 256 << 10  # of a tool's output, read; the rest is drained and dropped
@@ -59,7 +59,7 @@ class ToolJail:
                                   f"({str(where)[:200]}); only the refusal of includes outside the build "
                                   "directory held")
         scratch = Path(scratch).resolve()
-        prefix = interpreter.module_argv("kernelagent.harness.child.jail_exec", "--scratch", str(scratch))
+        prefix = interpreter.module_argv("kernelagent.harness.jail.exec_in", "--scratch", str(scratch))
         run_as = jail.get("run_as")
         if run_as:
             prefix += ["--run-as", f"{int(run_as[0])}:{int(run_as[1])}"]

@@ -6,7 +6,7 @@ torch.profiler rows, the device-time share) comes from code running beside the c
 can switch it off or lie. So every CUDA result that would count as a win is checked once more
 (on by default; `--no-kernel-evidence` turns it off, and the result then says nothing outside
 saw its kernels): the candidate runs again under `ncu`, jailed (bubblewrap where installed,
-else the per-job kernel namespaces through child/jail_exec.py), ncu's
+else the per-job kernel namespaces through jail/exec_in.py), ncu's
 host process records every kernel's name and `gpu__time_duration`, and this module compares
 that with facts the caller holds itself:
 
@@ -123,7 +123,7 @@ def collect(problem_path: str | Path, candidate_source: str, *, backend: str, de
     {"kernels": [...], "seconds": ...} or {"unavailable": why}. hide: the caller's caches and
     scratch, which the jail hides besides the home; on_spawn, scratch_parent,
     namespaces, triton_cache, on_ready, lock_wait_s, lock_key: see ncu.run_ncu."""
-    from kernelagent.harness.caller import ncu
+    from kernelagent.harness.server import ncu
 
     return ncu.run_ncu(problem_path, candidate_source, backend=backend, device=device, calls=CALLS,
                        timeout=timeout, cache_dir=cache_dir, candidate_sha=candidate_sha,
@@ -153,7 +153,7 @@ class Early:
                 run_as: tuple[int, int] | None, lock_key: str | None = None) -> dict[str, Any]:
         import time
 
-        from kernelagent.harness.caller import ncu
+        from kernelagent.harness.server import ncu
 
         if self.setup is None:
             return {"unavailable": self.unavailable or "the session could not be started"}
@@ -192,7 +192,7 @@ def start(problem_path: str | Path, candidate_source: str, *, backend: str, devi
     """An Early session for the kernel evidence (the same session as `collect` runs, started now
     and held at READY); `wait_s`: the longest it waits there before it gives up by itself (the
     server that would let it go may be gone)."""
-    from kernelagent.harness.caller import ncu
+    from kernelagent.harness.server import ncu
 
     setup = ncu.prepare(problem_path, candidate_source, backend=backend, device=device, kernel_names=None,
                         calls=CALLS, cache_dir=None, candidate_sha=candidate_sha, allow_unsandboxed=False,

@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelagent.harness.child.fds import close_inherited_fds
-from kernelagent.harness.child.mounts import (
+from kernelagent.harness.jail.fds import close_inherited_fds
+from kernelagent.harness.jail.mounts import (
     MS_BIND,
     MS_NODEV,
     MS_NOEXEC,

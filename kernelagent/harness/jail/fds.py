@@ -1,5 +1,5 @@
 """The descriptors a job's process keeps: closed right after the fork, before any of the job's
-code runs (child/namespaces.py enters the jail with it; child/common.py and the server's forked
+code runs (jail/namespaces.py enters the jail with it; child/common.py and the server's forked
 children call it directly)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Run a program inside the per-job jail (namespaces.py), for the processes the harness does not
 fork itself: Nsight Compute, which starts the candidate's code in a process of its own.
 
-    python -m kernelagent.harness.child.jail_exec --scratch DIR [--hide DIR ...] [--hide-tops] [--keep-ro DIR ...] [--run-as UID:GID] -- PROGRAM ARGS...
+    python -m kernelagent.harness.jail.exec_in --scratch DIR [--hide DIR ...] [--hide-tops] [--keep-ro DIR ...] [--run-as UID:GID] -- PROGRAM ARGS...
 
 --hide-tops hides every top-level directory outside the system ones as well, listed as the jail
 is entered (jail.tops_now), as each evaluation job's jail does. --keep-ro binds a directory
@@ -29,7 +29,7 @@ JAIL_FAILED_LINE = "kernelagent: the jail could not be entered"
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="kernelagent.harness.child.jail_exec")
+    parser = argparse.ArgumentParser(prog="kernelagent.harness.jail.exec_in")
     parser.add_argument("--scratch", required=True)
     parser.add_argument("--hide", action="append", default=[])
     parser.add_argument("--hide-tops", action="store_true", help="hide the top-level directories too")
@@ -49,9 +49,11 @@ def main(argv: list[str]) -> int:
         run_as = (uid, gid)
     import shutil
 
-    from kernelagent.harness.child import jail, namespaces
+    from kernelagent.harness.jail import candidate as jail
 
     # The jail starts in the scratch directory: a relative program path is resolved here first.
+
+    from kernelagent.harness.jail import namespaces
     found = shutil.which(program[0])
     if found is None:
         print(f"kernelagent: cannot run {program[0]}: not found", file=sys.stderr, flush=True)

@@ -2,7 +2,7 @@
 
 Two layers protect a job. This one (bubblewrap around the server) keeps the server and all
 its jobs away from the user's home, the network and the host's processes; the inner one
-(child/namespaces.py, entered per job in a forked child) separates the jobs from each other and
+(jail/namespaces.py, entered per job in a forked child) separates the jobs from each other and
 from the server's caches. The inner jail must work inside this one, so the prefix never
 passes `--disable-userns`: the jail creates a nested user namespace.
 
@@ -159,7 +159,7 @@ def probe_jail_inside(argv: list[str], scratch_root: Path) -> dict[str, Any]:
     """Run jail.probe() inside the given prefix: does the per-job jail work in that layer?"""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(PACKAGE_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    code = ("import json, sys; from kernelagent.harness.child import jail_probe as jail; "
+    code = ("import json, sys; from kernelagent.harness.jail import probe as jail; "
             "print(json.dumps(jail.probe(sys.argv[1])))")
     from kernelagent.harness import interpreter
 
@@ -219,6 +219,6 @@ def bubblewrap_prefix(scratch_root: Path, extra_ro: list[Path] | None = None, ex
 
 def bubblewrap_command(scratch_root: Path, extra_ro: list[Path] | None = None,
                        extra_rw: list[Path] | None = None) -> list[str] | None:
-    """Drop-in for the old kernelagent.harness.caller.sandbox.bubblewrap_command (argv or None)."""
+    """Drop-in for the old kernelagent.harness.jail.sandbox.bubblewrap_command (argv or None)."""
     prefix = bubblewrap_prefix(scratch_root, extra_ro, extra_rw, probe_jail=False)
     return prefix.argv if prefix else None

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from kernelagent import settings
-from kernelagent.harness.child import jail_probe, namespaces
+from kernelagent.harness.jail import probe as jail_probe
 
 
 # The top-level directories a job sees: the system's programs, libraries and configuration, the
+from kernelagent.harness.jail import namespaces
 # devices and the kernel's views. Every other top-level directory (/home, /root, /tmp, /var,
 # /srv, /mnt, /work, /data...) is replaced by an empty read-only tmpfs, and what the interpreter
 # needs from under one is bound back read-only (_kept_readable): the minimal view of issue 24.

@@ -1,4 +1,4 @@
-"""What isolation works on this machine (`python -m kernelagent.harness.child.jail_probe`):
+"""What isolation works on this machine (`python -m kernelagent.harness.jail.probe`):
 each namespace kind, and a full trial of the per-job jail, tried in throwaway forked children
 so that nothing changes in the calling process (the server, before it starts jobs)."""
 
@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kernelagent.harness.child.mounts import MOUNT_ATTR_RDONLY, MS_PRIVATE, MS_REC, JailError, _mount, _mount_setattr
-from kernelagent.harness.child.namespaces import (
+from kernelagent.harness.jail.mounts import MOUNT_ATTR_RDONLY, MS_PRIVATE, MS_REC, JailError, _mount, _mount_setattr
+from kernelagent.harness.jail.namespaces import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
@@ -177,6 +177,6 @@ def probe(scratch_root: Path | None = None, hide: list[Path] | None = None, keep
     return info
 
 
-if __name__ == "__main__":  # python -m kernelagent.harness.child.jail_probe: what works on this machine
+if __name__ == "__main__":  # python -m kernelagent.harness.jail.probe: what works on this machine
     json.dump(probe(), sys.stdout, indent=2)
     print()

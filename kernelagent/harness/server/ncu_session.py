@@ -1,4 +1,4 @@
-"""An Nsight Compute session as a process (caller/ncu.py starts it): read by a thread, the
+"""An Nsight Compute session as a process (server/ncu.py starts it): read by a thread, the
 READY/GO handshake that lets the harness server hold the device's timing slot for the candidate's
 part (two phases for an early session: warm-up with the others running, profiled calls with them
 stopped), its CPU through wait4, and the host's one-profiling-session lock."""

@@ -1,8 +1,8 @@
 """Nsight Compute, run from outside the candidate's process: finding ncu, jailing the session
-it starts (bubblewrap, else the per-job kernel namespaces through child/jail_exec.py), one
+it starts (bubblewrap, else the per-job kernel namespaces through jail/exec_in.py), one
 session per host, the handshake that lets the harness server hold the device's timing slot for
 the candidate's part, and reading ncu's report. Used by `kernelagent profile`
-(caller/profiling.py) and by the kernel evidence (caller/kernel_evidence.py, server/evidence.py).
+(caller/profiling.py) and by the kernel evidence (server/kernel_evidence.py, server/evidence.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Callable
 from kernelagent import settings
 from kernelagent.harness import bounded_json
 from kernelagent.harness import interpreter
-from kernelagent.harness.caller.ncu_session import (  # noqa: F401 - also this module's names
+from kernelagent.harness.server.ncu_session import (  # noqa: F401 - also this module's names
     PROFILED_HOLD_S, NcuBusy, NcuLockRefused, NcuSession, _busy, _kill_session, _run_session, _with_the_lock, ncu_lock,
     reap, run_counted, unavailable)
 from kernelagent.harness.child.ncu_entry import GO_FILE  # stdlib-only at import: cheap
@@ -163,14 +163,14 @@ def ncu_sandbox(scratch: Path, allow_unsandboxed: bool, hide: list[Path] | None 
     ncu starts the candidate's code itself, outside the harness server's per-job jail, so it
     gets a jail of its own: bubblewrap where it is installed (a read-only root, the home hidden,
     only its scratch writable, its own pid/net/ipc namespaces, no capabilities), else the
-    per-job jail itself entered by child/jail_exec.py (the same kernel namespaces every job
+    per-job jail itself entered by jail/exec_in.py (the same kernel namespaces every job
     gets, plus a private /tmp and a loopback for ncu). Without either it runs only when the user
     asked for it explicitly (`--ncu`): the candidate could otherwise read the caller's
     environment and files. namespaces: True where the caller knows the per-job jail works (the
     harness server, whose jobs use it, and which may itself run inside bubblewrap): it is then
     used first; None: probe. run_as: the (uid, gid) the session runs as in the per-job jail (a
     root caller; server/evidence.py says when)."""
-    from kernelagent.harness.caller import sandbox
+    from kernelagent.harness.jail import sandbox
 
     if not namespaces:
         prefix = sandbox.bubblewrap_command(scratch)
@@ -181,7 +181,7 @@ def ncu_sandbox(scratch: Path, allow_unsandboxed: bool, hide: list[Path] | None 
         hidden = [Path(p) for p in (hide or [])] + [scratch.parent]
         if str(home) not in ("/", "") and home.is_dir():
             hidden.append(home)
-        argv = interpreter.module_argv("kernelagent.harness.child.jail_exec", "--scratch", str(scratch))
+        argv = interpreter.module_argv("kernelagent.harness.jail.exec_in", "--scratch", str(scratch))
         if run_as is not None:
             argv += ["--run-as", f"{int(run_as[0])}:{int(run_as[1])}"]
         for path in dict.fromkeys(p.resolve() for p in hidden):
@@ -203,7 +203,7 @@ def namespaces_work() -> bool:
     if settings.get("KERNELAGENT_NCU_NO_NAMESPACES"):  # tests: the machine without them
         return False
     if "work" not in _NAMESPACES:
-        from kernelagent.harness.child import jail_probe
+        from kernelagent.harness.jail import probe as jail_probe
 
         try:
             _NAMESPACES["work"] = bool(jail_probe.probe().get("namespaces_work"))
@@ -326,7 +326,7 @@ def prepare(problem_path: str | Path, candidate_source: str, *, backend: str, de
     ncu = find_ncu()
     if ncu is None:
         return {"unavailable": "ncu (Nsight Compute) was not found (PATH, /usr/local/cuda/bin, $KERNELAGENT_NCU)"}
-    from kernelagent.harness.caller import sandbox
+    from kernelagent.harness.jail import sandbox
 
     outer = Path(tempfile.mkdtemp(prefix="kernelagent-ncu-", dir=scratch_parent))
     scratch = outer / "job"
