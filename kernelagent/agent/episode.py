@@ -26,6 +26,7 @@ from kernelagent.agent.tools import HarnessTools
 from kernelagent.agent.trajectory import Trajectory
 
 if TYPE_CHECKING:
+    from kernelagent.models.base import Model
     from kernelagent.harness import EvaluatorProtocol
 
 DEFAULT_BACKEND = "triton"
@@ -63,7 +64,7 @@ def first_messages(prompts: Prompts, context: dict[str, Any]) -> list[dict[str, 
             {"role": "user", "content": prompts.render("task", **context)}]
 
 
-def start_episode(*, model: Any, evaluator: EvaluatorProtocol | None, problem: Any, prompts: Prompts,
+def start_episode(*, model: Model, evaluator: EvaluatorProtocol | None, problem: Any, prompts: Prompts,
                   budget: Budget, mode: str, trials: int, quick_trials: int, target_speedup: float,
                   eval_overrides: dict[str, Any] | None, inputs: dict[str, Any] | None,
                   trajectory_path: str | Path | None, record: dict[str, Any], environment: dict[str, Any],

@@ -62,7 +62,7 @@ class LiveView:
             self._live.start()
         return self
 
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self._live is not None:
             live, self._live = self._live, None
             if exc_type is KeyboardInterrupt:

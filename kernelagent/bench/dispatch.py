@@ -16,6 +16,9 @@ from kernelagent.bench.store import Store, evaluation_key
 from kernelagent.errors import UserError
 
 if TYPE_CHECKING:
+    from kernelagent.bench.progress import BenchProgress
+    from pathlib import Path
+    from kernelagent.problem import Problem
     from kernelagent.harness import EvalConfig, EvalResult
 
 
@@ -56,7 +59,7 @@ class DispatchWorker(Protocol):
     not EvaluatorProtocol: a remote worker answers data that is checked here, and its loss is
     told apart from a verdict."""
 
-    def evaluate(self, problem: Any, source: str, config: EvalConfig) -> EvalResult | dict[str, Any]: ...
+    def evaluate(self, problem: Problem, source: str, config: EvalConfig) -> EvalResult | dict[str, Any]: ...
 
 
 @runtime_checkable
@@ -66,7 +69,7 @@ class StoreDispatch(Protocol):
     under its problem key and sample name and answers (result dict, evaluation key, reused).
     ProblemEvaluator turns it into an EvaluatorProtocol for the agent."""
 
-    def evaluate(self, problem: Any, source: str, config: EvalConfig, *, problem_key: str,
+    def evaluate(self, problem: Problem, source: str, config: EvalConfig, *, problem_key: str,
                  sample: str) -> tuple[dict, str | None, bool]: ...
 
 
@@ -93,7 +96,7 @@ class Dispatcher:
     queued fails with one UserError.
     """
 
-    def __init__(self, pool: Any, store: Store, run_id: str, progress: Any):
+    def __init__(self, pool: Any, store: Store, run_id: str, progress: BenchProgress):
         from concurrent.futures import Future
 
         self.pool, self.store, self.run_id, self.progress = pool, store, run_id, progress
@@ -253,7 +256,7 @@ class Dispatcher:
             with self._lock:
                 self.store_seconds += time.monotonic() - started
 
-    def evaluate(self, problem: Any, source: str, config: Any, *, problem_key: str,
+    def evaluate(self, problem: Problem, source: str, config: EvalConfig, *, problem_key: str,
                  sample: str) -> tuple[dict, str | None, bool]:
         """(EvalResult dict, evaluation key, reused). Records the attempt in the store."""
         from concurrent.futures import Future
@@ -325,7 +328,7 @@ class ProblemEvaluator:
     def fingerprint(self) -> dict[str, Any]:
         return self.dispatcher.fingerprint()
 
-    def evaluate(self, problem: Any, candidate_source: str, config: EvalConfig | None = None, *,
+    def evaluate(self, problem: Problem | str | Path, candidate_source: str, config: EvalConfig | None = None, *,
                  cancel: threading.Event | None = None) -> EvalResult:
         """EvaluatorProtocol, through the store. `cancel` is not honoured: the dispatcher's job
         threads own the evaluation (a bench run stops them all at once)."""

@@ -84,7 +84,7 @@ class BenchProgress:
             self._live.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._live.refresh()
             self._live.stop()

@@ -16,10 +16,14 @@ nor retries their tasks, so no evaluation runs twice without the driver knowing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.bench.dispatch import WorkerLost
 from kernelagent.errors import UserError
+
+if TYPE_CHECKING:
+    from kernelagent.problem import Problem
+    from kernelagent.harness import EvalConfig
 
 START_TIMEOUT_S = 300.0  # a worker whose actor is not up by then (no room on its node) is an error
 
@@ -73,7 +77,7 @@ class RayWorker:
     def where(self) -> dict[str, Any]:
         return self._ray.get(self.actor.where.remote(), timeout=60)
 
-    def evaluate(self, problem: Any, source: str, config: Any) -> dict[str, Any]:
+    def evaluate(self, problem: Problem, source: str, config: EvalConfig | None) -> dict[str, Any]:
         actor = self.actor
         ref = actor.evaluate.remote(problem.source, problem.display, source,
                                     config.to_dict() if config is not None else None)
@@ -174,5 +178,5 @@ class RayPool:
     def __enter__(self) -> "RayPool":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

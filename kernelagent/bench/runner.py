@@ -222,7 +222,7 @@ def candidates_record(ref: ProblemRef, attempts: list[dict]) -> dict[str, Any]:
 
 # -- the evaluation dispatcher ------------------------------------------------------------
 def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = None,
-              progress: Any = None) -> BenchOutcome:
+              progress: BenchProgress | None = None) -> BenchOutcome:
     from kernelagent.bench.progress import BenchProgress
     from kernelagent.bench.report import write_reports, write_run_json
     from kernelagent.harness.caller.pool import EvaluatorPool, parse_gpus
@@ -366,7 +366,7 @@ def _read(path: Path) -> str:
         return f"# unreadable candidate file: {exc}\n"
 
 
-def _run_candidates(spec: BenchSpec, store: Store, run_id: str, dispatcher: Dispatcher, progress: Any,
+def _run_candidates(spec: BenchSpec, store: Store, run_id: str, dispatcher: Dispatcher, progress: BenchProgress,
                     todo: list[tuple[ProblemRef, Any]], workers: int, interleave: bool = True) -> None:
     from kernelagent.problem import sha256_text
 
@@ -473,7 +473,7 @@ def agent_record(ref: ProblemRef, summary: dict, attempts: list[dict], wall_s: f
 
 
 def _run_agent(spec: BenchSpec, session: Session, store: Store, run_id: str, dispatcher: Dispatcher,
-               progress: Any, todo: list[tuple[ProblemRef, Any]], out_dir: Path) -> None:
+               progress: BenchProgress, todo: list[tuple[ProblemRef, Any]], out_dir: Path) -> None:
     from kernelagent.orchestrate import optimize
     from kernelagent.agent.budget import Budget
     from kernelagent.problem import ProblemError

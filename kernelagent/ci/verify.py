@@ -29,6 +29,7 @@ from kernelagent.ci.lock import merge_entry, read_lock, today, write_lock
 from kernelagent.ci.manifest import KernelEntry, Manifest
 
 if TYPE_CHECKING:
+    from kernelagent.problem import Problem
     from kernelagent.harness import EvalConfig, EvalResult, FingerprintedEvaluator
 
 # The baseline a target is measured against: TorchInductor where it was timed, else eager.
@@ -63,12 +64,12 @@ class CachedEvaluator:
     def cpu(self) -> bool:
         return not self.fingerprint().get("cuda")
 
-    def evaluate(self, problem: Any, candidate_source: str, config: EvalConfig | None = None, *,
+    def evaluate(self, problem: Problem | str | Path, candidate_source: str, config: EvalConfig | None = None, *,
                  cancel: threading.Event | None = None) -> EvalResult:
         """EvaluatorProtocol: the result, from the store when it holds it."""
         return self.evaluate_cached(problem, candidate_source, config, cancel=cancel)[0]
 
-    def evaluate_cached(self, problem: Any, source: str, config: EvalConfig | None = None, *,
+    def evaluate_cached(self, problem: Problem | str | Path, source: str, config: EvalConfig | None = None, *,
                         cancel: threading.Event | None = None) -> tuple[EvalResult, bool]:
         """(EvalResult, reused)."""
         from kernelagent.bench.store import evaluation_key
@@ -174,7 +175,7 @@ class KernelCheck:
                 "seconds": round(self.seconds, 3)}
 
 
-def failure_detail(result: Any) -> str:
+def failure_detail(result: EvalResult) -> str:
     """Why a verdict does not pass, in one line: the harness's reason, the first failing
     check (with its first mismatch: index, expected, got) and any rejection or review flag."""
     parts = [result.status]
@@ -193,7 +194,7 @@ def failure_detail(result: Any) -> str:
     return ": ".join(parts[:2]) + ("; " + "; ".join(parts[2:]) if len(parts) > 2 else "")
 
 
-def speed_facts(result: Any) -> tuple[bool, str | None, float | None, float | None, dict, dict]:
+def speed_facts(result: EvalResult) -> tuple[bool, str | None, float | None, float | None, dict, dict]:
     """(measurable, baseline, point, lower bound, speedups, intervals) of a result."""
     timings = result.timings
     measurable = "candidate" in timings and all(t.meaningful for t in timings.values()) and \
@@ -212,7 +213,7 @@ def speed_facts(result: Any) -> tuple[bool, str | None, float | None, float | No
     return measurable, baseline, point, low, speedups, intervals
 
 
-def check_kernel(entry: KernelEntry, result: Any, lock: dict[str, Any] | None, *, environment: dict,
+def check_kernel(entry: KernelEntry, result: EvalResult, lock: dict[str, Any] | None, *, environment: dict,
                  reused: bool = False, seconds: float = 0.0, kernel_sha256: str = "",
                  problem_sha256: str = "") -> KernelCheck:
     measurable, baseline, point, low, speedups, intervals = speed_facts(result)

@@ -11,15 +11,18 @@ interrupted (one line: what was kept, and the command that goes on).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from kernelagent.errors import EXIT_MODEL_UNAVAILABLE, EXIT_USAGE, UserError
 from kernelagent.text import plural, terminal_text
 
+if TYPE_CHECKING:
+    from kernelagent.agent.budget import Budget
 
-def run_whole_model(*, problem: Path, llm: Any, budget: Any, out: Path, device: str, trials: int, strategy: str,
+
+def run_whole_model(*, problem: Path, llm: Any, budget: Budget, out: Path, device: str, trials: int, strategy: str,
                     samples: int, mode: str, target_speedup: float, regions: int, live: bool | None, quiet: bool,
                     resume: bool, model_info: dict[str, Any] | None = None) -> int:
     from kernelagent.agent.live import LiveView

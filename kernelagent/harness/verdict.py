@@ -28,9 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from kernelagent.harness.result import Status
+
+if TYPE_CHECKING:
+    from kernelagent.harness.result import EvalResult
 
 LATER_FAULT_CHARS = 600
 
@@ -154,7 +157,7 @@ def apply(result: dict[str, Any], outcomes: Sequence[Outcome]) -> Verdict:
     return verdict
 
 
-def apply_to(result: Any, outcomes: Sequence[Outcome]) -> Verdict:
+def apply_to(result: EvalResult, outcomes: Sequence[Outcome]) -> Verdict:
     """The same writer for the caller's EvalResult: its status, reason, stage and `correct`, the
     fold of `outcomes` alone (what the result held before is not an input: `weigh` passes it)."""
     verdict = fold(outcomes)
@@ -163,7 +166,7 @@ def apply_to(result: Any, outcomes: Sequence[Outcome]) -> Verdict:
     return verdict
 
 
-def weigh(result: Any, flags: Sequence[dict[str, str]]) -> Verdict:
+def weigh(result: EvalResult, flags: Sequence[dict[str, str]]) -> Verdict:
     """New evidence on a result the server decided (the caller's kernel evidence, its trace, an
     audit): its verdict folded again as the checks' conclusion with these flags, so that a
     `reject` among them outranks the comparison by the same rule (with_rejects)."""

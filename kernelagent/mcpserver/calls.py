@@ -22,6 +22,8 @@ from mcp.server.mcpserver.exceptions import ToolError  # this module is imported
 from kernelagent.mcpserver.session import Sessions, ToolInputError
 
 if TYPE_CHECKING:
+    from kernelagent.problem import Problem
+    from pathlib import Path
     from kernelagent.harness import EvalConfig, EvalResult, EvaluatorProtocol
 
 PROGRESS_EVERY_S = 2.0
@@ -76,7 +78,7 @@ class CallEvaluator:
         self._evaluator, self._cancel = evaluator, cancel
         self.last: Any = None
 
-    def evaluate(self, problem: Any, candidate_source: str, config: EvalConfig | None = None, *,
+    def evaluate(self, problem: Problem | str | Path, candidate_source: str, config: EvalConfig | None = None, *,
                  cancel: threading.Event | None = None) -> EvalResult:
         """EvaluatorProtocol: cancelled with the call, and with `cancel` too where one is given."""
         if cancel is None or cancel is self._cancel:

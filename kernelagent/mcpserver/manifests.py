@@ -15,6 +15,7 @@ import hashlib
 import json
 import sys
 import time
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -140,7 +141,7 @@ class _NoStore:
         return None
 
 
-def run(checked: Checked, evaluator: EvaluatorProtocol, cancel: Any) -> Any:
+def run(checked: Checked, evaluator: EvaluatorProtocol, cancel: threading.Event) -> Any:
     """ci/verify.py's judgement of each checked entry, in the manifest's order, with the shared
     harness (each evaluation cancelled with the call); the lock is read, never written."""
     from kernelagent.bench.store import environment as env_of

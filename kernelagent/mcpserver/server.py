@@ -121,7 +121,7 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
             return root_set.read_text(candidate, "candidate")
         raise ToolInputError("give `code` (the module defining class ModelNew) or `candidate` (its file)")
 
-    def inputs(loaded: Any, cancel: Any = None) -> dict[str, Any]:
+    def inputs(loaded: Any, cancel: threading.Event | None = None) -> dict[str, Any]:
         if loaded.sha256 not in inputs_of:
             described = confinement.describe_inputs(loaded, cancel)
             if cancel is not None and cancel.is_set():
@@ -140,7 +140,7 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
         except BadProblem as exc:
             return None, _bad_problem(str(exc))
 
-        def work(cancel: Any) -> Any:
+        def work(cancel: threading.Event) -> Any:
             evaluator = CallEvaluator(harness.evaluator(), cancel)
             tools = HarnessTools(evaluator, loaded, prompts, trials=trials, inputs={})
             try:
@@ -224,7 +224,7 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
             guard(lambda: root_set.target(out, "out", base))
         dev = "cuda" if harness.device.startswith("cuda") or (harness.device == "auto" and _has_gpu()) else "cpu"
 
-        def work(cancel: Any) -> Any:
+        def work(cancel: threading.Event) -> Any:
             run = confinement.run(loaded.source, loaded.path.name,
                                   interpreter.module_argv("kernelagent.wholemodel.child", "plan", "{problem}",
                                                           "--device", dev, "--out", "{scratch}/plan"),
@@ -264,7 +264,7 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
 
         checked = guard(lambda: manifests.check(root_set, manifest, name))
 
-        def work(cancel: Any) -> Any:
+        def work(cancel: threading.Event) -> Any:
             return manifests.run(checked, CallEvaluator(harness.evaluator(), cancel), cancel)
 
         report = await run_call(ctx, sessions, harness, "verifying", work)

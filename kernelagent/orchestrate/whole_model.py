@@ -42,6 +42,8 @@ from kernelagent.errors import UserError
 from kernelagent.wholemodel.e2e import e2e_config
 
 if TYPE_CHECKING:
+    from kernelagent.agent.budget import Budget
+    from kernelagent.models.base import Model
     from kernelagent.harness import FingerprintedEvaluator
 
 SETTINGS = ("top", "min_share", "trials", "strategy", "samples", "mode", "target_speedup", "device")
@@ -58,7 +60,7 @@ def _speed(result: Any, order: tuple[str, ...] = ("compile", "eager")) -> tuple[
     return None, None, None
 
 
-def _spent(budget: Any) -> str | None:
+def _spent(budget: Budget) -> str | None:
     """What is spent, in words, when the budget allows no further model call; else None."""
     for name, fraction in budget.fractions().items():
         if fraction >= 1.0:
@@ -67,8 +69,8 @@ def _spent(budget: Any) -> str | None:
 
 
 class WholeModelRun:
-    def __init__(self, problem: str | Path, model: Any, *, out: str | Path, evaluator: FingerprintedEvaluator,
-                 budget: Any, settings: dict[str, Any], observer: Callable[..., None] | None = None,
+    def __init__(self, problem: str | Path, model: Model, *, out: str | Path, evaluator: FingerprintedEvaluator,
+                 budget: Budget, settings: dict[str, Any], observer: Callable[..., None] | None = None,
                  model_info: dict[str, Any] | None = None) -> None:
         from kernelagent.problem import load_problem
 
@@ -374,8 +376,8 @@ def read_previous(out: str | Path, problem: Any) -> dict[str, Any]:
     return previous
 
 
-def optimize_whole_model(problem: str | Path, model: Any, *, out: str | Path, evaluator: FingerprintedEvaluator,
-                         budget: Any, device: str = "cpu", top: int = 3, min_share: float = 0.01, trials: int = 5,
+def optimize_whole_model(problem: str | Path, model: Model, *, out: str | Path, evaluator: FingerprintedEvaluator,
+                         budget: Budget, device: str = "cpu", top: int = 3, min_share: float = 0.01, trials: int = 5,
                          strategy: str = "single", samples: int = 1, mode: str = "auto",
                          target_speedup: float = 1.0, observer: Callable[..., None] | None = None,
                          plan_data: dict | None = None, resume: bool = False,

@@ -24,6 +24,8 @@ from kernelagent.cluster.actors import (MAX_JOBS_PER_ACTOR, EvalActor, WorkerSlo
                                         start_actor)
 
 if TYPE_CHECKING:
+    from kernelagent.problem import Problem
+    from pathlib import Path
     from kernelagent.harness import EvalConfig, EvalResult
 
 
@@ -84,7 +86,7 @@ class RayBackend:
                     out.append(exc)
         return out
 
-    def evaluate(self, problem: Any, candidate_source: str, config: EvalConfig | None = None, *,
+    def evaluate(self, problem: Problem | str | Path, candidate_source: str, config: EvalConfig | None = None, *,
                  cancel: threading.Event | None = None) -> EvalResult:
         """EvaluatorProtocol. `cancel` is not honoured: a job sent to a Ray actor runs to its
         verdict (the actor's own timeouts bound it)."""
@@ -108,5 +110,5 @@ class RayBackend:
     def __enter__(self) -> "RayBackend":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -94,15 +94,15 @@ class RewardBreakdown:
         return None if self.infra_error else self.reward
 
 
-def _is_rejected(result: Any) -> bool:
+def _is_rejected(result: EvalResult) -> bool:
     return result.status == "rejected" or any(f.severity == "reject" for f in result.flags)
 
 
-def _is_flagged(result: Any) -> bool:
+def _is_flagged(result: EvalResult) -> bool:
     return any(f.severity == "review" for f in result.flags)
 
 
-def reward_from_result(result: Any, cfg: RewardConfig | None = None, *,
+def reward_from_result(result: EvalResult | dict[str, Any], cfg: RewardConfig | None = None, *,
                        judge: Any = None) -> RewardBreakdown:
     """The reward of one `EvalResult` (or its dict). `judge`: a JudgeScore, or None."""
     from kernelagent.harness import EvalResult

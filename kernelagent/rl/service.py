@@ -240,7 +240,7 @@ class RewardService:
 
         from kernelagent.serving.guard import guard
 
-        async def http_error(_request: Any, exc: Any) -> Any:
+        async def http_error(_request: Any, exc: HTTPException) -> Any:
             return _json(exc.status_code, {"error": f"{str(exc.detail).lower()}: {ROUTES}"}, exc.headers)
 
         routes = [Route(path, self._get_health, methods=["GET"]) for path in ("/health", "/health/")]

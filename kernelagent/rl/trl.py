@@ -245,7 +245,7 @@ class KernelReward:
     def __enter__(self) -> "KernelReward":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- TRL ---------------------------------------------------------------------------

@@ -123,7 +123,7 @@ class Evaluator(ServerChannel):
     def __enter__(self) -> "Evaluator":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _server_env(self, scratch_root: Path | None = None) -> dict[str, str]:

@@ -104,7 +104,7 @@ class EvaluatorPool:
     def __enter__(self) -> "EvaluatorPool":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property

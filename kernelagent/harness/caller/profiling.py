@@ -21,18 +21,23 @@ Without a GPU or without ncu, the report says what it could not measure and why.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent import hardware
 # Nsight Compute itself lives in server/ncu.py; these names stay importable from here.
 from kernelagent.harness.server.ncu import (NCU_METRICS, NCU_STALLS, UNSANDBOXED_NCU, find_ncu,  # noqa: F401
                                             ncu_sandbox, parse_ncu_csv, run_ncu, summarise_ncu)
 
+if TYPE_CHECKING:
+    from kernelagent.harness.result import EvalResult
+    from kernelagent.problem import Problem
+    from pathlib import Path
+
 # --------------------------------------------------------------------------------------
 # Roofline from an EvalResult
 # --------------------------------------------------------------------------------------
 
-def roofline(result: Any, fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+def roofline(result: EvalResult, fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
     """Roofline fractions for the candidate's median time, or {"unavailable": why}."""
     fingerprint = fingerprint if fingerprint is not None else result.fingerprint
     device = hardware.describe_device(fingerprint or {})
@@ -79,7 +84,7 @@ AGREEMENT_PCT = 3.0  # issue 13: the harness median and the profiler's kernel su
 AGREEMENT_MIN_MS = 0.05  # ... for kernels of 50 us or more
 
 
-def clocks(result: Any) -> dict[str, Any]:
+def clocks(result: EvalResult) -> dict[str, Any]:
     """The two clocks of one evaluation, per forward call: the harness's median (the timed loop:
     L2 flushed before each call, synchronised, host time included) and the device time of every
     kernel the profiler saw, summed (torch.profiler in the candidate's process, 3 calls on the
@@ -135,7 +140,7 @@ def clock_line(c: dict[str, Any]) -> str:
             f"{diff}{agree}" + (f" [{c['note']}]" if c.get("note") else ""))
 
 
-def summary_lines(result: Any, roof: dict[str, Any], ncu: dict[str, Any] | None) -> list[str]:
+def summary_lines(result: EvalResult, roof: dict[str, Any], ncu: dict[str, Any] | None) -> list[str]:
     """The report in a few lines a model can act on."""
     lines: list[str] = []
     timing = result.timings.get("candidate")
@@ -230,7 +235,7 @@ def advice(roof: dict[str, Any], ncu: dict[str, Any] | None) -> list[str]:
     return hints[:2]
 
 
-def profile(problem: Any, candidate_source: str, *, evaluator: Any = None, device: str = "auto",
+def profile(problem: Problem | str | Path, candidate_source: str, *, evaluator: Any = None, device: str = "auto",
             backend: str = "triton", trials: int = 2, use_ncu: bool | str = "auto", ncu_timeout: float = 180.0,
             baselines: bool = True, config_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Evaluate with profiling, then the roofline and (where possible) ncu. Returns

@@ -14,7 +14,7 @@ import sys
 import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,6 +25,9 @@ from kernelagent.harness.child.common import (AllocPressure, _aliasing, _device,
                                                compact_traceback, import_problem, make_timer)
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.trace import marks as trace_marks
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 NUMERIC_MODES = {
     "torch.backends.cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
@@ -456,7 +459,7 @@ def _device_us(event: Any) -> float:
     return float(total or 0)
 
 
-def profile_kernels(model: Any, problem: Any, seed: int, smoke: bool, device: torch.device,
+def profile_kernels(model: torch.nn.Module, problem: ModuleType, seed: int, smoke: bool, device: torch.device,
                     top: int = 10, own_names: set[str] | None = None) -> list[dict[str, Any]]:
     """The candidate's top kernels by device time (CPU ops when there is no GPU): name,
     total_ms and calls per forward call, share of the total, and whether it is the

@@ -12,7 +12,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,6 +21,9 @@ from kernelagent.harness.child import inputs as inputs_mod, timing
 from kernelagent.harness.child.defences import GLUE_OPS
 from kernelagent.harness.jail.fds import close_inherited_fds
 from kernelagent.harness.config import EvalConfig
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 def child_setup(log_path: Path, workdir: Path, keep_fds: list[int]) -> None:
     """First thing in a process forked from the server: stdout/stderr to its own log, every other
@@ -143,7 +146,7 @@ def import_problem(job: dict[str, Any], workdir: Path) -> Any:
     return module
 
 
-def _op_names(model: Any, values: list[Any]) -> list[str]:
+def _op_names(model: torch.nn.Module, values: list[Any]) -> list[str]:
     """The aten ops (other than views and allocation) that one call of the reference runs."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -169,7 +172,7 @@ def _tensor_inputs(values: list[Any]) -> list[torch.Tensor]:
     return [v for v in values if isinstance(v, torch.Tensor)]
 
 
-def _param_bytes(model: Any) -> int:
+def _param_bytes(model: object) -> int:
     if not isinstance(model, torch.nn.Module):
         return 0
     tensors = list(model.parameters()) + list(model.buffers())
@@ -180,7 +183,7 @@ def _clone(value: Any) -> Any:
     return value.clone() if isinstance(value, torch.Tensor) else value
 
 
-def make_timing_sets(problem: Any, seed: int, config: EvalConfig, smoke: bool,
+def make_timing_sets(problem: ModuleType, seed: int, config: EvalConfig, smoke: bool,
                      device: torch.device, budget_bytes: int | None = None) -> list[list[Any]]:
     """Rotating input sets for timing the baselines, as many as memory comfortably allows."""
     sets = [inputs_mod.make_inputs(problem, "main", seed, smoke, device)]

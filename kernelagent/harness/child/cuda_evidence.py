@@ -23,7 +23,8 @@ def poison_cuda_memory(device: Any, nbytes: int) -> None:
     del small
 
 
-def device_time_share(model: Any, values: list[Any], own_names: set[str], device: Any) -> dict[str, Any]:
+def device_time_share(model: torch.nn.Module, values: list[Any], own_names: set[str],
+                      device: torch.device) -> dict[str, Any]:
     """One profiled call: the share of device time in the candidate's own kernels."""
     import torch
     from torch.profiler import ProfilerActivity, profile

@@ -168,7 +168,7 @@ def _bytes(values: Any) -> int:
 class HighPrecision:
     """The reference process's float64 runs: one `run` per check (see the module's docstring)."""
 
-    def __init__(self, model: Any, device: torch.device, estimate_ms: float = 0.0):
+    def __init__(self, model: torch.nn.Module, device: torch.device, estimate_ms: float = 0.0):
         self.model = model
         self.device = device
         self.off = ""  # set once a run took too long: every later check goes without

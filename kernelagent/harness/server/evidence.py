@@ -33,11 +33,14 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.settings import get as setting
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import trace_stage
+
+if TYPE_CHECKING:
+    from kernelagent.harness.server.seams import EvidenceJob
 
 
 def ncu_lock_key(fingerprint: dict[str, Any]) -> str | None:
@@ -49,7 +52,7 @@ def ncu_lock_key(fingerprint: dict[str, Any]) -> str | None:
     return device_key(fingerprint) if lock_scope() == "device" else None
 
 
-def announce_baselines(job: Any) -> None:
+def announce_baselines(job: EvidenceJob) -> None:
     """The job's baselines, to the caller before this stage (seconds of ncu), through the job's
     `on_baselines` (the dispatcher's `baselines_ready`, with the job's nonce): an evaluation of the
     same problem waiting for them (caller/evaluator.py) need not wait for the evidence too."""
@@ -63,18 +66,18 @@ def announce_baselines(job: Any) -> None:
         traceback.print_exc()
 
 
-def asked(job: Any) -> bool:
+def asked(job: EvidenceJob) -> bool:
     """Did the caller ask for kernel evidence, on a GPU?"""
     options = job.request.get("options") or {}
     return bool(options.get("evidence")) and bool(job.config.kernel_evidence) and bool(job.fingerprint.get("cuda"))
 
 
-def traced(job: Any) -> bool:
+def traced(job: EvidenceJob) -> bool:
     """Does this job's candidate run under the kernel trace (server/trace_stage.py)?"""
     return getattr(job, "trace_channel", None) is not None or getattr(job, "trace", None) is not None
 
 
-def audit_asked(job: Any) -> bool:
+def audit_asked(job: EvidenceJob) -> bool:
     """Did the caller ask for a Nsight Compute audit of this result (a result shown as a win, or
     the caller's seeded share: server/audit.py)?"""
     options = job.request.get("options") or {}
@@ -82,7 +85,7 @@ def audit_asked(job: Any) -> bool:
     return isinstance(evidence_options, dict) and evidence_options.get("audit") is True
 
 
-def audit_for_win(job: Any) -> bool:
+def audit_for_win(job: EvidenceJob) -> bool:
     """A result that beats Inductor, where the caller asked wins to be audited (server/audit.py):
     the candidate's checked median under Inductor's, from the caller's cache (`win_below_ms`) or
     this job's own baselines. Our own measurements on both sides, never the candidate's."""
@@ -99,14 +102,14 @@ def audit_for_win(job: Any) -> bool:
         and 0 < median < below
 
 
-def ncu_planned(job: Any) -> bool:
+def ncu_planned(job: EvidenceJob) -> bool:
     """Will Nsight Compute run for this job if its result is correct: `evidence="ncu"`, an audit
     the caller asked for, or no trace to judge (the tracer did not load). A trace that turns out
     incomplete falls back to it too (`stage`), but that is known only at the end."""
     return job.config.evidence == "ncu" or audit_asked(job) or not traced(job)
 
 
-def correct_unrejected(job: Any) -> bool:
+def correct_unrejected(job: EvidenceJob) -> bool:
     """A correct result that nothing rejected. Results flagged for review are included: such a
     result is no win already, but a torch-only candidate that also trips a review check (its own
     clock disagreeing with the server's, say) must still end `rejected` on what the evidence saw,
@@ -117,12 +120,12 @@ def correct_unrejected(job: Any) -> bool:
     return not any(isinstance(f, dict) and f.get("severity") == "reject" for f in job.result["flags"])
 
 
-def wanted(job: Any) -> bool:
+def wanted(job: EvidenceJob) -> bool:
     """Did the caller ask for evidence, and is this a correct GPU result that nothing rejected?"""
     return asked(job) and correct_unrejected(job)
 
 
-def stage(job: Any) -> None:
+def stage(job: EvidenceJob) -> None:
     """The job's evidence (issue 55), for a result `wanted` says deserves it. The trace of the
     job's own process is judged first (server/trace_stage.judge: pure, milliseconds); Nsight
     Compute runs only where it was planned (`ncu_planned`) or the trace could not decide
@@ -155,7 +158,7 @@ def stage(job: Any) -> None:
             report["fallback"] = f"the trace was incomplete: {incomplete}"[:300]
 
 
-def session_uid(job: Any) -> tuple[int, int] | None:
+def session_uid(job: EvidenceJob) -> tuple[int, int] | None:
     """The uid the ncu session runs as: the job's (jail/candidate.py job_uid), so that the session,
     which runs the candidate's code again, reads no more than the job itself could (a root-only
     file the minimal view shows, say). None where the job has no uid of its own (the server is
@@ -169,14 +172,14 @@ def session_uid(job: Any) -> tuple[int, int] | None:
     return int(run_as[0]), int(run_as[1])
 
 
-def may_want(job: Any) -> bool:
+def may_want(job: EvidenceJob) -> bool:
     """Could this job end wanting a Nsight Compute session (before its verdict): the caller asked
     for evidence, the job runs on a GPU, and ncu is planned for it (`ncu_planned`). A traced job
     starts no session beside its checks and keeps no spare: its trace is the evidence."""
     return asked(job) and ncu_planned(job)
 
 
-def _hide(job: Any) -> list[Path]:
+def _hide(job: EvidenceJob) -> list[Path]:
     """Everything the job's own jail hides (the server's scratch root with every other job's
     scratch, the caches, the home), and the caller's list besides."""
     options = job.request.get("options") or {}
@@ -184,14 +187,14 @@ def _hide(job: Any) -> list[Path]:
     return hide + [Path(p) for p in (job.jail or {}).get("hide", [])] + [job.root.parent]
 
 
-def _session_settings(job: Any) -> dict[str, Any]:
+def _session_settings(job: EvidenceJob) -> dict[str, Any]:
     """What an evidence session of this job is started with, besides its problem and candidate:
     the backend, the jail (what it hides, the per-job namespaces or a probe) and the uid."""
     return dict(backend=job.config.backend, device="cuda", hide=_hide(job),
                 namespaces=(job.jail or {}).get("mode") == "namespaces" or None, run_as=session_uid(job))
 
 
-def start_early(job: Any) -> None:
+def start_early(job: EvidenceJob) -> None:
     """Start the job's evidence session now, while its checks run (kernel_evidence.Early): its
     set-up (ncu, the interpreter, torch, the CUDA context, the problem; our code only) is most
     of a session's seconds, and a correct result then waits only for the profiled part. A job
@@ -254,7 +257,7 @@ def start_early(job: Any) -> None:
 SPARE_WAIT_S = 180.0
 
 
-def spare_key(job: Any, settings: dict[str, Any] | None = None) -> tuple | None:
+def spare_key(job: EvidenceJob, settings: dict[str, Any] | None = None) -> tuple | None:
     """What a spare must share with the job that takes it over: everything its set-up used (the
     problem and the session's settings: the backend, the jail and what it hides, the uid). None
     where no spare may serve: the CUDA backend (the target's build hook is set up for one
@@ -267,7 +270,7 @@ def spare_key(job: Any, settings: dict[str, Any] | None = None) -> tuple | None:
             tuple(str(p) for p in settings["hide"]))
 
 
-def _start_spare(job: Any, key: tuple, settings: dict[str, Any]) -> None:
+def _start_spare(job: EvidenceJob, key: tuple, settings: dict[str, Any]) -> None:
     """Start a session for the next job of this job's problem, unless one waits already or the
     cap of live early sessions is reached (a job's own session always comes first). Our code only
     runs in it until a job takes it over; it lives in the server's scratch root (removed with the
@@ -323,13 +326,13 @@ def _spawner() -> Any:
         return _SPAWNER
 
 
-def _ended(job: Any) -> None:
+def _ended(job: EvidenceJob) -> None:
     if getattr(job, "early_counted", False):
         job.early_counted = False
         job.gate.profilers.ended(early=True)
 
 
-def discard(job: Any) -> None:
+def discard(job: EvidenceJob) -> None:
     """The job wants no evidence after all (not correct, or rejected): end its early session."""
     early = getattr(job, "early_evidence", None)
     job.early_evidence = None
@@ -340,7 +343,7 @@ def discard(job: Any) -> None:
         _ended(job)
 
 
-def covers_device_share(job: Any) -> bool:
+def covers_device_share(job: EvidenceJob) -> bool:
     """Will the out-of-process evidence judge this job's device share (kernel_evidence.judge:
     `no-custom-kernel`, `hidden-work`), so that the candidate's own process need not profile
     itself for it? Where the caller asked for the evidence and the job is traced (the trace's
@@ -356,7 +359,7 @@ def covers_device_share(job: Any) -> bool:
     return find_ncu() is not None
 
 
-def collect(job: Any) -> None:
+def collect(job: EvidenceJob) -> None:
     """Run the evidence and put it in the result (`evidence`: {"kernels", "seconds"} or
     {"unavailable": why}). The stage's time is in stage_seconds["evidence"]."""
     from kernelagent.harness.server import kernel_evidence

@@ -32,7 +32,7 @@ import traceback
 import uuid
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.harness import protocol
 from kernelagent.harness.config import EvalConfig
@@ -52,6 +52,9 @@ from kernelagent.harness.server.memory import MemoryPhases
 from kernelagent.harness.server.timed import SLOT_MIN_S, TimedPhases
 from kernelagent.harness.server.verdict import CheckRecord
 from kernelagent import hardware, pyast
+
+if TYPE_CHECKING:
+    from kernelagent.harness.trace import channel as trace_channel
 
 
 
@@ -77,6 +80,10 @@ def _says_out_of_memory(log: str) -> bool:
 
 class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
     """Runs one evaluation and produces the fields of an EvalResult (as a dict)."""
+
+    # set by fork(), read by the trace's stage (server/seams.py TraceJob)
+    scratch: Path
+    child_job: dict[str, Any]
 
     def __init__(self, request: dict[str, Any], scratch_root: Path, fingerprint: dict[str, Any],
                  jail: dict[str, Any], gate: Gate | None = None):
@@ -117,6 +124,9 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         self.hold: gate_mod.Hold | None = None
         self.early_evidence: Any = None  # the evidence's session, started beside the checks (evidence.py)
         self.early_counted = False  # that session counts as live in gate.profilers
+        self.trace_channel: trace_channel.Channel | None = None  # the candidate's trace (trace_stage.open_for)
+        self.trace: trace_channel.TraceBytes | None = None  # its bytes, once collected
+        self.trace_checks = 0  # the checks the trace's rules are told of
         self.stage_reports = 0  # the candidate's progress messages: bounded (MAX_STAGE_REPORTS)
         self.cpu: dict[str, float] = {}  # host CPU seconds by part (finish_result)
         self.alone = bool((request.get("options") or {}).get("alone"))

@@ -101,7 +101,7 @@ class Profilers:
             self._cond.notify_all()
 
     @contextmanager
-    def session(self, job: Any, timeout: float) -> Iterator[bool]:
+    def session(self, job: object, timeout: float) -> Iterator[bool]:
         """Around a late session: waits (the job's clock paused) while an in-process profile runs
         or waits, then counts the session live until it ends. Yields False when it waited past
         `timeout` (the session then does not run)."""
@@ -117,7 +117,7 @@ class Profilers:
             self.ended()
 
     @contextmanager
-    def in_process(self, job: Any, timeout: float) -> Iterator[bool]:
+    def in_process(self, job: object, timeout: float) -> Iterator[bool]:
         """Around a candidate's in-process profile: waits (its clock paused) until no session is
         live, at most `timeout`; yields whether none is (else the caller skips the profile and
         says so: it is evidence and feedback, never a gate, and a job must not hang in it)."""
@@ -138,7 +138,7 @@ class Profilers:
 
     @staticmethod
     @contextmanager
-    def _paused(job: Any) -> Iterator[None]:
+    def _paused(job: object) -> Iterator[None]:
         pause = getattr(job, "pause_clock", None)
         if pause is not None:
             pause(True)

@@ -13,15 +13,18 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent import settings
 from kernelagent.harness.trace import channel as trace_channel
 
+if TYPE_CHECKING:
+    from kernelagent.harness.server.seams import TraceJob
+
 DUMP_ENV = "KERNELAGENT_TRACE_DUMP"  # a folder: each job's raw trace is written there as <job>.jsonl
 
 
-def open_for(job: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def open_for(job: TraceJob) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the reference's job dict, the candidate's) for the fork, with their trace specs."""
     job.trace_channel, job.trace, job.trace_checks = None, None, 0
     library = (job.fingerprint.get("trace") or {}).get("library")
@@ -42,7 +45,7 @@ def open_for(job: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             {**job.child_job, "trace": job.trace_channel.child_spec(str(own))})
 
 
-def collect(job: Any) -> None:
+def collect(job: TraceJob) -> None:
     """Once the candidate's process is gone: everything it wrote, and what the result says of it."""
     channel = getattr(job, "trace_channel", None)
     if channel is None:
@@ -60,7 +63,7 @@ def collect(job: Any) -> None:
             pass
 
 
-def close(job: Any) -> None:
+def close(job: TraceJob) -> None:
     """A job that will not run: both ends go unread."""
     channel = getattr(job, "trace_channel", None)
     if channel is not None:
@@ -68,7 +71,7 @@ def close(job: Any) -> None:
         channel.close()
 
 
-def expected(job: Any) -> Any:
+def expected(job: TraceJob) -> Any:
     """What the trace's rules are told (trace/calls.Expected), from the server's own knowledge,
     never the candidate's: its own kernel names from its source, how many checks the server
     ordered (each one a CHECK marker pair, numbered from 0 in order), the timed loop as the server
@@ -89,7 +92,7 @@ def expected(job: Any) -> Any:
                     else None, phases=frozenset(phases))
 
 
-def judge(job: Any) -> dict[str, Any] | None:
+def judge(job: TraceJob) -> dict[str, Any] | None:
     """The trace's verdict on a correct result (trace/rules.judge_bytes: the decoder, then the
     rules), as the evidence's `trace` entry: {"flags", "facts", "incomplete", "seconds"}; None
     where the job had no trace (no tracer: the CPU, `KERNELAGENT_TRACE=0`, a tracer that could not

@@ -1,0 +1,58 @@
+"""The server's stage modules take the job through Protocols (server/seams.py, issue 57), not
+`Any` and not server/job.py (which imports them). A Protocol of attributes cannot be checked with
+isinstance, so: every member each Protocol declares is on a built Job, or declared on its class
+(the few that Job.fork sets), with a matching kind (a method where the Protocol has a method)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from kernelagent.harness import EvalConfig
+from kernelagent.harness.server import seams
+from kernelagent.harness.server.gate import Freezable
+from kernelagent.harness.server.job import Job
+
+
+def members(protocol: type) -> tuple[set[str], set[str]]:
+    """(attributes, methods) a Protocol declares, its bases' included."""
+    attributes, methods = set(), set()
+    for klass in protocol.__mro__:
+        if klass is object or not getattr(klass, "_is_protocol", False) or klass.__name__ == "Protocol":
+            continue
+        attributes |= set(klass.__dict__.get("__annotations__", {}))
+        methods |= {name for name, value in klass.__dict__.items()
+                    if inspect.isfunction(value) and not name.startswith("_")}
+    return attributes, methods
+
+
+def declared(klass: type) -> set[str]:
+    return {name for k in klass.__mro__ for name in k.__dict__.get("__annotations__", {})}
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Job:
+    return Job({"job": "j", "config": EvalConfig().to_dict(), "problem_source": "", "candidate_source": ""},
+               tmp_path, {"free_bytes": 1 << 30}, {})
+
+
+@pytest.mark.parametrize("protocol", [seams.TraceJob, seams.EvidenceJob, Freezable])
+def test_the_job_has_every_member_its_stages_protocol_names(job, protocol):
+    attributes, methods = members(protocol)
+    assert attributes and (methods or protocol is seams.TraceJob)
+    missing = sorted(name for name in attributes if not hasattr(job, name) and name not in declared(Job))
+    assert not missing, f"Job lacks {missing} of {protocol.__name__}"
+    not_methods = sorted(name for name in methods if not callable(getattr(job, name, None)))
+    assert not not_methods, f"Job has no method {not_methods} of {protocol.__name__}"
+
+
+def test_evidence_and_the_trace_stage_take_the_protocol_not_the_job():
+    from kernelagent.harness.server import evidence, trace_stage
+
+    for module, name in ((evidence, "EvidenceJob"), (trace_stage, "TraceJob")):
+        taking = [f for f in vars(module).values() if inspect.isfunction(f) and f.__module__ == module.__name__
+                  and "job" in inspect.signature(f).parameters]
+        assert taking
+        assert {inspect.signature(f).parameters["job"].annotation for f in taking} == {name}
