@@ -170,3 +170,17 @@ def test_the_jail_is_one_package():
     strays = [p.name for d in ("child", "caller") for p in (PACKAGE / "harness" / d).glob("*.py")
               if p.stem in ("sandbox", "jail", "jail_exec", "jail_probe", "namespaces", "mounts", "fds")]
     assert not strays, strays
+
+
+def test_no_server_function_is_over_80_lines():
+    """Issue 57: every function of harness/server reads as one step (at most 80 lines, its
+    decorators not counted), so the timing defences and the supervisor read step by step."""
+    files = sorted((PACKAGE / "harness" / "server").glob("*.py"))
+    assert PACKAGE / "harness" / "server" / "timed.py" in files
+    long = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > 80:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} is {n} lines")
+    assert not long, "\n".join(long)
