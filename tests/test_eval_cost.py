@@ -517,12 +517,13 @@ def test_the_evidence_target_warms_triton_before_it_says_ready_and_the_gpu_serve
     assert "triton_warm.warm" in calls and calls.index("triton_warm.warm") < calls.index("_wait_for_the_device")
     import ast
 
-    serve = next(n for n in ast.walk(ast.parse((root / "server" / "main.py").read_text()))
-                 if isinstance(n, ast.FunctionDef) and n.name == "serve")
-    guarded = [n for n in ast.walk(serve) if isinstance(n, ast.If) and ast.unparse(n.test) == "expects_cuda"]
+    tree = ast.parse((root / "server" / "main.py").read_text())
+    serve, warm_up = (next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+                      for name in ("serve", "_import_once"))
+    guarded = [n for n in ast.walk(warm_up) if isinstance(n, ast.If) and ast.unparse(n.test) == "expects_cuda"]
     assert any("triton_warm.warm()" in ast.unparse(n) for n in guarded)  # on a GPU only
     warm_line = next(n.lineno for n in ast.walk(serve) if isinstance(n, ast.Call)
-                     and ast.unparse(n.func) == "triton_warm.warm")
+                     and ast.unparse(n.func) == "_import_once")
     serve_line = min(n.lineno for n in ast.walk(serve) if isinstance(n, ast.Call)
                      and ast.unparse(n.func) in ("Dispatcher",))
     assert warm_line < serve_line

@@ -209,3 +209,15 @@ def test_any_parameters_stay_fewer_than_at_35ab29f():
 def test_the_any_count_sees_every_kind_of_parameter(tmp_path, source, count):
     (tmp_path / "m.py").write_text(source)
     assert len(any_parameters(tmp_path)) == count
+def test_no_server_function_is_over_80_lines():
+    """Issue 57: every function of harness/server reads as one step (at most 80 lines, its
+    decorators not counted), so the timing defences and the supervisor read step by step."""
+    files = sorted((PACKAGE / "harness" / "server").glob("*.py"))
+    assert PACKAGE / "harness" / "server" / "timed.py" in files
+    long = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > 80:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} is {n} lines")
+    assert not long, "\n".join(long)

@@ -28,6 +28,38 @@ class CheckPhases:
         assert self.ref is not None and self.cand is not None
         config = self.config
         # 1. start, load, compile: the reference gets ready while the candidate imports.
+        self._await_ready_and_compiled()
+        if config.compile_only:
+            self.cand_recv({"done"}, self.clock() + 30)
+            self.conclude([])
+            return
+
+        # 2. correctness: each check's seed revealed only when it runs. Beside other jobs, the
+        # device's memory for this one is reserved first (server/gate.py MemoryLedger).
+        self._reserve_device_memory()
+        self.enter("correctness")
+        deadline = self.clock() + self.limit("correctness")
+        self.cand_send("plan",
+                       reference_ops=self.ready.get("reference_ops", []) if config.defences else [])
+        # Each check's seed is keyed by the secret master (server/draws.py): one says nothing of another.
+        base = self.base_seed
+        checks = self._plan_checks(base)
+        self.planned = [c["name"] for c in checks]
+        for check in checks:
+            if not self.run_check(check, deadline):
+                return self.end_early()
+
+        # 3. the timed loop, clocked here.
+        if config.timing and not self._timing_stages(base):
+            return self.end_early()
+
+        # 4. the end: evidence, profile, flags.
+        self.finish_candidate(device_share=bool(config.defences and self.fingerprint.get("cuda")))
+        self.conclude(self.claimed_flags)
+
+    def _await_ready_and_compiled(self) -> None:
+        """Stage 1: wait for the reference's `ref_ready` (its workload recorded) and the
+        candidate's `compiled`, each against its own deadline; StageTimeout past either."""
         deadline_ref = self.clock() + self.limit("start") + self.limit("load")
         ref_ready = compiled = False
         deadline = self.stage_clock + self.limit(self.stage)
@@ -56,13 +88,10 @@ class CheckPhases:
                 compiled = True
                 self.result["compiled"] = True
             deadline = self.stage_clock + self.limit(self.stage)
-        if config.compile_only:
-            self.cand_recv({"done"}, self.clock() + 30)
-            self.conclude([])
-            return
 
-        # 2. correctness: each check's seed revealed only when it runs. Beside other jobs, the
-        # device's memory for this one is reserved first (server/gate.py MemoryLedger).
+    def _reserve_device_memory(self) -> None:
+        """Beside other jobs, this job's share of the device's memory (from the reference's
+        workload), held from here on; the wait for it recorded."""
         ready = self.ready
         need = gate_mod.job_memory_bytes(int(ready.get("input_bytes", 0)), int(ready.get("output_bytes", 0)),
                                          int(ready.get("param_bytes", 0)), self.fingerprint.get("free_bytes"))
@@ -72,12 +101,12 @@ class CheckPhases:
             self._memory.__enter__()
             self.concurrency["memory_wait_s"] = round(time.monotonic() - waited, 3)
             self.concurrency["memory_reserved_bytes"] = int(need)
-        self.enter("correctness")
-        deadline = self.clock() + self.limit("correctness")
-        self.cand_send("plan",
-                       reference_ops=self.ready.get("reference_ops", []) if config.defences else [])
-        # Each check's seed is keyed by the secret master (server/draws.py): one says nothing of another.
-        base = self.base_seed
+
+    def _plan_checks(self, base: int) -> list[dict[str, Any]]:
+        """The correctness checks in order (trials, the alternative inputs, the extra input sets
+        the reference planned), each with its seed; the derived sets not checked are dropped or
+        recorded as skipped. ReferenceGone when the reference plans a set that does not exist."""
+        config = self.config
         checks = [{"name": f"trial {i}", "kind": "main", "seed": draws.check_seed(base, f"trial {i}"), "stop": True}
                   for i in range(config.trials)]
         if self.ready.get("alt"):
@@ -100,32 +129,27 @@ class CheckPhases:
                 raise ReferenceGone(f"planned an extra input set that does not exist ({j!r})")
             checks.append({"name": derived_names.get(f"extra:{j}", f"extra input set {j}"), "kind": f"extra:{j}",
                            "seed": draws.check_seed(base, f"extra:{j}"), "stop": False})
-        self.planned = [c["name"] for c in checks]
-        for check in checks:
-            if not self.run_check(check, deadline):
-                return self.end_early()
+        return checks
 
-        # 3. the timed loop, clocked here.
-        if config.timing:
-            self.enter("timing")
-            # The checks passed: if no early evidence session could start beside them (the
-            # server's cap on live ones), one may start now, beside the timed loop's wait.
-            from kernelagent.harness.server import evidence
+    def _timing_stages(self, base: int) -> bool:
+        """Stage 3: the timed loop, then (when asked) the post-timing check. True to go on."""
+        config = self.config
+        self.enter("timing")
+        # The checks passed: if no early evidence session could start beside them (the
+        # server's cap on live ones), one may start now, beside the timed loop's wait.
+        from kernelagent.harness.server import evidence
 
-            evidence.start_early(self)
-            if not self.timed_loop(self.clock() + self.limit("timing")):
-                return self.end_early()
-            if config.post_timing_check:
-                self.enter("post-check")
-                post = {"name": "post-timing check", "kind": "main", "seed": draws.check_seed(base, "post-timing"),
-                        "stop": True}
-                self.planned.append(post["name"])
-                if not self.run_check(post, self.clock() + self.limit("post-check")):
-                    return self.end_early()
-
-        # 4. the end: evidence, profile, flags.
-        self.finish_candidate(device_share=bool(config.defences and self.fingerprint.get("cuda")))
-        self.conclude(self.claimed_flags)
+        evidence.start_early(self)
+        if not self.timed_loop(self.clock() + self.limit("timing")):
+            return False
+        if config.post_timing_check:
+            self.enter("post-check")
+            post = {"name": "post-timing check", "kind": "main", "seed": draws.check_seed(base, "post-timing"),
+                    "stop": True}
+            self.planned.append(post["name"])
+            if not self.run_check(post, self.clock() + self.limit("post-check")):
+                return False
+        return True
 
     def run_check(self, check: dict[str, Any], deadline: float) -> bool:
         """One check: the candidate runs it, the reference compares. True to go on."""

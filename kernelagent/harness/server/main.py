@@ -163,23 +163,9 @@ def _probe_in_child(requested: str) -> dict[str, Any]:
     return _finish_probe(*_start_probe(requested))
 
 
-def serve(conn: Connection | None, requested_device: str, scratch_root: Path, isolation: str,
-          hide: list[str] | None = None, probe_cache: Path | None = None, concurrency: int = 0,
-          listener: Any = None) -> None:
-    """Set up once (the probe, the imports, the jail), then serve `conn` (the caller that started
-    this server), or with `listener` (server/listen.py: a warm harness that outlives one command)
-    every connection of this user, jobs of all of them sharing the device's gate."""
-    probe = cached_probe(requested_device, probe_cache)
-    # No GPU: Triton kernels run under the interpreter, on CPU tensors; TRITON_INTERPRET must be
-    # set before anything imports Triton (torch._dynamo does), which reads it at import. A cached
-    # probe says at once; an uncached one (a new boot, driver or library) takes seconds in its
-    # child, so the imports below run meanwhile on what the machine shows (_expects_cuda), and a
-    # wrong guess (device nodes, but no usable CUDA) starts this server again knowing the answer.
-    fingerprint = probe() if getattr(probe, "cached", False) else None
-    known = settings.get(INTERPRET_KNOWN)
-    os.environ.pop(INTERPRET_KNOWN, None)  # for this start only: never inherited by jobs
-    expects_cuda = bool(fingerprint.get("cuda")) if fingerprint is not None else \
-        (known == "cuda" if known else _expects_cuda(requested_device))
+def _import_once(*, expects_cuda: bool) -> None:
+    """The imports every job's forked processes inherit warm (Triton; on a GPU torch._dynamo and
+    Triton's cache key); without CUDA, Triton under its interpreter (set before it is imported)."""
     if not expects_cuda:
         os.environ["TRITON_INTERPRET"] = "1"
     try:
@@ -203,6 +189,26 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
         from kernelagent.harness.child import triton_warm
 
         triton_warm.warm()
+
+
+def serve(conn: Connection | None, requested_device: str, scratch_root: Path, isolation: str,
+          hide: list[str] | None = None, probe_cache: Path | None = None, concurrency: int = 0,
+          listener: Any = None) -> None:
+    """Set up once (the probe, the imports, the jail), then serve `conn` (the caller that started
+    this server), or with `listener` (server/listen.py: a warm harness that outlives one command)
+    every connection of this user, jobs of all of them sharing the device's gate."""
+    probe = cached_probe(requested_device, probe_cache)
+    # No GPU: Triton kernels run under the interpreter, on CPU tensors; TRITON_INTERPRET must be
+    # set before anything imports Triton (torch._dynamo does), which reads it at import. A cached
+    # probe says at once; an uncached one (a new boot, driver or library) takes seconds in its
+    # child, so the imports below run meanwhile on what the machine shows (_expects_cuda), and a
+    # wrong guess (device nodes, but no usable CUDA) starts this server again knowing the answer.
+    fingerprint = probe() if getattr(probe, "cached", False) else None
+    known = settings.get(INTERPRET_KNOWN)
+    os.environ.pop(INTERPRET_KNOWN, None)  # for this start only: never inherited by jobs
+    expects_cuda = bool(fingerprint.get("cuda")) if fingerprint is not None else \
+        (known == "cuda" if known else _expects_cuda(requested_device))
+    _import_once(expects_cuda=expects_cuda)
     # Every module of ours a job's thread or forked child imports lazily, now, before any job
     # thread exists: a fork while another thread is mid-import leaves that module locked for
     # ever in the child (server/forking.py).

@@ -99,17 +99,18 @@ class PrecompileResult:
         return [verdict.flag("isolation", self.jail_note)] if self.jail_note else []
 
 
-def precompile(source: str, workdir: Path, timeout: float = 300.0, arch: str | None = None,
-               jail: dict[str, Any] | None = None) -> PrecompileResult:
-    """Compile every load_inline extension of a candidate without a GPU: nvcc -c on its CUDA
-    sources, c++ -fsyntax-only on its C++ sources (same generated files, flags and includes as
-    torch's build), in parallel, each in the job's jail (`jail`: child/jail.resolve's settings;
-    ToolJail.of). Compact errors on failure, cleaned and bounded (tool_jail.bounded_message)."""
-    started = time.monotonic()
-    specs = extract_extensions(source)
-    if not specs:
-        return PrecompileResult(False, skipped="the candidate calls no torch.utils.cpp_extension.load_inline: "
-                                                "a CUDA candidate builds its kernels with load_inline")
+@dataclass
+class _Toolchain:
+    """What every compile of one candidate shares: the compilers, torch's flags and includes."""
+    nvcc: str
+    cxx: str | None
+    abi: int
+    common_nvcc: list[str]
+    includes: list[str]
+
+
+def _toolchain(specs: list[Any]) -> _Toolchain | PrecompileResult:
+    """The compilers and torch's build settings, or why nothing can be compiled here (a skip)."""
     nvcc = find_nvcc()
     if nvcc is None:
         return PrecompileResult(False, skipped="nvcc was not found (CUDA_HOME, PATH, /usr/local/cuda): CUDA "
@@ -129,48 +130,50 @@ def precompile(source: str, workdir: Path, timeout: float = 300.0, arch: str | N
         includes = _include_dirs(nvcc)
     except Exception as exc:  # noqa: BLE001
         return PrecompileResult(False, skipped=f"torch's extension headers are unavailable: {exc}")
-    std = _torch_std()
-    arch = arch or default_arch()
-    procs: list[tuple[str, ToolRun, dict[str, SourceMap]]] = []
-    errors: list[str] = []
-    commands = []
-    workdir.mkdir(parents=True, exist_ok=True)
-    includes = includes + _cpu_torch_stubs(workdir, includes)
-    # What the compilers read under a hidden directory (a toolkit in a home, say) is bound back.
-    tools = ToolJail.of(jail, workdir, keep_ro=[Path(nvcc).resolve().parent.parent, *map(Path, includes)])
-    for n, spec in enumerate(specs):
-        try:
-            cuda_flags = check_flags("extra_cuda_cflags", spec.extra_cuda_cflags)
-            c_flags = check_flags("extra_cflags", spec.extra_cflags)
-        except CudaBuildError as exc:
-            errors.append(f"load_inline at candidate.py:{spec.line}: {exc}")
-            continue
-        folder = workdir.resolve() / f"ext{n}"
-        folder.mkdir(parents=True, exist_ok=True)
-        files = generated_files(spec)
-        defines = [f"-DTORCH_EXTENSION_NAME={re.sub(r'[^A-Za-z0-9_]', '_', spec.name)}",
-                   "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
-        inc = [f"-I{d}" for d in includes]
-        maps = {fname: smap for fname, (_, smap) in files.items()}
-        try:
-            for fname, (text, _) in files.items():  # the generated bindings (functions=) included
-                check_includes("cuda_sources" if fname == "cuda.cu" else "cpp_sources", text)
-        except CudaBuildError as exc:
-            errors.append(f"load_inline at candidate.py:{spec.line}: {exc}")
-            continue
-        for fname, (text, _) in files.items():
-            (folder / fname).write_text(text)
-        if "cuda.cu" in files:
-            # Paths in full: the jail starts its program in `workdir` (its scratch).
-            cmd = [nvcc, "-c", str(folder / "cuda.cu"), "-o", str(folder / "cuda.o"), *defines, *inc, *common_nvcc, std,
-                   f"-gencode=arch=compute_{arch},code=sm_{arch}", "--compiler-options", "-fPIC", *cuda_flags]
-            commands.append(" ".join(cmd))
-            procs.append((spec.name, tools.start(cmd, cwd=folder, scratch=workdir), maps))
-        if cxx and "main.cpp" in files:
-            cmd = [cxx, "-fsyntax-only", str(folder / "main.cpp"), *defines, *inc, std, "-fPIC", *c_flags]
-            commands.append(" ".join(cmd))
-            procs.append((spec.name, tools.start(cmd, cwd=folder, scratch=workdir), maps))
-    deadline = started + timeout
+    return _Toolchain(nvcc=nvcc, cxx=cxx, abi=abi, common_nvcc=common_nvcc, includes=includes)
+
+
+def _start_extension(n: int, spec: Any, *, chain: _Toolchain, std: str, arch: str, tools: ToolJail, workdir: Path,
+                     commands: list[str], procs: list[tuple[str, ToolRun, dict[str, SourceMap]]]) -> str:
+    """Check one load_inline extension's flags and includes, write its generated files and start
+    its compilers (appended to `procs`, their command lines to `commands`); the refusal, if any."""
+    try:
+        cuda_flags = check_flags("extra_cuda_cflags", spec.extra_cuda_cflags)
+        c_flags = check_flags("extra_cflags", spec.extra_cflags)
+    except CudaBuildError as exc:
+        return f"load_inline at candidate.py:{spec.line}: {exc}"
+    folder = workdir.resolve() / f"ext{n}"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = generated_files(spec)
+    defines = [f"-DTORCH_EXTENSION_NAME={re.sub(r'[^A-Za-z0-9_]', '_', spec.name)}",
+               "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={chain.abi}"]
+    inc = [f"-I{d}" for d in chain.includes]
+    maps = {fname: smap for fname, (_, smap) in files.items()}
+    try:
+        for fname, (text, _) in files.items():  # the generated bindings (functions=) included
+            check_includes("cuda_sources" if fname == "cuda.cu" else "cpp_sources", text)
+    except CudaBuildError as exc:
+        return f"load_inline at candidate.py:{spec.line}: {exc}"
+    for fname, (text, _) in files.items():
+        (folder / fname).write_text(text)
+    if "cuda.cu" in files:
+        # Paths in full: the jail starts its program in `workdir` (its scratch).
+        cmd = [chain.nvcc, "-c", str(folder / "cuda.cu"), "-o", str(folder / "cuda.o"), *defines, *inc,
+               *chain.common_nvcc, std, f"-gencode=arch=compute_{arch},code=sm_{arch}", "--compiler-options", "-fPIC",
+               *cuda_flags]
+        commands.append(" ".join(cmd))
+        procs.append((spec.name, tools.start(cmd, cwd=folder, scratch=workdir), maps))
+    if chain.cxx and "main.cpp" in files:
+        cmd = [chain.cxx, "-fsyntax-only", str(folder / "main.cpp"), *defines, *inc, std, "-fPIC", *c_flags]
+        commands.append(" ".join(cmd))
+        procs.append((spec.name, tools.start(cmd, cwd=folder, scratch=workdir), maps))
+    return ""
+
+
+def _wait_compilers(procs: list[tuple[str, ToolRun, dict[str, SourceMap]]], *, deadline: float,
+                    errors: list[str]) -> tuple[bool, str]:
+    """Wait for every compiler until `deadline`; their errors appended to `errors`. Whether one ran
+    past the deadline, and the jail's fault (the last one seen; "" when the jail held)."""
     timed_out = False
     fault = ""
     for name, run, maps in procs:
@@ -180,6 +183,37 @@ def precompile(source: str, workdir: Path, timeout: float = 300.0, arch: str | N
             fault = bounded_message(run.output().strip().splitlines()[0], 300)
         elif run.returncode != 0:
             errors.append(compact_errors(run.output(), maps, name=name))
+    return timed_out, fault
+
+
+def precompile(source: str, workdir: Path, timeout: float = 300.0, arch: str | None = None,
+               jail: dict[str, Any] | None = None) -> PrecompileResult:
+    """Compile every load_inline extension of a candidate without a GPU: nvcc -c on its CUDA
+    sources, c++ -fsyntax-only on its C++ sources (same generated files, flags and includes as
+    torch's build), in parallel, each in the job's jail (`jail`: child/jail.resolve's settings;
+    ToolJail.of). Compact errors on failure, cleaned and bounded (tool_jail.bounded_message)."""
+    started = time.monotonic()
+    specs = extract_extensions(source)
+    if not specs:
+        return PrecompileResult(False, skipped="the candidate calls no torch.utils.cpp_extension.load_inline: "
+                                                "a CUDA candidate builds its kernels with load_inline")
+    chain = _toolchain(specs)
+    if isinstance(chain, PrecompileResult):
+        return chain
+    std = _torch_std()
+    arch = arch or default_arch()
+    procs: list[tuple[str, ToolRun, dict[str, SourceMap]]] = []
+    errors: list[str] = []
+    commands: list[str] = []
+    workdir.mkdir(parents=True, exist_ok=True)
+    chain.includes = chain.includes + _cpu_torch_stubs(workdir, chain.includes)
+    # What the compilers read under a hidden directory (a toolkit in a home, say) is bound back.
+    tools = ToolJail.of(jail, workdir, keep_ro=[Path(chain.nvcc).resolve().parent.parent, *map(Path, chain.includes)])
+    for n, spec in enumerate(specs):
+        if refused := _start_extension(n, spec, chain=chain, std=std, arch=arch, tools=tools, workdir=workdir,
+                                       commands=commands, procs=procs):
+            errors.append(refused)
+    timed_out, fault = _wait_compilers(procs, deadline=started + timeout, errors=errors)
     seconds = time.monotonic() - started
     if fault:
         return PrecompileResult(False, seconds=seconds, commands=commands, jail_note=tools.note, harness_fault=fault)
