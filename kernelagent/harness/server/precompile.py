@@ -15,7 +15,7 @@ from typing import Any
 
 from kernelagent import settings
 from kernelagent.harness.cuda_source import (SourceMap, extract_extensions, generated_files, compact_errors, check_flags,
-                                             check_includes, CudaBuildError)
+                                             check_includes, CudaBuildError, ExtensionSpec)
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import verdict
 from kernelagent.harness.verdict import Concluded
@@ -133,7 +133,7 @@ def _toolchain(specs: list[Any]) -> _Toolchain | PrecompileResult:
     return _Toolchain(nvcc=nvcc, cxx=cxx, abi=abi, common_nvcc=common_nvcc, includes=includes)
 
 
-def _start_extension(n: int, spec: Any, *, chain: _Toolchain, std: str, arch: str, tools: ToolJail, workdir: Path,
+def _start_extension(n: int, spec: ExtensionSpec, *, chain: _Toolchain, std: str, arch: str, tools: ToolJail, workdir: Path,
                      commands: list[str], procs: list[tuple[str, ToolRun, dict[str, SourceMap]]]) -> str:
     """Check one load_inline extension's flags and includes, write its generated files and start
     its compilers (appended to `procs`, their command lines to `commands`); the refusal, if any."""
