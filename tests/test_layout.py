@@ -221,3 +221,20 @@ def test_no_server_function_is_over_80_lines():
                 if (n := node.end_lineno - node.lineno + 1) > 80:
                     long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} is {n} lines")
     assert not long, "\n".join(long)
+
+
+def test_the_files_the_code_and_docs_name_exist():
+    """A comment, docstring or page that names one of the package's files (`server/job.py`,
+    `kernelagent/harness/jail/sandbox.py`) names a file that is there: a file moved or split
+    takes the references along (issue 57 found twelve pointing nowhere)."""
+    import re
+
+    rooms = "|".join(["kernelagent", "harness", "server", "child", "caller", "jail", "trace", "derive"])
+    pattern = re.compile(rf"(?<![\w/.])((?:{rooms})/(?:[a-z_0-9]+/)*[a-z_0-9]+\.(?:py|c))(?!\w)")
+    texts = [*PACKAGE.rglob("*.py"), *(REPO / "docs").rglob("*.md"), REPO / "README.md"]
+    where = [PACKAGE, PACKAGE / "harness", REPO]
+    missing = sorted({f"{path.relative_to(REPO)}: {ref}" for path in texts
+                      for ref in pattern.findall(path.read_text(encoding="utf-8"))
+                      if not any((base / ref).exists() for base in where)
+                      and not (PACKAGE / "harness" / ref.split("/", 1)[-1]).exists()})
+    assert not missing, "\n".join(missing)

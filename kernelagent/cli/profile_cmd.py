@@ -2,7 +2,7 @@
 
 Kernels (torch.profiler), a roofline fraction from the problem's bytes and FLOPs, and
 Nsight Compute metrics for the top kernels where ncu and a GPU exist (see
-kernelagent/harness/profiling.py). Exit codes: 0 profiled (the candidate is correct), 1 the
+kernelagent/harness/caller/profiling.py). Exit codes: 0 profiled (the candidate is correct), 1 the
 candidate failed or was flagged, 2 bad input.
 """
 

@@ -134,7 +134,7 @@ class EvalConfig:
     # Use the problem's get_extra_inputs() as generalisation checks.
     extra_inputs: bool = True
     # A problem without get_extra_inputs() (KernelBench): this many extra input sets derived from
-    # its size constants (harness/derive.py: smaller, odd sizes; pinned constants kept), each
+    # its size constants (harness/derive/: smaller, odd sizes; pinned constants kept), each
     # validated on the reference when it runs. A candidate correct on the main shape but wrong
     # on one is flagged shape-specialisation (review). 0 turns derivation off; needs extra_inputs.
     derived_checks: int = 2
@@ -163,7 +163,7 @@ class EvalConfig:
     # the server where it knows the Inductor time (cached or its own), else by the caller after
     # its merge (a second evaluation with `audit`).
     audit_wins: bool = True
-    # Reward-hacking defences (see kernelagent/harness/defences.py for each class and its
+    # Reward-hacking defences (see kernelagent/harness/child/defences.py for each class and its
     # verdict). False turns off the run-time evidence, the static pass, fresh inputs per timed
     # iteration, the timed-output check, memory poisoning and the roofline check: the harness
     # then behaves as before the defences (for overhead comparisons, never for real runs).
@@ -185,7 +185,7 @@ class EvalConfig:
     # A candidate median below this fraction of the roofline floor is flagged for review.
     roofline_margin: float = 0.9
     # "triton": kernels are @triton.jit functions. "cuda": kernels are CUDA C++ built with
-    # torch.utils.cpp_extension.load_inline (see kernelagent/harness/cuda_build.py).
+    # torch.utils.cpp_extension.load_inline (see kernelagent/harness/child/cuda_build.py).
     backend: str = "triton"
     timeouts: StageTimeouts = field(default_factory=StageTimeouts)
 

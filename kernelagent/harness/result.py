@@ -217,9 +217,9 @@ class EvalResult:
     numerics: dict[str, Any] = field(default_factory=baseline_numerics)
     # "main"; "smoke" when the problem's own small CPU inputs (get_smoke_inputs) were used;
     # "derived-smoke" when, on the CPU, the whole job ran on the problem with its size constants
-    # shrunk (harness/derive.py), since the problem has no smoke inputs of its own.
+    # shrunk (harness/derive/), since the problem has no smoke inputs of its own.
     input_set: str = "main"
-    # What harness/derive.py derived for a problem without get_extra_inputs / get_smoke_inputs:
+    # What harness/derive/ derived for a problem without get_extra_inputs / get_smoke_inputs:
     # {"smoke": {name: value} | None (the derived-smoke overrides), "main": {name: value} (the
     # values they replaced), "sets": [{"name", "kind", "overrides", "main"}] (derived check sets),
     # "skipped": [{"name", "reason"}] (sets the reference itself could not run), "note": str}.

@@ -138,7 +138,7 @@ def import_problem(job: dict[str, Any], workdir: Path) -> Any:
         module.__file__ = str(path)
         sys.modules["kernelagent_problem"] = module
         exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the problem is trusted
-    # Derived check sets (server/job.py, harness/derive.py): rewritten sources of the problem,
+    # Derived check sets (server/job.py, harness/derive/): rewritten sources of the problem,
     # imported lazily by inputs.make_inputs for the "extra:<j>" checks.
     derived = job.get("derived_sources") or []
     if derived and not hasattr(module, "get_extra_inputs"):

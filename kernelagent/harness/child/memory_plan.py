@@ -28,7 +28,7 @@ HARNESS_FLOOR = 256 << 20
 
 def estimate(problem_source: str) -> dict[str, int] | None:
     """{input_bytes, output_bytes, param_bytes} of the problem's main set, from the meta device
-    (harness/derive.py's meta_estimate, which CPU mode uses too); outputs count like the inputs
+    (harness/derive/'s meta_estimate, which CPU mode uses too); outputs count like the inputs
     where the forward call has no meta kernel. None when the problem cannot be built there
     (then no estimate is made: the evaluation goes on, and a real out-of-memory error is still
     reported as the machine's)."""

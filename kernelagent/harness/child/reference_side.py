@@ -129,7 +129,7 @@ class ReferenceSide:
         # (also records each derived set's input and output bytes in self.extra_bytes: the server
         # bounds what it reads of the candidate's outputs for that set by them)
         """Which extra sets to check. The problem's own get_extra_inputs(): all of them. Derived
-        sets (harness/derive.py): the reference runs each once, in order, before the candidate
+        sets (harness/derive/): the reference runs each once, in order, before the candidate
         sees any, and the first `derived_checks` that run with non-empty, finite outputs are
         checked; the others are skipped with the reason (a derived size the model cannot take,
         such as a pooling window larger than the input, is not a check on the candidate)."""

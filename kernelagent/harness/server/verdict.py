@@ -119,7 +119,7 @@ def trusted_kernel_rows(claimed: Any) -> list[dict[str, Any]]:
 def conclude_checks(planned: list[str], checks: dict[str, CheckRecord], compile_only: bool = False,
                     compiled: bool = False, derived: dict[str, tuple[str, str]] | None = None) -> Outcome:
     """The verdict from the checks alone, once the candidate's process has finished normally.
-    derived: for derived check sets (harness/derive.py), kind ("extra:<j>") -> (the set's
+    derived: for derived check sets (harness/derive/), kind ("extra:<j>") -> (the set's
     changed dims, the main set's values of them), in words, for the flag's message."""
     if compile_only:
         if compiled:
