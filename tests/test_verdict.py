@@ -7,6 +7,7 @@ import pytest
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import verdict
 from kernelagent.harness.server.verdict import CheckRecord
+from kernelagent.harness.verdict import with_rejects
 
 
 def rec(name: str, passed: bool = True, kind: str = "main", **extra) -> CheckRecord:
@@ -73,9 +74,9 @@ def test_conclude_checks(planned, checks, status, flag_kind, fragment):
 def test_rejects_outrank_correct_but_not_harness_errors():
     flags = [verdict.flag("tampering", "clock patched", "reject")]
     correct = verdict.conclude_checks(PLAN, all_passed())
-    assert verdict.apply_rejects(correct, flags).status == Status.REJECTED
+    assert with_rejects(correct.status, correct.reason, correct.stage, flags)[0] == Status.REJECTED
     harness = verdict.Outcome(Status.HARNESS_ERROR, "out of memory in the reference", "correctness")
-    assert verdict.apply_rejects(harness, flags).status == Status.HARNESS_ERROR
+    assert with_rejects(harness.status, harness.reason, harness.stage, flags)[0] == Status.HARNESS_ERROR
 
 
 def test_claimed_severities_are_ignored():

@@ -20,7 +20,6 @@ from typing import Any
 
 from kernelagent.harness.result import SEVERITY, Status
 from kernelagent.harness.stats import quantile
-from kernelagent.harness.verdict import with_rejects
 
 # Timed loop checks (trusted_time): the server's per-call time may exceed the mean that the
 # candidate's process claims by this share of the server's time, plus an absolute allowance for
@@ -186,16 +185,6 @@ def conclude_checks(planned: list[str], checks: dict[str, CheckRecord], compile_
             message = f"passes the main shape but fails {names}: {first.message}"
         outcome.flags.append(flag("shape-specialisation", message, "review"))
     return outcome
-
-
-def apply_rejects(outcome: Outcome, flags: list[dict[str, str]]) -> Outcome:
-    """Explicit evidence of an exploit outranks the comparison's verdict (but never a
-    harness error or a bad problem, which are not about the candidate): the fold's rule
-    (harness/verdict.py with_rejects)."""
-    status, reason, stage = with_rejects(outcome.status, outcome.reason, outcome.stage, flags)
-    if status == outcome.status:
-        return outcome
-    return Outcome(status, reason, stage, outcome.flags)
 
 
 # --------------------------------------------------------------------------------------
