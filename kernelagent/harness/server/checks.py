@@ -96,11 +96,7 @@ class CheckPhases:
         need = gate_mod.job_memory_bytes(int(ready.get("input_bytes", 0)), int(ready.get("output_bytes", 0)),
                                          int(ready.get("param_bytes", 0)), self.fingerprint.get("free_bytes"))
         if getattr(self, "_memory", None) is None and self.gate_memory is not None:  # no estimate before the fork
-            self._memory = self.gate_memory.reserve(self, need)
-            waited = time.monotonic()
-            self._memory.__enter__()
-            self.concurrency["memory_wait_s"] = round(time.monotonic() - waited, 3)
-            self.concurrency["memory_reserved_bytes"] = int(need)
+            self.hold_device_memory(need)
 
     def _plan_checks(self, base: int) -> list[dict[str, Any]]:
         """The correctness checks in order (trials, the alternative inputs, the extra input sets

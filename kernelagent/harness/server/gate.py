@@ -365,7 +365,8 @@ class Admission:
 
 class MemoryLedger:
     """Device memory promised to admitted jobs: each reserves what the memory plan says it needs
-    (its two processes' contexts and about 2.5x the problem's bytes each) before its checks start,
+    (job_memory_bytes: its processes' contexts, the problem's bytes in each and the harness's own)
+    before its checks start,
     and waits (its clock paused) while the device cannot hold it beside the others. A need larger
     than the whole device is capped at it: that job then waits to run with nobody else."""
 
@@ -405,11 +406,12 @@ class MemoryLedger:
 CONTEXT_BYTES = 600 << 20  # a CUDA context and the allocator's slack, per process
 
 
-def job_memory_bytes(input_bytes: int, output_bytes: int, param_bytes: int, free_bytes: int | None = None) -> int:
+def job_memory_bytes(input_bytes: int, output_bytes: int, param_bytes: int, free_bytes: int | None = None,
+                     contexts: int = 2) -> int:
     """The memory plan's reservation for one evaluation on a device (memory_plan.reserved_bytes),
-    plus a CUDA context for each of its two processes."""
+    plus a CUDA context for each of its processes (two; three with an evidence session beside)."""
     sizes = {"input_bytes": input_bytes, "output_bytes": output_bytes, "param_bytes": param_bytes}
-    return int(memory_plan.reserved_bytes(sizes, free_bytes) + 2 * CONTEXT_BYTES)
+    return int(memory_plan.reserved_bytes(sizes, free_bytes) + contexts * CONTEXT_BYTES)
 
 
 def default_concurrency(cpus: int | None = None, device_free_bytes: int | None = None,

@@ -25,8 +25,6 @@ class MemoryPhases:
         meta-device estimate for both processes plus their contexts, made once per problem in a
         throwaway fork. A job that does not fit beside the others waits here, its clock paused.
         Without an estimate the reservation waits for the reference's measured sizes (checks.py)."""
-        from kernelagent.harness.child import memory_plan
-
         key = hashlib.sha256(self.problem_source.encode()).hexdigest()
         sizes = self.gate.estimates.get(key)
         if sizes is None:
@@ -50,7 +48,13 @@ class MemoryPhases:
 
         # Two processes' contexts, and a third for an evidence session started beside the checks.
         contexts = 3 if evidence.may_want(self) else 2
-        need = memory_plan.reserved_bytes(sizes, self.fingerprint.get("free_bytes")) + contexts * gate_mod.CONTEXT_BYTES
+        self.hold_device_memory(gate_mod.job_memory_bytes(sizes["input_bytes"], sizes["output_bytes"],
+                                                          sizes["param_bytes"], self.fingerprint.get("free_bytes"),
+                                                          contexts=contexts))
+
+    def hold_device_memory(self, need: int) -> None:
+        """Reserve `need` bytes in the ledger (waiting, the clock paused, until they fit beside the
+        other jobs), held until release_device_memory; the wait and the bytes recorded."""
         self._memory = self.gate_memory.reserve(self, need)
         waited = time.monotonic()
         self._memory.__enter__()
