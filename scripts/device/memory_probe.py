@@ -31,16 +31,8 @@ def main() -> None:
     nvml = Nvml.open()
     handle = nvml.handle(**torch_device_ids(0))
 
-
     def used() -> int:
-        import ctypes
-
-        class M(ctypes.Structure):
-            _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-        info = M()
-        nvml.lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(info))
-        return int(info.used)
+        return nvml.memory_info(handle)[2]
 
     gib = 1 << 30
     config = EvalConfig(baselines=False)

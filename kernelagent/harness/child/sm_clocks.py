@@ -71,8 +71,8 @@ class Nvml:
             return None
         return int(value.value) or None
 
-    def free_bytes(self, handle: Any) -> int | None:
-        """Free device memory (nvmlDeviceGetMemoryInfo), without a CUDA context."""
+    def memory_info(self, handle: ctypes.c_void_p) -> tuple[int, int, int] | None:
+        """The device's (total, free, used) memory (nvmlDeviceGetMemoryInfo), without a CUDA context."""
 
         class _Memory(ctypes.Structure):
             _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
@@ -80,7 +80,12 @@ class Nvml:
         info = _Memory()
         fn = self.lib.nvmlDeviceGetMemoryInfo
         fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.POINTER(_Memory)], ctypes.c_int
-        return int(info.free) if fn(handle, ctypes.byref(info)) == 0 else None
+        return (int(info.total), int(info.free), int(info.used)) if fn(handle, ctypes.byref(info)) == 0 else None
+
+    def free_bytes(self, handle: Any) -> int | None:
+        """Free device memory, without a CUDA context."""
+        info = self.memory_info(handle)
+        return info[1] if info is not None else None
 
     def process_bytes(self, handle: Any, limit: int = 256) -> dict[int, int] | None:
         """Device memory each compute process holds on this device (nvmlDeviceGetComputeRunning
@@ -110,6 +115,19 @@ class Nvml:
         fn = getattr(self.lib, "nvmlShutdown", None)
         if fn is not None:
             fn()
+
+
+def read_device(ids: dict[str, Any], read: Callable[[Nvml, Any], Any]) -> Any:
+    """`read(nvml, handle)` on the device NVML names `ids` ("uuid", "pci_bus_id": a probe's
+    fingerprint), NVML opened for it and closed after; None without NVML or that device."""
+    nvml = Nvml.open()
+    if nvml is None:
+        return None
+    try:
+        handle = nvml.handle(ids.get("uuid"), ids.get("pci_bus_id"))
+        return read(nvml, handle) if handle is not None else None
+    finally:
+        nvml.close()
 
 
 def torch_device_ids(index: int) -> dict[str, str | None]:

@@ -156,18 +156,11 @@ class FailurePhases:
 def candidate_device_bytes(fingerprint: dict[str, Any], pid: int) -> int | None:
     """Device memory held now by `pid` and its descendants on the job's device, by NVML (no CUDA
     context here); None where NVML, the device or the processes cannot be found."""
-    from kernelagent.harness.child.sm_clocks import Nvml
+    from kernelagent.harness.child.sm_clocks import read_device
 
     if not fingerprint.get("cuda"):
         return None
-    nvml = Nvml.open()
-    if nvml is None:
-        return None
-    try:
-        handle = nvml.handle(fingerprint.get("uuid"), fingerprint.get("pci_bus_id"))
-        rows = nvml.process_bytes(handle) if handle is not None else None
-    finally:
-        nvml.close()
+    rows = read_device(fingerprint, lambda nvml, handle: nvml.process_bytes(handle))
     if rows is None:
         return None
     tree = process_tree(pid)

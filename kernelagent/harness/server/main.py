@@ -533,16 +533,9 @@ def _probe_key(requested: str) -> str | None:
 
 
 def _nvml_free_bytes(info: dict[str, Any]) -> int | None:
-    from kernelagent.harness.child.sm_clocks import Nvml
+    from kernelagent.harness.child.sm_clocks import read_device
 
-    nvml = Nvml.open()
-    if nvml is None:
-        return None
-    try:
-        handle = nvml.handle(info.get("uuid"), info.get("pci_bus_id"))
-        return nvml.free_bytes(handle) if handle is not None else None
-    finally:
-        nvml.close()
+    return read_device(info, lambda nvml, handle: nvml.free_bytes(handle))
 
 
 def _cpu_seconds() -> float:
