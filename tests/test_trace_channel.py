@@ -160,7 +160,8 @@ class _Job:
         self.fingerprint = {"trace": {"library": library} if library else {"unavailable": "no CUDA device"}}
         self.child_job = {"job_id": "j"}
         self.result: dict[str, Any] = {}
-        self.config = SimpleNamespace(profile=False)
+        self.config = SimpleNamespace(profile=False, trace=True, evidence="trace")
+        self.request: dict[str, Any] = {}
 
 
 def test_a_job_without_a_tracer_forks_its_processes_unchanged(tmp_path):
@@ -182,6 +183,33 @@ def test_an_asked_for_profile_is_not_traced(tmp_path):
     job = _Job(tmp_path, str(library))
     job.config.profile = True
     assert trace_stage.open_for(job) == (job.child_job, job.child_job) and job.trace_channel is None
+
+
+def test_a_job_asked_untraced_runs_without_the_tracer_and_is_judged_by_nsight_compute(tmp_path):
+    """EvalConfig.trace=False (benchmarks/trace_cost.py): no tracer in either process, so the
+    evidence falls back to Nsight Compute (never none), and nothing is shared with traced jobs:
+    the loop's calibration keys on the whole config, the baselines' cache on `traced`."""
+    from kernelagent.harness.caller.baseline_cache import BaselineCache
+    from kernelagent.harness.config import EvalConfig
+    from kernelagent.harness.server import evidence, trace_stage
+
+    library = tmp_path / "libkernelagent_trace.so"
+    library.write_bytes(b"\x7fELF tracer")
+    job = _Job(tmp_path, str(library))
+    job.config.trace = False
+    assert trace_stage.open_for(job) == (job.child_job, job.child_job) and job.trace_channel is None
+    assert not evidence.traced(job) and evidence.ncu_planned(job)
+    job.config.trace = True
+    trace_stage.open_for(job)
+    assert evidence.traced(job) and not evidence.ncu_planned(job)
+    trace_stage.close(job)
+    cache = BaselineCache(tmp_path / "cache")
+    fingerprint = {"gpu_name": "H200", "trace": {"library": str(library)}}
+    assert cache.key("p", fingerprint, EvalConfig()) != cache.key("p", fingerprint, EvalConfig(trace=False))
+    assert cache.key("p", {"gpu_name": "H200"}, EvalConfig()) == cache.key("p", {"gpu_name": "H200"},
+                                                                          EvalConfig(trace=False))
+    with pytest.raises(ValueError, match="trace must be true or false"):
+        EvalConfig(trace="no")
 
 
 def test_a_job_with_a_tracer_gives_the_candidate_its_own_copy_and_channel(tmp_path, monkeypatch):

@@ -163,6 +163,11 @@ class EvalConfig:
     # the server where it knows the Inductor time (cached or its own), else by the caller after
     # its merge (a second evaluation with `audit`).
     audit_wins: bool = True
+    # False: this job's processes run without the kernel tracer, so its evidence is Nsight
+    # Compute's, as where no tracer loads (never none). For measuring what the tracer costs the
+    # timings, traced and untraced jobs of the same candidate alternating in one server
+    # (benchmarks/trace_cost.py); the loop's calibration and the baselines' cache key on it.
+    trace: bool = True
     # Reward-hacking defences (see kernelagent/harness/child/defences.py for each class and its
     # verdict). False turns off the run-time evidence, the static pass, fresh inputs per timed
     # iteration, the timed-output check, memory poisoning and the roofline check: the harness
@@ -211,6 +216,8 @@ class EvalConfig:
         if self.evidence not in ("trace", "ncu"):
             raise ValueError(f"evidence must be 'trace' or 'ncu', not {self.evidence!r}")
         _require_number("audit_share", self.audit_share, minimum=0, maximum=1)
+        if not isinstance(self.trace, bool):
+            raise ValueError(f"trace must be true or false, not {self.trace!r}")
         if self.min_own_device_share is not None:
             _require_number("min_own_device_share", self.min_own_device_share, minimum=0, maximum=1)
         if isinstance(self.compile_modes, (list, str)):

@@ -58,7 +58,7 @@ class BaselineCache:
             "compile_modes": sorted(config.compile_modes),
             "compile_on_cpu": config.compile_baseline_on_cpu,
             # baselines timed under the kernel trace (issue 55) are never compared with untraced ones
-            "traced": bool((fingerprint.get("trace") or {}).get("library")),
+            "traced": bool((fingerprint.get("trace") or {}).get("library")) and config.trace is not False,
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 

@@ -28,10 +28,12 @@ def open_for(job: TraceJob) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the reference's job dict, the candidate's) for the fork, with their trace specs."""
     job.trace_channel, job.trace, job.trace_checks = None, None, 0
     library = (job.fingerprint.get("trace") or {}).get("library")
-    if not library or job.config.profile:
+    if not library or job.config.profile or not job.config.trace:
         # An asked-for profile (`kernelagent profile`, EvalConfig.profile) runs torch.profiler in the
         # job's processes, which needs CUPTI to itself: such a job is not traced (no verdict of the
         # kernel evidence rests on it: profiling.py turns the evidence off).
+        # A job the caller asked untraced (EvalConfig.trace, for measuring the tracer's cost) is
+        # judged by Nsight Compute instead (server/evidence.ncu_planned: no trace to judge).
         return job.child_job, job.child_job
     # The candidate's copy lies in its own scratch, which its jail shows at the same path (the
     # cache the server built it in is hidden there); no candidate code runs before cuInit loads it.
