@@ -91,7 +91,7 @@ def test_evidence_settings_are_validated(settings, error):
     ("garbage", None),
 ])
 def test_the_inductor_time_a_win_is_judged_by_is_validated(timings, expected):
-    options = audit.evidence_options(EvalConfig(audit_share=0.0), "sha", {"timings": timings}, ["/h"])
+    options = audit.evidence_options(EvalConfig(audit_share=0.0, audit_wins=True), "sha", {"timings": timings}, ["/h"])
     assert options.get("win_below_ms") == expected and options["audit"] is False and options["hide"] == ["/h"]
 
 
@@ -230,7 +230,8 @@ def test_forged_trace_flags_are_validated_before_they_count():
 def test_a_win_the_server_could_not_know_of_is_audited_by_the_caller(change, needed):
     result = dataclasses.replace(_result(), speedups={"compile": 1.3}, kernel_evidence={"source": "trace"})
     result = dataclasses.replace(result, **change)
-    assert audit.needs_win_audit(result, EvalConfig()) is needed
+    assert audit.needs_win_audit(result, EvalConfig(audit_wins=True)) is needed
+    assert not audit.needs_win_audit(result, EvalConfig())  # off by default: the seeded share only
     assert not audit.needs_win_audit(result, EvalConfig(audit=True))
     assert not audit.needs_win_audit(result, EvalConfig(audit_wins=False))
 

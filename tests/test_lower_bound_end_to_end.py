@@ -57,8 +57,13 @@ class ScriptedGpuEvaluator:
     FINGERPRINT = {"cuda": True, "gpu_name": "scripted test double (no GPU)", "python": "test",
                    "torch": "test", "triton": "test"}
 
+    made: list["ScriptedGpuEvaluator"] = []  # every double made, for the tests to read
+    audited_role: str | None = None  # set: every result says a Nsight Compute session judged it
+
     def __init__(self, **_settings) -> None:
         self.evaluated: list[str] = []
+        self.configs: list = []
+        ScriptedGpuEvaluator.made.append(self)
 
     def __enter__(self) -> "ScriptedGpuEvaluator":
         return self
@@ -75,7 +80,11 @@ class ScriptedGpuEvaluator:
     def evaluate(self, problem, candidate_source: str, config=None, *, cancel=None) -> EvalResult:
         """EvaluatorProtocol's evaluate (cancel: nothing here to stop)."""
         self.evaluated.append(candidate_source)
-        return scripted_result(problem.sha256, candidate_source, config)
+        self.configs.append(config)
+        result = scripted_result(problem.sha256, candidate_source, config)
+        if self.audited_role and result.timings:
+            result.kernel_evidence = {"source": "ncu", "role": self.audited_role}
+        return result
 
 
 class ScriptedPool:
@@ -99,6 +108,8 @@ def no_harness(tmp_path, monkeypatch):
     import kernelagent.harness.caller.pool as pool
     import kernelagent.orchestrate.run as orchestrate_run
 
+    ScriptedGpuEvaluator.made.clear()
+    monkeypatch.setattr(ScriptedGpuEvaluator, "audited_role", None)
     monkeypatch.setattr(harness, "Evaluator", ScriptedGpuEvaluator)
     monkeypatch.setattr(pool, "EvaluatorPool", ScriptedPool)
     # optimize inspects the inputs in a child process that imports torch: not what is tested here.
@@ -152,6 +163,44 @@ def test_optimize_judges_the_target_on_the_lower_bound(no_harness, tmp_path, mar
     # The noisy kernel did not stop the run (the budget did); the sure one met the target.
     assert summary["stop_reason"] == ("limits" if exit_code else "target_met")
     assert (out / "kernel.py").read_text() == source
+
+
+@pytest.mark.parametrize("role, audited_again", [(None, True), ("audit", False), ("fallback", False)],
+                         ids=["trace-only", "audited", "ncu-fallback"])
+def test_optimizes_final_kernel_on_a_gpu_is_audited_once(no_harness, tmp_path, role, audited_again):
+    """Issue 55: the kernel a run ends with is shown to a person, so Nsight Compute audits it.
+    A text-mode evaluation (full trials, timed) judged by its trace alone is verified once more
+    with `audit`; one a session already judged is not evaluated again. The agent's other turns
+    audit only the seeded share (EvalConfig.audit_wins off)."""
+    from kernelagent.cli import app
+
+    ScriptedGpuEvaluator.audited_role = role
+    problem = write(tmp_path / "relu.py", PROBLEM)
+    reply = write(tmp_path / "reply.py", SURE)
+    result = CliRunner().invoke(app, ["optimize", str(problem), "--model", f"scripted:{reply}", "--mode", "text",
+                                      "--max-turns", "1", "--target-speedup", "1.0", "--device", "cpu",
+                                      "--out", str(tmp_path / "out"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    configs = [c for double in ScriptedGpuEvaluator.made for c in double.configs]
+    assert not configs[0].audit and not configs[0].audit_wins  # the turn itself
+    if audited_again:
+        assert len(configs) == 2 and configs[1].audit and configs[1].trials == configs[0].trials
+    else:
+        assert len(configs) == 1
+
+
+def test_bench_candidates_and_eval_audit_their_wins(no_harness, tmp_path):
+    """Issue 55: bench's counted wins and `kernelagent eval`'s verdict are shown to a person:
+    their configs ask a win to be audited (EvalConfig.audit_wins)."""
+    from kernelagent.bench.runner import BenchSpec
+    from kernelagent.cli import app
+
+    assert BenchSpec(root=str(tmp_path)).eval_config().audit_wins
+    problem = write(tmp_path / "relu.py", PROBLEM)
+    candidate = write(tmp_path / "cand.py", SURE)
+    CliRunner().invoke(app, ["eval", str(problem), str(candidate), "--device", "cpu", "--no-daemon"])
+    [double] = ScriptedGpuEvaluator.made
+    assert [c.audit_wins for c in double.configs] == [True]
 
 
 # -- 2. bench: fast_p and its report ------------------------------------------------------

@@ -75,6 +75,16 @@ class Observation:
     data: dict[str, Any] = field(default_factory=dict)  # the harness verdict, for the record
 
 
+def unaudited_gpu_result(obs: Observation) -> bool:
+    """A GPU evaluation whose kernel evidence was the trace alone: no Nsight Compute session
+    judged it (an audit, the evidence under `--evidence ncu`, or the trace's fallback)."""
+    data = obs.data if isinstance(obs.data, dict) else {}
+    if not (data.get("fingerprint") or {}).get("cuda"):
+        return False
+    evidence = data.get("kernel_evidence") if isinstance(data.get("kernel_evidence"), dict) else {}
+    return evidence.get("role") not in ("audit", "primary", "fallback")
+
+
 @runtime_checkable
 class ToolExecutor(Protocol):
     """The agent's tools. Their `evaluate(code)` is a seam of its own, one floor above the
@@ -84,7 +94,7 @@ class ToolExecutor(Protocol):
     def schemas(self) -> list[dict]: ...  # function-calling schemas
     def run(self, name: str, arguments: dict) -> Observation: ...  # may raise FormatError
     def evaluate(self, code: str) -> Observation: ...  # text mode: compile, tests, timing
-    def verify(self, code: str) -> Observation: ...  # full trial count, timed
+    def verify(self, code: str, *, audit: bool = False) -> Observation: ...  # full trials, timed; audited
 
 
 @dataclass
@@ -351,9 +361,12 @@ class Agent:
             return result
         best, attempts = None, []
         for obs, _turn in self.ranked()[: self.config.verify_candidates]:
-            if not (obs.full and obs.timed):
+            # The kernel a run ends with is shown to a person: on a GPU, Nsight Compute audits it
+            # unless a session already judged this evaluation (issue 55).
+            audit = unaudited_gpu_result(obs)
+            if not (obs.full and obs.timed) or audit:
                 self.notify("verify", code_sha=sha(obs.code or ""))
-                obs = self.tools.verify(obs.code or "")
+                obs = self.tools.verify(obs.code or "", **({"audit": True} if audit else {}))
                 self.tool_seconds["verify"] += obs.seconds
                 self.tool_calls["verify"] += 1
             attempts.append(self.record(obs, "verify", None, None))

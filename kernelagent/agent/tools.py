@@ -183,7 +183,8 @@ class HarnessTools:
             "compile": dict(trials=1, compile_only=True, timing=False, baselines=False),
             "run_tests": dict(trials=self.quick_trials, timing=False, baselines=False),
             "profile": timed_settings(self.quick_trials, profile=True),
-            "submit": timed_settings(self.trials),
+            # the model's final answer, which the run's summary may show a person as a win
+            "submit": {**timed_settings(self.trials), "audit_wins": True},
         }[name]
         return self.evaluate_with(name, code, settings, submitted=(name == "submit"))
 
@@ -192,8 +193,11 @@ class HarnessTools:
         self.last_code = code
         return self.evaluate_with("evaluate", code, timed_settings(self.trials))
 
-    def verify(self, code: str) -> Observation:
-        return self.evaluate_with("verify", code, timed_settings(self.trials))
+    def verify(self, code: str, *, audit: bool = False) -> Observation:
+        """The final verification (full trials, timed): a win is audited by Nsight Compute
+        (EvalConfig.audit_wins), and with `audit` the result is, whatever it is."""
+        return self.evaluate_with("verify", code, {**timed_settings(self.trials), "audit_wins": True,
+                                                   **({"audit": True} if audit else {})})
 
     def evaluate_with(self, tool: str, code: str, settings: dict, *, submitted: bool = False) -> Observation:
         """Evaluate `code` under `settings` (EvalConfig fields over the run's overrides) and

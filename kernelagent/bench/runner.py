@@ -108,8 +108,9 @@ class BenchSpec:
     def eval_config(self):
         from kernelagent.harness import EvalConfig
 
+        # audit_wins: the report counts wins, which a person reads (EvalConfig.audit_wins)
         return EvalConfig(trials=self.trials, timing=self.timing, baselines=self.baselines, backend=self.backend,
-                          compile_modes=self.compile_modes(),
+                          compile_modes=self.compile_modes(), audit_wins=True,
                           **({"timeouts": dict(self.timeouts)} if self.timeouts else {}))
 
     def compile_modes(self) -> tuple[str, ...]:

@@ -71,6 +71,7 @@ def _run(*, problem, candidates, trials, device, as_json, timing, baselines, max
     settings = dict(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed, atol=atol,
                     rtol=rtol, backend=backend, **({"timeouts": timeouts} if timeouts else {}),
                     compile_modes=compile_modes, kernel_evidence=kernel_evidence, evidence=evidence,
+                    audit_wins=True,  # a person reads this verdict: a win is audited (EvalConfig.audit_wins)
                     **({"compile_baseline_on_cpu": True} if compile_on_cpu else {}))
     try:
         if whole_model:  # the rules of optimize --whole-model's end-to-end check (wholemodel/e2e.py)

@@ -157,12 +157,16 @@ class EvalConfig:
     evidence: str = "trace"
     audit_share: float = 0.1
     # This evaluation's result is audited by Nsight Compute whatever the share draws: `verify`
-    # and `regenerate` (every lock), optimize's final kernel, bench's counted wins.
+    # and `regenerate` (every lock), optimize's final kernel where its last evaluation was not.
     audit: bool = False
-    # Every result that beats Inductor is audited too (a result a person is shown as a win): by
-    # the server where it knows the Inductor time (cached or its own), else by the caller after
-    # its merge (a second evaluation with `audit`).
-    audit_wins: bool = True
+    # Every result that beats Inductor is audited too: set where a person is shown the result as
+    # a win (`kernelagent eval`, bench's candidates, MCP's `evaluate`, the agent's `submit` and
+    # final verification). By the server where it knows the Inductor time (cached or its own),
+    # else by the caller after its merge (a second evaluation with `audit`). Off by default: an
+    # agent's other turns, RL rewards and the library's own evaluations are judged by their trace
+    # and audited on the seeded share, as issue 55 designs (auditing every win of a batch cost
+    # 0.43 s of the timing slot per evaluation on an H200, 2026-11-29: docs/concepts/concurrency.md).
+    audit_wins: bool = False
     # False: this job's processes run without the kernel tracer, so its evidence is Nsight
     # Compute's, as where no tracer loads (never none). For measuring what the tracer costs the
     # timings, traced and untraced jobs of the same candidate alternating in one server

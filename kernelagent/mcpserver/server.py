@@ -191,7 +191,9 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
         source = guard(lambda: code_of(code, candidate))
         if not isinstance(trials, int) or not 1 <= trials <= 100:
             raise ToolError("`trials` must be a whole number from 1 to 100")
-        settings = timed_settings(trials) if timing else dict(trials=trials, timing=False, baselines=False)
+        # a timed verdict is what the client shows a person: its wins are audited (EvalConfig.audit_wins)
+        settings = {**timed_settings(trials), "audit_wins": True} if timing else \
+            dict(trials=trials, timing=False, baselines=False)
         work, early = guard(lambda: evaluation(problem, lambda tools: tools.evaluate_with("evaluate", source, settings),
                                                trials))
         if early is not None:
