@@ -24,6 +24,7 @@ from kernelagent.harness.child import cuda_evidence, defences, inputs as inputs_
 from kernelagent.harness.child.common import (AllocPressure, _aliasing, _device, _error_kind, _sync, _tensor_inputs,
                                                compact_traceback, import_problem, make_timer)
 from kernelagent.harness.config import EvalConfig
+from kernelagent.harness.loop_order import LoopOrder
 from kernelagent.harness.trace import marks as trace_marks
 
 if TYPE_CHECKING:
@@ -298,7 +299,7 @@ class CandidateSide:
             transfer.release(sent_in)
 
     # -- timing ------------------------------------------------------------------------
-    def time(self, order: dict[str, Any]) -> None:
+    def time(self, message: dict[str, Any]) -> None:
         """The timed loop, exactly as the server ordered it, in two phases: `warmup_calls` calls on
         fresh inputs from the order's seed (allocations, caches and clocks settle; not clocked by
         the server), then `segments` times: once the server answers `go` with the segment's seed,
@@ -306,8 +307,8 @@ class CandidateSide:
         slots (outside the timed region), the report, and the server's answer once it has had the
         outputs it chose verified."""
         self.stage("timing")
-        calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
-        budget = int(order["budget_bytes"])
+        order = LoopOrder.from_message(message)
+        calls, warmup, keep, budget = order.calls, order.warmup_calls, order.keep, order.budget_bytes
         try:
             kept_outputs = timing.KeptOutputs(self.output_shapes, keep, calls, self.device)
             slots = kept_outputs.slots
@@ -315,9 +316,9 @@ class CandidateSide:
             def after_call(index: int, out: Any) -> None:
                 kept_outputs(index, transfer.flatten_outputs(out))  # every timed output must be plain
 
-            timer = make_timer(self.device, self.config, order.get("l2_bytes"))
+            timer = make_timer(self.device, self.config, order.l2_bytes)
             loop = timing.FixedLoop(timer, marks=self.marks)
-            warm_sets = inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
+            warm_sets = inputs_mod.FreshInputs(self.problem, int(message["seed"]), self.smoke, self.device,
                                                budget_bytes=budget)
             timer.raise_clocks()  # unclocked, before the warm-up: see timing.Timer.raise_clocks
             loop.run(self.model, warm_sets, 0, warmup, phase=trace_marks.WARMUP)
@@ -345,7 +346,7 @@ class CandidateSide:
             # The loop runs in the segments the server ordered (the kept slots are reused by each):
             # a segment's seed comes with its `go`, and the server answers after checking the
             # outputs it chose in secret, if any.
-            for _ in range(max(int(order["segments"]), 1)):
+            for _ in range(order.segments):
                 go = protocol.recv(self.server, {"go"}, self.job_id)
                 try:
                     sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device,

@@ -20,6 +20,7 @@ import torch
 
 from kernelagent import settings
 from kernelagent.harness import protocol
+from kernelagent.harness.loop_order import LoopOrder
 from kernelagent.harness.child import compare, idle_probe, inputs as inputs_mod, precise, timing, transfer
 from kernelagent.harness.child.common import (AllocPressure, _device, _error_kind, _op_names, _param_bytes, _sync,
                                                child_setup, compact_traceback, import_problem, make_timer,
@@ -325,23 +326,23 @@ class ReferenceSide:
         self.release()  # here, once the traceback (and the loop's tensors it holds) is gone
         self.send("calibrated", seconds=-1.0, calls=0, payload_bytes=[])
 
-    def _calibrate(self, order: dict[str, Any]) -> None:
-        calls, warmup, keep = int(order["calls"]), int(order["warmup_calls"]), int(order["keep"])
-        budget = int(order["budget_bytes"])
+    def _calibrate(self, message: dict[str, Any]) -> None:
+        order = LoopOrder.from_message(message)
+        calls, warmup, keep, budget = order.calls, order.warmup_calls, order.keep, order.budget_bytes
         dummy = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.output_shapes]
         after_call = timing.KeptOutputs(self.output_shapes, keep, calls, self.device)
 
         def empty_model(*inputs: Any) -> Any:
             return dummy
 
-        timer = make_timer(self.device, self.config, order.get("l2_bytes"))
+        timer = make_timer(self.device, self.config, order.l2_bytes)
         loop = timing.FixedLoop(timer)
         timer.raise_clocks()  # unclocked, before the warm-up: see timing.Timer.raise_clocks
-        loop.run(empty_model, inputs_mod.FreshInputs(self.problem, int(order["seed"]), self.smoke, self.device,
+        loop.run(empty_model, inputs_mod.FreshInputs(self.problem, int(message["seed"]), self.smoke, self.device,
                                                      budget_bytes=budget), 0, warmup)
         _sync(self.device)
         self.send("warmed", kept=[])
-        segments = max(int(order["segments"]), 1)
+        segments = order.segments
         for segment in range(segments):  # the candidate's loop runs in these segments too
             go = protocol.recv(self.server, {"go"}, self.job_id, self.nonce)
             started = time.perf_counter()
@@ -354,7 +355,7 @@ class ReferenceSide:
             # Where the candidate's kept outputs come to the server as bytes, these come too: the
             # server's clock around a segment runs until they are there, on both loops.
             described = [transfer.describe(slot, False) for slot in after_call.slots] \
-                if order.get("payloads") else []
+                if order.payloads else []
             try:
                 self.send("calibrated", seconds=seconds, calls=calls,
                           payload_bytes=[len(memoryview(p).cast("B")) for d in described for p in d.payloads])
