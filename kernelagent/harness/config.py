@@ -111,17 +111,16 @@ class EvalConfig:
     rotating_input_sets: int = 4  # fresh input sets cycled through the timed iterations
     flush_l2: bool = True
     # A GPU spin of this many microseconds is queued before each timed call, so the host's
-    # launch of the call (Python, Triton's launcher, guards: 30-170 us per call measured on an
-    # H100) overlaps it and the events time the device's work, as a profiler does. Launch time
+    # launch of the call (Python, Triton's launcher, guards) overlaps it and the events time the
+    # device's work, as a profiler does (docs/concepts/timing.md, "Launch latency"). Launch time
     # beyond the spin still counts. 0: the call's launch latency is inside every sample.
     # The price, for trust: the spin runs in the candidate's process, and the server subtracts
     # it with the rest of the loop's own cost (its calibration), so a candidate that skips it
     # and forges its clocks is credited up to this much per call; Nsight Compute's sum of its
-    # kernels bounds such a claim (server/kernel_evidence.py, SLOWER_FACTOR). 150 us was too
-    # short on an H100 (2026-11-27): our 0.073 ms batchnorm, about 80 us to launch, read 0.0731-
-    # 0.0816 ms over 9 harness runs, 6 of them more than 3% above the profiler (calls whose
-    # launch outran the spin); under 400 us, 0.0729-0.0738 ms, none (profiler 0.0711-0.0727). A
-    # segment's first call gets more (child/timing.FIRST_COVER_FACTOR).
+    # kernels bounds such a claim (server/kernel_evidence.py, SLOWER_FACTOR). 400 us because a
+    # shorter cover let the launch of a slow-to-launch kernel outrun the spin (docs/concepts/
+    # timing.md, "The last miss, `27_batchnorm_eval`, was the launch cover"). A segment's first
+    # call gets more (child/timing.FIRST_COVER_FACTOR).
     launch_cover_us: float = 400.0
     # Re-check correctness on fresh inputs after the timing loop (defeats output caching).
     post_timing_check: bool = True
@@ -164,8 +163,9 @@ class EvalConfig:
     # final verification). By the server where it knows the Inductor time (cached or its own),
     # else by the caller after its merge (a second evaluation with `audit`). Off by default: an
     # agent's other turns, RL rewards and the library's own evaluations are judged by their trace
-    # and audited on the seeded share, as issue 55 designs (auditing every win of a batch cost
-    # 0.43 s of the timing slot per evaluation on an H200, 2026-11-29: docs/concepts/concurrency.md).
+    # and audited on the seeded share, as issue 55 designs (auditing every win of a batch costs
+    # the timing slot too much: docs/concepts/concurrency.md, "The tracer's cost and throughput
+    # with the audits").
     audit_wins: bool = False
     # False: this job's processes run without the kernel tracer, so its evidence is Nsight
     # Compute's, as where no tracer loads (never none). For measuring what the tracer costs the

@@ -69,9 +69,10 @@ def speedup_interval(baseline_ms: Sequence[float], candidate_ms: Sequence[float]
 
 def _bootstrap_ratios(base: list[float], cand: list[float], resamples: int) -> list[float]:
     """`resamples` ratios of the medians of resampled `base` and `cand`, sorted; the generator is
-    seeded from the samples. Vectorised with numpy where it is installed (a result's four
-    intervals took 1.6 s of the caller's CPU per evaluation in pure Python on an H100 host,
-    2026-11-26), else in pure Python; each way always gives the same interval for the same samples."""
+    seeded from the samples. Vectorised with numpy where it is installed (pure Python costs the
+    caller's CPU seconds per result: docs/concepts/concurrency.md, "Where an evaluation's time and
+    the host's CPU go"), else in pure Python; each way always gives the same interval for the same
+    samples."""
     seed = _seed(base, cand)
     try:
         import numpy as np

@@ -210,8 +210,8 @@ class Search:
 
     def ask(self, node: Node) -> None:
         # Every write to a node is made under the lock: save() serialises the whole tree from any
-        # worker thread, and a node's dict that grew meanwhile broke it ("dictionary changed size
-        # during iteration", CI 2026-11-27).
+        # worker thread, and a node's dict that grows meanwhile breaks it ("dictionary changed
+        # size during iteration").
         with self.lock:
             node.times["model_start"] = time.time()
         try:

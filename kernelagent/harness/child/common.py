@@ -87,14 +87,12 @@ def clean_numeric_modes() -> None:
 def count_devices_through_cuda() -> None:
     """Have torch count the devices through CUDA, never NVML, before its CUDA start-up.
 
-    torch 2.11's lazy CUDA start-up counts the devices with nvmlInit; beside other jobs (several
-    stopped by the timing slot, ncu sessions starting and ending) a job's process spun in
-    nvmlInit past its 60 s start limit, in user space, about once in 30-48 evaluations, and was
-    re-run alone 104-162 s later (two H200s, 2026-11-28: its stack from server/processes.py's
-    dumps, `_lazy_init > _check_capability > device_count > _raw_device_count_nvml`). Counting
-    through CUDA (cudaGetDeviceCount: the driver we start next anyway) and caching it where
-    device_count looks first skips NVML; torch 2.13 counts through CUDA there itself. A process
-    already started, or a torch without the cache, is left as it is."""
+    torch 2.11's lazy CUDA start-up counts the devices with nvmlInit, and beside other jobs
+    (several stopped by the timing slot, ncu sessions starting and ending) a job's process could
+    spin there past its start limit (docs/concepts/concurrency.md, "No NVML in a job's start").
+    Counting through CUDA (cudaGetDeviceCount: the driver we start next anyway) and caching it
+    where device_count looks first skips NVML; torch 2.13 counts through CUDA there itself. A
+    process already started, or a torch without the cache, is left as it is."""
     import torch.cuda as tcuda
 
     if not tcuda._is_compiled() or getattr(tcuda, "_initialized", False) or \
@@ -207,9 +205,8 @@ class AllocPressure:
     timed segments and profile, the reference's baselines. Beside other jobs that hold device
     memory, such a loop frees and maps memory between its calls, and its times are partly its
     neighbours'; the server re-runs such a job alone (server/job.py conclude_concurrency). A
-    guard, not a measured cause: in the 62-problem agreement run on an H100 (2026-11-27, 8 jobs
-    at once) no job counted a retry. Counted around each timed phase only (begin/end, or
-    `with pressure.counting(): ...`)."""
+    guard, not a measured cause (docs/concepts/concurrency.md, "Also re-run alone"). Counted
+    around each timed phase only (begin/end, or `with pressure.counting(): ...`)."""
 
     def __init__(self, device: torch.device):
         self.device = device

@@ -57,10 +57,9 @@ def harness_bytes(io_bytes: int, free_bytes: int | None) -> int:
 def reserved_bytes(sizes: dict[str, int], free_bytes: int | None) -> int:
     """What the server's memory ledger reserves for one evaluation beside others (contexts aside):
     needed_bytes, each process's harness bytes, and one more input set each (input sets are made
-    ahead whole, and a check's variant inputs live beside the main ones). Measured on an H200
-    (2026-11-28, scripts/device/memory_probe.py, each alone): NVML's peak over a full-size
-    KernelBench evaluation was 1.4-2.3x needed_bytes (ReLU 47 GiB, Softmax 59, AvgPool2D 118),
-    which reserving needed_bytes alone let 10 of 25 jobs run out of memory beside each other;
+    ahead whole, and a check's variant inputs live beside the main ones): a full-size evaluation
+    peaks well above needed_bytes, and reserving needed_bytes alone let jobs run out of memory
+    beside each other (docs/concepts/concurrency.md, "Memory"; scripts/device/memory_probe.py);
     tests/test_memory_plan.py holds the rows. too_large still asks needed_bytes alone: the
     harness's bytes shrink to fit what is free."""
     io = int(sizes["input_bytes"]) + int(sizes["output_bytes"])

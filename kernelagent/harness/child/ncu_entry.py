@@ -36,8 +36,8 @@ def main(argv: list[str]) -> int:
     torch.cuda.set_device(device)
     clean_numeric_modes()
     # One kernel of ours before READY, synchronised: Nsight Compute's injection finishes setting
-    # up at a process's first launch, which took ~0.9 s of the candidate's first call with the
-    # device held (H100/H200, 2026-11-26).
+    # up at a process's first launch, which would otherwise cost the candidate's first call with
+    # the device held (docs/concepts/concurrency.md, "Less around the loop").
     torch.ones(1, device=device).add_(1)
     torch.cuda.synchronize(device)
     problem = inputs_mod.import_file(Path(problem_path), "kernelagent_problem")

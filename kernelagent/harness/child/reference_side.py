@@ -304,9 +304,9 @@ class ReferenceSide:
     def check_inputs(self, kind: str, seed: int) -> list[Any]:
         """A check's inputs, made from the global generators once the early baseline compile is
         done: that thread seeds them too (its own first call's inputs), and Dynamo restores the
-        RNG state it saved when its tracing ends. Beside it, an honest ReLU's signed-normal
-        inputs came out of another state than the candidate's (H100, 2026-11-26): rejected for
-        `input-mutation`, every element "changed". The candidate's import and compile still
+        RNG state it saved when its tracing ends, so inputs made beside it can differ from the
+        candidate's and an honest kernel read as `input-mutation` (docs/concepts/concurrency.md,
+        "Host work overlaps"). The candidate's import and compile still
         overlap the baseline compile; its checks wait for it."""
         self.join_compiling()
         return inputs_mod.make_inputs(self.problem, kind, seed, self.smoke, self.device)

@@ -16,19 +16,17 @@ HOST_MARGIN_REL), then the host times of every call (`Timer.samples`). The event
 precise for work on the current stream; the host time, taken after a device-wide synchronize,
 includes work that the candidate pushed to other streams or left running, and the host's own
 noise. Work that escapes the events does so in every call, so the median call shows it; host
-noise hits some calls, and a per-call choice took it: on an H200 host (2026-11-26) a 7-11 us
-kernel's claimed mean ran 1.2-2x its median, and the server's check of the median against its
-own segments flagged honest results. (A plain max of the two readings took the larger of two
-noisy readings of the same work: on an H100 the 0.181 ms softmax read 184.0 us by the max,
-183.5 by its events, whose empty pair costs 1.25 us; the profiler summed 181.0 us.) A
-candidate that hides work in fewer than half of its calls cannot lower the median it is judged
-on, and the server's clock checks the mean. When the host time is the larger by a clear
-margin, the result is flagged.
+noise hits some calls, and a per-call choice took it, stretching an honest tiny kernel's
+claimed mean until the server's check of the median against its own segments flagged it (a
+plain max of the two readings took the larger of two noisy readings of the same work:
+docs/concepts/timing.md, first bullet). A candidate that hides work in fewer than half of its
+calls cannot lower the median it is judged on, and the server's clock checks the mean. When
+the host time is the larger by a clear margin, the result is flagged.
 
 The spin: without it the device sits idle, synchronised, while the host launches the call,
-so every event time held the call's launch latency. On an H100 that was 30-170 us per call
-(Python, Triton's launcher, torch.compile's guards): the harness's medians of level-1 kernels
-read 40-140% above the device time a profiler sums for the same calls. A spin of
+so every event time held the call's launch latency (Python, Triton's launcher, torch.compile's
+guards), well above the device time a profiler sums for the same calls (docs/concepts/timing.md,
+"Launch latency"). A spin of
 `launch_cover_us` queued first keeps the device busy while the host enqueues the call, so
 the start event fires when the call's work is already queued, and the events time the
 device's work. Launch time beyond the spin is still counted (through the host time), and the
@@ -118,14 +116,12 @@ CLOCK_RAMP_MS = 20.0
 
 
 # The first call of every FixedLoop run (a segment's first, after the server's `go`) is covered
-# this many times longer. On an H100 (2026-11-27) our 0.073 ms batchnorm, whose host launch takes
-# about 80 us, read 0.12 ms in the first call of each 2-call segment (64 segments, a 3 ms pause
-# between them, stopped or not) under a 150 us cover and 0.073 ms under 300 or 600 us: after the
-# pause the host's first launch outran the spin, so the device idled inside the events (the
-# agreement table's one miss, +18%). The calibration's loop runs the same FixedLoop, so the server
-# subtracts the longer spin too; a candidate that skips it is credited at most
-# (FIRST_COVER_FACTOR - 1) * cover once per segment, and Nsight Compute's sum catches a claim
-# well below the kernels' own time (server/kernel_evidence.py).
+# this many times longer: after the server's pause the host's first launch is slower and
+# outran a plain cover, so the device idled inside the events (docs/concepts/timing.md, "The
+# last miss, `27_batchnorm_eval`, was the launch cover"). The calibration's loop runs the same
+# FixedLoop, so the server subtracts the longer spin too; a candidate that skips it is credited
+# at most (FIRST_COVER_FACTOR - 1) * cover once per segment, and Nsight Compute's sum catches a
+# claim well below the kernels' own time (server/kernel_evidence.py).
 FIRST_COVER_FACTOR = 2.0
 
 # The host's reading replaces the events' only beyond this margin (launch time past the cover,
@@ -170,8 +166,8 @@ class Timer:
             return device
         # A call's host reading can fall below its own events (the host descheduled between
         # queueing `before` and reading t0 takes that time off): such a call keeps its events'
-        # reading. Taken as it was, an honest 8 us ReLU's call read 0.0 ms, and a zero sample is
-        # a broken protocol (rejected) on an H100 (2026-11-27).
+        # reading, since a zero sample is a broken protocol (rejected; docs/concepts/timing.md,
+        # first bullet).
         return [max(h, d) for d, h in zip(device, host)]
 
     def escaped_ms(self, readings: list[tuple[float, float]]) -> float:
@@ -287,11 +283,11 @@ class Timer:
             # From `before` to `start` on the device clock (the host's own launch of the spin and
             # the spin itself) comes off the host reading, which is then the time from the start
             # event to the host's wake-up. Without this the host reading held the Python time
-            # spent queueing the spin, which on an H200 host was 20-26 us in the empty calls of
-            # the calibration but 42-48 us in a real loop's calls, and the spin's cycles, which
-            # last longer when a power-hungry kernel pulls the SM clock down: the host rule took
-            # readings 8-12 us above the events (a 132 us softmax read +4.8% of the profiler's
-            # sum). All of the call's code runs after `start` is queued, so none of it is taken off.
+            # spent queueing the spin, longer in a real loop's calls than in the calibration's
+            # empty ones, and the spin's cycles, which last longer when a power-hungry kernel
+            # pulls the SM clock down, so the host rule took readings above the events
+            # (docs/concepts/timing.md, first bullet). All of the call's code runs after `start`
+            # is queued, so none of it is taken off.
             host -= _event_elapsed(before, start)
         return _event_elapsed(start, end), host, out
 
@@ -300,13 +296,11 @@ class Timer:
         events' (the median of 20 reads), and the events' own time for it (`event_ms`, the least
         of the 20: it is taken off every call's event reading, and a disturbance only ever adds
         to it). An empty pair reads more than its own cost when the host records `end` after the
-        cover's spin has run out (a process descheduled on a busy host). With the median of the
-        reads, one H100 evaluation beside seven others (2026-11-27) read a 0.19 ms matvec at
-        0.115 ms, below what its 0.5 GB of reads allow, and the next read 0.189 ms: an inflated
-        empty pair is the one path found that lowers every event reading alike (the loop now
-        reports both, `timed_loop.empty_call_ms`). A least host overhead was tried as well (more
-        loops take the host's noisier readings then): in that H100 run the CV of 0.18 ms kernels
-        beside seven jobs was 1.8-2.1%, against 0.05-0.3% in the run before."""
+        cover's spin has run out (a process descheduled on a busy host), and an inflated empty
+        pair is the one path found that lowers every event reading alike, hence the least (the
+        loop reports both, `timed_loop.empty_call_ms`). The host overhead stays the median: a
+        least one sends more loops to the host's noisier readings (docs/concepts/timing.md, "One
+        non-repeating miss, two runs back")."""
         samples, events = [], []
         for _ in range(20):
             event, host = self._one(lambda: None, [])

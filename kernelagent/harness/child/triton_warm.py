@@ -1,10 +1,11 @@
 """Triton's per-process set-up, done by our code before a candidate's first call.
 
 A Triton kernel's first call in a fresh process, with the kernel already in TRITON_CACHE_DIR,
-took 0.6 s on an H100 (torch 2.11, Triton 3.6, 2026-11-27: benchmarks/triton_first_call.py
---profile): 0.44 s of it in `triton.runtime.cache.triton_key()`, a hash of Triton's own
-installation (its sources and its shared library) computed once per process, and 0.13 s
-importing `triton.experimental.gluon` from the specialisation. Neither depends on the candidate.
+spends most of its time in `triton.runtime.cache.triton_key()`, a hash of Triton's own
+installation (its sources and its shared library) computed once per process, and importing
+`triton.experimental.gluon` from the specialisation (docs/concepts/concurrency.md, "Spare
+sessions and Triton's set-up"; benchmarks/triton_first_call.py --profile). Neither depends on
+the candidate.
 So the harness does both in its own code: the server once (its jobs' processes are forked from
 it and inherit the answer), the kernel evidence's target before it says READY (beside the other
 jobs, not in the device's slot, where the candidate's first call ran before).
