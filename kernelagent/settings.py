@@ -157,6 +157,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Spare Nsight Compute sessions started ahead for the next job; 0 turns them off."),
     Setting("KERNELAGENT_TRACE", "bool", True,
             "The kernel tracer (CUPTI); 0 turns it off and the evidence stays Nsight Compute's."),
+    Setting("KERNELAGENT_SHARED_CALIBRATION", "bool", True,
+            "Timed loops' calibrations shared by the servers of this host (kept in the cache); 0: "
+            "each server measures its own."),
     Setting("KERNELAGENT_TRITON_WARM", "bool", True,
             "Triton's per-process set-up done by the harness before the candidate's first call; 0 "
             "leaves it to that call."),

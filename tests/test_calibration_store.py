@@ -1,0 +1,71 @@
+"""Calibrations shared by the servers of one host (server/calibration_store.py, issue 59): keyed by
+everything that changes the empty loop's cost, never read across GPU models or problems, and
+read back only when they are what a calibration is."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernelagent.harness.server.calibration_store import Calibration, CalibrationStore, key
+
+H200 = {"gpu_name": "NVIDIA H200", "driver": "580", "torch": "2.11", "triton": "3.6", "python": "3.12",
+        "trace": {"library": "/cache/libkernelagent_trace.so"}}
+ORDER = {"calls": 40, "warmup_calls": 5, "keep": 2, "segments": 2, "budget_bytes": 1 << 20, "l2_bytes": None,
+         "payloads": False}
+SETTINGS = {"target_ms": 200.0, "flush_l2": True}
+
+
+def _key(fingerprint=H200, source="class Model: pass\n", settings_=SETTINGS, order=ORDER):
+    return key(fingerprint, problem_source=source, settings_=settings_, order=order)
+
+
+def test_a_calibration_one_server_stored_is_read_by_another(tmp_path):
+    one, two = CalibrationStore(tmp_path / "cal"), CalibrationStore(tmp_path / "cal")
+    one.put(_key(), Calibration(0.596, True))
+    assert two.get(_key()) == Calibration(0.596, True)
+    assert [p.suffix for p in (tmp_path / "cal").iterdir()] == [".json"]  # no temporary file left
+
+
+@pytest.mark.parametrize("other", [
+    {"fingerprint": {**H200, "gpu_name": "NVIDIA H100 80GB HBM3"}},
+    {"fingerprint": {**H200, "driver": "575"}},
+    {"fingerprint": {**H200, "torch": "2.13"}},
+    {"fingerprint": {**H200, "trace": {"unavailable": "no CUDA device"}}},
+    {"source": "class Model: pass  # another problem\n"},
+    {"settings_": {**SETTINGS, "target_ms": 100.0}},
+    {"order": {**ORDER, "segments": 4}},
+], ids=["gpu model", "driver", "torch", "untraced", "problem", "settings", "loop shape"])
+def test_no_calibration_is_read_across_what_changes_its_cost(tmp_path, other):
+    store = CalibrationStore(tmp_path)
+    store.put(_key(), Calibration(0.6, False))
+    assert _key(**other) != _key() and store.get(_key(**other)) is None
+    assert _key(fingerprint={**H200, "gpu_uuid": "GPU-1234"}) == _key()  # another GPU of the same model shares
+
+
+@pytest.mark.parametrize("content", [
+    {"format": 1, "seconds": -1.0, "recalibrated": False},
+    {"format": 1, "seconds": 0, "recalibrated": False},
+    {"format": 1, "seconds": 1e9, "recalibrated": False},
+    {"format": 1, "seconds": True, "recalibrated": False},
+    {"format": 1, "seconds": "0.5", "recalibrated": False},
+    {"format": 1, "seconds": 0.5, "recalibrated": "yes"},
+    {"format": 2, "seconds": 0.5, "recalibrated": False},
+    [0.5],
+], ids=lambda c: json.dumps(c)[:40])
+def test_what_is_not_a_calibration_is_not_read(tmp_path, content):
+    (tmp_path / f"{_key()}.json").write_text(json.dumps(content))
+    assert CalibrationStore(tmp_path).get(_key()) is None
+
+
+def test_a_link_a_bad_key_or_the_setting_off_reads_and_writes_nothing(tmp_path):
+    target = tmp_path / "elsewhere.json"
+    target.write_text(json.dumps({"format": 1, "seconds": 0.5, "recalibrated": False}))
+    (tmp_path / f"{_key()}.json").symlink_to(target)
+    assert CalibrationStore(tmp_path).get(_key()) is None
+    assert CalibrationStore(tmp_path).get("../elsewhere") is None
+    off = CalibrationStore(tmp_path / "off", environ={"KERNELAGENT_SHARED_CALIBRATION": "0"})
+    off.put(_key(), Calibration(0.5, False))
+    assert off.get(_key()) is None and not (tmp_path / "off").exists()
+    assert CalibrationStore(None).get(_key()) is None
