@@ -38,10 +38,13 @@ def job(tmp_path: Path) -> Job:
                tmp_path, {"free_bytes": 1 << 30}, {})
 
 
-@pytest.mark.parametrize("protocol", [seams.TraceJob, seams.EvidenceJob, Freezable])
+@pytest.mark.parametrize("protocol", [seams.TraceJob, seams.EvidenceJob, Freezable, seams.StageJob, seams.ChannelJob,
+                                      seams.CheckJob, seams.SlotJob, seams.CalibrationJob, seams.TimedJob,
+                                      seams.BaselineJob, seams.MemoryJob, seams.FailureJob])
 def test_the_job_has_every_member_its_stages_protocol_names(job, protocol):
     attributes, methods = members(protocol)
-    assert attributes and (methods or protocol is seams.TraceJob)
+    assert attributes and (methods or protocol in (seams.TraceJob, seams.TimedJob, seams.BaselineJob,
+                                                   seams.MemoryJob))
     missing = sorted(name for name in attributes if not hasattr(job, name) and name not in declared(Job))
     assert not missing, f"Job lacks {missing} of {protocol.__name__}"
     not_methods = sorted(name for name in methods if not callable(getattr(job, name, None)))
@@ -56,3 +59,26 @@ def test_evidence_and_the_trace_stage_take_the_protocol_not_the_job():
                   and "job" in inspect.signature(f).parameters]
         assert taking
         assert {inspect.signature(f).parameters["job"].annotation for f in taking} == {name}
+
+
+STAGES = [("channels", "channels", "Channels", "ChannelJob"), ("checks", "checks", "Checks", "CheckJob"),
+          ("timed", "timed", "TimedLoop", "TimedJob"), ("baselines", "baselines", "Baselines", "BaselineJob"),
+          ("memory", "memory", "Memory", "MemoryJob"), ("failures", "failures", "Failures", "FailureJob")]
+
+
+@pytest.mark.parametrize("module, attribute, name, protocol", STAGES)
+def test_each_stage_is_an_object_of_the_job_built_with_its_protocol(job, module, attribute, name, protocol):
+    """Issue 57: the job holds each stage (no mixins); the stage takes the job as its Protocol."""
+    import importlib
+
+    stage = getattr(importlib.import_module(f"kernelagent.harness.server.{module}"), name)
+    assert type(getattr(job, attribute)) is stage and getattr(job, attribute).job is job
+    assert inspect.signature(stage.__init__).parameters["job"].annotation == protocol
+    assert not isinstance(job, stage)
+
+
+def test_the_timed_loop_holds_its_calibration(job):
+    from kernelagent.harness.server.calibration import Calibration
+
+    assert type(job.timed.calibration) is Calibration and job.timed.calibration.job is job
+    assert inspect.signature(Calibration.__init__).parameters["job"].annotation == "CalibrationJob"

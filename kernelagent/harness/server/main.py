@@ -389,7 +389,7 @@ class Dispatcher:
         try:
             self._run_job(job, job_id, cpu_before, admitted)
         finally:
-            job.release_device_memory()  # reserved before the fork; a job that never ran frees it here
+            job.memory.release_device_memory()  # reserved before the fork; a job that never ran frees it here
 
     def _run_job(self, job: Job, job_id: str, cpu_before: float, admitted: float) -> None:
         try:

@@ -328,3 +328,24 @@ def _reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> 
     # Traced as the candidate is (issue 55), so its baselines are timed under the same tracing.
     keep = trace_channel.prepare_child(job.get("trace"))
     reference_side.reference_main(job, conn, workdir, keep_fds=keep)
+
+
+def namespace_members(pid: int) -> list[int]:
+    """Every process of the pid namespace of `pid`'s first child, where it is not ours (the
+    candidate's jail: server/job.py stop_candidate)."""
+    try:
+        children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        namespace = os.readlink(f"/proc/{children[0]}/ns/pid") if children else None
+    except (OSError, IndexError):
+        namespace = None
+    if not namespace or namespace == os.readlink("/proc/self/ns/pid"):
+        return []
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                    members.append(int(entry))
+            except OSError:
+                continue
+    return members
