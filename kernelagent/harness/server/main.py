@@ -25,6 +25,7 @@ import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Callable
 
@@ -127,7 +128,7 @@ def probe_timer(index: int, l2_bytes: int | None) -> dict[str, Any]:
     return out
 
 
-def _start_probe(requested: str) -> tuple[Any, Any]:
+def _start_probe(requested: str) -> tuple[BaseProcess, Connection]:
     """probe_device in a throwaway child, so CUDA is never initialised in the server (a forked
     child of a process with CUDA cannot use it). The answer comes back as JSON (_finish_probe)."""
     parent_end, child_end = FORK.Pipe()
@@ -149,7 +150,7 @@ def _start_probe(requested: str) -> tuple[Any, Any]:
     return proc, parent_end
 
 
-def _finish_probe(proc: Any, parent_end: Any) -> dict[str, Any]:
+def _finish_probe(proc: BaseProcess, parent_end: Connection) -> dict[str, Any]:
     try:
         info = json.loads(parent_end.recv_bytes(1 << 20)) if parent_end.poll(120) else \
             {"error": "device probe timed out"}

@@ -10,6 +10,7 @@ import signal
 import sys
 import traceback
 from multiprocessing.connection import Connection
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def _device_estimate(source: str, workdir: Path, timeout: float) -> dict[str, An
 HELPER_FAILED = "helper_failed"
 
 
-def _in_fork(work: Any, workdir: Path, timeout: float, what: str) -> dict[str, Any]:
+def _in_fork(work: Callable[[], dict[str, Any]], workdir: Path, timeout: float, what: str) -> dict[str, Any]:
     parent_end, child_end = FORK.Pipe(duplex=False)
 
     def target() -> None:

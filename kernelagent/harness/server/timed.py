@@ -23,6 +23,7 @@ from kernelagent.harness.server.calibration import Calibration
 from kernelagent.harness.server.gate import add_seconds
 
 if TYPE_CHECKING:
+    from kernelagent.harness.config import EvalConfig
     from kernelagent.harness.server.seams import TimedJob
 
 # Outputs of timed calls kept for verification: at most this many calls, within this share of
@@ -85,7 +86,7 @@ def empty_call_claim(message: dict[str, Any]) -> dict[str, float] | None:
     return {k: round(float(v), 6) for k, v in values.items()}
 
 
-def loop_plan(config: Any, estimate_ms: float, budget: int, output_bytes: int) -> dict[str, int]:
+def loop_plan(config: EvalConfig, estimate_ms: float, budget: int, output_bytes: int) -> dict[str, int]:
     """The timed loop's shape from the reference's time per call: `total` measured calls (at
     least target_ms of work), `warmup` calls, and with the defences on `keep` outputs kept per
     segment of `calls` calls, `segments` of them, within the harness's memory `budget`;
