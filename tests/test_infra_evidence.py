@@ -153,7 +153,7 @@ def test_a_fault_after_the_verdict_keeps_the_candidates_failure(decided, status)
     from kernelagent.harness.server.main import Dispatcher
 
     sent = []
-    job = SimpleNamespace(fork=lambda: None, result={**fold.fields(fold.fold([])), "flags": []}, outcomes=[])
+    job = SimpleNamespace(start=SimpleNamespace(fork=lambda: None), result={**fold.fields(fold.fold([])), "flags": []}, outcomes=[])
     job.record = types.MethodType(Job.record, job)  # the job's one writer of its verdict
 
     def run():

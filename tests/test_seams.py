@@ -1,7 +1,7 @@
 """The server's stage modules take the job through Protocols (server/seams.py, issue 57), not
 `Any` and not server/job.py (which imports them). A Protocol of attributes cannot be checked with
 isinstance, so: every member each Protocol declares is on a built Job, or declared on its class
-(the few that Job.fork sets), with a matching kind (a method where the Protocol has a method)."""
+(the few that the start's stage, server/start.py, sets), with a matching kind (a method where the Protocol has a method)."""
 
 from __future__ import annotations
 
@@ -39,12 +39,12 @@ def job(tmp_path: Path) -> Job:
 
 
 @pytest.mark.parametrize("protocol", [seams.TraceJob, seams.EvidenceJob, Freezable, seams.StageJob, seams.ChannelJob,
-                                      seams.CheckJob, seams.SlotJob, seams.CalibrationJob, seams.TimedJob,
+                                      seams.StartJob, seams.LoadJob, seams.CheckJob, seams.SlotJob, seams.CalibrationJob, seams.TimedJob,
                                       seams.BaselineJob, seams.MemoryJob, seams.FailureJob])
 def test_the_job_has_every_member_its_stages_protocol_names(job, protocol):
     attributes, methods = members(protocol)
     assert attributes and (methods or protocol in (seams.TraceJob, seams.TimedJob, seams.BaselineJob,
-                                                   seams.MemoryJob))
+                                                   seams.MemoryJob, seams.StartJob))
     missing = sorted(name for name in attributes if not hasattr(job, name) and name not in declared(Job))
     assert not missing, f"Job lacks {missing} of {protocol.__name__}"
     not_methods = sorted(name for name in methods if not callable(getattr(job, name, None)))
@@ -61,7 +61,8 @@ def test_evidence_and_the_trace_stage_take_the_protocol_not_the_job():
         assert {inspect.signature(f).parameters["job"].annotation for f in taking} == {name}
 
 
-STAGES = [("channels", "channels", "Channels", "ChannelJob"), ("checks", "checks", "Checks", "CheckJob"),
+STAGES = [("start", "start", "Start", "StartJob"), ("channels", "channels", "Channels", "ChannelJob"), ("load", "load", "Load", "LoadJob"),
+          ("checks", "checks", "Checks", "CheckJob"),
           ("timed", "timed", "TimedLoop", "TimedJob"), ("baselines", "baselines", "Baselines", "BaselineJob"),
           ("memory", "memory", "Memory", "MemoryJob"), ("failures", "failures", "Failures", "FailureJob")]
 

@@ -1,7 +1,7 @@
 """A job's supervision loop (`Checks`, the job's `checks` stage; it gets the job as
-seams.CheckJob): the start, load and compile stages awaited, then each correctness check, its
-outputs relayed to the trusted reference and compared there, then the timed loop's stage
-(server/timed.py) and the end (server/job.py: finish_candidate, conclude)."""
+seams.CheckJob): the load and compile stage awaited (server/load.py), then each correctness
+check, its outputs relayed to the trusted reference and compared there, then the timed loop's
+stage (server/timed.py) and the end (server/job.py: finish_candidate, conclude)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from kernelagent.harness import protocol
 from kernelagent.harness.server import draws, gate as gate_mod
 from kernelagent.harness.server.verdict import CheckRecord
 
-from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
+from kernelagent.harness.server.stages import ReferenceGone, _Stop
 
 if TYPE_CHECKING:
     from kernelagent.harness.server.seams import CheckJob
@@ -37,7 +37,7 @@ class Checks:
         assert job.ref is not None and job.cand is not None
         config = job.config
         # 1. start, load, compile: the reference gets ready while the candidate imports.
-        self._await_ready_and_compiled()
+        job.load.await_ready_and_compiled()
         if config.compile_only:
             job.channels.cand_recv({"done"}, job.clock() + 30)
             job.conclude([])
@@ -65,39 +65,6 @@ class Checks:
         # 4. the end: evidence, profile, flags.
         job.finish_candidate(device_share=bool(config.defences and job.fingerprint.get("cuda")))
         job.conclude(job.claimed_flags)
-
-    def _await_ready_and_compiled(self) -> None:
-        """Stage 1: wait for the reference's `ref_ready` (its workload recorded) and the
-        candidate's `compiled`, each against its own deadline; StageTimeout past either."""
-        job = self.job
-        deadline_ref = job.clock() + job.limit("start") + job.limit("load")
-        ref_ready = compiled = False
-        deadline = job.stage_clock + job.limit(job.stage)
-        while not (ref_ready and compiled):
-            conns: list[Any] = []
-            if not ref_ready:
-                conns += [job.to_ref, job.ref_alive_fd]
-            if not compiled:
-                conns += [job.to_cand, job.cand_alive_fd]
-            until = min(deadline if not compiled else float("inf"), deadline_ref if not ref_ready else float("inf"))
-            ready = job.wait(conns, until)
-            if not ready:
-                raise StageTimeout()
-            if not ref_ready and (job.to_ref in ready or job.ref_alive_fd in ready):
-                message = job.channels.ref_recv({"ref_ready"}, job.clock() + 1)
-                job.ready = message
-                ref_ready = True
-                job.result["workload"] = {"input_bytes": message["input_bytes"],
-                                          "output_bytes": message["output_bytes"],
-                                          "param_bytes": message["param_bytes"], "flops": message["flops"],
-                                          "dtype": message["output_dtype"]}
-                job.result["memory"]["io_bytes"] = message["input_bytes"] + message["output_bytes"]
-                job.result["memory"]["param_bytes"] = message["param_bytes"]
-            if not compiled and (job.to_cand in ready or job.cand_alive_fd in ready):
-                job.channels.cand_recv({"compiled"}, job.clock() + 1, stage_deadlines=True)
-                compiled = True
-                job.result["compiled"] = True
-            deadline = job.stage_clock + job.limit(job.stage)
 
     def _reserve_device_memory(self) -> None:
         """Beside other jobs, this job's share of the device's memory (from the reference's

@@ -19,7 +19,6 @@ a time, and relays what the candidate sends to the reference, so:
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import multiprocessing as mp
 import os
@@ -44,25 +43,20 @@ from kernelagent.harness.server.baselines import Baselines
 from kernelagent.harness.server.channels import Channels
 from kernelagent.harness.server.checks import Checks
 from kernelagent.harness.server.failures import Failures
-from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _kill_group, _open_log,
-                                                  _reference_process, _tail, _tail_fd, namespace_members, start_stacks,
-                                                  tree_cpu_s, tree_states)
-from kernelagent.harness.server import forking
+from kernelagent.harness.server.load import Load
+from kernelagent.harness.server.processes import (LOG_TAIL_BYTES, _kill_group, _tail, _tail_fd, namespace_members,
+                                                  start_stacks, tree_cpu_s, tree_states)
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
 from kernelagent.harness.server.memory import Memory
+from kernelagent.harness.server.start import Start
 from kernelagent.harness.server.timed import SLOT_MIN_S, TimedLoop
 from kernelagent.harness.server.verdict import CheckRecord
-from kernelagent import hardware, pyast
+from kernelagent import hardware
 
 if TYPE_CHECKING:
     from kernelagent.harness.trace import channel as trace_channel
 
 
-
-def _static_flags(problem_source: str) -> dict[str, bool]:
-    tree = pyast.parse(problem_source)
-    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    return {"has_smoke": "get_smoke_inputs" in names, "has_extra": "get_extra_inputs" in names}
 
 
 # PyTorch's and CUDA's words for an allocation that failed, read only from the reference's log: our trusted process.
@@ -81,10 +75,10 @@ def _says_out_of_memory(log: str) -> bool:
 
 class Job:
     """Runs one evaluation and produces the fields of an EvalResult (as a dict). Its stages are
-    objects it holds (channels, checks, timed, baselines, memory, failures), each built with the
-    job and reaching it through its Protocol in server/seams.py."""
+    objects it holds (start, channels, load, checks, timed, baselines, memory, failures), each
+    built with the job and reaching it through its Protocol in server/seams.py."""
 
-    # set by fork() and run(), read by the stages (server/seams.py)
+    # set by the start's stage (server/start.py) and run(), read by the stages (server/seams.py)
     scratch: Path
     refdir: Path
     child_job: dict[str, Any]
@@ -95,6 +89,12 @@ class Job:
     cand_alive_fd: int
     cand_log_fd: int | None
     base_seed: int
+    started: float
+    started_epoch: float
+    thread_cpu0: float
+    smoke: bool
+    static_flags: dict[str, bool]
+    compile_seed: int
     claimed_flags: list[dict[str, str]]
 
     def __init__(self, request: dict[str, Any], scratch_root: Path, fingerprint: dict[str, Any],
@@ -146,9 +146,11 @@ class Job:
         self.stage_timed_out = False  # a stage ran past its limit (retried alone when it ran beside others)
         self.alloc_retries: dict[str, int] = {}  # the allocator gave memory back while timed work ran (per process)
         # The stages, each with this job through its Protocol (server/seams.py).
+        self.start = Start(self)
         self.channels = Channels(self)
         self.failures = Failures(self)
         self.memory = Memory(self)
+        self.load = Load(self)
         self.checks = Checks(self)
         self.timed = TimedLoop(self)
         self.baselines = Baselines(self)
@@ -248,85 +250,6 @@ class Job:
         return self.config.timeouts.limit(name, self.config.backend)
 
     # -- the run ---------------------------------------------------------------------
-    def fork(self) -> None:
-        """Start the job's two processes. Called before the caller sends this job's nonce and
-        before any secret seed is drawn, so neither is in the candidate's memory."""
-        self.started = time.monotonic()
-        self.started_epoch = time.time()
-        self.thread_cpu0 = time.thread_time()  # this job's thread in the server (finish_result)
-        self.scratch = self.root / "candidate"
-        self.refdir = self.root / "reference"
-        self.scratch.mkdir(parents=True)
-        self.refdir.mkdir(parents=True)
-        os.chmod(self.root, 0o711)
-        os.chmod(self.scratch, 0o700)
-        flags = _static_flags(self.request["problem_source"])
-        self.smoke = not self.fingerprint.get("cuda") and self.config.smoke_inputs_on_cpu and flags["has_smoke"]
-        input_set = "smoke" if self.smoke else "main"
-        # The problem the job runs: the caller's, or on the CPU its derived-smoke rewrite.
-        self.problem_source = self.request["problem_source"]
-        self.result["derived"] = {}
-        if not self.fingerprint.get("cuda") and self.config.smoke_inputs_on_cpu and not flags["has_smoke"] \
-                and self.config.backend != "cuda":
-            input_set = self.memory.plan_cpu_inputs()
-            if input_set == Status.TOO_LARGE:  # nothing is forked: the verdict is about the machine
-                self.result.update(device="cpu", input_set="main")
-                self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
-                shutil.rmtree(self.root, ignore_errors=True)
-                return
-        self.static_flags = flags  # the derived sets are drawn in run(), after the fork
-        (self.scratch / "problem.py").write_text(self.problem_source)
-        (self.scratch / "candidate.py").write_text(self.request["candidate_source"])
-        self.cand_log_fd = _open_log(self.scratch / "candidate.log")
-        (self.refdir / "problem.py").write_text(self.problem_source)
-        options = self.request.get("options", {})
-        if self.config.backend == "cuda" and options.get("cuda_cache_dir") and self.fingerprint.get("cuda"):
-            from kernelagent.harness.server import build_cache
-
-            build_cache.stage(options["cuda_cache_dir"], self.request.get("candidate_sha256", ""),
-                              self.scratch / ".ka-build-cache")
-        # Not secret (the candidate's process holds it): the seed of the first, unchecked call.
-        self.compile_seed = self.rng.getrandbits(40)
-        self.child_job = {"job_id": self.job_id, "config": self.request["config"],
-                          "device": "cuda:0" if self.fingerprint.get("cuda") else "cpu", "smoke": self.smoke,
-                          "ipc": options.get("ipc", True), "problem_source": self.problem_source,
-                          "candidate_sha256": self.request.get("candidate_sha256", ""),
-                          "capability": self.fingerprint.get("capability"), "compile_seed": self.compile_seed,
-                          "device_free_bytes": self.fingerprint.get("free_bytes")}
-        if self.request.get("want_baselines") and self.fingerprint.get("cuda") and self.config.compile_modes:
-            # The reference compiles the torch.compile baselines while the candidate is checked
-            # (reference_side.start_compiling): they are wanted only if it is correct, but the
-            # compile is host work that would otherwise sit on the evaluation's critical path.
-            inductor_dir, triton_dir = self.baselines.baseline_dirs()
-            self.child_job["baselines_compile"] = {"compile_modes": list(self.config.compile_modes),
-                                                   "inductor_dir": str(inductor_dir), "triton_dir": str(triton_dir)}
-        self.result["input_set"] = input_set
-        self.result["device"] = self.fingerprint.get("gpu_name", "cpu") if self.fingerprint.get("cuda") else "cpu"
-        if self.fingerprint.get("cuda") and self.gate_memory is not None:
-            self.memory.reserve_device_memory()
-        self.to_ref, ref_end = FORK.Pipe()
-        self.to_cand, cand_end = FORK.Pipe()
-        if self.config.backend == "cuda" and not self.fingerprint.get("cuda"):
-            ref_end.close()
-            cand_end.close()
-            return  # compile-only: precompile_only() runs in this process, nothing is forked
-        ref_job, cand_job = trace_stage.open_for(self)  # the kernel trace's channel (issue 55)
-        self.ref = FORK.Process(target=_reference_process, name="kernelagent-reference",
-                                args=(ref_job, ref_end, self.refdir))
-        self.cand = FORK.Process(target=_candidate_process, name="kernelagent-candidate",
-                                 args=(cand_job, cand_end, self.scratch, self.jail))
-        # No other thread mid-import as the job's processes are forked (server/forking.py).
-        self.concurrency["fork_wait_s"] = round(forking.quiet_imports(), 4)
-        self.ref.start()
-        self.cand.start()
-        ref_end.close()
-        cand_end.close()
-        # Liveness through pidfds, not Process.sentinel: the children close every descriptor they
-        # inherited, the sentinel pipe's write end included, which would read as a death.
-        self.ref_alive_fd = os.pidfd_open(self.ref.pid)
-        self.cand_alive_fd = os.pidfd_open(self.cand.pid)
-        self.gate.register(self)  # from now on a neighbour's timed loop stops these processes too
-
     def abandon(self) -> None:
         """The job will not run (its nonce never came): its processes go, nothing is reported."""
         trace_stage.close(self)
@@ -360,7 +283,7 @@ class Job:
         return drawn["overrides"]
 
     def run(self) -> dict[str, Any]:
-        if self.result["status"] == Status.TOO_LARGE:  # decided in fork(); nothing was started
+        if self.result["status"] == Status.TOO_LARGE:  # decided at the start (server/start.py); nothing was started
             return self.result
         if self.config.backend == "cuda" and not self.fingerprint.get("cuda"):
             return self.precompile_only()

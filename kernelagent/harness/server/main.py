@@ -37,7 +37,8 @@ from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig
 from kernelagent.harness import verdict
 from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.device_lock import DeviceLock
-from kernelagent.harness.server.job import FORK, Job
+from kernelagent.harness.server.job import Job
+from kernelagent.harness.server.processes import FORK
 
 def probe_device(requested: str) -> dict[str, Any]:
     """Runs in a throwaway child: what device is there? (keeps CUDA out of the server)."""
@@ -394,7 +395,7 @@ class Dispatcher:
 
     def _run_job(self, job: Job, job_id: str, cpu_before: float, admitted: float) -> None:
         try:
-            job.fork()
+            job.start.fork()
         except Exception:  # noqa: BLE001
             job.record(verdict.HarnessFault("harness error:\n" + traceback.format_exc(limit=4)))
         self.send("started", job_id)

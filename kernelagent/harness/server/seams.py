@@ -1,7 +1,7 @@
 """What the server's stages use of a job (issue 57: each stage gets what it needs).
 
-The job (server/job.py `Job`) holds its stages as objects (channels, checks, timed, baselines,
-memory, failures), each built with the job and reaching it through the Protocol named here:
+The job (server/job.py `Job`) holds its stages as objects (start, channels, load, checks, timed,
+baselines, memory, failures), each built with the job and reaching it through the Protocol named here:
 the attributes and methods it reads or sets, and the other stages it calls. The stage modules
 must not import job.py (it imports them), and evidence.py and trace_stage.py take the job as a
 Protocol too. `Job` satisfies them structurally (tests/test_seams.py checks every member against
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from kernelagent.harness.server.checks import Checks
     from kernelagent.harness.server.failures import Failures
     from kernelagent.harness.server.gate import Gate, Hold, MemoryLedger
+    from kernelagent.harness.server.load import Load
     from kernelagent.harness.server.memory import Memory
+    from kernelagent.harness.server.baselines import Baselines
     from kernelagent.harness.server.timed import TimedLoop
     from kernelagent.harness.server.verdict import CheckRecord
     from kernelagent.harness.trace.channel import Channel, TraceBytes
@@ -38,8 +40,8 @@ class TraceJob(Protocol):
     config: EvalConfig
     fingerprint: dict[str, Any]
     result: dict[str, Any]
-    child_job: dict[str, Any]  # set by Job.fork, before the trace's channel opens
-    scratch: Path  # set by Job.fork
+    child_job: dict[str, Any]  # set by Start.fork (server/start.py), before the trace's channel opens
+    scratch: Path  # set by Start.fork (server/start.py)
     trace_channel: Channel | None
     trace: TraceBytes | None
     trace_checks: int
@@ -87,10 +89,10 @@ class ChannelJob(StageJob, Protocol):
 
     ref: BaseProcess | None
     cand: BaseProcess | None
-    to_ref: Connection  # set by Job.fork
-    to_cand: Connection  # set by Job.fork
-    ref_alive_fd: int  # set by Job.fork
-    cand_alive_fd: int  # set by Job.fork
+    to_ref: Connection  # set by Start.fork (server/start.py)
+    to_cand: Connection  # set by Start.fork (server/start.py)
+    ref_alive_fd: int  # set by Start.fork (server/start.py)
+    cand_alive_fd: int  # set by Start.fork (server/start.py)
     ref_nonce: str
     ready: dict[str, Any]
     stage_clock: float
@@ -102,6 +104,21 @@ class ChannelJob(StageJob, Protocol):
     def wait(self, conns: list[Any], deadline: float) -> list[Any]: ...
 
     def enter(self, name: str) -> None: ...
+
+
+class LoadJob(StageJob, Protocol):
+    """What server/load.py's Load uses: both processes' pipes and liveness descriptors, the
+    stage's clock, and the reference's ready message (set there)."""
+
+    to_ref: Connection
+    to_cand: Connection
+    ref_alive_fd: int
+    cand_alive_fd: int
+    ready: dict[str, Any]
+    stage_clock: float
+    channels: Channels
+
+    def wait(self, conns: list[Any], deadline: float) -> list[Any]: ...
 
 
 class CheckJob(ChannelJob, Protocol):
@@ -117,6 +134,7 @@ class CheckJob(ChannelJob, Protocol):
     planned: list[str]
     trace_checks: int
     channels: Channels
+    load: Load
     memory: Memory
     timed: TimedLoop
 
@@ -157,7 +175,7 @@ class TimedJob(CalibrationJob, Protocol):
     reference's sizes and time, the server's clock on the checks, and the checks' compare."""
 
     request: dict[str, Any]
-    problem_source: str  # set by Job.fork
+    problem_source: str  # set by Start.fork (server/start.py)
     ready: dict[str, Any]
     base_seed: int
     call_latency_ms: list[float]
@@ -188,7 +206,7 @@ class MemoryJob(Freezable, StageJob, Protocol):
     concurrency: dict[str, Any]
     ready: dict[str, Any]
     root: Path
-    refdir: Path  # set by Job.fork
+    refdir: Path  # set by Start.fork (server/start.py)
     ref: BaseProcess | None
     to_ref: Connection
     ref_nonce: str
@@ -201,7 +219,7 @@ class FailureJob(StageJob, Protocol):
     log, the ledger's promise, and the verdict's flags and conclusion."""
 
     cand: BaseProcess | None
-    cand_log_fd: int | None  # set by Job.fork
+    cand_log_fd: int | None  # set by Start.fork (server/start.py)
     check_records: dict[str, CheckRecord]
     claimed_flags: list[dict[str, str]]
     concurrency: dict[str, Any]
@@ -211,3 +229,34 @@ class FailureJob(StageJob, Protocol):
     def flag(self, item: dict[str, str]) -> None: ...
 
     def conclude(self, claimed: list[dict[str, str]]) -> None: ...
+
+
+class StartJob(TraceJob, Freezable, Protocol):
+    """What server/start.py's Start uses: the job's folders and settings, the jail, the secret
+    generator (for the compile seed, not secret), the stages it calls (memory, baselines), and
+    everything it sets for the others: the problem, the files, the pipes and the processes."""
+
+    root: Path
+    jail: dict[str, Any]
+    gate: Gate
+    gate_memory: MemoryLedger | None
+    concurrency: dict[str, Any]
+    rng: random.Random
+    memory: Memory
+    baselines: Baselines
+    # set here
+    started: float
+    started_epoch: float
+    thread_cpu0: float
+    refdir: Path
+    smoke: bool
+    static_flags: dict[str, bool]
+    problem_source: str
+    cand_log_fd: int | None
+    compile_seed: int
+    to_ref: Connection
+    to_cand: Connection
+    ref: BaseProcess | None
+    cand: BaseProcess | None
+    ref_alive_fd: int
+    cand_alive_fd: int
