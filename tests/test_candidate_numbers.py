@@ -10,7 +10,7 @@ import pytest
 
 from kernelagent.harness import protocol
 from kernelagent.harness.server import verdict
-from kernelagent.harness.server.job import Job
+from kernelagent.harness.server.channels import Channels
 from kernelagent.harness.server.timed import check_samples
 
 
@@ -34,7 +34,7 @@ def test_the_sample_window_opens_before_the_order_leaves():
     were rejected in CPU CI (a 44.3 ms call in a segment seen as 40.8 ms)."""
     import time
 
-    from kernelagent.harness.server.timed import TimedPhases
+    from kernelagent.harness.server.timed import TimedLoop
 
     seen = {}
 
@@ -44,8 +44,8 @@ def test_the_sample_window_opens_before_the_order_leaves():
         time.sleep(0.03)
 
     report = {"type": "timing", "samples_ms": [25.0], "calls": 1}
-    job = SimpleNamespace(cand_send=send, cand_recv=lambda kinds, deadline: report if kinds == {"timing"} else None)
-    message, sent, t0 = TimedPhases.run_segment(job, 7, time.monotonic() + 5)
+    channels = SimpleNamespace(cand_send=send, cand_recv=lambda kinds, deadline: report if kinds == {"timing"} else None)
+    message, sent, t0 = TimedLoop(SimpleNamespace(channels=channels)).run_segment(7, time.monotonic() + 5)
     assert message is report and seen["order"] == ("go", {"seed": 7})
     assert sent <= seen["entered"] and t0 >= seen["entered"] + 0.03
     now = time.perf_counter()
@@ -58,13 +58,14 @@ def test_a_derived_sets_outputs_are_bounded_by_its_own_sizes():
     job = SimpleNamespace(ready={"input_bytes": 1 << 20, "output_bytes": 1 << 20,
                                  "extra_bytes": {"extra:0": 3 << 20}},
                           derived_dims={"extra:0": ("n=3", "n=1"), "extra:1": ("n=5", "n=1")})
-    main = Job.payload_limit(job)
+    channels = Channels(job)
+    main = channels.payload_limit()
     assert main == 4 * (2 << 20) + (16 << 20)
-    assert Job.payload_limit(job, True, "extra:0") == 4 * (3 << 20) + (16 << 20)  # its own sizes
-    assert Job.payload_limit(job, True, "extra:1") == main  # derived, not sized: the main set's bound
+    assert channels.payload_limit(True, "extra:0") == 4 * (3 << 20) + (16 << 20)  # its own sizes
+    assert channels.payload_limit(True, "extra:1") == main  # derived, not sized: the main set's bound
     # the problem's own get_extra_inputs() set (not run ahead): up to a payload frame
-    assert Job.payload_limit(job, True, "extra:7") == protocol.MAX_PAYLOAD_FRAME
-    assert Job.payload_limit(job, True, "extra:0") < 896 << 20
+    assert channels.payload_limit(True, "extra:7") == protocol.MAX_PAYLOAD_FRAME
+    assert channels.payload_limit(True, "extra:0") < 896 << 20
 
 
 def test_a_median_far_below_the_verified_mean_is_not_believed_with_few_segments():

@@ -617,9 +617,11 @@ def test_a_timed_loop_says_when_the_device_never_read_quiet(monkeypatch, reading
     flags = []
     job = SimpleNamespace(job_id="a", freeze=lambda stop: None, freeze_candidate=lambda stop: None,
                           pause_clock=lambda paused: None, gate=gate, fingerprint={"cuda": True}, concurrency={},
-                          idle_probe=lambda: readings[0], _timed_loop=lambda deadline: True, flag=flags.append)
+                          idle_probe=lambda: readings[0], flag=flags.append)
     gate.register(job)
-    assert timed.TimedPhases.timed_loop(job, time.monotonic() + 5) is True
+    loop = timed.TimedLoop(job)
+    loop._timed_loop = lambda deadline: True
+    assert loop.timed_loop(time.monotonic() + 5) is True
     assert [f["kind"] for f in flags] == ([flagged] if flagged else [])
     if flagged == "bandwidth-busy":
         assert flags[0]["severity"] == "info"

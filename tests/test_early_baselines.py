@@ -11,6 +11,7 @@ import threading
 import time
 from multiprocessing.connection import Pipe
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -110,8 +111,8 @@ def test_the_server_announces_the_baselines_before_the_evidence(monkeypatch):
     job.request = {"want_baselines": False}
     job.config, job.fingerprint = EvalConfig(), {"cuda": True}  # no trace: Nsight Compute's stage
     job.on_baselines = lambda b: order.append("baselines")
-    for name in ("publish_build", "ref_stats"):
-        monkeypatch.setattr(job_mod.Job, name, lambda self: None)
+    monkeypatch.setattr(job_mod.Job, "publish_build", lambda self: None)
+    job.memory = SimpleNamespace(reference_stats=lambda: None)
 
     def collect(j):
         order.append("evidence")

@@ -29,42 +29,43 @@ from kernelagent.harness import EvalConfig
 from kernelagent.harness.server import ncu as ncu_mod
 from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.profilers import Profilers
-from kernelagent.harness.server.timed import TimedPhases, loop_plan
+from kernelagent.harness.server.calibration import Calibration
+from kernelagent.harness.server.timed import TimedLoop, loop_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 # -- the loop's plan and its calibration ---------------------------------------------------------
-def _timed_job(cuda: bool, gate: gate_mod.Gate, estimate_ms: float = 0.19, free: int = 80 << 30) -> SimpleNamespace:
+def _timed_job(cuda: bool, gate: gate_mod.Gate, estimate_ms: float = 0.19, free: int = 80 << 30) -> TimedLoop:
+    """A job's timed loop, over what its plan reads of the job (seams.TimedJob)."""
     job = SimpleNamespace(config=EvalConfig(), fingerprint={"cuda": cuda}, gate=gate, problem_source="P = 1\n",
                           ready={"estimate_ms": estimate_ms, "output_bytes": 64 << 20, "input_bytes": 64 << 20,
                                  "memory": {"free_bytes": free}})
-    job.harness_budget = lambda: TimedPhases.harness_budget(job)
-    return job
+    return TimedLoop(job)
 
 
 def test_a_later_job_of_the_same_problem_runs_the_first_ones_loop_on_a_gpu():
     gate = gate_mod.Gate()
     settings = {"x": 1}
-    first, reused = TimedPhases.loop_plan(_timed_job(True, gate, 0.5), 0.5, settings)
+    first, reused = _timed_job(True, gate, 0.5).loop_plan(0.5, settings)
     assert not reused and first["total"] * 0.5 >= EvalConfig().target_ms
     # the reference's eager time differs by a few percent in the next job: same loop, reused
-    again, reused = TimedPhases.loop_plan(_timed_job(True, gate, 0.52), 0.52, settings)
+    again, reused = _timed_job(True, gate, 0.52).loop_plan(0.52, settings)
     assert reused and again == first
-    fresh = loop_plan(EvalConfig(), 0.52, TimedPhases.harness_budget(_timed_job(True, gate)), 64 << 20)
+    fresh = loop_plan(EvalConfig(), 0.52, _timed_job(True, gate).harness_budget(), 64 << 20)
     assert fresh["total"] != first["total"]  # without the reuse the order (and its calibration key) differ
     # other settings: a plan of their own
-    assert not TimedPhases.loop_plan(_timed_job(True, gate), 0.19, {"x": 2})[1]
+    assert not _timed_job(True, gate).loop_plan(0.19, {"x": 2})[1]
 
 
 def test_the_plan_is_not_reused_on_the_cpu_or_when_memory_is_short():
     gate = gate_mod.Gate()
-    TimedPhases.loop_plan(_timed_job(False, gate), 0.19, {})
-    assert not TimedPhases.loop_plan(_timed_job(False, gate), 0.19, {})[1]  # the CPU: the candidate's own calls
+    _timed_job(False, gate).loop_plan(0.19, {})
+    assert not _timed_job(False, gate).loop_plan(0.19, {})[1]  # the CPU: the candidate's own calls
     big = _timed_job(True, gate)
-    TimedPhases.loop_plan(big, 0.19, {})
+    big.loop_plan(0.19, {})
     short = _timed_job(True, gate, free=256 << 20)  # 30% of 256 MiB cannot hold the first job's kept outputs
-    assert not TimedPhases.loop_plan(short, 0.19, {})[1]
+    assert not short.loop_plan(0.19, {})[1]
 
 
 def test_a_calibration_is_measured_again_at_most_once_per_loop_on_a_gpu():
@@ -72,11 +73,11 @@ def test_a_calibration_is_measured_again_at_most_once_per_loop_on_a_gpu():
     samples, measured, loop_s, calibration_s = [0.19] * 512, 512, 0.9, 0.4
     for cuda, second in ((True, False), (False, True)):
         gate = gate_mod.Gate()
-        job = SimpleNamespace(fingerprint={"cuda": cuda}, gate=gate)
-        assert TimedPhases.recalibration_wanted(job, "k", samples, measured, loop_s, calibration_s)
+        calibration = Calibration(SimpleNamespace(fingerprint={"cuda": cuda}, gate=gate))
+        assert calibration.recalibration_wanted("k", samples, measured, loop_s, calibration_s)
         gate.recalibrated.add("k")  # what _timed_loop records after the second measure
-        assert TimedPhases.recalibration_wanted(job, "k", samples, measured, loop_s, calibration_s) is second
-        assert TimedPhases.recalibration_wanted(job, "other", samples, measured, loop_s, calibration_s)
+        assert calibration.recalibration_wanted("k", samples, measured, loop_s, calibration_s) is second
+        assert calibration.recalibration_wanted("other", samples, measured, loop_s, calibration_s)
 
 
 # -- ncu sessions and in-process profilers ---------------------------------------------------------

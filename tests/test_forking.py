@@ -113,8 +113,9 @@ def test_a_fork_mid_import_hangs_the_child_and_the_guard_waits_it_out(slow_modul
     assert _exited_within(child, 5.0) == 0
 
 
-class _Job(memory.MemoryPhases):
-    """What MemoryPhases needs of a Job: its problem, gate and clock."""
+class _Job:
+    """What server/memory.py's Memory reads of a job here (seams.MemoryJob): its problem, gate
+    and clock."""
 
     def __init__(self, tmp_path, estimates):
         self.problem_source = "import torch\n"
@@ -145,13 +146,12 @@ def test_the_memory_estimate_runs_on_a_paused_clock_and_a_hung_helper_is_tried_a
     monkeypatch.setattr(memory, "_device_estimate", estimate)
     estimates: dict = {}
     job = _Job(tmp_path, estimates)
-    job.reserve_device_memory()
+    memory.Memory(job).reserve_device_memory()
     assert seen == [(1, memory.ESTIMATE_TIMEOUT_S)] and job.paused == 0  # paused throughout, then resumed
     assert job.concurrency["estimate_s"] >= 0
     assert ("estimate_error" in job.concurrency) == ("error" in answer)
     assert bool(estimates) == cached
-    job2 = _Job(tmp_path, estimates)
-    job2.reserve_device_memory()
+    memory.Memory(_Job(tmp_path, estimates)).reserve_device_memory()
     assert len(seen) == (1 if cached else 2)
 
 

@@ -39,20 +39,20 @@ def _job(tmp_path: Path, shared: bool) -> Job:
 
 
 def wrong(job: Job) -> None:
-    job.record_check(CheckRecord("trial 0", "main", 1, False, "mismatch at [0]: 1.0 vs 3.0"))
+    job.checks.record_check(CheckRecord("trial 0", "main", 1, False, "mismatch at [0]: 1.0 vs 3.0"))
 
 
 def mutated(job: Job) -> None:
-    job.record_check(CheckRecord("trial 0", "main", 1, False, "input 0 changed", rejected="input-mutation"))
+    job.checks.record_check(CheckRecord("trial 0", "main", 1, False, "input 0 changed", rejected="input-mutation"))
 
 
 def passed(job: Job) -> None:
-    job.record_check(CheckRecord("trial 0", "main", 1, True, ""))
+    job.checks.record_check(CheckRecord("trial 0", "main", 1, True, ""))
 
 
 def claims(kind: str, text: str) -> Callable[[Job], None]:
     def event(job: Job) -> None:
-        job.candidate_failure({"kind": kind, "stage": "correctness", "message": text, "flags": []})
+        job.failures.candidate_failure({"kind": kind, "stage": "correctness", "message": text, "flags": []})
     return event
 
 
@@ -72,12 +72,12 @@ def reference_dies(job: Job) -> None:
 
 
 def unreadable_data(job: Job) -> None:
-    with job.handling_candidate("profiler rows"):
+    with job.failures.handling_candidate("profiler rows"):
         float(10**400)
 
 
 def extra_set_error_says_oom(job: Job) -> None:
-    job.record_check(CheckRecord("derived shapes 0", "extra:0", 3, False,
+    job.checks.record_check(CheckRecord("derived shapes 0", "extra:0", 3, False,
                                  "derived shapes 0 raised:\ntorch.OutOfMemoryError: CUDA out of device memory"))
 
 
@@ -86,7 +86,7 @@ def concludes(job: Job) -> None:
 
 
 def reference_oom(job: Job) -> None:
-    job.record_check(CheckRecord("trial 0", "main", 1, False, "the reference process ran out of device memory "
+    job.checks.record_check(CheckRecord("trial 0", "main", 1, False, "the reference process ran out of device memory "
                                  "checking: CUDA out of memory", harness_error=True))
 
 
@@ -132,7 +132,7 @@ def test_infrastructure_verdicts_need_our_own_evidence(events, shared, status, f
         for event in events:
             event(job)
 
-    job.supervise = supervise
+    job.checks.supervise = supervise
     result = job.run()
     assert result["status"] == status, result["reason"]
     assert fragment in result["reason"], result["reason"]
@@ -153,7 +153,7 @@ def test_a_fault_after_the_verdict_keeps_the_candidates_failure(decided, status)
     from kernelagent.harness.server.main import Dispatcher
 
     sent = []
-    job = SimpleNamespace(fork=lambda: None, result={**fold.fields(fold.fold([])), "flags": []}, outcomes=[])
+    job = SimpleNamespace(start=SimpleNamespace(fork=lambda: None), result={**fold.fields(fold.fold([])), "flags": []}, outcomes=[])
     job.record = types.MethodType(Job.record, job)  # the job's one writer of its verdict
 
     def run():
@@ -196,14 +196,14 @@ def test_a_malformed_message_from_the_reference_is_not_the_candidates_breach():
     error (ReferenceGone), never `rejected: protocol` for the candidate."""
     from types import SimpleNamespace
 
-    from kernelagent.harness.server.channels import ChannelPhases
+    from kernelagent.harness.server.channels import Channels
 
     server_end, reference_end = mp.Pipe()
     job = SimpleNamespace(to_ref=server_end, ref_alive_fd=None, ref=object(), job_id="j", ref_nonce="n",
                           wait=lambda conns, deadline: [server_end])
     reference_end.send_bytes(b'{"v":2,"type":"verdict","job":"j","nonce":"n","seed":' + str(10**400).encode() + b"}")
     with pytest.raises(ReferenceGone, match="could not read"):
-        ChannelPhases.ref_recv(job, {"verdict"}, time.monotonic() + 5)
+        Channels(job).ref_recv({"verdict"}, time.monotonic() + 5)
 
 
 class _FakeNvml:
@@ -265,7 +265,7 @@ def test_the_reference_out_of_memory_is_the_candidates_when_it_held_more_than_it
             event(job)
             job.conclude([])
 
-        job.supervise = supervise
+        job.checks.supervise = supervise
         result = job.run()
     finally:
         child.kill()

@@ -67,7 +67,7 @@ def test_tensors_the_candidate_describes_are_bounded_by_the_problems_own():
     from kernelagent.harness import protocol
     from kernelagent.harness.child import transfer
     from kernelagent.harness.child.reference_side import _beyond
-    from kernelagent.harness.server.job import Job
+    from kernelagent.harness.server.channels import Channels
 
     want = [torch.zeros(4, 8)]
     record = {"shape": [4, 8], "dtype": "float32", "nbytes": 128, "kind": "bytes"}
@@ -83,21 +83,21 @@ def test_tensors_the_candidate_describes_are_bounded_by_the_problems_own():
 
     server_end, candidate_end = Pipe()
     job = types.SimpleNamespace(to_cand=server_end, clock=time.monotonic)
-    job.reading_candidate = lambda: Job.reading_candidate(job)
+    channels = Channels(job)
     deadline = time.monotonic() + 5
     with pytest.raises(protocol.ProtocolError, match="too many"):
-        Job.relay_payloads(job, [record] * 513, deadline)
+        channels.relay_payloads([record] * 513, deadline)
     candidate_end.send_bytes(b"x" * 4096)
     with pytest.raises(protocol.ProtocolError, match="longer than"):
-        Job.relay_payloads(job, [record], deadline)  # longer than its record says
+        channels.relay_payloads([record], deadline)  # longer than its record says
     job.to_cand, candidate_end = Pipe()  # a frame over its limit closes the connection
     candidate_end.send_bytes(b"y" * 128)
-    assert Job.relay_payloads(job, [record], deadline) == [b"y" * 128]
+    assert channels.relay_payloads([record], deadline) == [b"y" * 128]
     # More bytes than the problem's own tensors allow: refused before one is read (the server
     # would hold them all), and a header alone never makes the reader allocate what it claims.
     job.to_cand, candidate_end = Pipe()
     with pytest.raises(protocol.ProtocolError, match="more than the problem's own"):
-        Job.relay_payloads(job, [dict(record, nbytes=1 << 30)] * 4, deadline, limit=1 << 31)
+        channels.relay_payloads([dict(record, nbytes=1 << 30)] * 4, deadline, limit=1 << 31)
     import os
     import tracemalloc
 
@@ -106,7 +106,7 @@ def test_tensors_the_candidate_describes_are_bounded_by_the_problems_own():
     os.write(candidate_end.fileno(), (1 << 30).to_bytes(4, "big") + b"w" * 10)
     tracemalloc.start()
     with pytest.raises(StageTimeout):
-        Job.relay_payloads(job, [dict(record, nbytes=1 << 30)], time.monotonic() + 0.3, limit=1 << 31)
+        channels.relay_payloads([dict(record, nbytes=1 << 30)], time.monotonic() + 0.3, limit=1 << 31)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 16 << 20, peak  # 1 MiB to start with, not the 1 GiB the header claims
@@ -115,13 +115,13 @@ def test_tensors_the_candidate_describes_are_bounded_by_the_problems_own():
     candidate_end.send_bytes(b"z" * 128)
     os.write(candidate_end.fileno(), (128).to_bytes(4, "big") + b"z" * 3)
     with pytest.raises(StageTimeout):
-        Job.relay_payloads(job, [record, record], time.monotonic() + 0.3)
+        channels.relay_payloads([record, record], time.monotonic() + 0.3)
     candidate_end.close()
     job.to_cand, candidate_end = Pipe()
     os.write(candidate_end.fileno(), (128).to_bytes(4, "big") + b"z" * 3)
     candidate_end.close()
     with pytest.raises(CandidateGone):  # it died mid-frame: its crash, not our OSError
-        Job.relay_payloads(job, [record], time.monotonic() + 5)
+        channels.relay_payloads([record], time.monotonic() + 5)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The server's stage modules take the job through Protocols (server/seams.py, issue 57), not
 `Any` and not server/job.py (which imports them). A Protocol of attributes cannot be checked with
 isinstance, so: every member each Protocol declares is on a built Job, or declared on its class
-(the few that Job.fork sets), with a matching kind (a method where the Protocol has a method)."""
+(the few that the start's stage, server/start.py, sets), with a matching kind (a method where the Protocol has a method)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,12 @@ def job(tmp_path: Path) -> Job:
                tmp_path, {"free_bytes": 1 << 30}, {})
 
 
-@pytest.mark.parametrize("protocol", [seams.TraceJob, seams.EvidenceJob, Freezable])
+@pytest.mark.parametrize("protocol", [seams.TraceJob, seams.EvidenceJob, Freezable, seams.StartJob, seams.ChannelJob,
+                                      seams.LoadJob, seams.CheckJob, seams.CalibrationJob, seams.TimedJob,
+                                      seams.BaselineJob, seams.MemoryJob, seams.FailureJob])
 def test_the_job_has_every_member_its_stages_protocol_names(job, protocol):
     attributes, methods = members(protocol)
-    assert attributes and (methods or protocol is seams.TraceJob)
+    assert attributes
     missing = sorted(name for name in attributes if not hasattr(job, name) and name not in declared(Job))
     assert not missing, f"Job lacks {missing} of {protocol.__name__}"
     not_methods = sorted(name for name in methods if not callable(getattr(job, name, None)))
@@ -56,3 +58,66 @@ def test_evidence_and_the_trace_stage_take_the_protocol_not_the_job():
                   and "job" in inspect.signature(f).parameters]
         assert taking
         assert {inspect.signature(f).parameters["job"].annotation for f in taking} == {name}
+
+
+STAGES = [("start", "start", "Start", "StartJob"), ("channels", "channels", "Channels", "ChannelJob"), ("load", "load", "Load", "LoadJob"),
+          ("checks", "checks", "Checks", "CheckJob"),
+          ("timed", "timed", "TimedLoop", "TimedJob"), ("baselines", "baselines", "Baselines", "BaselineJob"),
+          ("memory", "memory", "Memory", "MemoryJob"), ("failures", "failures", "Failures", "FailureJob")]
+
+
+@pytest.mark.parametrize("module, attribute, name, protocol", STAGES)
+def test_each_stage_is_an_object_of_the_job_built_with_its_protocol(job, module, attribute, name, protocol):
+    """Issue 57: the job holds each stage (no mixins); the stage takes the job as its Protocol."""
+    import importlib
+
+    stage = getattr(importlib.import_module(f"kernelagent.harness.server.{module}"), name)
+    assert type(getattr(job, attribute)) is stage and getattr(job, attribute).job is job
+    assert inspect.signature(stage.__init__).parameters["job"].annotation == protocol
+    assert not isinstance(job, stage)
+
+
+def test_the_timed_loop_holds_its_calibration(job):
+    from kernelagent.harness.server.calibration import Calibration
+
+    assert type(job.timed.calibration) is Calibration and job.timed.calibration.job is job
+    assert inspect.signature(Calibration.__init__).parameters["job"].annotation == "CalibrationJob"
+
+
+def used_of_the_job(path: Path) -> set[str]:
+    """What a stage module reads or sets of its job: `self.job.X`, `job.X` and getattr(job, "X")."""
+    import ast
+
+    used = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute):
+            owner = ast.unparse(node.value)
+            if owner in ("self.job", "job"):
+                used.add(node.attr)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
+                and node.args and ast.unparse(node.args[0]) in ("self.job", "job"):
+            used.add(node.args[1].value)
+    return used
+
+
+# The Protocols of those a stage hands its job on to: the trace's and the evidence's functions, the
+# gate (Freezable), the timed loop's calibration.
+HANDED_ON = (seams.TraceJob, seams.EvidenceJob, Freezable, seams.CalibrationJob)
+
+
+@pytest.mark.parametrize("module, protocol", [(m, p) for m, _, _, p in STAGES] + [("calibration", "CalibrationJob")])
+def test_each_stage_uses_only_what_its_protocol_names(module, protocol):
+    """A stage reaches nothing of the job that its Protocol leaves out, and its Protocol names
+    nothing the stage does not reach (issue 57: each stage gets what it needs, said in a type,
+    not in prose)."""
+    path = Path(seams.__file__).parent / f"{module}.py"
+    attributes, methods = members(getattr(seams, protocol))
+    used = used_of_the_job(path)
+    assert used, path
+    assert sorted(used - attributes - methods) == []
+    # and names nothing it does not use, beyond the Protocols of those it hands the job on to
+    handed_on: set[str] = set()
+    for base in getattr(seams, protocol).__mro__[1:]:
+        if base in HANDED_ON:
+            handed_on |= set().union(*members(base))
+    assert sorted((attributes | methods) - handed_on - used) == []

@@ -13,7 +13,7 @@ import pytest
 from kernelagent.harness import protocol
 from kernelagent.harness.child import persisting_l2, timing
 from kernelagent.harness.result import EvalResult, Flag, Timing, launch_bound_flags, throttling_flag
-from kernelagent.harness.server.timed import baseline_timer_flags
+from kernelagent.harness.server.baselines import baseline_timer_flags
 
 
 # -- persisting-L2 reset ---------------------------------------------------------------------

@@ -1,47 +1,55 @@
-"""The baselines' phase of a job: the reference compiles its runners beside other jobs, then
-times them holding the device's timing slot (mixed into server/job.py's Job through
-server/timed.py's TimedPhases, whose idle probe and memory budget it uses)."""
+"""The baselines' stage of a job (`Baselines`, the job's `baselines` stage; it gets the job as
+seams.BaselineJob): the reference compiles its runners beside other jobs, then times them
+holding the device's timing slot (the job's idle probe; the timed loop's memory budget)."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.harness import protocol
 from kernelagent.harness.server import draws, verdict
 from kernelagent.harness.server.gate import add_seconds
 from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
 
+if TYPE_CHECKING:
+    from kernelagent.harness.server.seams import BaselineJob
 
-class BaselinePhases:
-    """Job's baselines (needs Job's channels, clock and gate, and TimedPhases' idle probe)."""
+
+class Baselines:
+    """The job's baselines: compiled beside other jobs, timed holding the device's slot."""
+
+    def __init__(self, job: BaselineJob):
+        self.job = job
+        self._dirs: tuple[Path, Path] | None = None
 
     def run_baselines(self) -> None:
-        assert self.ref is not None
-        modes = list(self.config.compile_modes) if (self.fingerprint.get("cuda") or
-                                                    self.config.compile_baseline_on_cpu) else []
+        job = self.job
+        assert job.ref is not None
+        modes = list(job.config.compile_modes) if (job.fingerprint.get("cuda") or
+                                                   job.config.compile_baseline_on_cpu) else []
         started = time.monotonic()
         inductor_dir, triton_dir = self.baseline_dirs()
-        l2 = self.fingerprint.get("l2_bytes")
-        protocol.send(self.to_ref, "baselines", self.job_id, self.ref_nonce, compile_modes=modes,
+        l2 = job.fingerprint.get("l2_bytes")
+        protocol.send(job.to_ref, "baselines", job.job_id, job.ref_nonce, compile_modes=modes,
                       l2_bytes=int(l2) if l2 else None, inductor_dir=str(inductor_dir), triton_dir=str(triton_dir),
-                      seed=draws.check_seed(self.base_seed, "baselines"), budget_bytes=self.harness_budget() // 2)
+                      seed=draws.check_seed(job.base_seed, "baselines"), budget_bytes=job.timed.harness_budget() // 2)
         try:
-            deadline = self.clock() + self.config.timeouts.baselines
+            deadline = job.clock() + job.config.timeouts.baselines
             # The reference compiles every runner first (host work, beside other jobs), then times
             # them holding the device's timing slot.
-            if self.ref_recv({"warmed", "baseline_timings"}, deadline)["type"] == "warmed":
-                with self.gate.hold(self, self.idle_probe if self.fingerprint.get("cuda") else None,
-                                    self.concurrency) as hold:
+            if job.channels.ref_recv({"warmed", "baseline_timings"}, deadline)["type"] == "warmed":
+                with job.gate.hold(self.job, job.idle_probe if job.fingerprint.get("cuda") else None,
+                                   job.concurrency) as hold:
                     timing = time.monotonic()
-                    protocol.send(self.to_ref, "go", self.job_id, self.ref_nonce, seed=0)
-                    message = self.ref_recv({"baseline_timings"}, deadline)
-                    add_seconds(self.concurrency, "slot_baselines_s", time.monotonic() - timing)
+                    protocol.send(job.to_ref, "go", job.job_id, job.ref_nonce, seed=0)
+                    message = job.channels.ref_recv({"baseline_timings"}, deadline)
+                    add_seconds(job.concurrency, "slot_baselines_s", time.monotonic() - timing)
                 if hold.busy:
-                    self.flag(verdict.flag("device-busy", "another process kept the device busy while the baselines "
-                                                          "were timed: their times are not clean", "review"))
+                    job.flag(verdict.flag("device-busy", "another process kept the device busy while the baselines "
+                                                         "were timed: their times are not clean", "review"))
             else:
                 raise ReferenceGone("answered the baselines before compiling them")
             timings = message["timings"]
@@ -50,17 +58,17 @@ class BaselinePhases:
                 if isinstance(timings.get(name), dict) and isinstance(value, (int, float)) \
                         and not isinstance(value, bool):
                     timings[name]["empty_call_ms"] = float(value)
-            self.result["baselines"] = {"timings": timings, "errors": message["errors"]}
+            job.result["baselines"] = {"timings": timings, "errors": message["errors"]}
             for item in baseline_timer_flags(timings):
-                self.flag(item)
+                job.flag(item)
         except StageTimeout:
-            limit = self.config.timeouts.baselines
-            self.result["baselines"] = {"errors": {"timeout": f"baselines ran past {limit:.0f} s"}}
+            limit = job.config.timeouts.baselines
+            job.result["baselines"] = {"errors": {"timeout": f"baselines ran past {limit:.0f} s"}}
         except (ReferenceGone, _Stop) as exc:
-            self.result["baselines"] = {"errors": {"reference": f"the reference process {exc}"}}
-        self.result["stage_seconds"]["baselines"] = time.monotonic() - started
-        if not modes and not self.fingerprint.get("cuda"):
-            self.result["baselines"].setdefault("skipped", {})["compile"] = \
+            job.result["baselines"] = {"errors": {"reference": f"the reference process {exc}"}}
+        job.result["stage_seconds"]["baselines"] = time.monotonic() - started
+        if not modes and not job.fingerprint.get("cuda"):
+            job.result["baselines"].setdefault("skipped", {})["compile"] = \
                 "torch.compile baseline skipped on the CPU (pass --compile-baseline-on-cpu to time it anyway)"
 
     def baseline_dirs(self) -> tuple[Path, Path]:
@@ -68,14 +76,14 @@ class BaselinePhases:
         (under the cache root, which every job's jail hides; its entries come only from
         reference processes, so a problem's baselines compile once per machine), else a fresh
         one for this job."""
-        if not hasattr(self, "_baseline_dirs"):
-            shared = (self.request.get("options") or {}).get("reference_compile_dir")
+        if self._dirs is None:
+            shared = (self.job.request.get("options") or {}).get("reference_compile_dir")
             if shared:
-                self._baseline_dirs = (Path(shared) / "inductor", Path(shared) / "triton")
+                self._dirs = (Path(shared) / "inductor", Path(shared) / "triton")
             else:
-                inductor_dir = self.root / f"baseline-inductor-{uuid.uuid4().hex[:8]}"
-                self._baseline_dirs = (inductor_dir, inductor_dir / "triton")
-        return self._baseline_dirs
+                inductor_dir = self.job.root / f"baseline-inductor-{uuid.uuid4().hex[:8]}"
+                self._dirs = (inductor_dir, inductor_dir / "triton")
+        return self._dirs
 
 
 def baseline_timer_flags(timings: dict[str, Any]) -> list[dict[str, str]]:

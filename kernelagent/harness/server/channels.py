@@ -1,17 +1,21 @@
-"""A job's two channels, from the server's side (mixed into server/job.py's Job): every read of
-the reference's and of the candidate's pipe, bounded in time and by the problem's sizes, every
-send to the candidate, and what each kind of message means for the verdict."""
+"""A job's two channels, from the server's side (`Channels`, the job's `channels` stage; it
+gets the job as seams.ChannelJob): every read of the reference's and of the candidate's pipe,
+bounded in time and by the problem's sizes, every send to the candidate, and what each kind of
+message means for the verdict."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.harness import protocol
 from kernelagent.harness.result import Status
 from kernelagent.harness.server.processes import _describe_exit
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
+
+if TYPE_CHECKING:
+    from kernelagent.harness.server.seams import ChannelJob
 
 _START_STAGES = ("start", "load", "compile")
 # The candidate's `stage` progress reports, per job: an honest one sends two per check; this many,
@@ -19,39 +23,44 @@ _START_STAGES = ("start", "load", "compile")
 MAX_STAGE_REPORTS = 256
 
 
-class ChannelPhases:
-    """Job's channels (needs Job's processes, clock, stage and result)."""
+class Channels:
+    """The job's two pipes, read and written here only."""
+
+    def __init__(self, job: ChannelJob):
+        self.job = job
 
     def ref_recv(self, accept: set[str], deadline: float) -> dict[str, Any]:
-        assert self.ref is not None
+        job = self.job
+        assert job.ref is not None
         while True:
-            ready = self.wait([self.to_ref, self.ref_alive_fd], deadline)
+            ready = job.wait([job.to_ref, job.ref_alive_fd], deadline)
             if not ready:
                 raise StageTimeout()
-            if self.to_ref in ready:
+            if job.to_ref in ready:
                 try:
-                    message = protocol.recv(self.to_ref, accept | {"ref_error"}, self.job_id, self.ref_nonce)
+                    message = protocol.recv(job.to_ref, accept | {"ref_error"}, job.job_id, job.ref_nonce)
                 except EOFError:
-                    self.ref.join(2)
-                    raise ReferenceGone(_describe_exit(self.ref.exitcode)) from None
+                    job.ref.join(2)
+                    raise ReferenceGone(_describe_exit(job.ref.exitcode)) from None
                 except protocol.ProtocolError as exc:  # our own process's fault, never the candidate's
                     raise ReferenceGone(f"sent a message the server could not read ({exc})") from None
                 if message["type"] == "ref_error":
                     self.ref_error(message)
                 return message
-            self.ref.join(2)
-            raise ReferenceGone(_describe_exit(self.ref.exitcode))
+            job.ref.join(2)
+            raise ReferenceGone(_describe_exit(job.ref.exitcode))
 
     def ref_error(self, message: dict[str, Any]) -> None:
+        job = self.job
         if message["kind"] == "bad_problem":
-            self.fail(Status.BAD_PROBLEM, "the problem file failed to run:\n" + message["message"], "start")
+            job.fail(Status.BAD_PROBLEM, "the problem file failed to run:\n" + message["message"], "start")
         elif message["kind"] == "too_large":
             # The machine's limit, never the candidate's: bench shows it as skipped. Beside other
             # jobs it may only be theirs: conclude_concurrency has it re-run alone first.
-            self.out_of_memory = True
-            self.fail(Status.TOO_LARGE, message["message"], "start")
+            job.out_of_memory = True
+            job.fail(Status.TOO_LARGE, message["message"], "start")
         else:
-            self.fail(Status.HARNESS_ERROR, message["message"], self.stage)
+            job.fail(Status.HARNESS_ERROR, message["message"], job.stage)
         raise _Stop()
 
     def cand_send(self, msg_type: str, /, *, decided: bool = False, **fields: Any) -> None:
@@ -61,7 +70,7 @@ class ChannelPhases:
         after a comparison that failed and ends the checks; a candidate gone by then keeps that
         comparison's verdict, so its going is ignored."""
         try:
-            protocol.send(self.to_cand, msg_type, self.job_id, **fields)
+            protocol.send(self.job.to_cand, msg_type, self.job.job_id, **fields)
         except (BrokenPipeError, ConnectionResetError):
             if not decided:
                 raise CandidateGone() from None
@@ -83,47 +92,49 @@ class ChannelPhases:
         """The next message from the candidate's process that is one of `accept`. `stage`
         messages are progress reports, accepted only in the order start, load, compile; a
         `failure` ends the job. Anything else is a protocol violation."""
-        assert self.cand is not None
+        job = self.job
+        assert job.cand is not None
         while True:
-            ready = self.wait([self.to_cand, self.cand_alive_fd], deadline)
+            ready = job.wait([job.to_cand, job.cand_alive_fd], deadline)
             if not ready:
                 raise StageTimeout()
-            if self.to_cand not in ready:
+            if job.to_cand not in ready:
                 raise CandidateGone()
             with self.reading_candidate():
-                message = protocol.recv(self.to_cand, accept | {"stage", "failure"}, self.job_id, max_bytes=max_bytes,
-                                        remaining=lambda end=deadline: end - self.clock(),
+                message = protocol.recv(job.to_cand, accept | {"stage", "failure"}, job.job_id, max_bytes=max_bytes,
+                                        remaining=lambda end=deadline: end - job.clock(),
                                         bounds=protocol.CANDIDATE_BOUNDS)
             if message["type"] == "failure":
-                if not self.ready:
+                if not job.ready:
                     # The candidate runs the problem's code too (its inputs): before blaming it,
                     # hear whether the problem itself works. A broken problem is the user's error
                     # (bad_problem, raised from ref_recv), never the candidate's verdict.
-                    self.ready = self.ref_recv({"ref_ready"}, self.clock() + self.limit("start"))
-                self.candidate_failure(message)
+                    job.ready = self.ref_recv({"ref_ready"}, job.clock() + job.limit("start"))
+                job.failures.candidate_failure(message)
                 raise _Stop()
             if message["type"] == "stage":
-                self.stage_reports += 1
-                allowed = MAX_STAGE_REPORTS + 4 * (int((self.ready or {}).get("n_extra", 0)) + self.config.trials)
-                if self.stage_reports > allowed:
+                job.stage_reports += 1
+                allowed = MAX_STAGE_REPORTS + 4 * (int((job.ready or {}).get("n_extra", 0)) + job.config.trials)
+                if job.stage_reports > allowed:
                     # 300,000 of them before each check's outputs cost the server 50 CPU-seconds
                     raise protocol.ProtocolError(f"more than {allowed} stage reports")
                 self.candidate_stage(message["stage"])
                 if stage_deadlines:
-                    deadline = self.stage_clock + self.limit(self.stage)
+                    deadline = job.stage_clock + job.limit(job.stage)
                 continue
             return message
 
     def candidate_stage(self, name: str) -> None:
-        if self.stage in _START_STAGES:
+        job = self.job
+        if job.stage in _START_STAGES:
             order = list(_START_STAGES)
-            if name in order and order.index(name) >= order.index(self.stage):
-                if name != self.stage:
-                    self.enter(name)
+            if name in order and order.index(name) >= order.index(job.stage):
+                if name != job.stage:
+                    job.enter(name)
                 return
-            raise protocol.ProtocolError(f"stage {name[:30]!r} reported during '{self.stage}'")
+            raise protocol.ProtocolError(f"stage {name[:30]!r} reported during '{job.stage}'")
         # Later stages are the server's to set; the candidate's reports are only checked.
-        if name not in ("correctness", "timing", "post-check", "profile", self.stage):
+        if name not in ("correctness", "timing", "post-check", "profile", job.stage):
             raise protocol.ProtocolError(f"unknown stage {name[:30]!r}")
 
     def payload_limit(self, extra: bool = False, kind: str | None = None) -> int:
@@ -134,12 +145,12 @@ class ChannelPhases:
         get_extra_inputs() (not run ahead) may be larger than the main one: up to one payload
         frame's bound then. (A derived set was bounded by that frame too: 896 MiB of descriptors
         on a small problem's derived set were read and compared.)"""
-        ready = self.ready or {}
+        ready = self.job.ready or {}
         limit = 4 * (int(ready.get("input_bytes", 0)) + int(ready.get("output_bytes", 0))) + (16 << 20)
         sized = (ready.get("extra_bytes") or {}).get(kind) if kind else None
         if isinstance(sized, int) and not isinstance(sized, bool) and sized >= 0:
             return 4 * sized + (16 << 20)
-        if kind in getattr(self, "derived_dims", {}):
+        if kind in getattr(self.job, "derived_dims", {}):
             return limit  # a derived set the reference did not size: the main set's bound
         return max(limit, protocol.MAX_PAYLOAD_FRAME) if extra else limit
 
@@ -156,6 +167,7 @@ class ChannelPhases:
             raise protocol.ProtocolError(f"the tensors described come to {sum(sizes):,} bytes, more than the "
                                          f"problem's own outputs and inputs allow ({limit:,}); not read")
         with self.reading_candidate():
-            return [protocol.recv_payload(self.to_cand, max_bytes=max(n, 1), remaining=lambda: deadline - self.clock())
+            return [protocol.recv_payload(self.job.to_cand, max_bytes=max(n, 1),
+                                          remaining=lambda: deadline - self.job.clock())
                     for n in sizes]
 

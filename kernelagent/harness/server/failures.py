@@ -1,5 +1,5 @@
-"""A job's failures, and whose each one is (mixed into server/job.py's Job; needs its result,
-fail, flag, stage, checks and processes).
+"""A job's failures, and whose each one is (`Failures`, the job's `failures` stage; it gets the
+job as seams.FailureJob).
 
 The rules (issue 54, class 5, scope 4):
 - Everything the candidate's process says is a claim. Its failure message names a kind, and no
@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.harness import protocol
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import verdict
 from kernelagent.harness.server.gate import process_tree
 from kernelagent.harness.server.processes import _describe_exit, sandbox_failure
+
+if TYPE_CHECKING:
+    from kernelagent.harness.server.seams import FailureJob
 
 # Above the ledger's promise to the whole evaluation by more than this, the candidate's processes
 # hold memory that is not theirs to hold (CUDA contexts and the allocator's rounding stay below it).
@@ -38,8 +41,11 @@ _STAGES = ("start", "load", "compile", "correctness", "timing", "post-check", "p
 _DATA_ERRORS = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, RecursionError)
 
 
-class FailurePhases:
-    """Job's verdicts about the candidate's failures."""
+class Failures:
+    """The job's verdicts about the candidate's failures, and whose each failure is."""
+
+    def __init__(self, job: FailureJob):
+        self.job = job
 
     @contextlib.contextmanager
     def handling_candidate(self, what: str) -> Iterator[None]:
@@ -56,7 +62,7 @@ class FailurePhases:
         """A comparison the reference made has already failed for the candidate: outputs that
         differ, or a rejection (a mutated input, a malformed payload), not the reference's own
         fault or a skipped set."""
-        for check in self.checks.values():
+        for check in self.job.check_records.values():
             if check.passed or check.harness_error or check.skipped:
                 continue
             if check.rejected or not check.kind.startswith("extra:"):  # an extra set's is only a flag
@@ -66,48 +72,50 @@ class FailurePhases:
     def keep_first_failure(self, fault: str) -> None:
         """Before a later fault is recorded: where the candidate has already failed a check, that
         is the verdict (conclude over the checks so far), and the fault is only noted."""
-        if self.result["status"] is None and self.candidate_failed_check():
-            self.conclude(list(getattr(self, "claimed_flags", []) or []))
-            self.flag(verdict.flag("later-fault", "after the candidate had failed a check: " + fault[:600], "info"))
+        job = self.job
+        if job.result["status"] is None and self.candidate_failed_check():
+            job.conclude(list(getattr(self.job, "claimed_flags", []) or []))
+            job.flag(verdict.flag("later-fault", "after the candidate had failed a check: " + fault[:600], "info"))
 
     def candidate_failure(self, message: dict[str, Any]) -> None:
+        job = self.job
         with self.handling_candidate("failure report"):
-            self.result["flags"] += verdict.trusted_flags(message["flags"])
+            job.result["flags"] += verdict.trusted_flags(message["flags"])
             kind, text = str(message["kind"])[:60], str(message["message"])
-            stage = message["stage"] if message["stage"] in _STAGES else self.stage
+            stage = message["stage"] if message["stage"] in _STAGES else job.stage
         if kind == "compile_error":
-            self.fail(Status.COMPILE_ERROR, text, stage)
+            job.fail(Status.COMPILE_ERROR, text, stage)
         elif kind == "rejected":
             flag_kind = "output-alias" if "shares memory" in text else "output-type" if "output" in text else "rejected"
-            self.flag(verdict.flag(flag_kind, text, "reject"))
-            self.fail(Status.REJECTED, f"[{flag_kind}] {text}", stage)
+            job.flag(verdict.flag(flag_kind, text, "reject"))
+            job.fail(Status.REJECTED, f"[{flag_kind}] {text}", stage)
         elif kind == "out_of_memory":
             self.note_memory_beside()
-            self.fail(Status.RUNTIME_ERROR, "out of memory on the device in the candidate's own code "
-                                            f"({self.memory_context()}): " + text, stage)
+            job.fail(Status.RUNTIME_ERROR, "out of memory on the device in the candidate's own code "
+                                           f"({job.memory.memory_context()}): " + text, stage)
         elif kind == "harness_out_of_memory":
             # The candidate's process says our input-making there ran out: its word only (its code
             # shares that process and the device), so its verdict, never a harness error.
-            self.fail(Status.RUNTIME_ERROR, "out of memory on the device in the candidate's process, making a "
-                                            f"check's inputs there ({self.memory_context()}); what that process "
-                                            "says is not evidence of a fault of the harness: " + text, stage)
+            job.fail(Status.RUNTIME_ERROR, "out of memory on the device in the candidate's process, making a "
+                                           f"check's inputs there ({job.memory.memory_context()}); what that process "
+                                           "says is not evidence of a fault of the harness: " + text, stage)
         elif kind == "cuda_fault":
-            self.fail(Status.RUNTIME_ERROR, "CUDA fault (illegal memory access or device assert): " + text, stage)
+            job.fail(Status.RUNTIME_ERROR, "CUDA fault (illegal memory access or device assert): " + text, stage)
         elif kind == "protocol":
             self.candidate_protocol(text)
         else:
-            self.fail(Status.RUNTIME_ERROR, text, stage)
+            job.fail(Status.RUNTIME_ERROR, text, stage)
 
     def note_memory_beside(self) -> None:
         """What our own memory ledger (server/gate.MemoryLedger) had promised to other jobs on
         this device when the candidate's process reported running out: the server's measurement,
         which alone decides whether that failure is re-run alone (job.conclude_concurrency). The
         candidate's report only says when to look."""
-        ledger = getattr(self, "gate_memory", None)
+        ledger = getattr(self.job, "gate_memory", None)
         used = getattr(ledger, "used", None)
         if isinstance(used, int):
-            own = int(self.concurrency.get("memory_reserved_bytes") or 0)
-            self.concurrency["memory_beside_bytes"] = max(0, used - own)
+            own = int(self.job.concurrency.get("memory_reserved_bytes") or 0)
+            self.job.concurrency["memory_beside_bytes"] = max(0, used - own)
 
     def blame_device_memory(self) -> bool:
         """The reference (our process) ran out of device memory. The server reads, through NVML,
@@ -115,42 +123,45 @@ class FailurePhases:
         this whole evaluation (memory_reserved_bytes) plus MEMORY_SLACK makes the failure the
         candidate's, a runtime_error. Without NVML, a reservation or a reading, nothing is blamed
         and the failure stays ours (re-run alone where it ran beside others)."""
-        reserved = self.concurrency.get("memory_reserved_bytes")
-        cand = getattr(self, "cand", None)
+        job = self.job
+        reserved = job.concurrency.get("memory_reserved_bytes")
+        cand = getattr(self.job, "cand", None)
         if not isinstance(reserved, int) or reserved <= 0 or cand is None or cand.pid is None:
             return False
-        held = candidate_device_bytes(self.fingerprint, cand.pid)
+        held = candidate_device_bytes(job.fingerprint, cand.pid)
         if held is None:
             return False
-        self.concurrency["candidate_device_bytes"] = held
+        job.concurrency["candidate_device_bytes"] = held
         if held <= reserved + MEMORY_SLACK:
             return False
-        self.fail(Status.RUNTIME_ERROR, "out of device memory: the reference's process ran out while the candidate's "
-                                        f"processes held {held / 2**30:.2f} GiB of the device, more than this "
-                                        f"evaluation's whole share ({reserved / 2**30:.2f} GiB, as measured by the "
-                                        "harness through NVML); free what the kernel does not need", self.stage)
+        job.fail(Status.RUNTIME_ERROR, "out of device memory: the reference's process ran out while the candidate's "
+                                       f"processes held {held / 2**30:.2f} GiB of the device, more than this "
+                                       f"evaluation's whole share ({reserved / 2**30:.2f} GiB, as measured by the "
+                                       "harness through NVML); free what the kernel does not need", job.stage)
         return True
 
     def candidate_protocol(self, text: str) -> None:
-        message = (f"the candidate's process broke the harness protocol during '{self.stage}': {text}; "
+        job = self.job
+        message = (f"the candidate's process broke the harness protocol during '{job.stage}': {text}; "
                    "a kernel must not write to the harness's channels")
-        self.flag(verdict.flag("protocol", message, "reject"))
-        self.fail(Status.REJECTED, "[protocol] " + message, self.stage)
+        job.flag(verdict.flag("protocol", message, "reject"))
+        job.fail(Status.REJECTED, "[protocol] " + message, job.stage)
 
     def cand_died(self) -> None:
-        assert self.cand is not None
-        self.cand.join(2)
-        code = self.cand.exitcode
-        if code == 70 and self.stage == "start":
-            why = sandbox_failure(getattr(self, "cand_log_fd", None))
-            self.fail(Status.HARNESS_ERROR, "the candidate's sandbox could not be set up"
-                      + (f": {why}" if why else " (see the log)"), "start")
+        job = self.job
+        assert job.cand is not None
+        job.cand.join(2)
+        code = job.cand.exitcode
+        if code == 70 and job.stage == "start":
+            why = sandbox_failure(getattr(self.job, "cand_log_fd", None))
+            job.fail(Status.HARNESS_ERROR, "the candidate's sandbox could not be set up"
+                     + (f": {why}" if why else " (see the log)"), "start")
         elif code is None:  # alive, its channel closed: nothing more can be heard from it
-            self.fail(Status.CRASHED, f"the candidate's process closed its channel to the server during stage "
-                                      f"'{self.stage}' (it was then killed)", self.stage)
+            job.fail(Status.CRASHED, f"the candidate's process closed its channel to the server during stage "
+                                     f"'{job.stage}' (it was then killed)", job.stage)
         else:
-            self.fail(Status.CRASHED, f"the candidate's process {_describe_exit(code)} during stage '{self.stage}'",
-                      self.stage)
+            job.fail(Status.CRASHED, f"the candidate's process {_describe_exit(code)} during stage '{job.stage}'",
+                     job.stage)
 
 
 def candidate_device_bytes(fingerprint: dict[str, Any], pid: int) -> int | None:

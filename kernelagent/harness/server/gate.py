@@ -39,10 +39,14 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Protocol
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from kernelagent import settings
 from kernelagent.harness.child import memory_plan
+
+if TYPE_CHECKING:
+    from kernelagent.harness.server.device_lock import DeviceLock
 
 # A bandwidth reading within this factor of the recent best is quiet (Bandwidth); the wait for
 # quiet bandwidth, on a device already idle of other kernels, lasts at most BANDWIDTH_WAIT_S.
@@ -308,7 +312,7 @@ class Admission:
     go: another harness server on the same GPU then never runs beside this one. `admit` yields
     what the job's result records of that lock (`device_lock`, `device_lock_wait_s`)."""
 
-    def __init__(self, limit: int, device_lock: Any = None):
+    def __init__(self, limit: int, device_lock: DeviceLock | None = None):
         self.limit = max(1, int(limit))
         self.device_lock = device_lock
         self._cond = threading.Condition()
@@ -514,7 +518,7 @@ class Stops:
     def __init__(self) -> None:
         self.pids: dict[int, int] = {}
 
-    def signal(self, proc: Any, stop: bool, members: Callable[[], list[int]] | None = None) -> None:
+    def signal(self, proc: BaseProcess | None, stop: bool, members: Callable[[], list[int]] | None = None) -> None:
         """Stop (continue) `proc` with its tree (signal_processes) and `members()` besides."""
         if not stop:
             continue_processes(self.pids)

@@ -19,7 +19,6 @@ a time, and relays what the candidate sends to the reference, so:
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import multiprocessing as mp
 import os
@@ -30,7 +29,7 @@ import threading
 import time
 import traceback
 import uuid
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,28 +39,24 @@ from kernelagent.harness import verdict as fold
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import draws, evidence, gate as gate_mod, trace_stage, verdict
 from kernelagent.harness.server.gate import Gate
-from kernelagent.harness.server.channels import ChannelPhases
-from kernelagent.harness.server.checks import CheckPhases
-from kernelagent.harness.server.failures import FailurePhases
-from kernelagent.harness.server.processes import (FORK, LOG_TAIL_BYTES, _candidate_process, _kill_group, _open_log,
-                                                   _reference_process, _tail, _tail_fd, start_stacks, tree_cpu_s,
-                                                   tree_states)
-from kernelagent.harness.server import forking
+from kernelagent.harness.server.baselines import Baselines
+from kernelagent.harness.server.channels import Channels
+from kernelagent.harness.server.checks import Checks
+from kernelagent.harness.server.failures import Failures
+from kernelagent.harness.server.load import Load
+from kernelagent.harness.server.processes import (LOG_TAIL_BYTES, _kill_group, _tail, _tail_fd, namespace_members,
+                                                  start_stacks, tree_cpu_s, tree_states)
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
-from kernelagent.harness.server.memory import MemoryPhases
-from kernelagent.harness.server.timed import SLOT_MIN_S, TimedPhases
+from kernelagent.harness.server.memory import Memory
+from kernelagent.harness.server.start import Start
+from kernelagent.harness.server.timed import SLOT_MIN_S, TimedLoop
 from kernelagent.harness.server.verdict import CheckRecord
-from kernelagent import hardware, pyast
+from kernelagent import hardware
 
 if TYPE_CHECKING:
     from kernelagent.harness.trace import channel as trace_channel
 
 
-
-def _static_flags(problem_source: str) -> dict[str, bool]:
-    tree = pyast.parse(problem_source)
-    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    return {"has_smoke": "get_smoke_inputs" in names, "has_extra": "get_extra_inputs" in names}
 
 
 # PyTorch's and CUDA's words for an allocation that failed, read only from the reference's log: our trusted process.
@@ -78,12 +73,29 @@ def _says_out_of_memory(log: str) -> bool:
     return any(word in log for word in _OOM_WORDS)
 
 
-class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
-    """Runs one evaluation and produces the fields of an EvalResult (as a dict)."""
+class Job:
+    """Runs one evaluation and produces the fields of an EvalResult (as a dict). Its stages are
+    objects it holds (start, channels, load, checks, timed, baselines, memory, failures), each
+    built with the job and reaching it through its Protocol in server/seams.py."""
 
-    # set by fork(), read by the trace's stage (server/seams.py TraceJob)
+    # set by the start's stage (server/start.py) and run(), read by the stages (server/seams.py)
     scratch: Path
+    refdir: Path
     child_job: dict[str, Any]
+    problem_source: str
+    to_ref: Connection
+    to_cand: Connection
+    ref_alive_fd: int
+    cand_alive_fd: int
+    cand_log_fd: int | None
+    base_seed: int
+    started: float
+    started_epoch: float
+    thread_cpu0: float
+    smoke: bool
+    static_flags: dict[str, bool]
+    compile_seed: int
+    claimed_flags: list[dict[str, str]]
 
     def __init__(self, request: dict[str, Any], scratch_root: Path, fingerprint: dict[str, Any],
                  jail: dict[str, Any], gate: Gate | None = None):
@@ -109,7 +121,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         self.outcomes: list[fold.Outcome] = []
         self.result: dict[str, Any] = {**fold.fields(fold.fold(self.outcomes)), "compiled": False, "trials": [], "timings": {}, "flags": [],
                                        "stage_seconds": {}, "kernels": [], "memory": {}}
-        self.checks: dict[str, CheckRecord] = {}
+        self.check_records: dict[str, CheckRecord] = {}
         self.planned: list[str] = []
         self.stage = "start"
         self.stage_started = time.monotonic()
@@ -133,6 +145,15 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         self.out_of_memory = False  # an out-of-memory error was seen (retried alone when it ran beside others)
         self.stage_timed_out = False  # a stage ran past its limit (retried alone when it ran beside others)
         self.alloc_retries: dict[str, int] = {}  # the allocator gave memory back while timed work ran (per process)
+        # The stages, each with this job through its Protocol (server/seams.py).
+        self.start = Start(self)
+        self.channels = Channels(self)
+        self.failures = Failures(self)
+        self.memory = Memory(self)
+        self.load = Load(self)
+        self.checks = Checks(self)
+        self.timed = TimedLoop(self)
+        self.baselines = Baselines(self)
 
     # -- helpers -------------------------------------------------------------------
     def record(self, outcome: fold.Outcome) -> fold.Verdict:
@@ -193,6 +214,30 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         if self.ref is not None:
             self.ref_stops.signal(self.ref, stop)
 
+    def stop_candidate(self, stop: bool) -> bool:
+        """SIGSTOP (or SIGCONT) every process of the candidate's job: its process group and
+        process tree (gate.signal_processes: ninja's nvcc commands have groups of their own)
+        and, in a jail, every process of its pid namespace (a setsid helper included). A
+        continue lets go of every process the earlier stops reached (gate.Stops)."""
+        assert self.cand is not None
+        self.cand_stops.signal(self.cand, stop, lambda: namespace_members(self.cand.pid))
+        return True
+
+    def idle_probe(self) -> tuple[bool, bool]:
+        """The trusted reference process's reading: is the device idle (no other context's
+        kernels stretching a tiny spin), and is its memory bandwidth quiet (gate.Bandwidth: no
+        memory being cleared by the driver)? Bounded in wall time: the holder's clock is paused."""
+        protocol.send(self.to_ref, "idle_probe", self.job_id, self.ref_nonce)
+        if not wait([self.to_ref, self.ref_alive_fd], timeout=30):
+            raise ReferenceGone("did not answer the device idle probe within 30 s")
+        message = self.channels.ref_recv({"idle"}, self.clock() + 1)
+        self.concurrency["probe_us"] = max(float(self.concurrency.get("probe_us", 0.0)), float(message["us"]))
+        self.concurrency["probes"] = int(self.concurrency.get("probes", 0)) + 1
+        copy_us = message["copy_us"]
+        if copy_us is not None:
+            self.concurrency["copy_us"] = max(float(self.concurrency.get("copy_us", 0.0)), float(copy_us))
+        return bool(message["idle"]), self.gate.bandwidth.quiet(copy_us)
+
     def left_stopped(self) -> list[str]:
         """Processes of this job that the gate stopped and has not let go, while nobody holds
         the device's slot: 'pid comm' each. Only the harness's own stops count: a candidate that
@@ -205,85 +250,6 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         return self.config.timeouts.limit(name, self.config.backend)
 
     # -- the run ---------------------------------------------------------------------
-    def fork(self) -> None:
-        """Start the job's two processes. Called before the caller sends this job's nonce and
-        before any secret seed is drawn, so neither is in the candidate's memory."""
-        self.started = time.monotonic()
-        self.started_epoch = time.time()
-        self.thread_cpu0 = time.thread_time()  # this job's thread in the server (finish_result)
-        self.scratch = self.root / "candidate"
-        self.refdir = self.root / "reference"
-        self.scratch.mkdir(parents=True)
-        self.refdir.mkdir(parents=True)
-        os.chmod(self.root, 0o711)
-        os.chmod(self.scratch, 0o700)
-        flags = _static_flags(self.request["problem_source"])
-        self.smoke = not self.fingerprint.get("cuda") and self.config.smoke_inputs_on_cpu and flags["has_smoke"]
-        input_set = "smoke" if self.smoke else "main"
-        # The problem the job runs: the caller's, or on the CPU its derived-smoke rewrite.
-        self.problem_source = self.request["problem_source"]
-        self.result["derived"] = {}
-        if not self.fingerprint.get("cuda") and self.config.smoke_inputs_on_cpu and not flags["has_smoke"] \
-                and self.config.backend != "cuda":
-            input_set = self.plan_cpu_inputs()
-            if input_set == Status.TOO_LARGE:  # nothing is forked: the verdict is about the machine
-                self.result.update(device="cpu", input_set="main")
-                self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
-                shutil.rmtree(self.root, ignore_errors=True)
-                return
-        self.static_flags = flags  # the derived sets are drawn in run(), after the fork
-        (self.scratch / "problem.py").write_text(self.problem_source)
-        (self.scratch / "candidate.py").write_text(self.request["candidate_source"])
-        self.cand_log_fd = _open_log(self.scratch / "candidate.log")
-        (self.refdir / "problem.py").write_text(self.problem_source)
-        options = self.request.get("options", {})
-        if self.config.backend == "cuda" and options.get("cuda_cache_dir") and self.fingerprint.get("cuda"):
-            from kernelagent.harness.server import build_cache
-
-            build_cache.stage(options["cuda_cache_dir"], self.request.get("candidate_sha256", ""),
-                              self.scratch / ".ka-build-cache")
-        # Not secret (the candidate's process holds it): the seed of the first, unchecked call.
-        self.compile_seed = self.rng.getrandbits(40)
-        self.child_job = {"job_id": self.job_id, "config": self.request["config"],
-                          "device": "cuda:0" if self.fingerprint.get("cuda") else "cpu", "smoke": self.smoke,
-                          "ipc": options.get("ipc", True), "problem_source": self.problem_source,
-                          "candidate_sha256": self.request.get("candidate_sha256", ""),
-                          "capability": self.fingerprint.get("capability"), "compile_seed": self.compile_seed,
-                          "device_free_bytes": self.fingerprint.get("free_bytes")}
-        if self.request.get("want_baselines") and self.fingerprint.get("cuda") and self.config.compile_modes:
-            # The reference compiles the torch.compile baselines while the candidate is checked
-            # (reference_side.start_compiling): they are wanted only if it is correct, but the
-            # compile is host work that would otherwise sit on the evaluation's critical path.
-            inductor_dir, triton_dir = self.baseline_dirs()
-            self.child_job["baselines_compile"] = {"compile_modes": list(self.config.compile_modes),
-                                                   "inductor_dir": str(inductor_dir), "triton_dir": str(triton_dir)}
-        self.result["input_set"] = input_set
-        self.result["device"] = self.fingerprint.get("gpu_name", "cpu") if self.fingerprint.get("cuda") else "cpu"
-        if self.fingerprint.get("cuda") and self.gate_memory is not None:
-            self.reserve_device_memory()
-        self.to_ref, ref_end = FORK.Pipe()
-        self.to_cand, cand_end = FORK.Pipe()
-        if self.config.backend == "cuda" and not self.fingerprint.get("cuda"):
-            ref_end.close()
-            cand_end.close()
-            return  # compile-only: precompile_only() runs in this process, nothing is forked
-        ref_job, cand_job = trace_stage.open_for(self)  # the kernel trace's channel (issue 55)
-        self.ref = FORK.Process(target=_reference_process, name="kernelagent-reference",
-                                args=(ref_job, ref_end, self.refdir))
-        self.cand = FORK.Process(target=_candidate_process, name="kernelagent-candidate",
-                                 args=(cand_job, cand_end, self.scratch, self.jail))
-        # No other thread mid-import as the job's processes are forked (server/forking.py).
-        self.concurrency["fork_wait_s"] = round(forking.quiet_imports(), 4)
-        self.ref.start()
-        self.cand.start()
-        ref_end.close()
-        cand_end.close()
-        # Liveness through pidfds, not Process.sentinel: the children close every descriptor they
-        # inherited, the sentinel pipe's write end included, which would read as a death.
-        self.ref_alive_fd = os.pidfd_open(self.ref.pid)
-        self.cand_alive_fd = os.pidfd_open(self.cand.pid)
-        self.gate.register(self)  # from now on a neighbour's timed loop stops these processes too
-
     def abandon(self) -> None:
         """The job will not run (its nonce never came): its processes go, nothing is reported."""
         trace_stage.close(self)
@@ -317,7 +283,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
         return drawn["overrides"]
 
     def run(self) -> dict[str, Any]:
-        if self.result["status"] == Status.TOO_LARGE:  # decided in fork(); nothing was started
+        if self.result["status"] == Status.TOO_LARGE:  # decided at the start (server/start.py); nothing was started
             return self.result
         if self.config.backend == "cuda" and not self.fingerprint.get("cuda"):
             return self.precompile_only()
@@ -333,10 +299,11 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
             derived = self.derived_overrides = self.derive_check_sets()
             protocol.send(self.to_ref, "ref_nonce", self.job_id, nonce=self.ref_nonce, derived=derived)
             evidence.start_early(self)  # its set-up runs beside the checks (server/evidence.py)
-            self.supervise()
+            self.checks.supervise()
         except StageTimeout:
-            if self.stage == "timing" and getattr(self, "slot_limited", None):
-                self.fail(Status.TIMEOUT, f"the timed loop held the device for more than {self.slot_limited:.0f} s "
+            if self.stage == "timing" and self.timed.slot_limited:
+                limited = self.timed.slot_limited
+                self.fail(Status.TIMEOUT, f"the timed loop held the device for more than {limited:.0f} s "
                                           "(50x the reference's time per call, at least "
                                           f"{SLOT_MIN_S:.0f} s) while other evaluations waited for it; the "
                                           "candidate's processes were killed. Work the candidate queues "
@@ -360,19 +327,19 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
                     self.concurrency["at_limit"]["candidate_stack"] = start_stacks(
                         getattr(self, "cand_log_fd", None))
         except CandidateGone:
-            self.cand_died()
+            self.failures.cand_died()
         except ReferenceGone as exc:
             # Our own process died: out of memory if it said so (its message, or CUDA's own words in
             # its log, e.g. creating its context beside other jobs' memory on an H100 run).
             said = "out of device memory" in str(exc) or _says_out_of_memory(_tail(self.refdir / "reference.log"))
-            self.keep_first_failure(f"the reference process {exc}")  # a failed check stays the verdict
+            self.failures.keep_first_failure(f"the reference process {exc}")  # a failed check stays the verdict
             if said and not self.out_of_memory:  # unless the candidate held more than its share then
-                self.out_of_memory = not self.blame_device_memory()
+                self.out_of_memory = not self.failures.blame_device_memory()
             self.fail(Status.HARNESS_ERROR, f"the reference process {exc} during stage '{self.stage}'", self.stage)
         except protocol.ProtocolError as exc:
-            self.candidate_protocol(str(exc))
+            self.failures.candidate_protocol(str(exc))
         except Exception:  # noqa: BLE001 - a bug of ours must not take the server down
-            self.keep_first_failure("harness error: " + traceback.format_exc(limit=4))
+            self.failures.keep_first_failure("harness error: " + traceback.format_exc(limit=4))
             self.fail(Status.HARNESS_ERROR, "harness error:\n" + traceback.format_exc(limit=4), None)
         finally:
             self.cpu["candidate"] = tree_cpu_s(self.cand.pid if self.cand is not None else None)
@@ -386,12 +353,12 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
     def finish_result(self) -> None:
         if self.result["status"] == Status.CORRECT and self.request.get("want_baselines"):
             try:
-                self.run_baselines()
+                self.baselines.run_baselines()
             except Exception:  # noqa: BLE001
                 self.result["baselines"] = {"errors": {"harness": traceback.format_exc(limit=3)}}
         self.publish_build()
         evidence.stage(self)  # before the reference ends: the slot's idle probe runs there
-        self.ref_stats()
+        self.memory.reference_stats()
         self.shared_device = self.gate.unregister(self)
         self.cpu["reference"] = tree_cpu_s(self.ref.pid if self.ref is not None else None)
         _kill_group(self.ref)
@@ -516,14 +483,14 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
     def _finish_candidate(self, profiled: bool, device_share: bool) -> None:
         with self.gate.hold(self, self.idle_probe, self.concurrency.setdefault("profile_slot", {})) \
                 if profiled else contextlib.nullcontext():
-            self.cand_send("finish", profile=profiled, device_share=device_share)
+            self.channels.cand_send("finish", profile=profiled, device_share=device_share)
             deadline = self.clock() + self.limit("profile")
-            message = self.cand_recv({"kernels", "done"}, deadline)
+            message = self.channels.cand_recv({"kernels", "done"}, deadline)
             if message["type"] == "kernels":
-                with self.handling_candidate("profiler rows"):
+                with self.failures.handling_candidate("profiler rows"):
                     self.result["kernels"] = verdict.trusted_kernel_rows(message["kernels"])
-                message = self.cand_recv({"done"}, deadline)
-        with self.handling_candidate("final report"):
+                message = self.channels.cand_recv({"done"}, deadline)
+        with self.failures.handling_candidate("final report"):
             self.claimed_flags = verdict.trusted_flags(message["flags"])
             peak = message["memory"].get("peak_bytes")
             if isinstance(peak, int) and not isinstance(peak, bool):
@@ -540,7 +507,7 @@ class Job(ChannelPhases, CheckPhases, TimedPhases, MemoryPhases, FailurePhases):
 
     def conclude(self, claimed: list[dict[str, str]]) -> None:
         self.enter("finished")
-        outcome = verdict.conclude_checks(self.planned, self.checks, self.config.compile_only,
+        outcome = verdict.conclude_checks(self.planned, self.check_records, self.config.compile_only,
                                           bool(self.result["compiled"]), derived=self.derived_dims)
         flags = list(self.result["flags"]) + list(outcome.flags) + list(claimed)
         # decides only where nothing failed before; its reject flags outrank the comparison

@@ -25,6 +25,7 @@ import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,7 +37,8 @@ from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig
 from kernelagent.harness import verdict
 from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.device_lock import DeviceLock
-from kernelagent.harness.server.job import FORK, Job
+from kernelagent.harness.server.job import Job
+from kernelagent.harness.server.processes import FORK
 
 def probe_device(requested: str) -> dict[str, Any]:
     """Runs in a throwaway child: what device is there? (keeps CUDA out of the server)."""
@@ -127,7 +129,7 @@ def probe_timer(index: int, l2_bytes: int | None) -> dict[str, Any]:
     return out
 
 
-def _start_probe(requested: str) -> tuple[Any, Any]:
+def _start_probe(requested: str) -> tuple[BaseProcess, Connection]:
     """probe_device in a throwaway child, so CUDA is never initialised in the server (a forked
     child of a process with CUDA cannot use it). The answer comes back as JSON (_finish_probe)."""
     parent_end, child_end = FORK.Pipe()
@@ -149,7 +151,7 @@ def _start_probe(requested: str) -> tuple[Any, Any]:
     return proc, parent_end
 
 
-def _finish_probe(proc: Any, parent_end: Any) -> dict[str, Any]:
+def _finish_probe(proc: BaseProcess, parent_end: Connection) -> dict[str, Any]:
     try:
         info = json.loads(parent_end.recv_bytes(1 << 20)) if parent_end.poll(120) else \
             {"error": "device probe timed out"}
@@ -389,11 +391,11 @@ class Dispatcher:
         try:
             self._run_job(job, job_id, cpu_before, admitted)
         finally:
-            job.release_device_memory()  # reserved before the fork; a job that never ran frees it here
+            job.memory.release_device_memory()  # reserved before the fork; a job that never ran frees it here
 
     def _run_job(self, job: Job, job_id: str, cpu_before: float, admitted: float) -> None:
         try:
-            job.fork()
+            job.start.fork()
         except Exception:  # noqa: BLE001
             job.record(verdict.HarnessFault("harness error:\n" + traceback.format_exc(limit=4)))
         self.send("started", job_id)

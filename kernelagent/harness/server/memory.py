@@ -1,16 +1,24 @@
 """A job's memory: the device memory it reserves beside other jobs (server/gate.py's ledger),
 the CPU sizes it runs at, the `too_large` verdict (about the machine, never the candidate), and
-the words for out-of-memory errors. A mixin of Job (needs its request, gate, result and fail)."""
+the reference's last report of its peak memory (`Memory`, the job's `memory` stage; it gets the
+job as seams.MemoryJob)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+import contextlib
 import hashlib
 import math
 import time
 
+from kernelagent.harness import protocol
 from kernelagent.harness.result import Status
-from kernelagent.harness.server import gate as gate_mod
+from kernelagent.harness.server import gate as gate_mod, verdict
 from kernelagent.harness.server.processes import HELPER_FAILED, _device_estimate, _gib, _plan_cpu_inputs
+from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
+
+if TYPE_CHECKING:
+    from kernelagent.harness.server.seams import MemoryJob
 
 
 # How long the memory plan's estimate (a meta-device build, in a forked helper) may take: under
@@ -18,64 +26,73 @@ from kernelagent.harness.server.processes import HELPER_FAILED, _device_estimate
 ESTIMATE_TIMEOUT_S = 20.0
 
 
-class MemoryPhases:
+class Memory:
+    """The job's memory: its reservation in the gate's ledger, its CPU sizes, `too_large`."""
+
+    def __init__(self, job: MemoryJob):
+        self.job = job
+        self.held: contextlib.AbstractContextManager[None] | None = None  # the ledger's reservation, once made
+
     def reserve_device_memory(self) -> None:
         """Beside other jobs, the device memory this one will use is reserved before its
         processes exist (they allocate the problem while loading): the memory plan's
         meta-device estimate for both processes plus their contexts, made once per problem in a
         throwaway fork. A job that does not fit beside the others waits here, its clock paused.
         Without an estimate the reservation waits for the reference's measured sizes (checks.py)."""
-        key = hashlib.sha256(self.problem_source.encode()).hexdigest()
-        sizes = self.gate.estimates.get(key)
+        job = self.job
+        key = hashlib.sha256(job.problem_source.encode()).hexdigest()
+        sizes = job.gate.estimates.get(key)
         if sizes is None:
             # The harness's own work, not the candidate's: the job's clock is paused meanwhile. On an
             # H100 (2026-11-27) helpers forked beside 7 other cold jobs used up this timeout (then
             # 60 s) and with it the job's whole 'start' limit (server/forking.py says why).
             started = time.monotonic()
-            self.pause_clock(True)
+            job.pause_clock(True)
             try:
-                sizes = _device_estimate(self.problem_source, self.root, ESTIMATE_TIMEOUT_S)
+                sizes = _device_estimate(job.problem_source, job.root, ESTIMATE_TIMEOUT_S)
             finally:
-                self.pause_clock(False)
-            self.concurrency["estimate_s"] = round(time.monotonic() - started, 3)
+                job.pause_clock(False)
+            job.concurrency["estimate_s"] = round(time.monotonic() - started, 3)
             if "error" in sizes:
-                self.concurrency["estimate_error"] = str(sizes["error"])[:200]
+                job.concurrency["estimate_error"] = str(sizes["error"])[:200]
             if not sizes.get(HELPER_FAILED):  # a helper that hung or died is tried again by the next job
-                self.gate.estimates[key] = sizes
-        if "error" in sizes or self.gate_memory is None:
+                job.gate.estimates[key] = sizes
+        if "error" in sizes or job.gate_memory is None:
             return
         from kernelagent.harness.server import evidence
 
         # Two processes' contexts, and a third for an evidence session started beside the checks.
-        contexts = 3 if evidence.may_want(self) else 2
+        contexts = 3 if evidence.may_want(self.job) else 2
         self.hold_device_memory(gate_mod.job_memory_bytes(sizes["input_bytes"], sizes["output_bytes"],
-                                                          sizes["param_bytes"], self.fingerprint.get("free_bytes"),
+                                                          sizes["param_bytes"], job.fingerprint.get("free_bytes"),
                                                           contexts=contexts))
 
     def hold_device_memory(self, need: int) -> None:
         """Reserve `need` bytes in the ledger (waiting, the clock paused, until they fit beside the
         other jobs), held until release_device_memory; the wait and the bytes recorded."""
-        self._memory = self.gate_memory.reserve(self, need)
+        job = self.job
+        self.held = job.gate_memory.reserve(self.job, need)
         waited = time.monotonic()
-        self._memory.__enter__()
-        self.concurrency["memory_wait_s"] = round(time.monotonic() - waited, 3)
-        self.concurrency["memory_reserved_bytes"] = int(need)
+        self.held.__enter__()
+        job.concurrency["memory_wait_s"] = round(time.monotonic() - waited, 3)
+        job.concurrency["memory_reserved_bytes"] = int(need)
 
     def release_device_memory(self) -> None:
-        if getattr(self, "_memory", None) is not None:
-            self._memory.__exit__(None, None, None)
-            self._memory = None
+        if self.held is not None:
+            self.held.__exit__(None, None, None)
+            self.held = None
 
     def plan_cpu_inputs(self) -> str:
         """On the CPU, for a problem without get_smoke_inputs(): the sizes the whole job runs at
         (derive.plan_cpu_inputs, in a forked helper). Returns the result's input_set, or
         Status.TOO_LARGE after setting that verdict."""
+        job = self.job
         started = time.monotonic()
-        source = self.request["problem_source"]
-        plan = _plan_cpu_inputs(source, self.refdir, self.limit("start"))
-        self.result["stage_seconds"]["derive"] = time.monotonic() - started
+        source = job.request["problem_source"]
+        plan = _plan_cpu_inputs(source, job.refdir, job.limit("start"))
+        job.result["stage_seconds"]["derive"] = time.monotonic() - started
         if "error" in plan:
-            self.result["derived"]["note"] = f"smoke sizes were not derived: {plan['error']}"
+            job.result["derived"]["note"] = f"smoke sizes were not derived: {plan['error']}"
             # Never the main sizes blindly: the static estimate (fp32 assumed) must fit.
             from kernelagent.harness import derive
 
@@ -86,17 +103,17 @@ class MemoryPhases:
             needed = None if shapes is None else 2 * 4 * 4 * sum(math.prod(s) for s in shapes)
             available = derive.available_memory()
             if needed is not None and available is not None and needed > available:
-                self.too_large(needed, available, self.result["derived"]["note"])
+                self.too_large(needed, available, job.result["derived"]["note"])
                 return Status.TOO_LARGE
             return "main"
-        self.result["derived"]["note"] = str(plan.get("note", ""))
+        job.result["derived"]["note"] = str(plan.get("note", ""))
         if plan.get("input_set") == "derived-smoke":
             from kernelagent.harness import derive
 
             overrides = plan["overrides"]
             env = derive._Module(source).env()
-            self.problem_source = derive.apply(source, overrides)
-            self.result["derived"].update(smoke=overrides, main={k: env.get(k) for k in overrides})
+            job.problem_source = derive.apply(source, overrides)
+            job.result["derived"].update(smoke=overrides, main={k: env.get(k) for k in overrides})
             return "derived-smoke"
         if plan.get("input_set") == "too_large":
             self.too_large(plan.get("needed_bytes"), plan.get("available_bytes"),
@@ -108,13 +125,28 @@ class MemoryPhases:
     def too_large(self, needed: int | None, available: int | None, detail: str) -> None:
         """The verdict about the machine (never the candidate): the problem does not fit. General:
         any memory estimate (CPU or device) that fails reports through here."""
-        self.result["memory"].update(needed_bytes=needed, available_bytes=available)
-        self.fail(Status.TOO_LARGE, f"too large for this machine: needs about {_gib(needed)}, "
-                                    f"{_gib(available)} available; {detail}", "start")
+        self.job.result["memory"].update(needed_bytes=needed, available_bytes=available)
+        self.job.fail(Status.TOO_LARGE, f"too large for this machine: needs about {_gib(needed)}, "
+                                        f"{_gib(available)} available; {detail}", "start")
 
     def memory_context(self) -> str:
+        job = self.job
         gib = 1 << 30
-        io = int(self.ready.get("input_bytes", 0)) + int(self.ready.get("output_bytes", 0))
-        free = self.fingerprint.get("free_bytes")
+        io = int(job.ready.get("input_bytes", 0)) + int(job.ready.get("output_bytes", 0))
+        free = job.fingerprint.get("free_bytes")
         where = f"; {free / gib:.1f} GiB were free on the device before the job" if free else ""
         return f"the problem's inputs and outputs take {io / gib:.2f} GiB{where}"
+
+    def reference_stats(self) -> None:
+        job = self.job
+        if job.ref is None or not job.ref.is_alive():
+            return
+        try:
+            protocol.send(job.to_ref, "exit", job.job_id, job.ref_nonce)
+            message = job.channels.ref_recv({"ref_stats"}, job.clock() + 10)
+            peak = message["memory"].get("peak_bytes")
+            if isinstance(peak, int):
+                job.result["memory"]["peak_reference_bytes"] = peak
+            job.alloc_retries["reference"] = verdict.count_claim(message["memory"].get("alloc_retries"))
+        except (StageTimeout, ReferenceGone, _Stop, OSError, protocol.ProtocolError):
+            pass

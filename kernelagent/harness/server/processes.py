@@ -10,6 +10,7 @@ import signal
 import sys
 import traceback
 from multiprocessing.connection import Connection
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def _device_estimate(source: str, workdir: Path, timeout: float) -> dict[str, An
 HELPER_FAILED = "helper_failed"
 
 
-def _in_fork(work: Any, workdir: Path, timeout: float, what: str) -> dict[str, Any]:
+def _in_fork(work: Callable[[], dict[str, Any]], workdir: Path, timeout: float, what: str) -> dict[str, Any]:
     parent_end, child_end = FORK.Pipe(duplex=False)
 
     def target() -> None:
@@ -328,3 +329,24 @@ def _reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> 
     # Traced as the candidate is (issue 55), so its baselines are timed under the same tracing.
     keep = trace_channel.prepare_child(job.get("trace"))
     reference_side.reference_main(job, conn, workdir, keep_fds=keep)
+
+
+def namespace_members(pid: int) -> list[int]:
+    """Every process of the pid namespace of `pid`'s first child, where it is not ours (the
+    candidate's jail: server/job.py stop_candidate)."""
+    try:
+        children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        namespace = os.readlink(f"/proc/{children[0]}/ns/pid") if children else None
+    except (OSError, IndexError):
+        namespace = None
+    if not namespace or namespace == os.readlink("/proc/self/ns/pid"):
+        return []
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                    members.append(int(entry))
+            except OSError:
+                continue
+    return members

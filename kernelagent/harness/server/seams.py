@@ -1,12 +1,19 @@
-"""What the server's stage modules use of a job (issue 57: each stage gets what it needs).
+"""What the server's stages use of a job (issue 57: each stage gets what it needs).
 
-evidence.py and trace_stage.py take the job (server/job.py `Job`) but must not import it (job.py
-imports them); these Protocols name exactly the attributes and methods they read or set, and
-`Job` satisfies them structurally (tests/test_layout.py checks every member against a built Job).
-Typing only: nothing here runs."""
+The job (server/job.py `Job`) holds its stages as objects (start, channels, load, checks, timed
+with its calibration, baselines, memory, failures), each built with the job and reaching it
+through the Protocol named here: exactly the attributes and methods it reads or sets and the
+other stages it calls, plus the Protocols of those it hands the job on to (the gate's Freezable,
+the trace's and the evidence's). The stage modules must not import job.py (it imports them), and
+evidence.py and trace_stage.py take the job as a Protocol too. `Job` satisfies them structurally;
+tests/test_seams.py checks every member against a built Job and each stage's code against its
+Protocol. Typing only: nothing here runs."""
 
 from __future__ import annotations
 
+import random
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -14,7 +21,15 @@ from kernelagent.harness.server.gate import Freezable
 
 if TYPE_CHECKING:
     from kernelagent.harness.config import EvalConfig
-    from kernelagent.harness.server.gate import Gate
+    from kernelagent.harness.server.channels import Channels
+    from kernelagent.harness.server.checks import Checks
+    from kernelagent.harness.server.failures import Failures
+    from kernelagent.harness.server.gate import Gate, Hold, MemoryLedger
+    from kernelagent.harness.server.load import Load
+    from kernelagent.harness.server.memory import Memory
+    from kernelagent.harness.server.baselines import Baselines
+    from kernelagent.harness.server.timed import TimedLoop
+    from kernelagent.harness.server.verdict import CheckRecord
     from kernelagent.harness.trace.channel import Channel, TraceBytes
 
 
@@ -27,8 +42,8 @@ class TraceJob(Protocol):
     config: EvalConfig
     fingerprint: dict[str, Any]
     result: dict[str, Any]
-    child_job: dict[str, Any]  # set by Job.fork, before the trace's channel opens
-    scratch: Path  # set by Job.fork
+    child_job: dict[str, Any]  # set by Start.fork (server/start.py), before the trace's channel opens
+    scratch: Path  # set by Start.fork (server/start.py)
     trace_channel: Channel | None
     trace: TraceBytes | None
     trace_checks: int
@@ -51,3 +66,232 @@ class EvidenceJob(TraceJob, Freezable, Protocol):
     def limit(self, name: str) -> float: ...
 
     def idle_probe(self) -> tuple[bool, bool]: ...
+
+
+
+class StartJob(TraceJob, Freezable, Protocol):
+    """What server/start.py's Start uses of the job: its folders, settings and jail, the stages it
+    calls (memory, baselines), and what it sets for the others: the problem, the files, the
+    pipes and the processes. It hands the job on to trace_stage.open_for (TraceJob) and to the
+    gate (Freezable)."""
+
+    baselines: Baselines
+    cand: BaseProcess | None
+    cand_alive_fd: int  # set by Start.fork (server/start.py)
+    cand_log_fd: int | None  # set by Start.fork (server/start.py)
+    compile_seed: int
+    concurrency: dict[str, Any]
+    gate: Gate
+    gate_memory: MemoryLedger | None
+    jail: dict[str, Any]
+    memory: Memory
+    problem_source: str  # set by Start.fork (server/start.py)
+    ref: BaseProcess | None
+    ref_alive_fd: int  # set by Start.fork (server/start.py)
+    refdir: Path  # set by Start.fork (server/start.py)
+    rng: random.Random
+    root: Path
+    smoke: bool
+    started: float
+    started_epoch: float
+    static_flags: dict[str, bool]
+    thread_cpu0: float
+    to_cand: Connection  # set by Start.fork (server/start.py)
+    to_ref: Connection  # set by Start.fork (server/start.py)
+
+
+class ChannelJob(Protocol):
+    """What server/channels.py's Channels uses of the job: the two processes, their pipes and
+    liveness descriptors, the reference's nonce and ready message, and the stage the candidate
+    reports."""
+
+    cand: BaseProcess | None
+    cand_alive_fd: int  # set by Start.fork (server/start.py)
+    config: EvalConfig
+    derived_dims: dict[str, tuple[str, str]]
+    failures: Failures
+    job_id: str
+    out_of_memory: bool
+    ready: dict[str, Any]
+    ref: BaseProcess | None
+    ref_alive_fd: int  # set by Start.fork (server/start.py)
+    ref_nonce: str
+    stage: str
+    stage_clock: float
+    stage_reports: int
+    to_cand: Connection  # set by Start.fork (server/start.py)
+    to_ref: Connection  # set by Start.fork (server/start.py)
+
+    def clock(self) -> float: ...
+
+    def enter(self, name: str) -> None: ...
+
+    def fail(self, status: str, reason: str, stage: str | None) -> None: ...
+
+    def limit(self, name: str) -> float: ...
+
+    def wait(self, conns: list[Any], deadline: float) -> list[Any]: ...
+
+
+class LoadJob(Protocol):
+    """What server/load.py's Load uses of the job: both processes' pipes and liveness descriptors,
+    the stage's clock, and the reference's ready message (set there)."""
+
+    cand_alive_fd: int  # set by Start.fork (server/start.py)
+    channels: Channels
+    ready: dict[str, Any]
+    ref_alive_fd: int  # set by Start.fork (server/start.py)
+    result: dict[str, Any]
+    stage: str
+    stage_clock: float
+    to_cand: Connection  # set by Start.fork (server/start.py)
+    to_ref: Connection  # set by Start.fork (server/start.py)
+
+    def clock(self) -> float: ...
+
+    def limit(self, name: str) -> float: ...
+
+    def wait(self, conns: list[Any], deadline: float) -> list[Any]: ...
+
+
+class CheckJob(EvidenceJob, Protocol):
+    """What server/checks.py's Checks uses of the job: the seeds' master, the plan and its records,
+    the derived sets, the memory ledger, the stages it calls, and the job's end (conclude,
+    end_early). It hands the job on to the evidence's early start (EvidenceJob)."""
+
+    base_seed: int  # set by Job.run
+    call_latency_ms: list[float]
+    cand: BaseProcess | None
+    channels: Channels
+    check_records: dict[str, CheckRecord]
+    claimed_flags: list[dict[str, str]]  # set by Job.finish_candidate
+    derived_dims: dict[str, tuple[str, str]]
+    derived_overrides: list[dict[str, Any]]
+    failures: Failures
+    gate_memory: MemoryLedger | None
+    load: Load
+    memory: Memory
+    out_of_memory: bool
+    planned: list[str]
+    ready: dict[str, Any]
+    ref: BaseProcess | None
+    ref_nonce: str
+    timed: TimedLoop
+    to_ref: Connection  # set by Start.fork (server/start.py)
+
+    def clock(self) -> float: ...
+
+    def conclude(self, claimed: list[dict[str, str]]) -> None: ...
+
+    def end_early(self) -> None: ...
+
+    def finish_candidate(self, device_share: bool) -> None: ...
+
+
+class CalibrationJob(Protocol):
+    """What server/calibration.py's Calibration uses of the job: the reference's pipe, the slot's
+    hold, the secret draws, the gate's stored calibrations, and the candidate's processes
+    stopped around the empty loop."""
+
+    channels: Channels
+    concurrency: dict[str, Any]
+    config: EvalConfig
+    fingerprint: dict[str, Any]
+    gate: Gate
+    hold: Hold | None
+    job_id: str
+    ref_nonce: str
+    result: dict[str, Any]
+    rng: random.Random
+    to_ref: Connection  # set by Start.fork (server/start.py)
+
+    def stop_candidate(self, stop: bool) -> bool: ...
+
+
+class TimedJob(CalibrationJob, Freezable, Protocol):
+    """What server/timed.py's TimedLoop uses of the job: the problem, the reference's sizes and
+    time, the server's clock on the checks, the checks' compare, and the device's timing slot.
+    It hands the job on to its calibration (CalibrationJob) and to the gate (Freezable)."""
+
+    base_seed: int  # set by Job.run
+    call_latency_ms: list[float]
+    checks: Checks
+    failures: Failures
+    planned: list[str]
+    problem_source: str  # set by Start.fork (server/start.py)
+    ready: dict[str, Any]
+    request: dict[str, Any]
+
+    def clock(self) -> float: ...
+
+    def flag(self, item: dict[str, str]) -> None: ...
+
+    def idle_probe(self) -> tuple[bool, bool]: ...
+
+
+class BaselineJob(Freezable, Protocol):
+    """What server/baselines.py's Baselines uses of the job: the reference's process and pipe, the
+    caches' roots, the timed loop's memory budget, and the device's timing slot. It hands the
+    job on to the gate (Freezable)."""
+
+    base_seed: int  # set by Job.run
+    channels: Channels
+    concurrency: dict[str, Any]
+    config: EvalConfig
+    fingerprint: dict[str, Any]
+    gate: Gate
+    ref: BaseProcess | None
+    ref_nonce: str
+    request: dict[str, Any]
+    result: dict[str, Any]
+    root: Path
+    timed: TimedLoop
+    to_ref: Connection  # set by Start.fork (server/start.py)
+
+    def clock(self) -> float: ...
+
+    def flag(self, item: dict[str, str]) -> None: ...
+
+    def idle_probe(self) -> tuple[bool, bool]: ...
+
+
+class MemoryJob(EvidenceJob, Protocol):
+    """What server/memory.py's Memory uses of the job: the problem, the gate's estimates and
+    ledger, the reference's sizes and last report, and the folders the helpers run in. It hands
+    the job on to the ledger (Freezable) and to evidence.may_want (EvidenceJob)."""
+
+    alloc_retries: dict[str, int]
+    channels: Channels
+    gate_memory: MemoryLedger | None
+    problem_source: str  # set by Start.fork (server/start.py)
+    ready: dict[str, Any]
+    ref: BaseProcess | None
+    ref_nonce: str
+    refdir: Path  # set by Start.fork (server/start.py)
+    to_ref: Connection  # set by Start.fork (server/start.py)
+
+    def clock(self) -> float: ...
+
+    def fail(self, status: str, reason: str, stage: str | None) -> None: ...
+
+
+class FailureJob(Protocol):
+    """What server/failures.py's Failures uses of the job: the checks so far, the candidate's
+    process and log, the ledger's promise, and the verdict's flags and conclusion."""
+
+    cand: BaseProcess | None
+    cand_log_fd: int | None  # set by Start.fork (server/start.py)
+    check_records: dict[str, CheckRecord]
+    claimed_flags: list[dict[str, str]]  # set by Job.finish_candidate
+    concurrency: dict[str, Any]
+    fingerprint: dict[str, Any]
+    gate_memory: MemoryLedger | None
+    memory: Memory
+    result: dict[str, Any]
+    stage: str
+
+    def conclude(self, claimed: list[dict[str, str]]) -> None: ...
+
+    def fail(self, status: str, reason: str, stage: str | None) -> None: ...
+
+    def flag(self, item: dict[str, str]) -> None: ...

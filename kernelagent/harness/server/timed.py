@@ -1,7 +1,7 @@
-"""The phases of a job that hold the device alone: the timed loop, its calibration, the idle
-probe and the baselines (mixed into server/job.py's Job).
+"""The candidate's timed loop (`TimedLoop`, the job's `timed` stage; it gets the job as
+seams.TimedJob), with its calibration (server/calibration.py, `TimedLoop.calibration`).
 
-Each runs inside the device's gate (server/gate.py): every other job of the server is stopped,
+It runs inside the device's gate (server/gate.py): every other job of the server is stopped,
 the device is probed idle by the trusted reference, and the job's own stage clock runs only
 while it holds the slot. The loop is clocked here, from outside the candidate's process,
 against a calibration loop the reference runs with an empty model.
@@ -12,18 +12,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
-from multiprocessing.connection import wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent.settings import BY_NAME, get as setting
 from kernelagent.harness import protocol
 from kernelagent.harness.child import memory_plan
 from kernelagent.harness.server import draws, verdict
-from kernelagent.harness.server.baselines import BaselinePhases, baseline_timer_flags  # noqa: F401 - its old home
+from kernelagent.harness.server.calibration import Calibration
 from kernelagent.harness.server.gate import add_seconds
-from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
+
+if TYPE_CHECKING:
+    from kernelagent.harness.config import EvalConfig
+    from kernelagent.harness.server.seams import TimedJob
 
 # Outputs of timed calls kept for verification: at most this many calls, within this share of
 # free device memory (or this many bytes on the CPU).
@@ -85,7 +86,7 @@ def empty_call_claim(message: dict[str, Any]) -> dict[str, float] | None:
     return {k: round(float(v), 6) for k, v in values.items()}
 
 
-def loop_plan(config: Any, estimate_ms: float, budget: int, output_bytes: int) -> dict[str, int]:
+def loop_plan(config: EvalConfig, estimate_ms: float, budget: int, output_bytes: int) -> dict[str, int]:
     """The timed loop's shape from the reference's time per call: `total` measured calls (at
     least target_ms of work), `warmup` calls, and with the defences on `keep` outputs kept per
     segment of `calls` calls, `segments` of them, within the harness's memory `budget`;
@@ -107,8 +108,14 @@ def loop_plan(config: Any, estimate_ms: float, budget: int, output_bytes: int) -
             "budget_bytes": int(max(budget - keep * output_bytes, 0))}
 
 
-class TimedPhases(BaselinePhases):
-    """Job's timed phases (needs Job's channels, clock and gate); the baselines' in server/baselines.py."""
+class TimedLoop:
+    """The candidate's timed loop, with its calibration (server/calibration.py)."""
+
+    def __init__(self, job: TimedJob):
+        self.job = job
+        self.calibration = Calibration(job)
+        # set where the loop's deadline was cut to the slot's limit beside other jobs (run() says so)
+        self.slot_limited: float | None = None
 
     def run_segment(self, seed: int, deadline: float) -> tuple[dict[str, Any], float, float]:
         """One segment's order and the candidate's report: (report, sent, t0). `sent`, read before
@@ -118,29 +125,30 @@ class TimedPhases(BaselinePhases):
         cores in CI), so the server can resume milliseconds later; checked from t0, an honest
         call read longer than its segment and was rejected (CPU CI, 2026-11-26)."""
         sent = time.perf_counter()
-        self.cand_send("go", seed=seed)
+        self.job.channels.cand_send("go", seed=seed)
         t0 = time.perf_counter()
-        return self.cand_recv({"timing"}, deadline), sent, t0
+        return self.job.channels.cand_recv({"timing"}, deadline), sent, t0
 
     def timed_loop(self, deadline: float) -> bool:
         """The calibration and the candidate's loop, holding the device's timing slot: every
         other job stopped, the device idle before each (server/gate.py)."""
-        with self.gate.hold(self, self.idle_probe if self.fingerprint.get("cuda") else None,
-                            self.concurrency) as hold:
-            self.hold = hold
+        job = self.job
+        with job.gate.hold(self.job, job.idle_probe if job.fingerprint.get("cuda") else None,
+                           job.concurrency) as hold:
+            job.hold = hold
             try:
                 return self._timed_loop(deadline)
             finally:
-                self.hold = None
+                job.hold = None
                 if hold.busy:
-                    self.flag(verdict.flag(
+                    job.flag(verdict.flag(
                         "device-busy", "another process kept the device busy through the timed loop (the harness "
-                        f"waited {self.gate.idle_wait_s:.0f} s for it to go idle): the times are not the "
+                        f"waited {job.gate.idle_wait_s:.0f} s for it to go idle): the times are not the "
                         "candidate's alone and do not count", "review"))
-                elif self.concurrency.get("bandwidth_busy"):
+                elif job.concurrency.get("bandwidth_busy"):
                     # Not the candidate's doing, and maybe the device's own state (gate.Bandwidth):
                     # said, never held against it.
-                    self.flag(verdict.flag(
+                    job.flag(verdict.flag(
                         "bandwidth-busy", "the device's memory bandwidth still read below its recent best after "
                         "the harness's wait before the timed loop (memory being cleared by the driver, or "
                         "copies queued by another process): the times may read slow", "info"))
@@ -153,53 +161,29 @@ class TimedPhases(BaselinePhases):
         an H100 every job calibrated again before, 2026-11-26). Not where less memory is free
         than the plan needs, and never on the CPU, where the loop is sized by this candidate's
         own calls (the interpreter)."""
+        job = self.job
         budget = self.harness_budget()
-        output_bytes = max(int(self.ready.get("output_bytes", 0)), 1)
-        cuda = bool(self.fingerprint.get("cuda"))
-        key = hashlib.sha256(json.dumps([self.problem_source, settings, output_bytes], sort_keys=True,
+        output_bytes = max(int(job.ready.get("output_bytes", 0)), 1)
+        cuda = bool(job.fingerprint.get("cuda"))
+        key = hashlib.sha256(json.dumps([job.problem_source, settings, output_bytes], sort_keys=True,
                                         default=str).encode()).hexdigest()
-        plan = self.gate.plans.get(key) if cuda else None
+        plan = job.gate.plans.get(key) if cuda else None
         if plan is not None and plan["keep"] * output_bytes + plan["budget_bytes"] > budget:
             plan = None  # less memory free than when it was made: a plan of its own
         if plan is not None:
             return plan, True
-        plan = loop_plan(self.config, estimate_ms, budget, output_bytes)
+        plan = loop_plan(job.config, estimate_ms, budget, output_bytes)
         if cuda:
-            self.gate.plans.setdefault(key, plan)
+            job.gate.plans.setdefault(key, plan)
         return plan, False
-
-    def recalibration_wanted(self, key: str, samples: list[Any], measured: int, loop_s: float,
-                             calibration_s: float) -> bool:
-        """verdict.needs_recalibration, at most once per loop on a GPU: a many-segment loop's
-        honest claim always falls short of the server's time by its per-segment cost, so every
-        job recalibrated (0.5 s of the slot for a level-1 softmax on an H100, 2026-11-26) and the
-        reuse saved nothing. The smaller of the two measures is kept and reused after that. On
-        the CPU (a busy runner's noise) every job may still recalibrate."""
-        if self.fingerprint.get("cuda") and key in self.gate.recalibrated:
-            return False
-        return verdict.needs_recalibration(samples, measured, loop_s, calibration_s)
-
-    def idle_probe(self) -> tuple[bool, bool]:
-        """The trusted reference process's reading: is the device idle (no other context's
-        kernels stretching a tiny spin), and is its memory bandwidth quiet (gate.Bandwidth: no
-        memory being cleared by the driver)? Bounded in wall time: the holder's clock is paused."""
-        protocol.send(self.to_ref, "idle_probe", self.job_id, self.ref_nonce)
-        if not wait([self.to_ref, self.ref_alive_fd], timeout=30):
-            raise ReferenceGone("did not answer the device idle probe within 30 s")
-        message = self.ref_recv({"idle"}, self.clock() + 1)
-        self.concurrency["probe_us"] = max(float(self.concurrency.get("probe_us", 0.0)), float(message["us"]))
-        self.concurrency["probes"] = int(self.concurrency.get("probes", 0)) + 1
-        copy_us = message["copy_us"]
-        if copy_us is not None:
-            self.concurrency["copy_us"] = max(float(self.concurrency.get("copy_us", 0.0)), float(copy_us))
-        return bool(message["idle"]), self.gate.bandwidth.quiet(copy_us)
 
     def _timed_loop(self, deadline: float) -> bool:
         """The candidate's loop, step by step: its plan and order, the calibration, the warm-up,
         the secret choice of the verified calls, each segment clocked and verified, then the
         server's time (recalibrated at most once) recorded with its flags. True to go on."""
+        job = self.job
         estimate = self._loop_estimate()
-        settings = {k: v for k, v in self.config.to_dict().items() if k not in ("seed", "trials", "timeouts")}
+        settings = {k: v for k, v in job.config.to_dict().items() if k not in ("seed", "trials", "timeouts")}
         plan, plan_reused = self.loop_plan(estimate, settings)
         total, warmup, keep, segments, calls = (plan[k] for k in ("total", "warmup", "keep", "segments", "calls"))
         deadline = self._slot_deadline(deadline, estimate=estimate, total=total, warmup=warmup, segments=segments)
@@ -209,24 +193,24 @@ class TimedPhases(BaselinePhases):
         # exactly as the candidate's loop; then the candidate's loop. Each warms up first,
         # unclocked; the clock runs from each segment's `go` (which reveals its calls' seed) to its
         # report, so nothing of the measured calls can happen outside it.
-        calibration_key = hashlib.sha256(json.dumps([self.problem_source, settings, sorted(order.items())],
+        calibration_key = hashlib.sha256(json.dumps([job.problem_source, settings, sorted(order.items())],
                                                     sort_keys=True, default=str).encode()).hexdigest()
-        calibration_s, reused = self._first_calibration(order, segments=segments, deadline=deadline,
-                                                        key=calibration_key)
+        calibration_s, reused = self.calibration.first(order, segments=segments, deadline=deadline,
+                                                       key=calibration_key)
         ipc_kept = self._warm_candidate(order, keep=keep, deadline=deadline)
-        timed_seed = draws.check_seed(self.base_seed, "timed loop") + self.rng.getrandbits(30)
+        timed_seed = draws.check_seed(job.base_seed, "timed loop") + job.rng.getrandbits(30)
         # The verified calls, drawn now in secret over the whole loop (the last call always).
-        chosen = set(self.rng.sample(range(measured - 1), min(TIMED_CHECKS, measured - 1))) | {measured - 1} \
+        chosen = set(job.rng.sample(range(measured - 1), min(TIMED_CHECKS, measured - 1))) | {measured - 1} \
             if keep else set()
-        self.result["timed_loop"] = {"calls": measured, "segments": segments, "warmup_calls": warmup, "kept": keep,
-                                     "verified": len(chosen), "server_loop_s": 0.0, "calibration_s": calibration_s,
-                                     "calibration_reused": reused, "plan_reused": plan_reused}
+        job.result["timed_loop"] = {"calls": measured, "segments": segments, "warmup_calls": warmup, "kept": keep,
+                                    "verified": len(chosen), "server_loop_s": 0.0, "calibration_s": calibration_s,
+                                    "calibration_reused": reused, "plan_reused": plan_reused}
         samples: list[Any] = []
         segment_s: list[float] = []  # the server's clock around each segment
         loop_s = 0.0
         ok, meaningful = True, True
         # The SM clock over the candidate's loop, read here (NVML, a thread) where it cannot touch it.
-        sampler = self.clock_sampler(measured * max(float(self.ready.get("estimate_ms", 1.0)), 0.005) / 1e3)
+        sampler = self.clock_sampler(measured * max(float(job.ready.get("estimate_ms", 1.0)), 0.005) / 1e3)
         clocks = None
         if sampler is not None:
             sampler.start()
@@ -240,85 +224,71 @@ class TimedPhases(BaselinePhases):
                     break
         finally:
             clocks = sampler.stop() if sampler is not None else None
-        self.result["timed_loop"]["server_loop_s"] = loop_s
-        add_seconds(self.concurrency, "slot_loop_s", loop_s)
+        job.result["timed_loop"]["server_loop_s"] = loop_s
+        add_seconds(job.concurrency, "slot_loop_s", loop_s)
         if not ok:
             return False
         if not samples or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in samples):
             # none at all: trusted_time could not decide without a calibration (--no-defences on
             # the CPU), and its ValueError was a harness error
             raise protocol.ProtocolError("malformed timing samples (none, or not numbers)")
-        if calibration_s is not None and self.recalibration_wanted(calibration_key, samples, measured, loop_s,
-                                                                   calibration_s):
-            calibration_s = self._recalibrate(order, segments=segments, deadline=deadline, first_s=calibration_s,
-                                              key=calibration_key)
+        calibration = self.calibration
+        if calibration_s is not None and calibration.recalibration_wanted(calibration_key, samples, measured, loop_s,
+                                                                          calibration_s):
+            calibration_s = calibration.recalibrate(order, segments=segments, deadline=deadline, first_s=calibration_s,
+                                                    key=calibration_key)
         self._record_timing(samples, measured=measured, loop_s=loop_s, calibration_s=calibration_s,
                             meaningful=meaningful, segment_s=segment_s, calls=calls, clocks=clocks)
         return ok
 
     def _loop_estimate(self) -> float:
         """The time per call (ms) that sizes the timed loop."""
-        if self.fingerprint.get("cuda"):
+        job = self.job
+        if job.fingerprint.get("cuda"):
             # The reference's eager time (trusted) sizes the loop on a GPU; a candidate slower than
             # eager gets a longer loop, never a shorter one.
-            return max(float(self.ready.get("estimate_ms", 1.0)), 0.005)
+            return max(float(job.ready.get("estimate_ms", 1.0)), 0.005)
         # the interpreter is far slower than eager: the server's clock on the checks
-        return max(min(self.call_latency_ms or [1.0]), 1e-3)
+        return max(min(job.call_latency_ms or [1.0]), 1e-3)
 
     def _slot_deadline(self, deadline: float, *, estimate: float, total: int, warmup: int, segments: int) -> float:
         """The loop's deadline: beside other jobs on a GPU, no later than the slot's limit."""
-        if self.fingerprint.get("cuda") and self.gate.active() > 1:
+        job = self.job
+        if job.fingerprint.get("cuda") and job.gate.active() > 1:
             # Beside other jobs, the slot is held no longer than this loop plausibly needs: its two
             # loops (calibration, candidate) at 50x the reference's time per call, SLOT_SEGMENT_S
             # per segment for its comparisons, and at least SLOT_MIN_S. A candidate whose own
             # queued work makes every call wait (a spinner thread: each synchronize waits for its
             # backlog) times out here, not at the stage limit with every other job waiting.
             slot_limit = max(SLOT_MIN_S, 2 * 50 * (total + warmup) * estimate / 1e3 + SLOT_SEGMENT_S * segments)
-            if self.clock() + slot_limit < deadline:
-                deadline = self.clock() + slot_limit
+            if job.clock() + slot_limit < deadline:
+                deadline = job.clock() + slot_limit
                 self.slot_limited = slot_limit
         return deadline
 
     def _loop_order(self, plan: dict[str, int]) -> dict[str, Any]:
         """The order both loops run (calibration and candidate), from the plan."""
-        l2 = self.fingerprint.get("l2_bytes")
+        job = self.job
+        l2 = job.fingerprint.get("l2_bytes")
         # Without CUDA IPC the kept outputs come to the server as bytes after each segment's
         # report, and the server's clock runs until they are all here (outputs computed after the
         # report are clocked): the calibration sends as many bytes the same way.
-        payloads = bool(plan["keep"]) and not (self.fingerprint.get("cuda") and (self.request.get("options") or {})
+        payloads = bool(plan["keep"]) and not (job.fingerprint.get("cuda") and (job.request.get("options") or {})
                                                .get("ipc", True))
         return {"calls": plan["calls"], "warmup_calls": plan["warmup"], "keep": plan["keep"],
                 "segments": plan["segments"], "budget_bytes": plan["budget_bytes"], "l2_bytes": int(l2) if l2 else None,
                 "payloads": payloads}
 
-    def _first_calibration(self, order: dict[str, Any], *, segments: int, deadline: float,
-                           key: str) -> tuple[float | None, bool]:
-        """The loop's own cost (s), measured or reused from an earlier job of the same order, and
-        whether it was reused; None where neither a GPU nor the defences ask for it."""
-        calibration_s = None
-        reused = False
-        if self.fingerprint.get("cuda") or self.config.defences:
-            calibration_s = self.gate.calibrations.get(key)
-            if calibration_s is None:
-                calibrating = time.monotonic()
-                calibration_s = self.calibrate(order, segments, deadline)
-                add_seconds(self.concurrency, "slot_calibration_s", time.monotonic() - calibrating)
-                if calibration_s is None:
-                    raise ReferenceGone("ran out of device memory running the empty timed loop (calibration)")
-                self.gate.calibrations[key] = calibration_s
-            else:
-                reused = True
-        return calibration_s, reused
-
     def _warm_candidate(self, order: dict[str, Any], *, keep: int, deadline: float) -> list[Any]:
         """The candidate's order and its unclocked warm-up; the kept slots' IPC handles it sent
         (on a GPU, before the clock ran; else none)."""
-        if self.hold is not None:
-            self.hold.wait_idle()  # the calibration's own work, and anything a neighbour left, drained
+        job = self.job
+        if job.hold is not None:
+            job.hold.wait_idle()  # the calibration's own work, and anything a neighbour left, drained
         warming = time.monotonic()
-        self.cand_send("time", seed=self.rng.getrandbits(40), **order)
-        warmed = self.cand_recv({"warmed"}, deadline)
-        add_seconds(self.concurrency, "slot_warmup_s", time.monotonic() - warming)
+        job.channels.cand_send("time", seed=job.rng.getrandbits(40), **order)
+        warmed = job.channels.cand_recv({"warmed"}, deadline)
+        add_seconds(job.concurrency, "slot_warmup_s", time.monotonic() - warming)
         ipc_kept = warmed["kept"]  # on a GPU: the kept slots' IPC handles, sent before the clock ran
         if len(ipc_kept) not in (0, keep):
             raise protocol.ProtocolError("the timed loop did not run as ordered")
@@ -330,6 +300,7 @@ class TimedPhases(BaselinePhases):
         """One segment: run and clocked (its samples appended to `samples`, the server's time to
         `segment_s`), its secretly chosen calls verified with the candidate stopped, and the
         candidate told. (passed, meaningful so far, the server's seconds around it)."""
+        job = self.job
         first = segment * calls
         message, sent, t0 = self.run_segment(timed_seed + first, deadline)
         kept = ipc_kept or message["kept"]
@@ -338,15 +309,15 @@ class TimedPhases(BaselinePhases):
             raise protocol.ProtocolError("the timed loop did not run as ordered")
         samples += message["samples_ms"]
         if segment == 0:
-            self.result["timed_loop"]["empty_call_ms"] = empty_call_claim(message)
+            job.result["timed_loop"]["empty_call_ms"] = empty_call_claim(message)
         meaningful = meaningful and bool(message["meaningful"])
         kept_payloads = []
         for entry in kept:
             if not isinstance(entry, dict) or not isinstance(entry.get("outputs"), list) \
                     or not isinstance(entry.get("index"), int):
                 raise protocol.ProtocolError("malformed kept output")
-            kept_payloads.append([] if ipc_kept else self.relay_payloads(entry["outputs"], deadline,
-                                                                            self.payload_limit()))
+            kept_payloads.append([] if ipc_kept else job.channels.relay_payloads(entry["outputs"], deadline,
+                                                                                 job.channels.payload_limit()))
         # The clock stops once the segment's outputs have arrived as bytes (above, without
         # CUDA IPC), and the candidate is stopped at once: no host work of its own runs
         # after its report, nor while its kept outputs are read (it stays stopped until the
@@ -355,19 +326,19 @@ class TimedPhases(BaselinePhases):
         # the device idle was tried: on an H200 (2026-11-25) the probe read busy for ~14 ms
         # after every segment of honest, synchronised tiny ReLUs and charged them 14x.
         t1 = time.perf_counter()
-        stopped = self.stop_candidate(True)
+        stopped = job.stop_candidate(True)
         segment_s.append(t1 - t0)
-        with self.handling_candidate("timing samples"):
+        with job.failures.handling_candidate("timing samples"):
             check_samples(message["samples_ms"], t1 - sent)
         comparing = time.monotonic()
         ok = self._verify_kept(segment, first=first, calls=calls, segments=segments, timed_seed=timed_seed,
                                chosen=chosen, kept=kept, kept_payloads=kept_payloads, ipc_kept=ipc_kept,
                                deadline=deadline)
         if stopped:
-            self.stop_candidate(False)
-        add_seconds(self.concurrency, "slot_compare_s", time.monotonic() - comparing)
+            job.stop_candidate(False)
+        add_seconds(job.concurrency, "slot_compare_s", time.monotonic() - comparing)
         last = segment == segments - 1
-        self.cand_send("check_reply", decided=not ok, passed=ok, stop=not ok or last)
+        job.channels.cand_send("check_reply", decided=not ok, passed=ok, stop=not ok or last)
         return ok, meaningful, t1 - t0
 
     def _verify_kept(self, segment: int, *, first: int, calls: int, segments: int, timed_seed: int, chosen: set[int],
@@ -381,153 +352,78 @@ class TimedPhases(BaselinePhases):
             if not ipc_kept and entry["index"] != slot:
                 raise protocol.ProtocolError("kept outputs out of order")
             check = {"name": f"timed call {index}", "kind": "main", "seed": timed_seed + index, "stop": True}
-            self.planned.append(check["name"])
+            self.job.planned.append(check["name"])
             # The reference keeps its cached memory until the loop's last segment: memory
             # it gave back to the driver between segments was cleared in the background
             # while the candidate's next calls ran (gate.Bandwidth).
-            record = self.compare(check, len(entry["outputs"]), entry["outputs"], [], kept_payloads[slot],
-                                  deadline, keep_cache=segment < segments - 1)
+            record = self.job.checks.compare(check, len(entry["outputs"]), entry["outputs"], [], kept_payloads[slot],
+                                             deadline, keep_cache=segment < segments - 1)
             if not record.passed:
                 return False
         return True
-
-    def _recalibrate(self, order: dict[str, Any], *, segments: int, deadline: float, first_s: float,
-                     key: str) -> float:
-        """The calibration measured again; the smaller of the two counts (and is kept for reuse)."""
-        # Noise only ever adds time, and a slow calibration both shrinks the server's time and
-        # widens the slack, enough to let a forged clock through once on a busy CPU. So when
-        # the claim falls short of the server's time, the calibration runs again and the
-        # smaller one counts (an honest candidate's claim matches, and pays nothing).
-        calibration_s = first_s
-        calibrating = time.monotonic()
-        again = self.calibrate(order, segments, deadline)
-        add_seconds(self.concurrency, "slot_calibration_s", time.monotonic() - calibrating)
-        self.result["timed_loop"]["calibrations_s"] = [calibration_s, again]
-        if again is not None:
-            calibration_s = min(calibration_s, again)
-            self.result["timed_loop"]["calibration_s"] = calibration_s
-            self.gate.calibrations[key] = calibration_s
-            self.gate.recalibrated.add(key)  # measured twice: see recalibration_wanted
-        return calibration_s
 
     def _record_timing(self, samples: list[Any], *, measured: int, loop_s: float, calibration_s: float | None,
                        meaningful: bool, segment_s: list[float], calls: int, clocks: list[float] | None) -> None:
         """The server's decision on the candidate's time (verdict.trusted_time), recorded with its
         flags, the timer traps' and the roofline's."""
-        config = self.config
+        job = self.job
+        config = job.config
         decision = verdict.trusted_time(samples, measured, loop_s, calibration_s,
-                                        meaningful and bool(self.fingerprint.get("cuda")),
+                                        meaningful and bool(job.fingerprint.get("cuda")),
                                         segment_s=segment_s, calls_per_segment=calls)
         timing = dict(decision.timing, samples_ms=[float(x) for x in samples][:5000], source=decision.source,
                       clocks_mhz=clocks or [], server_segments_ms=decision.segments_ms)
-        self.result["timings"]["candidate"] = timing
-        self.result["timed_loop"].update(server_ms_per_call=decision.server_ms,
-                                         claimed_mean_ms=decision.claimed_mean_ms, source=decision.source)
+        job.result["timings"]["candidate"] = timing
+        job.result["timed_loop"].update(server_ms_per_call=decision.server_ms,
+                                        claimed_mean_ms=decision.claimed_mean_ms, source=decision.source)
         for item in decision.flags:
-            self.flag(item)
+            job.flag(item)
         for item in self.timer_flags(clocks, timing["samples_ms"]):
-            self.flag(item)
+            job.flag(item)
         if config.defences:  # on the CPU this notes that the check does not apply
-            roof = verdict.check_roofline(self.fingerprint, self.ready, float(timing["median_ms"]),
+            roof = verdict.check_roofline(job.fingerprint, job.ready, float(timing["median_ms"]),
                                           config.roofline_margin)
             if roof:
-                self.flag(roof)
+                job.flag(roof)
 
     def clock_sampler(self, expected_s: float) -> Any:
         """A ClockSampler for the device (child/sm_clocks.py), or None: no GPU, no NVML in the probe,
         or an NVML whose start-up is too slow to pay for on every evaluation."""
-        nvml = self.fingerprint.get("nvml") or {}
-        if not self.fingerprint.get("cuda") or not nvml.get("available") or \
+        job = self.job
+        nvml = job.fingerprint.get("nvml") or {}
+        if not job.fingerprint.get("cuda") or not nvml.get("available") or \
                 float(nvml.get("init_ms") or 1e9) > NVML_INIT_MAX_MS:
             return None
         from kernelagent.harness.child.sm_clocks import ClockSampler
 
         try:
-            return ClockSampler.for_device(self.fingerprint.get("uuid"), self.fingerprint.get("pci_bus_id"), expected_s)
+            return ClockSampler.for_device(job.fingerprint.get("uuid"), job.fingerprint.get("pci_bus_id"), expected_s)
         except Exception:  # noqa: BLE001 - no clocks rather than no evaluation
             return None
 
     def timer_flags(self, clocks: list[float] | None, samples_ms: list[float]) -> list[dict[str, str]]:
         """The timer traps that concern the candidate's loop: the clock dropped over it, or the
         device probe found that the L2 flush does not evict or that persisting L2 cannot be reset."""
+        job = self.job
         from kernelagent.harness.result import throttling_flag
 
         flags = []
         throttled = throttling_flag("candidate's", clocks, samples_ms)
         if throttled is not None:
             flags.append(verdict.flag(throttled.kind, throttled.message))
-        if not self.fingerprint.get("cuda"):
+        if not job.fingerprint.get("cuda"):
             return flags
-        flush = self.fingerprint.get("l2_flush") or {}
-        if flush.get("evicts") is False and self.config.flush_l2:
+        flush = job.fingerprint.get("l2_flush") or {}
+        if flush.get("evicts") is False and job.config.flush_l2:
             flags.append(verdict.flag(
                 "l2-flush", f"the L2 flush did not evict in the device probe (a read after the flush took "
                 f"{flush.get('cold_ms')} ms, a second read {flush.get('warm_ms')} ms; rule: {flush.get('rule')}): "
                 "the times are partly warm-L2"))
-        reset = self.fingerprint.get("l2_reset")
+        reset = job.fingerprint.get("l2_reset")
         if reset and reset != "ok":
             flags.append(verdict.flag("l2-reset", "persisting L2 lines were not reset before each timed call: "
                                       + str(reset)))
         return flags
-
-    def stop_candidate(self, stop: bool) -> bool:
-        """SIGSTOP (or SIGCONT) every process of the candidate's job: its process group and
-        process tree (gate.signal_processes: ninja's nvcc commands have groups of their own)
-        and, in a jail, every process of its pid namespace (a setsid helper included). A
-        continue lets go of every process the earlier stops reached (gate.Stops)."""
-        assert self.cand is not None
-        self.cand_stops.signal(self.cand, stop, self._namespace_members)
-        return True
-
-    def _namespace_members(self) -> list[int]:
-        """Every process of the candidate's pid namespace, where it has one of its own."""
-        try:
-            children = open(f"/proc/{self.cand.pid}/task/{self.cand.pid}/children").read().split()
-            namespace = os.readlink(f"/proc/{children[0]}/ns/pid") if children else None
-        except (OSError, IndexError):
-            namespace = None
-        if not namespace or namespace == os.readlink("/proc/self/ns/pid"):
-            return []
-        members = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
-                        members.append(int(entry))
-                except OSError:
-                    continue
-        return members
-
-    def calibrate(self, order: dict[str, Any], segments: int, deadline: float) -> float | None:
-        """The server's clock around the reference process running the timed loop with an empty
-        model, segment by segment as the candidate's loop: the loop's own cost, in seconds. None
-        when the reference could not run it (out of memory beside the candidate's kept outputs,
-        on a second run), which the reference reports instead of dying."""
-        # The candidate's processes are stopped meanwhile: work of theirs beside the empty loop
-        # would inflate the loop's measured cost, and so shrink the time charged to the candidate.
-        stopped = self.stop_candidate(True)
-        try:
-            if self.hold is not None:
-                self.hold.wait_idle()  # kernels the candidate queued before it was stopped, drained
-            protocol.send(self.to_ref, "calibrate", self.job_id, self.ref_nonce, seed=self.rng.getrandbits(40),
-                          **order)
-            if self.ref_recv({"warmed", "calibrated"}, deadline)["type"] == "calibrated":
-                return None
-            total = 0.0
-            for _ in range(segments):
-                protocol.send(self.to_ref, "go", self.job_id, self.ref_nonce, seed=self.rng.getrandbits(40))
-                t0 = time.perf_counter()
-                message = self.ref_recv({"calibrated"}, deadline)
-                if message["seconds"] < 0:
-                    return None
-                # the bytes of its kept (empty) outputs, as the candidate's come (order["payloads"])
-                for size in message["payload_bytes"]:
-                    protocol.recv_payload(self.to_ref, max_bytes=max(int(size), 1))
-                total += time.perf_counter() - t0
-            return total
-        finally:
-            if stopped:
-                self.stop_candidate(False)
 
     def harness_budget(self) -> int:
         """Device bytes the harness itself may hold in one process beyond the problem's own
@@ -535,22 +431,11 @@ class TimedPhases(BaselinePhases):
         problem's I/O bytes (at least memory_plan.HARNESS_FLOOR), within 30% of the free memory. With one set of
         inputs and outputs in use, a process then stays within about 2.5x the problem's bytes
         (the memory plan, issue 12). On the CPU a fixed 256 MiB."""
-        if not self.fingerprint.get("cuda"):
+        job = self.job
+        if not job.fingerprint.get("cuda"):
             # The knob lets the CPU tests drive the segmented loop with small problems.
             return setting("KERNELAGENT_CPU_KEEP_BYTES")
-        io = int(self.ready.get("input_bytes", 0)) + int(self.ready.get("output_bytes", 0))
-        free = int(self.ready.get("memory", {}).get("free_bytes", 0))
+        io = int(job.ready.get("input_bytes", 0)) + int(job.ready.get("output_bytes", 0))
+        free = int(job.ready.get("memory", {}).get("free_bytes", 0))
         return memory_plan.harness_bytes(io, free)
 
-    def ref_stats(self) -> None:
-        if self.ref is None or not self.ref.is_alive():
-            return
-        try:
-            protocol.send(self.to_ref, "exit", self.job_id, self.ref_nonce)
-            message = self.ref_recv({"ref_stats"}, self.clock() + 10)
-            peak = message["memory"].get("peak_bytes")
-            if isinstance(peak, int):
-                self.result["memory"]["peak_reference_bytes"] = peak
-            self.alloc_retries["reference"] = verdict.count_claim(message["memory"].get("alloc_retries"))
-        except (StageTimeout, ReferenceGone, _Stop, OSError, protocol.ProtocolError):
-            pass

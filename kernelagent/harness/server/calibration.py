@@ -1,0 +1,108 @@
+"""The timed loop's calibration (a stage object of server/timed.py's TimedLoop): the server's
+clock around the trusted reference running the candidate's loop with an empty model, segment by
+segment, so the loop's own cost is taken off the candidate's time. Measured once per problem and
+loop order in a server and reused (gate.calibrations); measured again, at most once on a GPU,
+when the candidate's claim falls short of the server's time (recalibration_wanted), the smaller
+of the two counting. It gets the job through seams.CalibrationJob."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from kernelagent.harness import protocol
+from kernelagent.harness.server import verdict
+from kernelagent.harness.server.gate import add_seconds
+from kernelagent.harness.server.stages import ReferenceGone
+
+if TYPE_CHECKING:
+    from kernelagent.harness.server.seams import CalibrationJob
+
+
+class Calibration:
+    """The empty loop's cost, for one job's timed loop."""
+
+    def __init__(self, job: CalibrationJob):
+        self.job = job
+
+    def calibrate(self, order: dict[str, Any], segments: int, deadline: float) -> float | None:
+        """The server's clock around the reference process running the timed loop with an empty
+        model, segment by segment as the candidate's loop: the loop's own cost, in seconds. None
+        when the reference could not run it (out of memory beside the candidate's kept outputs,
+        on a second run), which the reference reports instead of dying."""
+        job = self.job
+        # The candidate's processes are stopped meanwhile: work of theirs beside the empty loop
+        # would inflate the loop's measured cost, and so shrink the time charged to the candidate.
+        stopped = job.stop_candidate(True)
+        try:
+            if job.hold is not None:
+                job.hold.wait_idle()  # kernels the candidate queued before it was stopped, drained
+            protocol.send(job.to_ref, "calibrate", job.job_id, job.ref_nonce, seed=job.rng.getrandbits(40),
+                          **order)
+            if job.channels.ref_recv({"warmed", "calibrated"}, deadline)["type"] == "calibrated":
+                return None
+            total = 0.0
+            for _ in range(segments):
+                protocol.send(job.to_ref, "go", job.job_id, job.ref_nonce, seed=job.rng.getrandbits(40))
+                t0 = time.perf_counter()
+                message = job.channels.ref_recv({"calibrated"}, deadline)
+                if message["seconds"] < 0:
+                    return None
+                # the bytes of its kept (empty) outputs, as the candidate's come (order["payloads"])
+                for size in message["payload_bytes"]:
+                    protocol.recv_payload(job.to_ref, max_bytes=max(int(size), 1))
+                total += time.perf_counter() - t0
+            return total
+        finally:
+            if stopped:
+                job.stop_candidate(False)
+
+    def first(self, order: dict[str, Any], *, segments: int, deadline: float, key: str) -> tuple[float | None, bool]:
+        """The loop's own cost (s), measured or reused from an earlier job of the same order, and
+        whether it was reused; None where neither a GPU nor the defences ask for it."""
+        job = self.job
+        calibration_s = None
+        reused = False
+        if job.fingerprint.get("cuda") or job.config.defences:
+            calibration_s = job.gate.calibrations.get(key)
+            if calibration_s is None:
+                calibrating = time.monotonic()
+                calibration_s = self.calibrate(order, segments, deadline)
+                add_seconds(job.concurrency, "slot_calibration_s", time.monotonic() - calibrating)
+                if calibration_s is None:
+                    raise ReferenceGone("ran out of device memory running the empty timed loop (calibration)")
+                job.gate.calibrations[key] = calibration_s
+            else:
+                reused = True
+        return calibration_s, reused
+
+    def recalibrate(self, order: dict[str, Any], *, segments: int, deadline: float, first_s: float,
+                    key: str) -> float:
+        """The calibration measured again; the smaller of the two counts (and is kept for reuse)."""
+        job = self.job
+        # Noise only ever adds time, and a slow calibration both shrinks the server's time and
+        # widens the slack, enough to let a forged clock through once on a busy CPU. So when
+        # the claim falls short of the server's time, the calibration runs again and the
+        # smaller one counts (an honest candidate's claim matches, and pays nothing).
+        calibration_s = first_s
+        calibrating = time.monotonic()
+        again = self.calibrate(order, segments, deadline)
+        add_seconds(job.concurrency, "slot_calibration_s", time.monotonic() - calibrating)
+        job.result["timed_loop"]["calibrations_s"] = [calibration_s, again]
+        if again is not None:
+            calibration_s = min(calibration_s, again)
+            job.result["timed_loop"]["calibration_s"] = calibration_s
+            job.gate.calibrations[key] = calibration_s
+            job.gate.recalibrated.add(key)  # measured twice: see recalibration_wanted
+        return calibration_s
+
+    def recalibration_wanted(self, key: str, samples: list[Any], measured: int, loop_s: float,
+                             calibration_s: float) -> bool:
+        """verdict.needs_recalibration, at most once per loop on a GPU: a many-segment loop's
+        honest claim always falls short of the server's time by its per-segment cost, so every
+        job recalibrated (0.5 s of the slot for a level-1 softmax on an H100, 2026-11-26) and the
+        reuse saved nothing. The smaller of the two measures is kept and reused after that. On
+        the CPU (a busy runner's noise) every job may still recalibrate."""
+        if self.job.fingerprint.get("cuda") and key in self.job.gate.recalibrated:
+            return False
+        return verdict.needs_recalibration(samples, measured, loop_s, calibration_s)
