@@ -69,3 +69,51 @@ def test_a_link_a_bad_key_or_the_setting_off_reads_and_writes_nothing(tmp_path):
     off.put(_key(), Calibration(0.5, False))
     assert off.get(_key()) is None and not (tmp_path / "off").exists()
     assert CalibrationStore(None).get(_key()) is None
+
+
+class _Job:
+    """The parts of a job server/calibration.py's Calibration reads (seams.CalibrationJob)."""
+
+    def __init__(self, gate, cuda=True):
+        from kernelagent.harness.config import EvalConfig
+
+        self.gate, self.fingerprint, self.config = gate, {"cuda": cuda}, EvalConfig()
+        self.concurrency, self.result = {}, {"timed_loop": {}}
+
+
+def _server(tmp_path):
+    from kernelagent.harness.server.gate import Gate
+
+    gate = Gate()
+    gate.calibration_store = CalibrationStore(tmp_path / "calibrations")
+    return gate
+
+
+def _calibration(job, measured):
+    from kernelagent.harness.server.calibration import Calibration as Stage
+
+    stage = Stage(job)
+    stage.calibrate = lambda order, segments, deadline: measured.pop(0)  # the reference's empty loop
+    return stage
+
+
+def test_a_second_server_reuses_what_the_first_measured_and_recalibrated(tmp_path):
+    """The wiring (server/calibration.py): the first server measures and stores; another server of
+    the host reads it without holding the slot to measure, and a calibration measured twice is
+    not measured again there either (recalibration_wanted)."""
+    key_ = _key()
+    first = _calibration(_Job(_server(tmp_path)), [0.62, 0.596])
+    assert first.first(None, segments=2, deadline=0, key=key_) == (0.62, False) and not first.shared
+    assert first.recalibrate(None, segments=2, deadline=0, first_s=0.62, key=key_) == 0.596
+    second_job = _Job(_server(tmp_path))
+    second = _calibration(second_job, [])  # measuring would pop from an empty list
+    assert second.first(None, segments=2, deadline=0, key=key_) == (0.596, True) and second.shared
+    assert key_ in second_job.gate.recalibrated
+    assert not second.recalibration_wanted(key_, [0.01] * 10, 10, 10.0, 0.596)
+
+
+def test_on_the_cpu_nothing_is_shared(tmp_path):
+    key_ = _key()
+    one = _calibration(_Job(_server(tmp_path), cuda=False), [0.5])
+    assert one.first(None, segments=1, deadline=0, key=key_) == (0.5, False)
+    assert not (tmp_path / "calibrations").exists()

@@ -257,6 +257,8 @@ class Evaluator(ServerChannel):
         probes = _made_dir(self.cache.root / "device-probe")
         if probes is not None:
             cmd += ["--probe-cache", str(probes)]
+        calibrations = _made_dir(self.cache.root / "calibrations")  # shared: server/calibration_store.py
+        cmd += ["--calibration-cache", str(calibrations)] if calibrations is not None else []
         self.reference_compile_dir = shared
         # Only the server reads and writes the build cache; jobs get verified copies of their entries.
         self.cuda_cache_dir = persistent or scratch_root / "cuda-ext"

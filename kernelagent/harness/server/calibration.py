@@ -11,6 +11,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kernelagent.harness import protocol
+from kernelagent.harness.loop_order import LoopOrder
+from kernelagent.harness.server.calibration_store import Calibration as StoredCalibration
 from kernelagent.harness.server import verdict
 from kernelagent.harness.server.gate import add_seconds
 from kernelagent.harness.server.stages import ReferenceGone
@@ -24,8 +26,9 @@ class Calibration:
 
     def __init__(self, job: CalibrationJob):
         self.job = job
+        self.shared = False  # the calibration came from another server of this host (the store)
 
-    def calibrate(self, order: dict[str, Any], segments: int, deadline: float) -> float | None:
+    def calibrate(self, order: LoopOrder, segments: int, deadline: float) -> float | None:
         """The server's clock around the reference process running the timed loop with an empty
         model, segment by segment as the candidate's loop: the loop's own cost, in seconds. None
         when the reference could not run it (out of memory beside the candidate's kept outputs,
@@ -38,7 +41,7 @@ class Calibration:
             if job.hold is not None:
                 job.hold.wait_idle()  # kernels the candidate queued before it was stopped, drained
             protocol.send(job.to_ref, "calibrate", job.job_id, job.ref_nonce, seed=job.rng.getrandbits(40),
-                          **order)
+                          **order.fields())
             if job.channels.ref_recv({"warmed", "calibrated"}, deadline)["type"] == "calibrated":
                 return None
             total = 0.0
@@ -57,14 +60,22 @@ class Calibration:
             if stopped:
                 job.stop_candidate(False)
 
-    def first(self, order: dict[str, Any], *, segments: int, deadline: float, key: str) -> tuple[float | None, bool]:
-        """The loop's own cost (s), measured or reused from an earlier job of the same order, and
+    def first(self, order: LoopOrder, *, segments: int, deadline: float, key: str) -> tuple[float | None, bool]:
+        """The loop's own cost (s), measured or reused from an earlier job of the same order (of
+        this server, or on a GPU of another server of this host: gate.calibration_store), and
         whether it was reused; None where neither a GPU nor the defences ask for it."""
         job = self.job
         calibration_s = None
         reused = False
         if job.fingerprint.get("cuda") or job.config.defences:
             calibration_s = job.gate.calibrations.get(key)
+            shared = job.gate.calibration_store.get(key) if calibration_s is None and job.fingerprint.get("cuda") \
+                else None
+            if shared is not None:
+                calibration_s = job.gate.calibrations[key] = shared.seconds
+                if shared.recalibrated:
+                    job.gate.recalibrated.add(key)
+                self.shared = True
             if calibration_s is None:
                 calibrating = time.monotonic()
                 calibration_s = self.calibrate(order, segments, deadline)
@@ -72,11 +83,13 @@ class Calibration:
                 if calibration_s is None:
                     raise ReferenceGone("ran out of device memory running the empty timed loop (calibration)")
                 job.gate.calibrations[key] = calibration_s
+                if job.fingerprint.get("cuda"):
+                    job.gate.calibration_store.put(key, StoredCalibration(calibration_s, False))
             else:
                 reused = True
         return calibration_s, reused
 
-    def recalibrate(self, order: dict[str, Any], *, segments: int, deadline: float, first_s: float,
+    def recalibrate(self, order: LoopOrder, *, segments: int, deadline: float, first_s: float,
                     key: str) -> float:
         """The calibration measured again; the smaller of the two counts (and is kept for reuse)."""
         job = self.job
@@ -94,6 +107,8 @@ class Calibration:
             job.result["timed_loop"]["calibration_s"] = calibration_s
             job.gate.calibrations[key] = calibration_s
             job.gate.recalibrated.add(key)  # measured twice: see recalibration_wanted
+            if job.fingerprint.get("cuda"):
+                job.gate.calibration_store.put(key, StoredCalibration(calibration_s, True))
         return calibration_s
 
     def recalibration_wanted(self, key: str, samples: list[Any], measured: int, loop_s: float,

@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
+from kernelagent.harness.server.calibration_store import CalibrationStore
 from kernelagent import settings
 from kernelagent.harness.child import memory_plan
 
@@ -85,6 +86,9 @@ class Gate:
         # problem and order reuses it (a claim that falls short still recalibrates).
         self.calibrations: dict[str, float] = {}
         self.recalibrated: set[str] = set()  # calibrations measured twice (the smaller kept): not again
+        # The same, shared by the servers of this host (server/calibration_store.py): read where this
+        # server has none, written when it measures one. Serve() gives it its folder.
+        self.calibration_store = CalibrationStore(None)
         # The timed loop's shape by problem and settings (timed.loop_plan), made by the first job
         # of a problem: later jobs run the same loop, so its calibration is reused (the loop's
         # length came from the reference's eager time per job, which differs by a few percent,

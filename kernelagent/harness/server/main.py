@@ -195,7 +195,7 @@ def _import_once(*, expects_cuda: bool) -> None:
 
 def serve(conn: Connection | None, requested_device: str, scratch_root: Path, isolation: str,
           hide: list[str] | None = None, probe_cache: Path | None = None, concurrency: int = 0,
-          listener: Any = None) -> None:
+          listener: Any = None, calibration_cache: Path | None = None) -> None:
     """Set up once (the probe, the imports, the jail), then serve `conn` (the caller that started
     this server), or with `listener` (server/listen.py: a warm harness that outlives one command)
     every connection of this user, jobs of all of them sharing the device's gate."""
@@ -235,8 +235,8 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
     limit = concurrency if concurrency > 0 else chosen
     fingerprint["concurrency"] = {"jobs": limit, "default": chosen, "why": why if concurrency <= 0 else "asked for",
                                   "compile_workers": share_compile_workers(limit)}
+    gate = Dispatcher.make_gate(fingerprint, limit, calibration_cache=calibration_cache)
     if listener is not None:
-        gate = Dispatcher.make_gate(fingerprint, limit)
         admission = Dispatcher.make_admission(fingerprint, limit)
 
         def connection(client: Connection) -> "Dispatcher":
@@ -249,7 +249,7 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
         print(f"kernelagent harness {os.getpid()}: exiting: {why}", file=sys.stderr, flush=True)
         return
     assert conn is not None
-    dispatcher = Dispatcher(conn, scratch_root, fingerprint, sandbox, limit)
+    dispatcher = Dispatcher(conn, scratch_root, fingerprint, sandbox, limit, gate=gate)
     protocol.send(conn, "hello", "-", fingerprint=protocol.json_safe(fingerprint), pid=os.getpid(), daemon={})
     dispatcher.run()
 
@@ -290,8 +290,9 @@ class Dispatcher:
         self._lock = threading.Lock()
 
     @staticmethod
-    def make_gate(fingerprint: dict[str, Any], limit: int) -> gate_mod.Gate:
+    def make_gate(fingerprint: dict[str, Any], limit: int, *, calibration_cache: Path | None = None) -> gate_mod.Gate:
         gate = gate_mod.Gate(idle_wait_s=settings.get("KERNELAGENT_IDLE_WAIT_S"))
+        gate.calibration_store = gate_mod.CalibrationStore(calibration_cache)
         if fingerprint.get("cuda") and limit > 1:
             gate.memory = gate_mod.MemoryLedger(fingerprint.get("free_bytes"))
         return gate
@@ -558,6 +559,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--isolation", default="auto")
     parser.add_argument("--hide", action="append", default=[], help="a directory jobs must not see (repeatable)")
     parser.add_argument("--probe-cache", default=None, help="a directory for the device probe's cached answers")
+    parser.add_argument("--calibration-cache", default=None,
+                        help="a directory for timed loops' calibrations, shared by the servers of this host")
     parser.add_argument("--concurrency", type=int, default=0, help="jobs at once (0: chosen from CPUs and memory)")
     # Applied by __main__.py before torch is imported; accepted here so the command line parses.
     parser.add_argument("--cpus", default=None, help="comma-separated CPUs this server and its jobs run on")
@@ -575,7 +578,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         serve(Connection(args.fd) if args.fd is not None else None, args.device, Path(args.scratch_root),
               args.isolation, args.hide, Path(args.probe_cache) if args.probe_cache else None, args.concurrency,
-              listener=listener)
+              listener=listener, calibration_cache=Path(args.calibration_cache) if args.calibration_cache else None)
     finally:
         if listener is not None:
             listener.close()

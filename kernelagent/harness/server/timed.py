@@ -19,6 +19,8 @@ from kernelagent.settings import BY_NAME, get as setting
 from kernelagent.harness import protocol
 from kernelagent.harness.child import memory_plan
 from kernelagent.harness.server import draws, verdict
+from kernelagent.harness.loop_order import LoopOrder
+from kernelagent.harness.server import calibration_store
 from kernelagent.harness.server.calibration import Calibration
 from kernelagent.harness.server.gate import add_seconds
 
@@ -36,6 +38,9 @@ MAX_KEPT_CALLS = 1000
 # call on a 0.017 ms kernel: honest runs flagged clock-mismatch. 256 MiB keeps ten.
 # (memory_plan.HARNESS_FLOOR, with the share of free memory in memory_plan.HARNESS_SHARE.)
 KEEP_CPU_BYTES: int = BY_NAME["KERNELAGENT_CPU_KEEP_BYTES"].default
+# Settings that change no timed loop (which results are audited): left out of the loop's plan and
+# calibration keys, so that an audited evaluation reuses what an unaudited one of the same loop measured.
+LOOP_NEUTRAL = ("seed", "trials", "timeouts", "audit", "audit_wins", "audit_share")
 TIMED_CHECKS = 3  # timed calls verified, chosen in secret over the whole loop (the last one always too)
 MAX_SEGMENTS = 256  # a loop of huge outputs (one kept per segment) stops here
 # The server reads the SM clock around the candidate's loop only where NVML starts faster than
@@ -183,7 +188,7 @@ class TimedLoop:
         server's time (recalibrated at most once) recorded with its flags. True to go on."""
         job = self.job
         estimate = self._loop_estimate()
-        settings = {k: v for k, v in job.config.to_dict().items() if k not in ("seed", "trials", "timeouts")}
+        settings = {k: v for k, v in job.config.to_dict().items() if k not in LOOP_NEUTRAL}
         plan, plan_reused = self.loop_plan(estimate, settings)
         total, warmup, keep, segments, calls = (plan[k] for k in ("total", "warmup", "keep", "segments", "calls"))
         deadline = self._slot_deadline(deadline, estimate=estimate, total=total, warmup=warmup, segments=segments)
@@ -193,8 +198,8 @@ class TimedLoop:
         # exactly as the candidate's loop; then the candidate's loop. Each warms up first,
         # unclocked; the clock runs from each segment's `go` (which reveals its calls' seed) to its
         # report, so nothing of the measured calls can happen outside it.
-        calibration_key = hashlib.sha256(json.dumps([job.problem_source, settings, sorted(order.items())],
-                                                    sort_keys=True, default=str).encode()).hexdigest()
+        calibration_key = calibration_store.key(job.fingerprint, problem_source=job.problem_source,
+                                                settings_=settings, order=order.fields())
         calibration_s, reused = self.calibration.first(order, segments=segments, deadline=deadline,
                                                        key=calibration_key)
         ipc_kept = self._warm_candidate(order, keep=keep, deadline=deadline)
@@ -204,7 +209,8 @@ class TimedLoop:
             if keep else set()
         job.result["timed_loop"] = {"calls": measured, "segments": segments, "warmup_calls": warmup, "kept": keep,
                                     "verified": len(chosen), "server_loop_s": 0.0, "calibration_s": calibration_s,
-                                    "calibration_reused": reused, "plan_reused": plan_reused}
+                                    "calibration_reused": reused, "calibration_shared": self.calibration.shared,
+                                    "plan_reused": plan_reused}
         samples: list[Any] = []
         segment_s: list[float] = []  # the server's clock around each segment
         loop_s = 0.0
@@ -266,7 +272,7 @@ class TimedLoop:
                 self.slot_limited = slot_limit
         return deadline
 
-    def _loop_order(self, plan: dict[str, int]) -> dict[str, Any]:
+    def _loop_order(self, plan: dict[str, int]) -> LoopOrder:
         """The order both loops run (calibration and candidate), from the plan."""
         job = self.job
         l2 = job.fingerprint.get("l2_bytes")
@@ -275,18 +281,18 @@ class TimedLoop:
         # report are clocked): the calibration sends as many bytes the same way.
         payloads = bool(plan["keep"]) and not (job.fingerprint.get("cuda") and (job.request.get("options") or {})
                                                .get("ipc", True))
-        return {"calls": plan["calls"], "warmup_calls": plan["warmup"], "keep": plan["keep"],
-                "segments": plan["segments"], "budget_bytes": plan["budget_bytes"], "l2_bytes": int(l2) if l2 else None,
-                "payloads": payloads}
+        return LoopOrder(calls=plan["calls"], warmup_calls=plan["warmup"], keep=plan["keep"],
+                         segments=plan["segments"], budget_bytes=plan["budget_bytes"],
+                         l2_bytes=int(l2) if l2 else None, payloads=payloads)
 
-    def _warm_candidate(self, order: dict[str, Any], *, keep: int, deadline: float) -> list[Any]:
+    def _warm_candidate(self, order: LoopOrder, *, keep: int, deadline: float) -> list[Any]:
         """The candidate's order and its unclocked warm-up; the kept slots' IPC handles it sent
         (on a GPU, before the clock ran; else none)."""
         job = self.job
         if job.hold is not None:
             job.hold.wait_idle()  # the calibration's own work, and anything a neighbour left, drained
         warming = time.monotonic()
-        job.channels.cand_send("time", seed=job.rng.getrandbits(40), **order)
+        job.channels.cand_send("time", seed=job.rng.getrandbits(40), **order.fields())
         warmed = job.channels.cand_recv({"warmed"}, deadline)
         add_seconds(job.concurrency, "slot_warmup_s", time.monotonic() - warming)
         ipc_kept = warmed["kept"]  # on a GPU: the kept slots' IPC handles, sent before the clock ran
