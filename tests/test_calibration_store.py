@@ -76,9 +76,10 @@ class _Job:
 
     def __init__(self, gate, cuda=True):
         from kernelagent.harness.config import EvalConfig
+        from kernelagent.harness.server.job_record import JobRecord
 
         self.gate, self.fingerprint, self.config = gate, {"cuda": cuda}, EvalConfig()
-        self.concurrency, self.result = {}, {"timed_loop": {}}
+        self.concurrency, self.facts = {}, JobRecord(timed_loop={})
 
 
 def _server(tmp_path):

@@ -273,9 +273,10 @@ def test_default_concurrency_is_bounded_by_cpus_and_memory():
 
 def _decided(job, status, reason):
     """A job whose verdict so far is `status`, recorded as a job records it (harness/verdict.py)."""
+    from kernelagent.harness.server.job_record import JobRecord
     from kernelagent.harness.verdict import Concluded
 
-    job.outcomes, job.result = [], {}
+    job.outcomes, job.facts = [], JobRecord()
     job.record(Concluded(status, reason, None))
 
 
@@ -289,21 +290,21 @@ def test_out_of_memory_beside_others_is_retried_alone(tmp_path, monkeypatch):
     job.stage_timed_out, job.alloc_retries = False, {}
     _decided(job, Status.RUNTIME_ERROR, "out of memory on the device")
     job.conclude_concurrency()
-    assert job.result["status"] == Status.HARNESS_ERROR and job.result["concurrency"]["retry_alone"]
+    assert job.facts.status == Status.HARNESS_ERROR and job.facts.concurrency["retry_alone"]
     job.alone = True
     _decided(job, Status.RUNTIME_ERROR, "out of memory on the device")
     job.conclude_concurrency()
-    assert job.result["status"] == Status.RUNTIME_ERROR  # alone, it is the candidate's
+    assert job.facts.status == Status.RUNTIME_ERROR  # alone, it is the candidate's
     # The reference out of memory building the problem beside others (level1/25_Swish with 3.3
     # GiB left by its neighbours on an H100): too_large only once it ran alone.
     job.alone = False
     _decided(job, Status.TOO_LARGE, "the reference ran out of device memory")
     job.conclude_concurrency()
-    assert job.result["status"] == Status.HARNESS_ERROR and job.result["concurrency"]["retry_alone"]
+    assert job.facts.status == Status.HARNESS_ERROR and job.facts.concurrency["retry_alone"]
     job.alone = True
     _decided(job, Status.TOO_LARGE, "the reference ran out of device memory")
     job.conclude_concurrency()
-    assert job.result["status"] == Status.TOO_LARGE
+    assert job.facts.status == Status.TOO_LARGE
     # The caller's side: a retry_alone reply is sent again with options.alone.
     sent = []
     ev = Evaluator(device="cpu", cache_dir=tmp_path)
@@ -355,7 +356,7 @@ def test_a_full_device_while_timed_beside_others_is_retried_alone():
         job.stage_timed_out, job.alloc_retries = False, retries
         _decided(job, status, "")
         job.conclude_concurrency()
-        return job.result
+        return job.facts.to_wire()
 
     result = concluded({"candidate": 3, "reference": 0})
     assert result["status"] == Status.HARNESS_ERROR and result["concurrency"]["retry_alone"]
@@ -383,7 +384,7 @@ def test_a_stage_past_its_limit_beside_others_is_retried_alone():
         job.stage_timed_out, job.alloc_retries = stage_timed_out, {}
         _decided(job, status, "stage 'compile' ran past its 120 s limit")
         job.conclude_concurrency()
-        return job.result
+        return job.facts.to_wire()
 
     result = concluded()
     assert result["status"] == Status.HARNESS_ERROR and result["concurrency"]["retry_alone"]
@@ -600,7 +601,7 @@ def test_the_reference_dying_of_cuda_out_of_memory_beside_others_is_retried_alon
     job.out_of_memory = job_mod._says_out_of_memory(log)
     _decided(job, Status.HARNESS_ERROR, "the reference process exited with code 1 during stage 'compile'")
     job.conclude_concurrency()
-    assert job.result["concurrency"]["retry_alone"] and "re-run alone" in job.result["reason"]
+    assert job.facts.concurrency["retry_alone"] and "re-run alone" in job.facts.reason
 
 
 @pytest.mark.parametrize("readings, flagged", [([(True, True)], None), ([(True, False)], "bandwidth-busy"),

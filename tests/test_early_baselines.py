@@ -104,10 +104,11 @@ def test_the_server_announces_the_baselines_before_the_evidence(monkeypatch):
     """Job.finish_result: the baselines go out before evidence.collect, and only when the evidence
     runs (otherwise the result itself follows at once)."""
     from kernelagent.harness.server import evidence, job as job_mod
+    from kernelagent.harness.server.job_record import JobRecord
 
     order: list[str] = []
     job = job_mod.Job.__new__(job_mod.Job)
-    job.result = {"status": Status.CORRECT, "baselines": dict(BASELINES)}
+    job.facts = JobRecord(status=Status.CORRECT, baselines=dict(BASELINES))
     job.request = {"want_baselines": False}
     job.config, job.fingerprint = EvalConfig(), {"cuda": True}  # no trace: Nsight Compute's stage
     job.on_baselines = lambda b: order.append("baselines")
@@ -116,7 +117,7 @@ def test_the_server_announces_the_baselines_before_the_evidence(monkeypatch):
 
     def collect(j):
         order.append("evidence")
-        j.result["evidence"] = {"kernels": []}
+        j.facts.evidence = {"kernels": []}
 
     monkeypatch.setattr(evidence, "collect", collect)
     monkeypatch.setattr(evidence, "discard", lambda j: order.append("discard"))

@@ -17,6 +17,7 @@ from kernelagent.harness.server import audit
 from kernelagent.harness.caller.results import apply_kernel_evidence
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import EvalResult, Status, Timing
+from kernelagent.harness.server.job_record import JobRecord
 from kernelagent.harness.server import evidence
 from kernelagent.harness.trace.channel import TraceBytes
 from tests import tracefake
@@ -38,8 +39,8 @@ def _job(data: bytes | None, *, config: EvalConfig | None = None, evidence_optio
     return SimpleNamespace(
         config=config or EvalConfig(), fingerprint={"cuda": True}, early_evidence=None, early_counted=False,
         request={"options": {"evidence": {"hide": [], **(evidence_options or {})}}, "candidate_source": SOURCE},
-        result={"status": Status.CORRECT, "flags": [], "timings": {"candidate": {"median_ms": median_ms}},
-                "timed_loop": {"calls": SEGMENTS * CALLS, "warmup_calls": WARMUPS}},
+        facts=JobRecord(status=Status.CORRECT, timings={"candidate": {"median_ms": median_ms}},
+                        timed_loop={"calls": SEGMENTS * CALLS, "warmup_calls": WARMUPS}),
         trace=trace, trace_channel=None, trace_checks=CHECKS)
 
 
@@ -52,7 +53,7 @@ def ncu_runs(monkeypatch):
 
     def collect(job):
         runs.append(job)
-        job.result["evidence"] = {"kernels": list(kernels), "seconds": 10.0}
+        job.facts.evidence = {"kernels": list(kernels), "seconds": 10.0}
 
     monkeypatch.setattr(evidence, "collect", collect)
     monkeypatch.setattr(evidence, "announce_baselines", lambda job: None)
@@ -100,7 +101,7 @@ def test_the_inductor_time_a_win_is_judged_by_is_validated(timings, expected):
 def test_an_honest_traced_result_needs_no_ncu(ncu_runs):
     job = _job(_trace(), config=EvalConfig(audit_share=0.0))
     evidence.stage(job)
-    report = job.result["evidence"]
+    report = job.facts.evidence
     assert not ncu_runs.runs and report["source"] == "trace"
     assert report["trace"]["flags"] == [] and report["trace"]["facts"]["own_ns"] > 0, report
 
@@ -115,7 +116,7 @@ def test_ncu_runs_where_planned_asked_won_or_the_trace_cannot_decide(ncu_runs, w
     job = _job(_trace(), **job_kw)
     evidence.stage(job)
     assert len(ncu_runs.runs) == 1, why
-    report = job.result["evidence"]
+    report = job.facts.evidence
     assert report["role"] == role and "trace" in report, (why, report)
     if role == "fallback":
         assert "incomplete" in report["fallback"]
@@ -125,7 +126,7 @@ def test_a_result_that_does_not_beat_inductor_is_not_audited_as_a_win(ncu_runs):
     job = _job(_trace(), config=EvalConfig(audit_share=0.0), median_ms=0.05,
                evidence_options={"audit_wins": True, "win_below_ms": 0.04})
     evidence.stage(job)
-    assert not ncu_runs.runs and job.result["evidence"]["source"] == "trace"
+    assert not ncu_runs.runs and job.facts.evidence["source"] == "trace"
 
 
 def test_dropped_records_fall_back_to_ncu(ncu_runs):
@@ -139,22 +140,22 @@ def test_dropped_records_fall_back_to_ncu(ncu_runs):
     data = tracefake.process(body, checks=CHECKS, warmups=WARMUPS, segments=SEGMENTS, calls=CALLS, fake=fake).to_bytes()
     job = _job(data, config=EvalConfig(audit_share=0.0))
     evidence.stage(job)
-    assert len(ncu_runs.runs) == 1 and job.result["evidence"]["role"] == "fallback"
+    assert len(ncu_runs.runs) == 1 and job.facts.evidence["role"] == "fallback"
 
 
 def test_without_a_trace_ncu_stands_in_and_says_why(ncu_runs):
     job = _job(None, config=EvalConfig(audit_share=0.0))
     job.fingerprint["trace"] = {"unavailable": "no CUPTI headers found"}
     evidence.stage(job)
-    report = job.result["evidence"]
+    report = job.facts.evidence
     assert len(ncu_runs.runs) == 1 and report["role"] == "fallback" and "CUPTI" in report["fallback"]
 
 
 def test_a_result_that_is_not_correct_pays_nothing(ncu_runs):
     job = _job(_trace(), evidence_options={"audit": True})
-    job.result["status"] = Status.INCORRECT
+    job.facts.status = Status.INCORRECT
     evidence.stage(job)
-    assert not ncu_runs.runs and "evidence" not in job.result
+    assert not ncu_runs.runs and job.facts.evidence is None
 
 
 # -- the caller's verdict --------------------------------------------------------------------------
@@ -168,7 +169,7 @@ def _result(median_ms: float = 0.05) -> EvalResult:
 
 def _served(job: SimpleNamespace) -> dict:
     evidence.stage(job)
-    return job.result["evidence"]
+    return job.facts.evidence
 
 
 def test_the_trace_alone_rejects_torch_work(ncu_runs):

@@ -133,7 +133,7 @@ def test_infrastructure_verdicts_need_our_own_evidence(events, shared, status, f
             event(job)
 
     job.checks.supervise = supervise
-    result = job.run()
+    result = job.run().to_wire()
     assert result["status"] == status, result["reason"]
     assert fragment in result["reason"], result["reason"]
     assert bool(result["concurrency"].get("retry_alone")) == alone, result["concurrency"]
@@ -150,10 +150,11 @@ def test_a_fault_after_the_verdict_keeps_the_candidates_failure(decided, status)
 
     from kernelagent.harness import verdict as fold
     from kernelagent.harness.server.job import Job
+    from kernelagent.harness.server.job_record import JobRecord
     from kernelagent.harness.server.main import Dispatcher
 
     sent = []
-    job = SimpleNamespace(start=SimpleNamespace(fork=lambda: None), result={**fold.fields(fold.fold([])), "flags": []}, outcomes=[])
+    job = SimpleNamespace(start=SimpleNamespace(fork=lambda: None), facts=JobRecord(), outcomes=[])
     job.record = types.MethodType(Job.record, job)  # the job's one writer of its verdict
 
     def run():
@@ -266,7 +267,7 @@ def test_the_reference_out_of_memory_is_the_candidates_when_it_held_more_than_it
             job.conclude([])
 
         job.checks.supervise = supervise
-        result = job.run()
+        result = job.run().to_wire()
     finally:
         child.kill()
         child.wait()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kernelagent.harness.server import kernel_evidence as ke
+from kernelagent.harness.server.job_record import JobRecord
 from kernelagent.harness.caller.results import apply_kernel_evidence
 from tests.conftest import CANDIDATES, read
 
@@ -239,7 +240,7 @@ def _job(tmp_path, **over):
                  "problem_source": read(CANDIDATES / "relu_problem.py"), "candidate_source": TRITON,
                  "candidate_sha256": "abc"},
         config=EvalConfig(), fingerprint={"cuda": True}, jail={"mode": "namespaces", "hide": [str(tmp_path / "h")]},
-        result={"status": "correct", "flags": []}, root=root, enter=stages.append, limit=lambda stage: 120.0,
+        facts=JobRecord(status="correct"), root=root, enter=stages.append, limit=lambda stage: 120.0,
         stages=stages, concurrency={}, idle_probe=lambda: True,
         gate=SimpleNamespace(hold=lambda job, probe, stats: ("slot", job, probe, stats), active=lambda: 3,
                              profilers=Profilers()))
@@ -254,12 +255,12 @@ def test_the_server_collects_evidence_for_every_correct_unrejected_gpu_result(tm
 
     assert evidence.wanted(_job(tmp_path / "a"))
     assert not evidence.wanted(_job(tmp_path / "b", fingerprint={"cuda": False}))
-    assert not evidence.wanted(_job(tmp_path / "c", result={"status": "incorrect", "flags": []}))
+    assert not evidence.wanted(_job(tmp_path / "c", facts=JobRecord(status="incorrect")))
     # flagged for review: still checked, so a torch-only result ends rejected, not reviewed
-    assert evidence.wanted(_job(tmp_path / "d", result={"status": "correct", "flags": [
-        {"kind": "clock-mismatch", "message": "", "severity": "review"}]}))
-    assert not evidence.wanted(_job(tmp_path / "d2", result={"status": "correct", "flags": [
-        {"kind": "hidden-work", "message": "", "severity": "reject"}]}))
+    assert evidence.wanted(_job(tmp_path / "d", facts=JobRecord(status="correct", flags=[
+        {"kind": "clock-mismatch", "message": "", "severity": "review"}])))
+    assert not evidence.wanted(_job(tmp_path / "d2", facts=JobRecord(status="correct", flags=[
+        {"kind": "hidden-work", "message": "", "severity": "reject"}])))
     assert not evidence.wanted(_job(tmp_path / "e", config=EvalConfig(kernel_evidence=False)))
     no_ask = _job(tmp_path / "f")
     no_ask.request["options"].pop("evidence")
@@ -278,7 +279,7 @@ def test_the_server_runs_the_evidence_in_the_jobs_jail_and_stops_it_with_the_job
     monkeypatch.setattr(ke, "collect", collect)
     job = _job(tmp_path)
     evidence.collect(job)
-    assert job.result["evidence"]["kernels"][0]["name"] == "relu_kernel" and job.result["evidence"]["seconds"] >= 0
+    assert job.facts.evidence["kernels"][0]["name"] == "relu_kernel" and job.facts.evidence["seconds"] >= 0
     assert job.stages == ["evidence", "finished"]
     hidden = {str(p) for p in seen["hide"]}
     # the caller's list, the job jail's own list and the server's scratch root (other jobs)
@@ -301,7 +302,7 @@ def test_a_harness_bug_in_the_evidence_is_said_as_such(tmp_path, monkeypatch):
     monkeypatch.setattr(ke, "collect", broken)
     job = _job(tmp_path)
     evidence.collect(job)
-    assert job.result["evidence"]["unavailable"].startswith("harness error") and job.result["status"] == "correct"
+    assert job.facts.evidence["unavailable"].startswith("harness error") and job.facts.status == "correct"
 
 
 def test_the_ncu_session_runs_as_the_jobs_uid_unless_turned_off(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from kernelagent.harness.child import timing
+from kernelagent.harness.server.job_record import JobRecord
 from kernelagent.harness.trace import build, channel, marks
 
 
@@ -159,7 +160,7 @@ class _Job:
         self.scratch.mkdir()
         self.fingerprint = {"trace": {"library": library} if library else {"unavailable": "no CUDA device"}}
         self.child_job = {"job_id": "j"}
-        self.result: dict[str, Any] = {}
+        self.facts = JobRecord()
         self.config = SimpleNamespace(profile=False, trace=True, evidence="trace")
         self.request: dict[str, Any] = {}
 
@@ -171,7 +172,7 @@ def test_a_job_without_a_tracer_forks_its_processes_unchanged(tmp_path):
     assert trace_stage.open_for(job) == (job.child_job, job.child_job)
     trace_stage.collect(job)
     trace_stage.close(job)
-    assert job.trace_channel is None and job.trace is None and "trace" not in job.result
+    assert job.trace_channel is None and job.trace is None and job.facts.trace is None
 
 
 def test_an_asked_for_profile_is_not_traced(tmp_path):
@@ -231,7 +232,7 @@ def test_a_job_with_a_tracer_gives_the_candidate_its_own_copy_and_channel(tmp_pa
     trace_stage.collect(job)
     assert job.trace.data == b'{"seq":0,"t":"hello"}\n' and job.trace.ended
     assert (tmp_path / "dump" / "jobx1.jsonl").read_bytes() == job.trace.data
-    assert job.result["trace"] == {"bytes": 22, "overflow": False, "ended": True}
+    assert job.facts.trace == {"bytes": 22, "overflow": False, "ended": True}
 
 
 def test_a_traced_process_forgets_the_variables_once_cuda_has_started(monkeypatch):
@@ -250,13 +251,13 @@ def test_the_rules_are_told_what_the_server_ordered_not_what_the_candidate_said(
     trace_stage.open_for(job)
     job.trace_checks = 3
     job.request = {"candidate_source": "import triton\n@triton.jit\ndef relu_kernel(x):\n    pass\n"}
-    job.result = {"timed_loop": {"calls": 40, "segments": 2, "warmup_calls": 5},
-                  "timings": {"candidate": {"median_ms": 0.012}}}
+    job.facts = JobRecord(timed_loop={"calls": 40, "segments": 2, "warmup_calls": 5},
+                          timings={"candidate": {"median_ms": 0.012}})
     from kernelagent.harness.trace.calls import Expected
 
     assert trace_stage.expected(job) == Expected(own_names=frozenset({"relu_kernel"}), checks=3, timed=40,
                                                  warmups=5, median_ms=0.012,
                                                  phases=frozenset({"first", "check", "warmup", "timed"}))
-    job.result = {"timed_loop": {"calls": 0, "warmup_calls": 0}, "timings": {"candidate": {"median_ms": True}}}
+    job.facts = JobRecord(timed_loop={"calls": 0, "warmup_calls": 0}, timings={"candidate": {"median_ms": True}})
     told = trace_stage.expected(job)  # no loop ran: no marker of its phases is the server's
     assert told.phases == frozenset({"first", "check"}) and told.median_ms is None

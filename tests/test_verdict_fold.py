@@ -5,7 +5,7 @@ function over the outcomes a job recorded, and nowhere else in the harness's ser
 outcome can carry, every precedence rule. `test_no_status_is_assigned_outside_the_fold` reads
 the harness's source (the server's stages, its dispatcher, the precompile, the caller's evaluator
 and kernel evidence) for any assignment of a result's status that does not go through the fold
-(`verdict.apply` for the server's dicts, `verdict.apply_to` for the caller's EvalResult).
+(`verdict.apply_to`, for the server's JobRecord and the caller's EvalResult).
 """
 
 from __future__ import annotations
@@ -105,11 +105,14 @@ def test_every_status_and_severity_has_rows():
 
 
 def test_apply_writes_the_fold_and_only_its_fields():
-    result = {"status": None, "reason": "", "stage": None, "correct": False, "flags": [INFO], "compiled": True}
-    got = verdict.apply(result, [Concluded(Status.CORRECT, "", None), RetryAlone("alone")])
+    """On the server's job record (server/job_record.py), as Job.record does."""
+    from kernelagent.harness.server.job_record import JobRecord
+
+    result = JobRecord(flags=[INFO], compiled=True)
+    got = verdict.apply_to(result, [Concluded(Status.CORRECT, "", None), RetryAlone("alone")])
     assert got == Verdict(Status.HARNESS_ERROR, "alone", None, False)
-    assert result == {"status": Status.HARNESS_ERROR, "reason": "alone", "stage": None, "correct": False,
-                      "flags": [INFO], "compiled": True}
+    assert result.to_wire() == {**JobRecord(flags=[INFO], compiled=True).to_wire(), "status": Status.HARNESS_ERROR,
+                                "reason": "alone", "stage": None, "correct": False}
 
 
 def test_not_an_outcome_is_refused():

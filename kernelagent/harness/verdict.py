@@ -1,9 +1,10 @@
 """Where a result's status is decided: one pure fold over what happened to the evaluation.
 
 The server's stages do not set a status. Each records an outcome (a frozen value below) and
-`apply` writes the fold of all of them into the result: its status, reason, stage and
-`correct`, and nothing else writes those; the caller's EvalResult is written the same way
-(`apply_to`, `weigh`). tests/test_verdict_fold.py reads the harness for any other assignment.
+`apply_to` writes the fold of all of them into the job's record (server/job_record.py,
+`Job.record`): its status, reason, stage and `correct`, and nothing else writes those; the
+caller's EvalResult is written the same way (`apply_to`, `weigh`).
+tests/test_verdict_fold.py reads the harness for any other assignment.
 The rules, in the order the outcomes happened:
 
 - `Failed` (a stage's failure) and `Concluded` (the checks' verdict, server/verdict.py
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from kernelagent.harness.result import Status
 
@@ -150,16 +151,19 @@ def fields(verdict: Verdict) -> dict[str, Any]:
     return {"status": verdict.status, "reason": verdict.reason, "stage": verdict.stage, "correct": verdict.correct}
 
 
-def apply(result: dict[str, Any], outcomes: Sequence[Outcome]) -> Verdict:
-    """The one writer of a result's status (and its reason, stage and `correct`): the fold."""
-    verdict = fold(outcomes)
-    result.update(fields(verdict))
-    return verdict
+class Decided(Protocol):
+    """What the fold writes on a typed result: the caller's EvalResult, the server's JobRecord."""
+
+    status: str | None
+    reason: str
+    stage: str | None
+    correct: bool
 
 
-def apply_to(result: EvalResult, outcomes: Sequence[Outcome]) -> Verdict:
-    """The same writer for the caller's EvalResult: its status, reason, stage and `correct`, the
-    fold of `outcomes` alone (what the result held before is not an input: `weigh` passes it)."""
+def apply_to(result: Decided, outcomes: Sequence[Outcome]) -> Verdict:
+    """The same writer for a typed result (the caller's EvalResult, the server's JobRecord,
+    server/job_record.py): its status, reason, stage and `correct`, the fold of `outcomes` alone
+    (what the result held before is not an input: `weigh` passes it; the job folds all of its own)."""
     verdict = fold(outcomes)
     result.status, result.reason, result.stage, result.correct = (verdict.status, verdict.reason, verdict.stage,
                                                                   verdict.correct)

@@ -38,7 +38,7 @@ def audit_drawn(config: EvalConfig, candidate_sha256: str, key: bytes = _KEY) ->
     return int.from_bytes(digest[:8], "big") / 2.0 ** 64 < config.audit_share
 
 
-def inductor_ms(timings: Any) -> float | None:
+def inductor_ms(timings: object) -> float | None:
     """Inductor's default mode's median (ms) from a baselines' `timings`, validated; None if none."""
     entry = timings.get("compile") if isinstance(timings, dict) else None
     value = entry.get("median_ms") if isinstance(entry, dict) else None

@@ -58,17 +58,17 @@ class Baselines:
                 if isinstance(timings.get(name), dict) and isinstance(value, (int, float)) \
                         and not isinstance(value, bool):
                     timings[name]["empty_call_ms"] = float(value)
-            job.result["baselines"] = {"timings": timings, "errors": message["errors"]}
+            job.facts.baselines = {"timings": timings, "errors": message["errors"]}
             for item in baseline_timer_flags(timings):
                 job.flag(item)
         except StageTimeout:
             limit = job.config.timeouts.baselines
-            job.result["baselines"] = {"errors": {"timeout": f"baselines ran past {limit:.0f} s"}}
+            job.facts.baselines = {"errors": {"timeout": f"baselines ran past {limit:.0f} s"}}
         except (ReferenceGone, _Stop) as exc:
-            job.result["baselines"] = {"errors": {"reference": f"the reference process {exc}"}}
-        job.result["stage_seconds"]["baselines"] = time.monotonic() - started
+            job.facts.baselines = {"errors": {"reference": f"the reference process {exc}"}}
+        job.facts.stage_seconds["baselines"] = time.monotonic() - started
         if not modes and not job.fingerprint.get("cuda"):
-            job.result["baselines"].setdefault("skipped", {})["compile"] = \
+            job.facts.baselines.setdefault("skipped", {})["compile"] = \
                 "torch.compile baseline skipped on the CPU (pass --compile-baseline-on-cpu to time it anyway)"
 
     def baseline_dirs(self) -> tuple[Path, Path]:

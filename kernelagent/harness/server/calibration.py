@@ -101,10 +101,10 @@ class Calibration:
         calibrating = time.monotonic()
         again = self.calibrate(order, segments, deadline)
         add_seconds(job.concurrency, "slot_calibration_s", time.monotonic() - calibrating)
-        job.result["timed_loop"]["calibrations_s"] = [calibration_s, again]
+        job.facts.timed_loop["calibrations_s"] = [calibration_s, again]
         if again is not None:
             calibration_s = min(calibration_s, again)
-            job.result["timed_loop"]["calibration_s"] = calibration_s
+            job.facts.timed_loop["calibration_s"] = calibration_s
             job.gate.calibrations[key] = calibration_s
             job.gate.recalibrated.add(key)  # measured twice: see recalibration_wanted
             if job.fingerprint.get("cuda"):

@@ -90,14 +90,14 @@ class Checks:
         if job.ready.get("near_one"):
             checks.append({"name": "inputs near one", "kind": "near-one", "seed": draws.check_seed(base, "near-one"),
                            "stop": True})
-        derived_names = {d["kind"]: d["name"] for d in job.result["derived"].get("sets", [])}
+        derived_names = {d["kind"]: d["name"] for d in job.facts.derived.get("sets", [])}
         for kind, why in job.ready.get("extra_skipped", {}).items():
-            job.result["derived"].setdefault("skipped", []).append(
+            job.facts.derived.setdefault("skipped", []).append(
                 {"name": derived_names.get(kind, kind), "reason": f"skipped: {why}"[:600]})
         n_extra = int(job.ready.get("n_extra", 0))
         extra_plan = list(job.ready.get("extra_plan", range(n_extra)))
-        if "sets" in job.result["derived"]:  # the derived sets checked (spares the reference left out dropped)
-            job.result["derived"]["sets"] = [d for d in job.result["derived"]["sets"]
+        if "sets" in job.facts.derived:  # the derived sets checked (spares the reference left out dropped)
+            job.facts.derived["sets"] = [d for d in job.facts.derived["sets"]
                                              if int(d["kind"].split(":")[1]) in extra_plan]
         for j in extra_plan:
             if not isinstance(j, int) or not 0 <= j < n_extra:
@@ -182,8 +182,8 @@ class Checks:
             # processes held more than the evaluation's share then (our NVML reading): theirs.
             job.out_of_memory = not job.failures.blame_device_memory()
         if record.skipped and record.kind in job.derived_dims:
-            job.result["derived"].setdefault("skipped", []).append({"name": record.name, "reason": record.message})
-        job.result["trials"].append({
+            job.facts.derived.setdefault("skipped", []).append({"name": record.name, "reason": record.message})
+        job.facts.trials.append({
             "name": record.name, "seed": record.seed, "passed": record.passed, "max_abs_err": record.max_abs_err,
             "max_rel_err": record.max_rel_err, "rel_l2_err": record.rel_l2_err, "precision": record.precision,
             "message": record.message if not record.passed or record.skipped else ""})

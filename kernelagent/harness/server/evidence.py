@@ -56,7 +56,7 @@ def announce_baselines(job: EvidenceJob) -> None:
     """The job's baselines, to the caller before this stage (seconds of ncu), through the job's
     `on_baselines` (the dispatcher's `baselines_ready`, with the job's nonce): an evaluation of the
     same problem waiting for them (caller/evaluator.py) need not wait for the evidence too."""
-    baselines = job.result.get("baselines")
+    baselines = job.facts.baselines
     send = getattr(job, "on_baselines", None)
     if send is None or not isinstance(baselines, dict) or not baselines.get("timings"):
         return
@@ -96,8 +96,8 @@ def audit_for_win(job: EvidenceJob) -> bool:
         return False
     below = options.get("win_below_ms")
     if isinstance(below, bool) or not isinstance(below, (int, float)) or not below > 0:
-        below = inductor_ms((job.result.get("baselines") or {}).get("timings"))
-    median = ((job.result.get("timings") or {}).get("candidate") or {}).get("median_ms")
+        below = inductor_ms((job.facts.baselines or {}).get("timings"))
+    median = ((job.facts.timings or {}).get("candidate") or {}).get("median_ms")
     return below is not None and isinstance(median, (int, float)) and not isinstance(median, bool) \
         and 0 < median < below
 
@@ -115,9 +115,9 @@ def correct_unrejected(job: EvidenceJob) -> bool:
     clock disagreeing with the server's, say) must still end `rejected` on what the evidence saw,
     not `correct` with a flag a reader may wave through. A result that is not correct pays
     nothing."""
-    if job.result.get("status") != Status.CORRECT:
+    if job.facts.status != Status.CORRECT:
         return False
-    return not any(isinstance(f, dict) and f.get("severity") == "reject" for f in job.result["flags"])
+    return not any(isinstance(f, dict) and f.get("severity") == "reject" for f in job.facts.flags)
 
 
 def wanted(job: EvidenceJob) -> bool:
@@ -140,12 +140,12 @@ def stage(job: EvidenceJob) -> None:
     audited = audit_asked(job) or audit_for_win(job)
     if trace_verdict is not None and not incomplete and not audited and not ncu_planned(job):
         discard(job)
-        job.result["evidence"] = {"source": "trace", "trace": trace_verdict,
+        job.facts.evidence = {"source": "trace", "trace": trace_verdict,
                                   "seconds": trace_verdict["seconds"]}
         return
     announce_baselines(job)
     collect(job)
-    report = job.result["evidence"]
+    report = job.facts.evidence
     if trace_verdict is None:
         report["role"] = "primary" if job.config.evidence == "ncu" else "fallback"
         if job.config.evidence != "ncu":
@@ -412,5 +412,5 @@ def collect(job: EvidenceJob) -> None:
     cpu = (evidence.get("phases") or {}).get("cpu_s") if isinstance(evidence.get("phases"), dict) else None
     if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):
         job.cpu["evidence"] = float(cpu)
-    job.result["evidence"] = evidence
+    job.facts.evidence = evidence
     job.enter("finished")

@@ -73,14 +73,14 @@ class Failures:
         """Before a later fault is recorded: where the candidate has already failed a check, that
         is the verdict (conclude over the checks so far), and the fault is only noted."""
         job = self.job
-        if job.result["status"] is None and self.candidate_failed_check():
+        if job.facts.status is None and self.candidate_failed_check():
             job.conclude(list(getattr(self.job, "claimed_flags", []) or []))
             job.flag(verdict.flag("later-fault", "after the candidate had failed a check: " + fault[:600], "info"))
 
     def candidate_failure(self, message: dict[str, Any]) -> None:
         job = self.job
         with self.handling_candidate("failure report"):
-            job.result["flags"] += verdict.trusted_flags(message["flags"])
+            job.facts.flags += verdict.trusted_flags(message["flags"])
             kind, text = str(message["kind"])[:60], str(message["message"])
             stage = message["stage"] if message["stage"] in _STAGES else job.stage
         if kind == "compile_error":

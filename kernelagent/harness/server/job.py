@@ -47,6 +47,7 @@ from kernelagent.harness.server.load import Load
 from kernelagent.harness.server.processes import (LOG_TAIL_BYTES, _kill_group, _tail, _tail_fd, namespace_members,
                                                   start_stacks, tree_cpu_s, tree_states)
 from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
+from kernelagent.harness.server.job_record import JobRecord
 from kernelagent.harness.server.memory import Memory
 from kernelagent.harness.server.start import Start
 from kernelagent.harness.server.timed import SLOT_MIN_S, TimedLoop
@@ -74,9 +75,10 @@ def _says_out_of_memory(log: str) -> bool:
 
 
 class Job:
-    """Runs one evaluation and produces the fields of an EvalResult (as a dict). Its stages are
-    objects it holds (start, channels, load, checks, timed, baselines, memory, failures), each
-    built with the job and reaching it through its Protocol in server/seams.py."""
+    """Runs one evaluation and produces the fields of an EvalResult: its JobRecord, `facts`
+    (server/job_record.py). Its stages are objects it holds (start, channels, load, checks, timed,
+    baselines, memory, failures), each built with the job and reaching it through its Protocol in
+    server/seams.py."""
 
     # set by the start's stage (server/start.py) and run(), read by the stages (server/seams.py)
     scratch: Path
@@ -119,8 +121,7 @@ class Job:
         self.rng = random.SystemRandom()
         # status, reason, stage and correct: written only by the verdict fold (record)
         self.outcomes: list[fold.Outcome] = []
-        self.result: dict[str, Any] = {**fold.fields(fold.fold(self.outcomes)), "compiled": False, "trials": [], "timings": {}, "flags": [],
-                                       "stage_seconds": {}, "kernels": [], "memory": {}}
+        self.facts = JobRecord()  # what the result says (server/job_record.py); its verdict the fold's
         self.check_records: dict[str, CheckRecord] = {}
         self.planned: list[str] = []
         self.stage = "start"
@@ -159,17 +160,17 @@ class Job:
     def record(self, outcome: fold.Outcome) -> fold.Verdict:
         """What happened, in order; the result's verdict is their fold (harness/verdict.py)."""
         self.outcomes.append(outcome)
-        return fold.apply(self.result, self.outcomes)
+        return fold.apply_to(self.facts, self.outcomes)
 
     def fail(self, status: str, reason: str, stage: str | None) -> None:
         self.record(fold.Failed(status, reason, stage))  # the first failure decides
 
     def flag(self, item: dict[str, str]) -> None:
-        self.result["flags"].append(item)
+        self.facts.flags.append(item)
 
     def enter(self, name: str) -> None:
         now = time.monotonic()
-        seconds = self.result["stage_seconds"]
+        seconds = self.facts.stage_seconds
         seconds[self.stage] = seconds.get(self.stage, 0.0) + now - self.stage_started
         self.stage, self.stage_started, self.stage_clock = name, now, self.clock()
 
@@ -276,22 +277,22 @@ class Job:
             return []
         drawn = draws.derived_sets(self.problem_source, self.config.derived_checks + 2, self.base_seed)
         if "note" in drawn:
-            self.result["derived"]["sets_note"] = drawn["note"]
+            self.facts.derived["sets_note"] = drawn["note"]
             return []
         self.derived_dims = drawn["dims"]
-        self.result["derived"].update(sets=drawn["sets"], skipped=[])
+        self.facts.derived.update(sets=drawn["sets"], skipped=[])
         return drawn["overrides"]
 
-    def run(self) -> dict[str, Any]:
-        if self.result["status"] == Status.TOO_LARGE:  # decided at the start (server/start.py); nothing was started
-            return self.result
+    def run(self) -> JobRecord:
+        if self.facts.status == Status.TOO_LARGE:  # decided at the start (server/start.py); nothing was started
+            return self.facts
         if self.config.backend == "cuda" and not self.fingerprint.get("cuda"):
             return self.precompile_only()
         # Secrets, drawn now that the candidate's process exists without them.
         self.ref_nonce = secrets.token_hex(16)
         # The master of every check's seed and of the derived shapes (server/draws.py).
         self.base_seed = self.config.seed if self.config.seed is not None else draws.draw_master(self.rng)
-        self.result["seeds"] = {"base": self.base_seed, "secret": self.config.seed is None,
+        self.facts.seeds = {"base": self.base_seed, "secret": self.config.seed is None,
                                 "trials": [draws.check_seed(self.base_seed, f"trial {i}")
                                            for i in range(self.config.trials)],
                                 "weights": self.config.weight_seed, "compile": self.compile_seed}
@@ -348,14 +349,14 @@ class Job:
                 self.cand.join(5)
             trace_stage.collect(self)
         self.finish_result()
-        return self.result
+        return self.facts
 
     def finish_result(self) -> None:
-        if self.result["status"] == Status.CORRECT and self.request.get("want_baselines"):
+        if self.facts.status == Status.CORRECT and self.request.get("want_baselines"):
             try:
                 self.baselines.run_baselines()
             except Exception:  # noqa: BLE001
-                self.result["baselines"] = {"errors": {"harness": traceback.format_exc(limit=3)}}
+                self.facts.baselines = {"errors": {"harness": traceback.format_exc(limit=3)}}
         self.publish_build()
         evidence.stage(self)  # before the reference ends: the slot's idle probe runs there
         self.memory.reference_stats()
@@ -372,20 +373,20 @@ class Job:
                 os.close(fd)
         log_fd = getattr(self, "cand_log_fd", None)
         if log_fd is not None:
-            self.result["log"] = _tail_fd(log_fd)
+            self.facts.log = _tail_fd(log_fd)
             os.close(log_fd)
             self.cand_log_fd = None
         ref_log = _tail(self.refdir / "reference.log")
-        if self.result["status"] in (Status.BAD_PROBLEM, Status.HARNESS_ERROR) and ref_log.strip():
-            self.result["log"] += "\n--- reference process ---\n" + ref_log
-        self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
+        if self.facts.status in (Status.BAD_PROBLEM, Status.HARNESS_ERROR) and ref_log.strip():
+            self.facts.log = (self.facts.log or "") + "\n--- reference process ---\n" + ref_log
+        self.facts.stage_seconds["total_server"] = time.monotonic() - self.started
         # Host CPU this job's own processes used (tree_cpu_s), its evidence session's, and the
         # server's thread for it: what one evaluation costs the host, neighbours apart.
         if hasattr(self, "thread_cpu0"):
             self.cpu["server"] = time.thread_time() - self.thread_cpu0
         cpu = {k: round(v, 3) for k, v in self.cpu.items()}
-        self.result["stage_seconds"].update({f"cpu_{k}": v for k, v in cpu.items()})
-        self.result["stage_seconds"]["cpu_job"] = round(sum(cpu.values()), 3)
+        self.facts.stage_seconds.update({f"cpu_{k}": v for k, v in cpu.items()})
+        self.facts.stage_seconds["cpu_job"] = round(sum(cpu.values()), 3)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def publish_build(self) -> None:
@@ -412,15 +413,15 @@ class Job:
         if retries:
             self.concurrency["alloc_retries"] = retries
         beside = shared and not self.alone
-        if beside and self.stage_timed_out and self.result["status"] == Status.TIMEOUT:
+        if beside and self.stage_timed_out and self.facts.status == Status.TIMEOUT:
             # Beside other jobs the host's CPUs are shared, and a stage's clock is paused only while
             # a neighbour holds the device: 8 cold jobs' compiles on a 16-core host ran 7 honest
             # candidates past their 'start' or 'compile' limits (H100, 2026-11-27). A stage limit
             # is the candidate's only once it is reached alone.
             self.retry_alone("ran past a stage limit while other evaluations shared the host; it is re-run alone "
                              "before anything is said about the candidate (was: "
-                             + str(self.result.get("reason", ""))[:300] + ")")
-        if beside and retries and self.result["status"] == Status.CORRECT:
+                             + self.facts.reason[:300] + ")")
+        if beside and retries and self.facts.status == Status.CORRECT:
             # The device was full while the candidate's loop or profile, or a baseline, was timed:
             # the caching allocator gave memory back and mapped fresh pages call after call, so the
             # times are the neighbours' memory's as much as the kernel's (common.AllocPressure). A
@@ -430,12 +431,12 @@ class Job:
         # Out of memory beside others: the reference saw it (ours), or the candidate's process said so
         # while our ledger had memory promised to other jobs (ours too: failures.note_memory_beside).
         crowded = self.out_of_memory or self.concurrency.get("memory_beside_bytes", 0) >= MEMORY_BESIDE_MIN
-        if beside and crowded and self.result["status"] in (Status.RUNTIME_ERROR, Status.HARNESS_ERROR,
+        if beside and crowded and self.facts.status in (Status.RUNTIME_ERROR, Status.HARNESS_ERROR,
                                                            Status.CRASHED, Status.TOO_LARGE):
             self.retry_alone("out of device memory while other evaluations shared the device; it is re-run "
                              "alone before anything is said about the candidate (was: "
-                             + str(self.result.get("reason", ""))[:300] + ")")
-        self.result["concurrency"] = gate_mod.describe(self.concurrency)
+                             + self.facts.reason[:300] + ")")
+        self.facts.concurrency = gate_mod.describe(self.concurrency)
 
     def retry_alone(self, reason: str) -> None:
         """A harness error that the caller answers by running the job again alone
@@ -443,21 +444,21 @@ class Job:
         self.record(fold.RetryAlone(reason))
         self.concurrency["retry_alone"] = True
 
-    def precompile_only(self) -> dict[str, Any]:
+    def precompile_only(self) -> JobRecord:
         """A CUDA candidate without a GPU: compile its sources with nvcc; nothing runs.
         Compiled is all that can be said here."""
         from kernelagent.harness.server.precompile import precompile
 
         result = precompile(self.request["candidate_source"], self.scratch / "precompile",
                             timeout=self.config.timeouts.cuda_build, jail=self.jail)
-        self.result["stage_seconds"]["nvcc"] = result.seconds
+        self.facts.stage_seconds["nvcc"] = result.seconds
         outcome = self.record(result.verdict())
-        self.result["compiled"] = outcome.status == Status.COMPILED
-        self.result["flags"] += result.flags()
-        self.result["log"] = "\n".join(result.commands)[-LOG_TAIL_BYTES:]
-        self.result["stage_seconds"]["total_server"] = time.monotonic() - self.started
+        self.facts.compiled = outcome.status == Status.COMPILED
+        self.facts.flags += result.flags()
+        self.facts.log = "\n".join(result.commands)[-LOG_TAIL_BYTES:]
+        self.facts.stage_seconds["total_server"] = time.monotonic() - self.started
         shutil.rmtree(self.root, ignore_errors=True)
-        return self.result
+        return self.facts
 
     # -- supervision -----------------------------------------------------------------------
     def finish_candidate(self, device_share: bool) -> None:
@@ -488,13 +489,13 @@ class Job:
             message = self.channels.cand_recv({"kernels", "done"}, deadline)
             if message["type"] == "kernels":
                 with self.failures.handling_candidate("profiler rows"):
-                    self.result["kernels"] = verdict.trusted_kernel_rows(message["kernels"])
+                    self.facts.kernels = verdict.trusted_kernel_rows(message["kernels"])
                 message = self.channels.cand_recv({"done"}, deadline)
         with self.failures.handling_candidate("final report"):
             self.claimed_flags = verdict.trusted_flags(message["flags"])
             peak = message["memory"].get("peak_bytes")
             if isinstance(peak, int) and not isinstance(peak, bool):
-                self.result["memory"]["peak_candidate_bytes"] = peak
+                self.facts.memory["peak_candidate_bytes"] = peak
             self.alloc_retries["candidate"] = verdict.count_claim(message["memory"].get("alloc_retries"))
 
     def end_early(self) -> None:
@@ -508,8 +509,8 @@ class Job:
     def conclude(self, claimed: list[dict[str, str]]) -> None:
         self.enter("finished")
         outcome = verdict.conclude_checks(self.planned, self.check_records, self.config.compile_only,
-                                          bool(self.result["compiled"]), derived=self.derived_dims)
-        flags = list(self.result["flags"]) + list(outcome.flags) + list(claimed)
+                                          bool(self.facts.compiled), derived=self.derived_dims)
+        flags = list(self.facts.flags) + list(outcome.flags) + list(claimed)
         # decides only where nothing failed before; its reject flags outrank the comparison
         self.record(fold.Concluded(outcome.status, outcome.reason, outcome.stage, tuple(flags)))
-        self.result["flags"] = flags
+        self.facts.flags = flags

@@ -41,14 +41,14 @@ class Load:
                 message = job.channels.ref_recv({"ref_ready"}, job.clock() + 1)
                 job.ready = message
                 ref_ready = True
-                job.result["workload"] = {"input_bytes": message["input_bytes"],
+                job.facts.workload = {"input_bytes": message["input_bytes"],
                                           "output_bytes": message["output_bytes"],
                                           "param_bytes": message["param_bytes"], "flops": message["flops"],
                                           "dtype": message["output_dtype"]}
-                job.result["memory"]["io_bytes"] = message["input_bytes"] + message["output_bytes"]
-                job.result["memory"]["param_bytes"] = message["param_bytes"]
+                job.facts.memory["io_bytes"] = message["input_bytes"] + message["output_bytes"]
+                job.facts.memory["param_bytes"] = message["param_bytes"]
             if not compiled and (job.to_cand in ready or job.cand_alive_fd in ready):
                 job.channels.cand_recv({"compiled"}, job.clock() + 1, stage_deadlines=True)
                 compiled = True
-                job.result["compiled"] = True
+                job.facts.compiled = True
             deadline = job.stage_clock + job.limit(job.stage)

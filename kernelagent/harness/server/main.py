@@ -411,20 +411,20 @@ class Dispatcher:
             job.abandon()
             self.send("result", job_id, "-", result=dict(CANCELLED))
             return
-        if job.result["status"] is None:
+        if job.facts.status is None:
             job.on_baselines = lambda baselines: self.send("baselines_ready", job_id, nonce,
                                                            baselines=protocol.json_safe(baselines))
             try:
-                result = job.run()
+                result = job.run().to_wire()
             except Exception:  # noqa: BLE001
                 # a failure of the candidate's, decided before the fault (its evidence, the
                 # clean-up), stays its verdict (server/failures.py); else only the fault is sent
                 decided = job.record(verdict.ServerFault("harness error:\n" + traceback.format_exc()))
                 if decided.later_fault is not None:
-                    job.result["flags"].append(decided.later_fault)
-                result = verdict.fields(decided) if decided.fresh else job.result
+                    job.facts.flags.append(decided.later_fault)
+                result = verdict.fields(decided) if decided.fresh else job.facts.to_wire()
         else:
-            result = job.result
+            result = job.facts.to_wire()
         if self.cancelled(job_id):  # its processes were killed under it: not a verdict
             result = {**CANCELLED, "stage_seconds": result.get("stage_seconds")}
         if isinstance(result.get("stage_seconds"), dict):

@@ -90,9 +90,9 @@ class Memory:
         started = time.monotonic()
         source = job.request["problem_source"]
         plan = _plan_cpu_inputs(source, job.refdir, job.limit("start"))
-        job.result["stage_seconds"]["derive"] = time.monotonic() - started
+        job.facts.stage_seconds["derive"] = time.monotonic() - started
         if "error" in plan:
-            job.result["derived"]["note"] = f"smoke sizes were not derived: {plan['error']}"
+            job.facts.derived["note"] = f"smoke sizes were not derived: {plan['error']}"
             # Never the main sizes blindly: the static estimate (fp32 assumed) must fit.
             from kernelagent.harness import derive
 
@@ -103,17 +103,17 @@ class Memory:
             needed = None if shapes is None else 2 * 4 * 4 * sum(math.prod(s) for s in shapes)
             available = derive.available_memory()
             if needed is not None and available is not None and needed > available:
-                self.too_large(needed, available, job.result["derived"]["note"])
+                self.too_large(needed, available, job.facts.derived["note"])
                 return Status.TOO_LARGE
             return "main"
-        job.result["derived"]["note"] = str(plan.get("note", ""))
+        job.facts.derived["note"] = str(plan.get("note", ""))
         if plan.get("input_set") == "derived-smoke":
             from kernelagent.harness import derive
 
             overrides = plan["overrides"]
             env = derive._Module(source).env()
             job.problem_source = derive.apply(source, overrides)
-            job.result["derived"].update(smoke=overrides, main={k: env.get(k) for k in overrides})
+            job.facts.derived.update(smoke=overrides, main={k: env.get(k) for k in overrides})
             return "derived-smoke"
         if plan.get("input_set") == "too_large":
             self.too_large(plan.get("needed_bytes"), plan.get("available_bytes"),
@@ -125,7 +125,7 @@ class Memory:
     def too_large(self, needed: int | None, available: int | None, detail: str) -> None:
         """The verdict about the machine (never the candidate): the problem does not fit. General:
         any memory estimate (CPU or device) that fails reports through here."""
-        self.job.result["memory"].update(needed_bytes=needed, available_bytes=available)
+        self.job.facts.memory.update(needed_bytes=needed, available_bytes=available)
         self.job.fail(Status.TOO_LARGE, f"too large for this machine: needs about {_gib(needed)}, "
                                         f"{_gib(available)} available; {detail}", "start")
 
@@ -146,7 +146,7 @@ class Memory:
             message = job.channels.ref_recv({"ref_stats"}, job.clock() + 10)
             peak = message["memory"].get("peak_bytes")
             if isinstance(peak, int):
-                job.result["memory"]["peak_reference_bytes"] = peak
+                job.facts.memory["peak_reference_bytes"] = peak
             job.alloc_retries["reference"] = verdict.count_claim(message["memory"].get("alloc_retries"))
         except (StageTimeout, ReferenceGone, _Stop, OSError, protocol.ProtocolError):
             pass

@@ -97,7 +97,7 @@ def parse_ncu_csv(text: str) -> list[dict[str, Any]]:
 UNIT_SCALE = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     try:
         return float(str(value).replace(",", ""))
     except (TypeError, ValueError):

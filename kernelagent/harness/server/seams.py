@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from kernelagent.harness.server.checks import Checks
     from kernelagent.harness.server.failures import Failures
     from kernelagent.harness.server.gate import Gate, Hold, MemoryLedger
+    from kernelagent.harness.server.job_record import JobRecord
     from kernelagent.harness.server.load import Load
     from kernelagent.harness.server.memory import Memory
     from kernelagent.harness.server.baselines import Baselines
@@ -34,14 +35,14 @@ if TYPE_CHECKING:
 
 
 class TraceJob(Protocol):
-    """What trace_stage.py uses of a job: its request, settings and result, the dict its
+    """What trace_stage.py uses of a job: its request, settings and record (`facts`), the dict its
     processes get, and the trace's channel, bytes and check count (set there)."""
 
     job_id: str
     request: dict[str, Any]
     config: EvalConfig
     fingerprint: dict[str, Any]
-    result: dict[str, Any]
+    facts: JobRecord  # what the result says (server/job_record.py)
     child_job: dict[str, Any]  # set by Start.fork (server/start.py), before the trace's channel opens
     scratch: Path  # set by Start.fork (server/start.py)
     trace_channel: Channel | None
@@ -141,7 +142,7 @@ class LoadJob(Protocol):
     channels: Channels
     ready: dict[str, Any]
     ref_alive_fd: int  # set by Start.fork (server/start.py)
-    result: dict[str, Any]
+    facts: JobRecord  # what the result says (server/job_record.py)
     stage: str
     stage_clock: float
     to_cand: Connection  # set by Start.fork (server/start.py)
@@ -201,7 +202,7 @@ class CalibrationJob(Protocol):
     hold: Hold | None
     job_id: str
     ref_nonce: str
-    result: dict[str, Any]
+    facts: JobRecord  # what the result says (server/job_record.py)
     rng: random.Random
     to_ref: Connection  # set by Start.fork (server/start.py)
 
@@ -243,7 +244,7 @@ class BaselineJob(Freezable, Protocol):
     ref: BaseProcess | None
     ref_nonce: str
     request: dict[str, Any]
-    result: dict[str, Any]
+    facts: JobRecord  # what the result says (server/job_record.py)
     root: Path
     timed: TimedLoop
     to_ref: Connection  # set by Start.fork (server/start.py)
@@ -287,7 +288,7 @@ class FailureJob(Protocol):
     fingerprint: dict[str, Any]
     gate_memory: MemoryLedger | None
     memory: Memory
-    result: dict[str, Any]
+    facts: JobRecord  # what the result says (server/job_record.py)
     stage: str
 
     def conclude(self, claimed: list[dict[str, str]]) -> None: ...

@@ -49,14 +49,14 @@ class Start:
         os.chmod(job.scratch, 0o700)
         input_set = self.problem()
         if input_set == Status.TOO_LARGE:  # nothing is forked: the verdict is about the machine
-            job.result.update(device="cpu", input_set="main")
-            job.result["stage_seconds"]["total_server"] = time.monotonic() - job.started
+            job.facts.device, job.facts.input_set = "cpu", "main"
+            job.facts.stage_seconds["total_server"] = time.monotonic() - job.started
             shutil.rmtree(job.root, ignore_errors=True)
             return
         self.files()
         job.child_job = self.child_job()
-        job.result["input_set"] = input_set
-        job.result["device"] = job.fingerprint.get("gpu_name", "cpu") if job.fingerprint.get("cuda") else "cpu"
+        job.facts.input_set = input_set
+        job.facts.device = job.fingerprint.get("gpu_name", "cpu") if job.fingerprint.get("cuda") else "cpu"
         if job.fingerprint.get("cuda") and job.gate_memory is not None:
             job.memory.reserve_device_memory()
         self.processes()
@@ -69,7 +69,7 @@ class Start:
         job.smoke = not job.fingerprint.get("cuda") and job.config.smoke_inputs_on_cpu and flags["has_smoke"]
         input_set = "smoke" if job.smoke else "main"
         job.problem_source = job.request["problem_source"]
-        job.result["derived"] = {}
+        job.facts.derived = {}
         if not job.fingerprint.get("cuda") and job.config.smoke_inputs_on_cpu and not flags["has_smoke"] \
                 and job.config.backend != "cuda":
             input_set = job.memory.plan_cpu_inputs()

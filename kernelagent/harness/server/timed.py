@@ -207,7 +207,7 @@ class TimedLoop:
         # The verified calls, drawn now in secret over the whole loop (the last call always).
         chosen = set(job.rng.sample(range(measured - 1), min(TIMED_CHECKS, measured - 1))) | {measured - 1} \
             if keep else set()
-        job.result["timed_loop"] = {"calls": measured, "segments": segments, "warmup_calls": warmup, "kept": keep,
+        job.facts.timed_loop = {"calls": measured, "segments": segments, "warmup_calls": warmup, "kept": keep,
                                     "verified": len(chosen), "server_loop_s": 0.0, "calibration_s": calibration_s,
                                     "calibration_reused": reused, "calibration_shared": self.calibration.shared,
                                     "plan_reused": plan_reused}
@@ -230,7 +230,7 @@ class TimedLoop:
                     break
         finally:
             clocks = sampler.stop() if sampler is not None else None
-        job.result["timed_loop"]["server_loop_s"] = loop_s
+        job.facts.timed_loop["server_loop_s"] = loop_s
         add_seconds(job.concurrency, "slot_loop_s", loop_s)
         if not ok:
             return False
@@ -315,7 +315,7 @@ class TimedLoop:
             raise protocol.ProtocolError("the timed loop did not run as ordered")
         samples += message["samples_ms"]
         if segment == 0:
-            job.result["timed_loop"]["empty_call_ms"] = empty_call_claim(message)
+            job.facts.timed_loop["empty_call_ms"] = empty_call_claim(message)
         meaningful = meaningful and bool(message["meaningful"])
         kept_payloads = []
         for entry in kept:
@@ -379,8 +379,8 @@ class TimedLoop:
                                         segment_s=segment_s, calls_per_segment=calls)
         timing = dict(decision.timing, samples_ms=[float(x) for x in samples][:5000], source=decision.source,
                       clocks_mhz=clocks or [], server_segments_ms=decision.segments_ms)
-        job.result["timings"]["candidate"] = timing
-        job.result["timed_loop"].update(server_ms_per_call=decision.server_ms,
+        job.facts.timings["candidate"] = timing
+        job.facts.timed_loop.update(server_ms_per_call=decision.server_ms,
                                         claimed_mean_ms=decision.claimed_mean_ms, source=decision.source)
         for item in decision.flags:
             job.flag(item)

@@ -54,7 +54,7 @@ def collect(job: TraceJob) -> None:
         return
     job.trace_channel = None
     job.trace = channel.collect()
-    job.result["trace"] = {"bytes": job.trace.read_bytes, "overflow": job.trace.overflow, "ended": job.trace.ended}
+    job.facts.trace = {"bytes": job.trace.read_bytes, "overflow": job.trace.overflow, "ended": job.trace.ended}
     dump = settings.get(DUMP_ENV)
     if dump:  # the operator's own folder (probes, GPU tests, fixtures): the raw bytes, as they came
         name = "".join(c for c in str(job.job_id) if c.isalnum() or c in "-_")[:64] or "job"
@@ -83,8 +83,8 @@ def expected(job: TraceJob) -> Any:
     from kernelagent.harness.cuda_source import static_own_names
     from kernelagent.harness.trace.calls import Expected
 
-    loop = job.result.get("timed_loop") or {}
-    timing = (job.result.get("timings") or {}).get("candidate") or {}
+    loop = job.facts.timed_loop or {}
+    timing = (job.facts.timings or {}).get("candidate") or {}
     warmups, timed = int(loop.get("warmup_calls") or 0), int(loop.get("calls") or 0)
     phases = {"first", "check"} | ({"warmup"} if warmups else set()) | ({"timed"} if timed else set())
     median = timing.get("median_ms")

@@ -71,7 +71,7 @@ def flag(kind: str, message: str, severity: str | None = None) -> dict[str, str]
 MAX_COUNT_CLAIM = 10**9
 
 
-def count_claim(value: Any) -> int:
+def count_claim(value: object) -> int:
     """A count a child process reported (allocator retries, say): an int from 0 to
     MAX_COUNT_CLAIM, else 0 (a bool, a float, a negative or absurd number says nothing)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT_CLAIM:
@@ -92,7 +92,7 @@ def trusted_flags(claimed: list[Any]) -> list[dict[str, str]]:
     return out
 
 
-def trusted_kernel_rows(claimed: Any) -> list[dict[str, Any]]:
+def trusted_kernel_rows(claimed: object) -> list[dict[str, Any]]:
     """The candidate's profiler rows (child/candidate_side.profile_kernels), validated by type:
     only the known fields, a name as bounded text, finite non-negative times and counts, a share
     in [0, 1], `own` a bool and `kind` one of ours. Anything else in a row, or a row that is not
