@@ -82,12 +82,11 @@ class _Job:
         self.concurrency, self.facts = {}, JobRecord(timed_loop={})
 
 
-def _server(tmp_path):
-    from kernelagent.harness.server.gate import Gate
+def _server(tmp_path, cuda=True):
+    """A server's gate as serve() makes it, given the caller's calibration folder."""
+    from kernelagent.harness.server.main import Dispatcher
 
-    gate = Gate()
-    gate.calibration_store = CalibrationStore(tmp_path / "calibrations")
-    return gate
+    return Dispatcher.make_gate({"cuda": cuda}, 1, calibration_cache=tmp_path / "calibrations")
 
 
 def _calibration(job, measured):
@@ -115,6 +114,6 @@ def test_a_second_server_reuses_what_the_first_measured_and_recalibrated(tmp_pat
 
 def test_on_the_cpu_nothing_is_shared(tmp_path):
     key_ = _key()
-    one = _calibration(_Job(_server(tmp_path), cuda=False), [0.5])
+    one = _calibration(_Job(_server(tmp_path, cuda=False), cuda=False), [0.5])
     assert one.first(None, segments=1, deadline=0, key=key_) == (0.5, False)
     assert not (tmp_path / "calibrations").exists()

@@ -127,7 +127,7 @@ class WorldTools:
             self.intervals.append((start, time.time()))
         return self._obs(code, False)
 
-    def verify(self, code: str) -> Observation:
+    def verify(self, code: str, *, audit: bool = False) -> Observation:
         self.verified.append(code)
         return self._obs(code, True)
 

@@ -366,7 +366,7 @@ class Agent:
             audit = unaudited_gpu_result(obs)
             if not (obs.full and obs.timed) or audit:
                 self.notify("verify", code_sha=sha(obs.code or ""))
-                obs = self.tools.verify(obs.code or "", **({"audit": True} if audit else {}))
+                obs = self.tools.verify(obs.code or "", audit=audit)
                 self.tool_seconds["verify"] += obs.seconds
                 self.tool_calls["verify"] += 1
             attempts.append(self.record(obs, "verify", None, None))

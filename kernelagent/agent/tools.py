@@ -196,8 +196,7 @@ class HarnessTools:
     def verify(self, code: str, *, audit: bool = False) -> Observation:
         """The final verification (full trials, timed): a win is audited by Nsight Compute
         (EvalConfig.audit_wins), and with `audit` the result is, whatever it is."""
-        return self.evaluate_with("verify", code, {**timed_settings(self.trials), "audit_wins": True,
-                                                   **({"audit": True} if audit else {})})
+        return self.evaluate_with("verify", code, {**timed_settings(self.trials), "audit_wins": True, "audit": audit})
 
     def evaluate_with(self, tool: str, code: str, settings: dict, *, submitted: bool = False) -> Observation:
         """Evaluate `code` under `settings` (EvalConfig fields over the run's overrides) and

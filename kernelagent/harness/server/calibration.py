@@ -65,29 +65,26 @@ class Calibration:
         this server, or on a GPU of another server of this host: gate.calibration_store), and
         whether it was reused; None where neither a GPU nor the defences ask for it."""
         job = self.job
-        calibration_s = None
-        reused = False
-        if job.fingerprint.get("cuda") or job.config.defences:
-            calibration_s = job.gate.calibrations.get(key)
-            shared = job.gate.calibration_store.get(key) if calibration_s is None and job.fingerprint.get("cuda") \
-                else None
-            if shared is not None:
-                calibration_s = job.gate.calibrations[key] = shared.seconds
-                if shared.recalibrated:
-                    job.gate.recalibrated.add(key)
-                self.shared = True
-            if calibration_s is None:
-                calibrating = time.monotonic()
-                calibration_s = self.calibrate(order, segments, deadline)
-                add_seconds(job.concurrency, "slot_calibration_s", time.monotonic() - calibrating)
-                if calibration_s is None:
-                    raise ReferenceGone("ran out of device memory running the empty timed loop (calibration)")
-                job.gate.calibrations[key] = calibration_s
-                if job.fingerprint.get("cuda"):
-                    job.gate.calibration_store.put(key, StoredCalibration(calibration_s, False))
-            else:
-                reused = True
-        return calibration_s, reused
+        if not (job.fingerprint.get("cuda") or job.config.defences):
+            return None, False
+        calibration_s = job.gate.calibrations.get(key)
+        if calibration_s is not None:
+            return calibration_s, True
+        shared = job.gate.calibration_store.get(key)  # another server's (none on the CPU: make_gate)
+        if shared is not None:
+            job.gate.calibrations[key] = shared.seconds
+            if shared.recalibrated:
+                job.gate.recalibrated.add(key)
+            self.shared = True
+            return shared.seconds, True
+        calibrating = time.monotonic()
+        calibration_s = self.calibrate(order, segments, deadline)
+        add_seconds(job.concurrency, "slot_calibration_s", time.monotonic() - calibrating)
+        if calibration_s is None:
+            raise ReferenceGone("ran out of device memory running the empty timed loop (calibration)")
+        job.gate.calibrations[key] = calibration_s
+        job.gate.calibration_store.put(key, StoredCalibration(calibration_s, False))
+        return calibration_s, False
 
     def recalibrate(self, order: LoopOrder, *, segments: int, deadline: float, first_s: float,
                     key: str) -> float:
@@ -107,8 +104,7 @@ class Calibration:
             job.facts.timed_loop["calibration_s"] = calibration_s
             job.gate.calibrations[key] = calibration_s
             job.gate.recalibrated.add(key)  # measured twice: see recalibration_wanted
-            if job.fingerprint.get("cuda"):
-                job.gate.calibration_store.put(key, StoredCalibration(calibration_s, True))
+            job.gate.calibration_store.put(key, StoredCalibration(calibration_s, True))
         return calibration_s
 
     def recalibration_wanted(self, key: str, samples: list[Any], measured: int, loop_s: float,

@@ -292,7 +292,8 @@ class Dispatcher:
     @staticmethod
     def make_gate(fingerprint: dict[str, Any], limit: int, *, calibration_cache: Path | None = None) -> gate_mod.Gate:
         gate = gate_mod.Gate(idle_wait_s=settings.get("KERNELAGENT_IDLE_WAIT_S"))
-        gate.calibration_store = gate_mod.CalibrationStore(calibration_cache)
+        # Shared on a GPU only: on the CPU (a busy runner's noise) every server measures its own.
+        gate.calibration_store = gate_mod.CalibrationStore(calibration_cache if fingerprint.get("cuda") else None)
         if fingerprint.get("cuda") and limit > 1:
             gate.memory = gate_mod.MemoryLedger(fingerprint.get("free_bytes"))
         return gate
