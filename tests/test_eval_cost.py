@@ -305,6 +305,124 @@ def test_the_next_job_of_a_problem_takes_over_a_spare_its_predecessor_started(tm
     assert evidence.spare_key(g) is None and len(started) == count + 2 and gate.profilers.live == 1
 
 
+def test_an_audit_of_a_traced_job_starts_early_only_alone_and_never_keeps_a_spare(tmp_path, monkeypatch):
+    """Where the trace is the evidence, ncu only audits (a win, the seeded share): its session starts
+    beside the checks only for the server's one job (a lone evaluation waits for the profiled part
+    only), else at the evidence stage, and no spare is kept for the problem's next job (an audit is
+    a share: ncu's host process kept a core busy for as long as an early session or an untaken spare
+    waited at READY, 196 of ncu's 250 CPU-s in one overlapped run). Where ncu is the evidence itself
+    (evidence="ncu"), every job starts early and keeps a spare, loaded or not."""
+    from kernelagent.harness.server import kernel_evidence
+    from kernelagent.harness.server import evidence
+
+    started = []
+
+    class FakeEarly:
+        def __init__(self, candidate):
+            self.candidate = candidate
+            self.setup = SimpleNamespace(scratch=tmp_path / f"s{len(started)}")
+            self.setup.scratch.mkdir()
+            self.session = SimpleNamespace(proc=SimpleNamespace(poll=lambda: None))
+            self.spare = False
+
+        def discard(self):
+            pass
+
+    def start(problem, candidate_source, **k):
+        started.append(FakeEarly(candidate_source))
+        return started[-1]
+
+    monkeypatch.setattr(kernel_evidence, "start", start)
+    monkeypatch.setattr(ncu_mod, "find_ncu", lambda: "/usr/bin/ncu")
+    jobs_now = [1]
+    gate = SimpleNamespace(profilers=Profilers(max_early=3), active=lambda: jobs_now[0])
+    (tmp_path / "jobs").mkdir()
+
+    def job(name, audit=True, config=None, traced=True):
+        root = tmp_path / "jobs" / name
+        root.mkdir()
+        return SimpleNamespace(request={"options": {"evidence": {"hide": [], "audit": audit}}, "problem_source": "P\n",
+                                        "candidate_source": f"C = '{name}'\n", "candidate_sha256": "x"},
+                               config=config or EvalConfig(), fingerprint={"cuda": True}, jail={"mode": "namespaces"},
+                               root=root, limit=lambda stage: 60.0, gate=gate, early_evidence=None,
+                               early_counted=False, trace_channel=object() if traced else None, trace=None)
+
+    def start_early(j):
+        evidence.start_early(j)
+        evidence._spawner().submit(lambda: None).result(10)  # the spares' thread has done its work
+
+    alone = job("alone")
+    start_early(alone)
+    assert alone.early_evidence is started[0] and started[0].candidate == "C = 'alone'\n"
+    assert len(started) == 1 and not gate.profilers.spares  # no spare for an audit
+    evidence.discard(alone)
+
+    jobs_now[0] = 4  # the server runs others beside it: the audit starts at its evidence stage
+    for name in ("loaded", "unaudited"):
+        j = job(name, audit=name == "loaded")
+        start_early(j)
+        assert j.early_evidence is None
+    assert len(started) == 1 and gate.profilers.live == 0
+    unaudited_alone = job("unaudited-alone", audit=False)
+    jobs_now[0] = 1
+    start_early(unaudited_alone)
+    assert unaudited_alone.early_evidence is None and len(started) == 1  # its trace is the evidence
+
+    jobs_now[0] = 4
+    for primary in (job("ncu", audit=False, config=EvalConfig(evidence="ncu")), job("untraced", traced=False)):
+        start_early(primary)
+        assert primary.early_evidence is not None and started[-1].candidate == ""  # its own, then a spare
+        assert gate.profilers.has_spare(evidence.spare_key(primary))
+        gate.profilers.drop_spares()
+        evidence.discard(primary)
+
+
+def test_a_session_started_at_the_evidence_stage_runs_in_two_phases_in_the_slot(tmp_path, monkeypatch):
+    """An audit under load (no early session): the session starts at the evidence stage, is let go
+    holding the timing slot with the other jobs running on (its warm-up), as an early one is, and
+    its phases say it started late."""
+    from kernelagent.harness.server import kernel_evidence
+    from kernelagent.harness.server import evidence
+
+    holds, collected = [], []
+
+    class FakeEarly:
+        def collect(self, **k):
+            collected.append(k)
+            with k["on_ready"]():
+                pass
+            return {"kernels": [], "phases": {"early": True, "to_ready_s": 4.0}}
+
+        def discard(self):
+            pass
+
+    starts = []
+    monkeypatch.setattr(kernel_evidence, "start", lambda problem, source, **k: starts.append((source, k)) or FakeEarly())
+    from contextlib import contextmanager
+
+    @contextmanager
+    def hold(job, probe, stats, freeze=True):
+        holds.append(freeze)
+        yield SimpleNamespace()
+
+    gate = SimpleNamespace(profilers=Profilers(max_early=3), active=lambda: 4, hold=hold)
+    root = tmp_path / "job"
+    root.mkdir()
+    stages = []
+    j = SimpleNamespace(request={"options": {"evidence": {"hide": [], "audit": True}}, "problem_source": "P\n",
+                                 "candidate_source": "C\n", "candidate_sha256": "x"},
+                        config=EvalConfig(), fingerprint={"cuda": True}, jail={"mode": "namespaces"}, root=root,
+                        limit=lambda stage: 60.0, gate=gate, early_evidence=None, early_counted=False,
+                        trace_channel=object(), trace=None, enter=stages.append, idle_probe=None, concurrency={},
+                        cpu={}, facts=SimpleNamespace(evidence=None))
+    evidence.collect(j)
+    assert [s for s, _ in starts] == ["C\n"] and starts[0][1]["scratch_parent"] == root
+    assert holds == [False]  # the slot, the others running on while it warms up (then frozen: ncu_session)
+    assert j.facts.evidence["phases"]["early"] is False and stages == ["evidence", "finished"]
+    assert "unavailable" not in j.facts.evidence and j.facts.evidence["ncu_lock"] in ("device", "host")
+    assert gate.profilers.live == 0  # counted while it ran, and no more
+
+
 # -- the session's two phases ------------------------------------------------------------------------
 TWO_PHASE = ('[ -n "$KERNELAGENT_NCU_TWO_PHASE" ] || exit 9; echo KERNELAGENT_NCU_READY; '
              'while [ ! -e kernelagent-go ]; do sleep 0.01; done; '

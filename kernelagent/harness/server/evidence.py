@@ -175,8 +175,27 @@ def session_uid(job: EvidenceJob) -> tuple[int, int] | None:
 def may_want(job: EvidenceJob) -> bool:
     """Could this job end wanting a Nsight Compute session (before its verdict): the caller asked
     for evidence, the job runs on a GPU, and ncu is planned for it (`ncu_planned`). A traced job
-    starts no session beside its checks and keeps no spare: its trace is the evidence."""
+    that is not audited starts no session at all: its trace is the evidence."""
     return asked(job) and ncu_planned(job)
+
+
+def ncu_primary(job: EvidenceJob) -> bool:
+    """Is Nsight Compute this job's evidence itself (evidence="ncu", or no trace to judge), not an
+    audit of its trace? Then every job of its problem runs a session."""
+    return job.config.evidence == "ncu" or not traced(job)
+
+
+def starts_early(job: EvidenceJob) -> bool:
+    """Does this job start its session beside its checks (`start_early`)? Where ncu is the
+    evidence itself (`ncu_primary`), and for an audit of a traced job only while the job is its
+    server's one job: a lone evaluation's result then waits only for the profiled part, while
+    under load an audit starts at its evidence stage. Nsight Compute's host process keeps a core
+    busy for as long as its target waits at READY, and an audit started beside its checks waited
+    there for all of the job's checks and its turn for the timing slot (docs/concepts/concurrency.md,
+    "The evidence's host CPU")."""
+    if not may_want(job):
+        return False
+    return ncu_primary(job) or job.gate.active() <= 1
 
 
 def _hide(job: EvidenceJob) -> list[Path]:
@@ -197,14 +216,13 @@ def _session_settings(job: EvidenceJob) -> dict[str, Any]:
 def start_early(job: EvidenceJob) -> None:
     """Start the job's evidence session now, while its checks run (kernel_evidence.Early): its
     set-up (ncu, the interpreter, torch, the CUDA context, the problem; our code only) is most
-    of a session's seconds, and a correct result then waits only for the profiled part. A job
-    that ends without wanting evidence discards it (`discard`). Measured on an H100
-    (2026-11-26): the set-up took 4.7 s of the 8.3 s evidence stage of a level-1 evaluation.
+    of a session's seconds (docs/concepts/concurrency.md), and a correct result then waits only for
+    the profiled part. A job that ends without wanting evidence discards it (`discard`).
 
     Where a spare waits for this job's problem (started by the job before it: `_start_spare`),
     the job takes it over: its set-up is done before the job began. Then a spare is started for
     the next job of the same problem (an agent's next turn, a search's next sample)."""
-    if not may_want(job) or job.config.profile or getattr(job, "early_evidence", None) is not None:
+    if not starts_early(job) or job.config.profile or getattr(job, "early_evidence", None) is not None:
         return
     from kernelagent.harness.server.ncu import find_ncu
 
@@ -212,7 +230,9 @@ def start_early(job: EvidenceJob) -> None:
         return
     profilers = job.gate.profilers
     settings = _session_settings(job)
-    key = spare_key(job, settings)
+    # Spares only where every next job of the problem will take one: an audit is a share, and a
+    # spare nobody took kept ncu's host process busy for up to SPARE_WAIT_S.
+    key = spare_key(job, settings) if ncu_primary(job) else None
     spare = profilers.take_spare(key) if key is not None else None
     if spare is not None:
         job.early_counted = True
@@ -277,8 +297,8 @@ def _start_spare(job: EvidenceJob, key: tuple, settings: dict[str, Any]) -> None
     server: the target then gives up within milliseconds) and ends by itself after SPARE_WAIT_S.
 
     Started from the server's one long-lived spawner thread, never from the job's thread: the
-    jail dies with the thread that started it (PR_SET_PDEATHSIG follows the parent thread), and a
-    spare started by a job's thread was killed the moment that job ended (H200, 2026-11-27)."""
+    jail dies with the thread that started it (PR_SET_PDEATHSIG follows the parent thread): a
+    spare started by a job's thread would be killed the moment that job ended."""
     profilers = job.gate.profilers
     if profilers.has_spare(key) or not profilers.may_start():
         return
@@ -372,25 +392,26 @@ def collect(job: EvidenceJob) -> None:
     early = getattr(job, "early_evidence", None)
     job.early_evidence = None
     triton_cache = getattr(job, "scratch", job.root / "candidate") / ".triton"
-    on_ready = lambda: job.gate.hold(job, job.idle_probe, job.concurrency.setdefault("evidence_slot", {}))  # noqa: E731
     # one session per device: every job alive here may be ahead of this one, each bounded
     lock_wait_s = job.limit("evidence") * max(1, job.gate.active())
-    lock_key = ncu_lock_key(job.fingerprint)
+    # Two phases: the slot taken with the other jobs running on while the session warms up
+    # (nothing else times meanwhile), then every other job stopped for the profiled calls.
+    warm_first = lambda: job.gate.hold(job, job.idle_probe, job.concurrency.setdefault(  # noqa: E731
+        "evidence_slot", {}), freeze=False)
+    collect_settings = dict(timeout=job.limit("evidence"), on_ready=warm_first, lock_wait_s=lock_wait_s,
+                            lock_key=ncu_lock_key(job.fingerprint), triton_cache=triton_cache,
+                            cache_dir=options.get("cuda_cache_dir"),
+                            candidate_sha=job.request.get("candidate_sha256", ""), backend=job.config.backend,
+                            run_as=run_as)
     try:
         if early is not None:
-            # Two phases: the slot taken with the other jobs running on while the session warms up
-            # (nothing else times meanwhile), then every other job stopped for the profiled calls.
-            warm_first = lambda: job.gate.hold(job, job.idle_probe, job.concurrency.setdefault(  # noqa: E731
-                "evidence_slot", {}), freeze=False)
             try:
-                evidence = early.collect(timeout=job.limit("evidence"), on_ready=warm_first, lock_wait_s=lock_wait_s,
-                                         lock_key=lock_key,
-                                         triton_cache=triton_cache, cache_dir=options.get("cuda_cache_dir"),
-                                         candidate_sha=job.request.get("candidate_sha256", ""),
-                                         backend=job.config.backend, run_as=run_as)
+                evidence = early.collect(**collect_settings)
             finally:
                 _ended(job)
         else:
+            # Started now (the same session as an early one, its set-up while this job holds
+            # nothing): an audit under load, or an early one that could not start beside the checks.
             with job.gate.profilers.session(job, job.limit("evidence")) as clear:
                 if not clear:
                     evidence = {"unavailable": "an in-process profile kept the device's profiler past the "
@@ -399,15 +420,16 @@ def collect(job: EvidenceJob) -> None:
                     problem = job.root / "evidence-problem.py"
                     problem.write_text(job.request["problem_source"])
                     # "cuda", no index: the server's CUDA_VISIBLE_DEVICES (the caller's choice) stays as it is.
-                    evidence = kernel_evidence.collect(
-                        problem, job.request["candidate_source"], cache_dir=options.get("cuda_cache_dir"),
-                        candidate_sha=job.request.get("candidate_sha256", ""), timeout=job.limit("evidence"),
-                        scratch_parent=job.root, triton_cache=triton_cache, on_ready=on_ready,
-                        lock_wait_s=lock_wait_s, lock_key=lock_key, **settings)
+                    late = kernel_evidence.start(
+                        problem, job.request["candidate_source"], candidate_sha=job.request.get("candidate_sha256", ""),
+                        scratch_parent=job.root, **settings, wait_s=job.limit("evidence") + 60)
+                    evidence = late.collect(**collect_settings)
+                    if isinstance(evidence.get("phases"), dict):
+                        evidence["phases"]["early"] = False
     except Exception:  # noqa: BLE001 - a harness bug is said as such, never the candidate's
         evidence = {"unavailable": "harness error while collecting it:\n" + traceback.format_exc(limit=3)}
     evidence["seconds"] = round(time.monotonic() - started, 3)
-    evidence["ncu_lock"] = "device" if lock_key else "host"
+    evidence["ncu_lock"] = "device" if collect_settings["lock_key"] else "host"
     evidence["uid"] = run_as[0] if run_as else os.getuid()  # the session's uid outside
     cpu = (evidence.get("phases") or {}).get("cpu_s") if isinstance(evidence.get("phases"), dict) else None
     if isinstance(cpu, (int, float)) and not isinstance(cpu, bool):

@@ -111,38 +111,14 @@ def violations_under_ncu(evidence: dict[str, Any]) -> list[dict[str, str]]:
     return flags
 
 
-def collect(problem_path: str | Path, candidate_source: str, *, backend: str, device: str,
-            cache_dir: str | Path | None, candidate_sha: str, timeout: float = 180.0,
-            hide: list[Path] | None = None, on_spawn: Any = None,
-            scratch_parent: Path | None = None, namespaces: bool | None = None,
-            triton_cache: Path | None = None, on_ready: Any = None,
-            lock_wait_s: float | None = None, run_as: tuple[int, int] | None = None,
-            lock_key: str | None = None) -> dict[str, Any]:
-    """Run the candidate under ncu (jailed: bubblewrap, else the per-job kernel namespaces;
-    never unjailed) for CALLS forward calls and return every kernel it launched:
-    {"kernels": [...], "seconds": ...} or {"unavailable": why}. hide: the caller's caches and
-    scratch, which the jail hides besides the home; on_spawn, scratch_parent,
-    namespaces, triton_cache, on_ready, lock_wait_s, lock_key: see ncu.run_ncu."""
-    from kernelagent.harness.server import ncu
-
-    return ncu.run_ncu(problem_path, candidate_source, backend=backend, device=device, calls=CALLS,
-                       timeout=timeout, cache_dir=cache_dir, candidate_sha=candidate_sha,
-                       metric_sets=[METRICS], top=1000, launch_count=100_000, hide=hide,
-                       on_spawn=on_spawn, scratch_parent=scratch_parent, namespaces=namespaces,
-                       triton_cache=triton_cache,
-                       # the device's clocks stay as they are: other jobs time beside this run
-                       # (and the evidence compares with times taken at those clocks)
-                       clock_control="none", on_ready=on_ready, lock_wait_s=lock_wait_s, run_as=run_as,
-                       lock_key=lock_key)
-
-
 class Early:
-    """An evidence session started while the job's checks run (server/evidence.py): ncu, the
-    jail, the interpreter, torch, the CUDA context and the problem start at once, beside the
-    job's own work (our code only: the target waits at READY, child/ncu_entry.py), so that a
-    correct result waits only for the profiled part. `collect` lets it go holding the device
-    (as `collect` above does); `discard` ends it when no evidence is wanted (the candidate
-    failed). Started by the server, never by anything a candidate controls."""
+    """An evidence session: ncu, the jail, the interpreter, torch, the CUDA context and the problem
+    start at once (our code only: the target waits at READY, child/ncu_entry.py), beside the
+    job's checks where server/evidence.py starts it early, else at the job's evidence stage.
+    `collect` lets it go holding the device (ncu.run_ncu's `on_ready`: the timing slot, then the
+    other jobs stopped for the profiled calls) and runs CALLS forward calls, every kernel they
+    launched in its result; `discard` ends it when no evidence is wanted (the candidate failed).
+    Started by the server, never by anything a candidate controls."""
 
     def __init__(self, setup: Any = None, session: Any = None, unavailable: str | None = None):
         self.setup, self.session, self.unavailable = setup, session, unavailable
@@ -189,8 +165,8 @@ class Early:
 def start(problem_path: str | Path, candidate_source: str, *, backend: str, device: str, candidate_sha: str,
           hide: list[Path] | None, scratch_parent: Path | None, namespaces: bool | None,
           run_as: tuple[int, int] | None, wait_s: float) -> Early:
-    """An Early session for the kernel evidence (the same session as `collect` runs, started now
-    and held at READY); `wait_s`: the longest it waits there before it gives up by itself (the
+    """An Early session for the kernel evidence, started now
+    and held at READY; `wait_s`: the longest it waits there before it gives up by itself (the
     server that would let it go may be gone)."""
     from kernelagent.harness.server import ncu
 
