@@ -111,9 +111,9 @@ class Calibration:
                              calibration_s: float) -> bool:
         """verdict.needs_recalibration, at most once per loop on a GPU: a many-segment loop's
         honest claim always falls short of the server's time by its per-segment cost, so every
-        job recalibrated (0.5 s of the slot for a level-1 softmax on an H100, 2026-11-26) and the
-        reuse saved nothing. The smaller of the two measures is kept and reused after that. On
-        the CPU (a busy runner's noise) every job may still recalibrate."""
+        job recalibrated and the reuse saved nothing (docs/concepts/concurrency.md, "Where an
+        evaluation's time and the host's CPU go"). The smaller of the two measures is kept and
+        reused after that. On the CPU (a busy runner's noise) every job may still recalibrate."""
         if self.job.fingerprint.get("cuda") and key in self.job.gate.recalibrated:
             return False
         return verdict.needs_recalibration(samples, measured, loop_s, calibration_s)

@@ -6,11 +6,10 @@ copies one thread. A module that another thread was importing at that moment sta
 child for ever (importlib's per-module lock, owned by a thread the child does not have), and the
 child's first import of it never returns.
 
-On an H100 (2026-11-27) the later jobs of a wave of 8 cold evaluations ran past their 60 s
-'start' limit: the estimate's helper had used up its 60 s timeout (no memory was reserved
-afterwards), and the job's own processes, forked only then, were caught at the limit before their
-first line (named ka-server, state R, 0.0-0.7 CPU-s). Jobs that hung in 'compile' with no CPU
-used fit the same cause. So:
+A wave of cold evaluations hung this way: the estimate's helper used up its timeout, and the
+job's own processes, forked only then, were caught at the 'start' limit before their first line
+(docs/concepts/timing.md, "The cold wave that used to hang, measured fixed", and
+docs/concepts/concurrency.md, "Measurements behind the code"). So:
 
 - `preload()`, at the server's start before any job thread exists, imports every module of ours
   that a job's thread or a forked child imports lazily (PRELOAD; tests/test_forking.py holds the

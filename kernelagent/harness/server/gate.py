@@ -92,7 +92,8 @@ class Gate:
         # The timed loop's shape by problem and settings (timed.loop_plan), made by the first job
         # of a problem: later jobs run the same loop, so its calibration is reused (the loop's
         # length came from the reference's eager time per job, which differs by a few percent,
-        # and so did the calibration's key: on an H100 every job calibrated again, 2026-11-26).
+        # and so did the calibration's key, so every job calibrated again: docs/concepts/
+        # concurrency.md, "Where an evaluation's time and the host's CPU go").
         self.plans: dict[str, dict[str, int]] = {}
         self.bandwidth = Bandwidth()
         from kernelagent.harness.server.profilers import Profilers
@@ -287,11 +288,10 @@ class Bandwidth:
     quiet within BANDWIDTH_SLACK of the least of the last WINDOW readings in this server (a
     window, so that clocks that drop for good become the new normal).
 
-    On an H100 (2026-11-27) memory given back to the driver (`torch.cuda.empty_cache`, a process's
-    exit) slowed the kernels that ran next, whichever process had freed it: a 4.29 ms streaming
-    ReLU read 4.96-5.05 ms for about 25 ms after 13 GB were freed, and the spin probe read idle
-    throughout. This reading rose to 1.15-1.22x its idle least then; 60 idle readings stayed
-    within 1.062x (scripts/device/scrub_probe.py)."""
+    Memory given back to the driver (`torch.cuda.empty_cache`, a process's exit) slows the
+    kernels that run next, whichever process freed it, while the spin probe reads idle; this
+    reading rises then and stays near its least when idle (docs/concepts/concurrency.md, "Memory
+    bandwidth"; scripts/device/scrub_probe.py)."""
 
     WINDOW = 32
 

@@ -319,8 +319,8 @@ class Job:
                 self.stage_timed_out = True  # beside other jobs, re-run alone first (conclude_concurrency)
                 self.fail(Status.TIMEOUT, f"stage '{self.stage}' ran past its {self.limit(self.stage):.0f} s limit; "
                                           "the candidate's processes were killed", self.stage)
-                # What each process was doing then (pid, name, state, kernel wait): a hang beside
-                # other jobs showed no CPU in either process and nothing more (H100, 2026-11-27).
+                # What each process was doing then (pid, name, state, kernel wait): without it a
+                # hang beside other jobs says only that it ran out of time (processes.tree_states).
                 self.concurrency["at_limit"] = {
                     "candidate": tree_states(self.cand.pid if self.cand is not None else None),
                     "reference": tree_states(self.ref.pid if self.ref is not None else None)}
@@ -415,9 +415,10 @@ class Job:
         beside = shared and not self.alone
         if beside and self.stage_timed_out and self.facts.status == Status.TIMEOUT:
             # Beside other jobs the host's CPUs are shared, and a stage's clock is paused only while
-            # a neighbour holds the device: 8 cold jobs' compiles on a 16-core host ran 7 honest
-            # candidates past their 'start' or 'compile' limits (H100, 2026-11-27). A stage limit
-            # is the candidate's only once it is reached alone.
+            # a neighbour holds the device, so cold jobs' compiles beside each other can run honest
+            # candidates past their 'start' or 'compile' limits (docs/concepts/concurrency.md,
+            # "Inductor's compile workers"). A stage limit is the candidate's only once it is
+            # reached alone.
             self.retry_alone("ran past a stage limit while other evaluations shared the host; it is re-run alone "
                              "before anything is said about the candidate (was: "
                              + self.facts.reason[:300] + ")")
@@ -467,9 +468,9 @@ class Job:
         device_share = device_share and not evidence.covers_device_share(self)
         self.enter("profile" if (self.config.profile or device_share) else "finishing")
         # Asked-for profiling is a second clock on the candidate's kernels (profiling.clocks sets
-        # it against the timed loop's median): it holds the device's slot as the loop does. Beside
-        # a neighbour's checks, KernelBench's 3 ms elementwise kernels read 6-11% slower in the
-        # profiler than in the timed loop on an H200 (2026-11-26), and alone they agreed to 0.1%.
+        # it against the timed loop's median): it holds the device's slot as the loop does, since
+        # beside a neighbour's checks the profiler reads slower than the timed loop
+        # (docs/concepts/concurrency.md, "Measurements behind the code").
         profiled = bool(self.config.profile)
         with contextlib.ExitStack() as stack:
             if (profiled or device_share) and self.fingerprint.get("cuda"):

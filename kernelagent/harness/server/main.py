@@ -257,11 +257,11 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
 def share_compile_workers(jobs: int) -> int:
     """Inductor's compile workers for each reference process that compiles baselines: this
     server's CPUs shared among the jobs it runs at once, at least one. Inductor's own default is
-    min(32, CPUs) per process: with 8 reference processes of a cold server compiling at once on
-    a 16-core H100 host, 7 of 8 honest jobs ran past their 'start' or 'compile' limits
-    (2026-11-27, benchmarks/fidelity.py's primes; starved CPUs inferred, not measured). Set
-    in the environment the job processes are forked with (child/reference_side.py
-    set_compile_workers); TORCHINDUCTOR_COMPILE_THREADS, where the caller set it, wins."""
+    min(32, CPUs) per process, and a cold server's reference processes compiling at once with it
+    ran honest jobs past their 'start' or 'compile' limits (docs/concepts/concurrency.md,
+    "Inductor's compile workers"). Set in the environment the job processes are forked with
+    (child/reference_side.py set_compile_workers); TORCHINDUCTOR_COMPILE_THREADS, where the
+    caller set it, wins."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

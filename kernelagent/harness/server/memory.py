@@ -43,9 +43,10 @@ class Memory:
         key = hashlib.sha256(job.problem_source.encode()).hexdigest()
         sizes = job.gate.estimates.get(key)
         if sizes is None:
-            # The harness's own work, not the candidate's: the job's clock is paused meanwhile. On an
-            # H100 (2026-11-27) helpers forked beside 7 other cold jobs used up this timeout (then
-            # 60 s) and with it the job's whole 'start' limit (server/forking.py says why).
+            # The harness's own work, not the candidate's: the job's clock is paused meanwhile. A
+            # helper forked beside other cold jobs could use up its timeout and with it the job's
+            # whole 'start' limit (server/forking.py says why; docs/concepts/concurrency.md,
+            # "Measurements behind the code").
             started = time.monotonic()
             job.pause_clock(True)
             try:

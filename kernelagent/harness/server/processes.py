@@ -21,9 +21,10 @@ from kernelagent.text import clean_text
 
 FORK = mp.get_context("fork")
 LOG_TAIL_BYTES = 6000
-# The candidate process's stack dumps while our code starts it, in wall seconds: honest starts
-# took up to 24 s on their stage clock beside other jobs (two H200s, 2026-11-28), and the limit is
-# 60 s on that clock, so a start past its limit has dumped at least once.
+# The candidate process's stack dumps while our code starts it, in wall seconds: well above an
+# honest start's time on its stage clock beside other jobs and below the 'start' limit on that
+# clock, so a start past its limit has dumped at least once (docs/concepts/concurrency.md,
+# "Measurements behind the code").
 START_STACK_S = 40.0
 
 
@@ -132,10 +133,9 @@ def tree_cpu_s(pid: int | None) -> float:
 def tree_states(pid: int | None, limit: int = 12) -> list[str]:
     """'pid comm state wchan ctxt=V/N cpus=LIST stack=...' for a process and its descendants (the
     process first, at most `limit`), read from /proc as a stage runs past its limit: what each was
-    doing then. A job beside others whose processes had used no CPU for its whole 60 s 'start'
-    (H100, 2026-11-27) said only that it ran out of time; stopped (T), asleep in the kernel (S,
-    and where) or running (R) tell a harness fault from a slow candidate. Names are cut to 16
-    printable characters."""
+    doing then. Without it a job beside others that used no CPU for its whole 'start' says only
+    that it ran out of time; stopped (T), asleep in the kernel (S, and where) or running (R) tell
+    a harness fault from a slow candidate. Names are cut to 16 printable characters."""
     if not pid:
         return []
     found: list[str] = []

@@ -3,9 +3,8 @@
 The kernel evidence's ncu session (server/evidence.py) is started early, while its job's checks
 run, and waits at READY with Nsight Compute's injection loaded and a CUDA context made. A
 candidate's process that profiles itself with torch.profiler meanwhile (its device share, or the
-profile a user asked for: child/candidate_side.py `finish`) hung in that profiler on an H100
-until its stage limit (2026-11-26, four jobs beside early sessions). So one server keeps them
-apart:
+profile a user asked for: child/candidate_side.py `finish`) hung in that profiler until its stage
+limit (docs/concepts/concurrency.md, "Profilers never meet"). So one server keeps them apart:
 
 - a session is `live` from its start to its end (`started`/`ended`, early or late);
 - a job that profiles in its own process takes `in_process()`: it waits (its clock paused) until
@@ -36,9 +35,9 @@ class Profilers:
         self.early = 0  # of those, started early (beside their job's checks)
         self.in_process_users = 0  # jobs waiting for, or inside, an in-process profile
         # At most this many early sessions at once: each is an interpreter importing torch and
-        # a CUDA context, and one profiles at a time on a device anyway (ncu.ncu_lock). With one
-        # per job, 14 jobs at once swamped a 16-core host until a job ran past its stage limit
-        # (H200, 2026-11-26).
+        # a CUDA context, and one profiles at a time on a device anyway (ncu.ncu_lock). One per
+        # job swamped a host's CPUs until a job ran past its stage limit (docs/concepts/
+        # concurrency.md, "The evidence starts beside the checks").
         self.max_early = max_early
         self.spares: dict[Any, Any] = {}  # key -> a session waiting at READY for that key's next job
 

@@ -32,10 +32,10 @@ if TYPE_CHECKING:
 # free device memory (or this many bytes on the CPU).
 MAX_KEPT_CALLS = 1000
 # The least a process may keep on a GPU, within the memory plan's per-process margin
-# (memory_plan.MARGIN_BYTES, 512 MiB, reserved already). With 64 MiB a 16 MiB-output ReLU kept
-# two outputs, so its loop ran in 256 segments of 2 calls, and the candidate's per-segment cost
-# beyond the calibration's (0.25-0.4 ms on an H200, 2026-11-26) read as 0.1-0.2 ms of work per
-# call on a 0.017 ms kernel: honest runs flagged clock-mismatch. 256 MiB keeps ten.
+# (memory_plan.MARGIN_BYTES, 512 MiB, reserved already). Too small a floor splits a small
+# kernel's loop into many segments of few calls, and the candidate's per-segment cost beyond the
+# calibration's then reads as work per call: honest runs flagged clock-mismatch
+# (docs/concepts/timing.md, "Measurements behind the code").
 # (memory_plan.HARNESS_FLOOR, with the share of free memory in memory_plan.HARNESS_SHARE.)
 KEEP_CPU_BYTES: int = BY_NAME["KERNELAGENT_CPU_KEEP_BYTES"].default
 # Settings that change no timed loop (which results are audited): left out of the loop's plan and
@@ -128,7 +128,8 @@ class TimedLoop:
         arrived): the sample check measures from it. `t0`, read after the send, clocks the
         segment. The wakee may take the server's core the moment "go" arrives (a busy host: 2
         cores in CI), so the server can resume milliseconds later; checked from t0, an honest
-        call read longer than its segment and was rejected (CPU CI, 2026-11-26)."""
+        call can read longer than its segment (docs/concepts/timing.md, "Measurements behind the
+        code")."""
         sent = time.perf_counter()
         self.job.channels.cand_send("go", seed=seed)
         t0 = time.perf_counter()
@@ -162,10 +163,10 @@ class TimedLoop:
         """The timed loop's shape (module loop_plan) and whether it was reused. On a GPU a later job
         of the same problem and settings in this server runs the loop the first one ran (its
         length comes from the reference's eager time, which varies by a few percent between
-        jobs): the same order, so the calibration measured for it is reused, not run again (on
-        an H100 every job calibrated again before, 2026-11-26). Not where less memory is free
-        than the plan needs, and never on the CPU, where the loop is sized by this candidate's
-        own calls (the interpreter)."""
+        jobs): the same order, so the calibration measured for it is reused, not run again
+        (docs/concepts/concurrency.md, "The loop's plan and calibration reused"). Not where less
+        memory is free than the plan needs, and never on the CPU, where the loop is sized by this
+        candidate's own calls (the interpreter)."""
         job = self.job
         budget = self.harness_budget()
         output_bytes = max(int(job.ready.get("output_bytes", 0)), 1)
@@ -329,8 +330,9 @@ class TimedLoop:
         # after its report, nor while its kept outputs are read (it stays stopped until the
         # comparisons are done). Not clocked on a GPU: device work it queued before the
         # report that finishes after it. Clocking until the trusted reference's probe reads
-        # the device idle was tried: on an H200 (2026-11-25) the probe read busy for ~14 ms
-        # after every segment of honest, synchronised tiny ReLUs and charged them 14x.
+        # the device idle was tried: the probe reads busy for milliseconds after every segment,
+        # even of honest, synchronised tiny kernels, which charges them many times their time
+        # (docs/concepts/timing.md, "Measurements behind the code").
         t1 = time.perf_counter()
         stopped = job.stop_candidate(True)
         segment_s.append(t1 - t0)

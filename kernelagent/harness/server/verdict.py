@@ -367,15 +367,14 @@ def _trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibratio
     gross = mean < 0.5 * server_ms and gap > CLOCK_GROSS_FACTOR * slack
     if not meaningful:
         # On the CPU a loaded runner stretches a loop well past its calibration: honest known-good
-        # solutions were rejected for tampering at under half the server's clock (4 of 40 beside a
-        # second test worker, 2026-11-26). There only a claim CPU_GROSS_SHARE of the server's
-        # time is tampering (a rebound clock claims ~0; a 10x forged one is still caught); a
+        # solutions were rejected for tampering at under half the server's clock (docs/concepts/
+        # timing.md, "Measurements behind the code"). There only a claim CPU_GROSS_SHARE of the
+        # server's time is tampering (a rebound clock claims ~0; a 10x forged one is still caught); a
         # lesser gap reports the server's time, as below.
         gross = gross and mean < CPU_GROSS_SHARE * server_ms
         # ...and of the least-loaded segment's time where the loop had segments: the messages
-        # between segments stretch with the load (CI, 2026-11-27: honest 58-83 ms calls in
-        # segments of 135-524 ms beside a 75 ms calibration, 0.19 of the mean), while a rebound
-        # clock still claims a fraction of the quickest segment.
+        # between segments stretch with the load (the same section), while a rebound clock still
+        # claims a fraction of the quickest segment.
         if least_segment_ms is not None:
             gross = gross and mean < CPU_GROSS_SHARE * least_segment_ms
         # On the CPU (the interpreter, a shared machine) the loop's own costs vary more: a
@@ -388,8 +387,8 @@ def _trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibratio
                f"{calibration_ms / calls:.4f} ms per call, removed); the server's time is reported")
     # On the CPU the claim is still not believed (the server's time is reported), but an
     # interpreter timing never decides a win or a reward, and a loaded 2-core machine stretches
-    # the loop's own cost between the calibration and the candidate's loop (CI, 2026-11-26: honest
-    # 2-call loops of 14-60 ms beside a calibration of 58-190 ms a call): a note, not a review.
+    # the loop's own cost between the calibration and the candidate's loop (docs/concepts/
+    # timing.md, "Measurements behind the code"): a note, not a review.
     flags.append(flag("clock-mismatch", message, None if meaningful else "info"))
     if gross:
         flags.append(flag("tampering", "in-process clocks disagree with the server's clock: " + message, "reject"))
