@@ -5,6 +5,8 @@ shows the evaluator's wiring."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kernelagent.harness.server import kernel_evidence as ke
@@ -242,7 +244,8 @@ def _job(tmp_path, **over):
         config=EvalConfig(), fingerprint={"cuda": True}, jail={"mode": "namespaces", "hide": [str(tmp_path / "h")]},
         facts=JobRecord(status="correct"), root=root, enter=stages.append, limit=lambda stage: 120.0,
         stages=stages, concurrency={}, idle_probe=lambda: True,
-        gate=SimpleNamespace(hold=lambda job, probe, stats: ("slot", job, probe, stats), active=lambda: 3,
+        gate=SimpleNamespace(hold=lambda job, probe, stats, freeze=True: ("slot", job, probe, stats, freeze),
+                             active=lambda: 3,
                              profilers=Profilers()))
     for key, value in over.items():
         setattr(job, key, value)
@@ -267,16 +270,23 @@ def test_the_server_collects_evidence_for_every_correct_unrejected_gpu_result(tm
     assert not evidence.wanted(no_ask)
 
 
+def _fake_session(monkeypatch, seen, collect):
+    """kernel_evidence.start stands in for the session's start (what it was given in `seen`), and
+    its Early's collect for the session's run (`collect(**kwargs)`)."""
+    from types import SimpleNamespace
+
+    def start(problem, source, **kwargs):
+        seen.update(kwargs, problem=problem, source=source, problem_text=Path(problem).read_text())
+        return SimpleNamespace(collect=lambda **k: (seen.update(collect_kwargs=k), collect(**k))[1])
+
+    monkeypatch.setattr(ke, "start", start)
+
+
 def test_the_server_runs_the_evidence_in_the_jobs_jail_and_stops_it_with_the_job(tmp_path, monkeypatch):
     from kernelagent.harness.server import evidence
 
     seen = {}
-
-    def collect(problem, source, **kwargs):
-        seen.update(kwargs, problem=problem, source=source)
-        return {"kernels": [_k("relu_kernel", 1e5)]}
-
-    monkeypatch.setattr(ke, "collect", collect)
+    _fake_session(monkeypatch, seen, lambda **k: {"kernels": [_k("relu_kernel", 1e5)]})
     job = _job(tmp_path)
     evidence.collect(job)
     assert job.facts.evidence["kernels"][0]["name"] == "relu_kernel" and job.facts.evidence["seconds"] >= 0
@@ -285,21 +295,24 @@ def test_the_server_runs_the_evidence_in_the_jobs_jail_and_stops_it_with_the_job
     # the caller's list, the job jail's own list and the server's scratch root (other jobs)
     assert {str(tmp_path / "baselines"), str(tmp_path / "h"), str(tmp_path / "scratch-root")} <= hidden
     assert seen["namespaces"] is True and seen["device"] == "cuda" and seen["scratch_parent"] == job.root
-    assert seen["source"] == TRITON and seen["timeout"] == 120.0
-    assert seen["lock_wait_s"] == 360.0  # every live job's session may be ahead of this one
-    # the candidate's part of the session takes the device's timing slot, like a timed loop
-    slot = seen["on_ready"]()
+    ran = seen["collect_kwargs"]
+    assert seen["source"] == TRITON and ran["timeout"] == 120.0
+    assert ran["lock_wait_s"] == 360.0  # every live job's session may be ahead of this one
+    # the candidate's part of the session takes the device's timing slot, like a timed loop (the
+    # others running on while it warms up; ncu_session stops them for the profiled calls)
+    slot = ran["on_ready"]()
     assert slot[:3] == ("slot", job, job.idle_probe) and slot[3] is job.concurrency["evidence_slot"]
-    assert seen["problem"].read_text() == job.request["problem_source"]
+    assert slot[4] is False
+    assert seen["problem_text"] == job.request["problem_source"]
 
 
 def test_a_harness_bug_in_the_evidence_is_said_as_such(tmp_path, monkeypatch):
     from kernelagent.harness.server import evidence
 
-    def broken(*args, **kwargs):
+    def broken(**kwargs):
         raise KeyError("ours")
 
-    monkeypatch.setattr(ke, "collect", broken)
+    _fake_session(monkeypatch, {}, broken)
     job = _job(tmp_path)
     evidence.collect(job)
     assert job.facts.evidence["unavailable"].startswith("harness error") and job.facts.status == "correct"
