@@ -227,7 +227,8 @@ def test_no_server_function_is_over_80_lines():
 def mixed_classes(root: Path) -> list[str]:
     """Classes under `root` assembled from mixins: a class (not a Protocol) with more than one
     base, or with a base that is neither `object` nor an exception (a builtin one, or one of
-    these files' own exceptions). A Protocol may extend Protocols."""
+    these files' own exceptions). A Protocol may extend Protocols, and a TypedDict (a dict's
+    shape, no behaviour: server/record_types.py) TypedDicts."""
     import builtins
 
     classes = {p: [n for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))) if isinstance(n, ast.ClassDef)]
@@ -241,11 +242,15 @@ def mixed_classes(root: Path) -> list[str]:
         return name in bases and name not in seen and bool(bases[name]) \
             and all(exception(b, seen | {name}) for b in bases[name])
 
+    def shape(name: str, seen: frozenset[str] = frozenset()) -> bool:  # a TypedDict, or one of these files'
+        return name == "TypedDict" or name in bases and name not in seen and bool(bases[name]) \
+            and all(shape(b, seen | {name}) for b in bases[name])
+
     mixed = []
     for path, cs in classes.items():
         for c in cs:
             own = [b for b in bases[c.name] if b != "object"]
-            if "Protocol" in own:
+            if "Protocol" in own or (own and all(shape(b) for b in own)):
                 continue
             if len(own) > 1 or any(not exception(b) for b in own):
                 mixed.append(f"{path.name}:{c.lineno} {c.name}({', '.join(own)})")
@@ -265,6 +270,8 @@ def test_no_server_class_is_assembled_from_mixins():
     ("class E(Exception): ...\nclass F(E): ...\nclass G(ValueError): ...\n", []),
     ("from typing import Protocol\nclass P(Protocol): ...\nclass Q(P, Protocol): ...\nclass O(object): ...\n", []),
     ("import threading\nclass T(threading.Thread): ...\n", ["T(Thread)"]),
+    ("from typing import TypedDict\nclass S(TypedDict): ...\nclass R(S, total=False): ...\nclass U(S, R): ...\n", []),
+    ("class A: ...\nclass S(TypedDict): ...\nclass M(S, A): ...\n", ["M(S, A)"]),
 ])
 def test_the_mixin_scan_sees_every_kind_of_base(tmp_path, source, mixed):
     (tmp_path / "m.py").write_text(source)

@@ -32,9 +32,12 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelagent import settings
+
+if TYPE_CHECKING:
+    from kernelagent.harness.server.record_types import DeviceLockInfo
 
 DEFAULT_DIR = "/tmp/kernelagent-device-locks"
 DEFAULT_WAIT_S: float = settings.BY_NAME["KERNELAGENT_DEVICE_LOCK_WAIT_S"].default
@@ -112,7 +115,7 @@ class DeviceLock:
             pass
         return fd
 
-    def acquire(self) -> dict[str, Any]:
+    def acquire(self) -> DeviceLockInfo:
         """{"device_lock": "held" | "timed out" | "unavailable: why", "device_lock_wait_s": s}."""
         started = time.monotonic()
         with self._mutex:

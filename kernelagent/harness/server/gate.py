@@ -48,6 +48,7 @@ from kernelagent.harness.child import memory_plan
 
 if TYPE_CHECKING:
     from kernelagent.harness.server.device_lock import DeviceLock
+    from kernelagent.harness.server.record_types import DeviceLockInfo
 
 # A bandwidth reading within this factor of the recent best is quiet (Bandwidth); the wait for
 # quiet bandwidth, on a device already idle of other kernels, lasts at most BANDWIDTH_WAIT_S.
@@ -327,7 +328,7 @@ class Admission:
         self._lock_info: dict[str, Any] = {}
 
     @contextmanager
-    def admit(self, alone: bool = False) -> Iterator[dict[str, Any]]:
+    def admit(self, alone: bool = False) -> Iterator[DeviceLockInfo]:
         with self._cond:
             if alone:
                 self._alone_waiting += 1
@@ -344,7 +345,7 @@ class Admission:
             first = self._running == 1 and self.device_lock is not None
             if first:
                 self._acquiring = True
-        info: dict[str, Any] = {}
+        info: DeviceLockInfo = {}
         try:
             if first:
                 try:

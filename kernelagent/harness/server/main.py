@@ -39,6 +39,7 @@ from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.device_lock import DeviceLock
 from kernelagent.harness.server.job import Job
 from kernelagent.harness.server.processes import FORK
+from kernelagent.harness.server.record_types import DeviceLockInfo
 
 def probe_device(requested: str) -> dict[str, Any]:
     """Runs in a throwaway child: what device is there? (keeps CUDA out of the server)."""
@@ -381,7 +382,7 @@ class Dispatcher:
                 self._jobs.pop(job_id, None)
                 self._cancelled.discard(job_id)
 
-    def _handle(self, request: dict[str, Any], job_id: str, device_lock: dict[str, Any] | None = None) -> None:
+    def _handle(self, request: dict[str, Any], job_id: str, device_lock: DeviceLockInfo | None = None) -> None:
         cpu_before = _cpu_seconds()
         admitted = time.monotonic()
         job = Job(request, self.scratch_root, self.fingerprint, self.sandbox, gate=self.gate)

@@ -26,6 +26,7 @@ from kernelagent.harness.server.gate import add_seconds
 
 if TYPE_CHECKING:
     from kernelagent.harness.config import EvalConfig
+    from kernelagent.harness.server.record_types import EmptyCallClaim, TimingRecord
     from kernelagent.harness.server.seams import TimedJob
 
 # Outputs of timed calls kept for verification: at most this many calls, within this share of
@@ -79,16 +80,16 @@ def check_samples(samples_ms: list[Any], segment_s: float) -> None:
                                          f"saw last {segment_s * 1e3:.3f} ms")
 
 
-def empty_call_claim(message: dict[str, Any]) -> dict[str, float] | None:
+def empty_call_claim(message: dict[str, Any]) -> EmptyCallClaim | None:
     """What the candidate's timer took off every call (its empty call's event pair and host
     overhead, in ms), as it claims: shown for diagnosis in `timed_loop`, believed for nothing.
     None unless both are finite numbers from 0 to 1000."""
     event = message["event_ms"][0] if len(message["event_ms"]) == 1 else None
-    values = {"event": event, "host": message["overhead_ms"]}
-    for value in values.values():
+    host = message["overhead_ms"]
+    for value in (event, host):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e3:
             return None
-    return {k: round(float(v), 6) for k, v in values.items()}
+    return {"event": round(float(event), 6), "host": round(float(host), 6)}
 
 
 def loop_plan(config: EvalConfig, estimate_ms: float, budget: int, output_bytes: int) -> dict[str, int]:
@@ -379,8 +380,9 @@ class TimedLoop:
         decision = verdict.trusted_time(samples, measured, loop_s, calibration_s,
                                         meaningful and bool(job.fingerprint.get("cuda")),
                                         segment_s=segment_s, calls_per_segment=calls)
-        timing = dict(decision.timing, samples_ms=[float(x) for x in samples][:5000], source=decision.source,
-                      clocks_mhz=clocks or [], server_segments_ms=decision.segments_ms)
+        timing: TimingRecord = {**decision.timing, "samples_ms": [float(x) for x in samples][:5000],
+                                "source": decision.source, "clocks_mhz": clocks or [],
+                                "server_segments_ms": decision.segments_ms}
         job.facts.timings["candidate"] = timing
         job.facts.timed_loop.update(server_ms_per_call=decision.server_ms,
                                         claimed_mean_ms=decision.claimed_mean_ms, source=decision.source)

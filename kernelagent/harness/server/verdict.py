@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernelagent.harness.result import SEVERITY, Status
+from kernelagent.harness.server.record_types import TimingQuantiles
 from kernelagent.harness.stats import quantile
 
 # Timed loop checks (trusted_time): the server's per-call time may exceed the mean that the
@@ -227,7 +228,7 @@ def needs_recalibration(samples_ms: list[Any], calls: int, loop_s: float, calibr
 
 @dataclass
 class TimeDecision:
-    timing: dict[str, Any]  # fields of result.Timing
+    timing: TimingQuantiles  # the first fields of result.Timing
     source: str  # "in-process" or "server"
     server_ms: float | None
     claimed_mean_ms: float | None
@@ -329,12 +330,12 @@ def trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibration
     return decision
 
 
-def _segments(segments_ms: list[float], meaningful: bool) -> dict[str, Any]:
+def _segments(segments_ms: list[float], meaningful: bool) -> TimingQuantiles:
     """Quantiles of the server's own per-segment times per call."""
     return _quantiles(sorted(segments_ms), meaningful, "server clock, per segment")
 
 
-def _quantiles(ordered: list[float], meaningful: bool, note: str) -> dict[str, Any]:
+def _quantiles(ordered: list[float], meaningful: bool, note: str) -> TimingQuantiles:
     """The fields of result.Timing for sorted per-call times."""
     return {"median_ms": quantile(ordered, 0.5), "q1_ms": quantile(ordered, 0.25), "q3_ms": quantile(ordered, 0.75),
             "min_ms": ordered[0], "reps": len(ordered), "meaningful": meaningful, "note": note}
@@ -395,7 +396,7 @@ def _trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibratio
     return TimeDecision(_point(server_ms, calls, meaningful, "server clock"), "server", server_ms, mean, flags)
 
 
-def _point(ms: float, reps: int, meaningful: bool, note: str) -> dict[str, Any]:
+def _point(ms: float, reps: int, meaningful: bool, note: str) -> TimingQuantiles:
     return {"median_ms": ms, "q1_ms": ms, "q3_ms": ms, "min_ms": ms, "reps": reps, "meaningful": meaningful,
             "note": note}
 
