@@ -105,6 +105,12 @@ class Channel:
         return TraceBytes(data=bytes(self._buf), overflow=self._overflow, ended=self._ended,
                           read_bytes=self._read)
 
+    def snapshot(self) -> tuple[bytes, bool]:
+        """(what came so far, whether the reader stopped: the writer's end, an error, or past
+        the cap) without stopping the reader (the reference's trace, read after its baselines
+        while the process runs on: server/trace_stage.baseline_clock)."""
+        return bytes(self._buf), self._ended or self._overflow
+
     def close(self) -> None:
         """Give both ends back without reading (a job that never forked)."""
         self._stop.set()
