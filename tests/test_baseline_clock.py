@@ -127,13 +127,19 @@ def test_a_reference_trace_without_its_flush_gives_no_figure(data, why):
 
 
 def test_markers_of_the_candidate_phases_or_past_the_runners_count_for_no_baseline():
-    def extra(fake: TraceFake) -> None:  # a fourth runner's phase, which the server did not send
-        _runner_calls(fake, 3, 3, [99.0])
-        fake.flush(mark=marks.BASELINE_FLUSH)
+    def candidate_phase(fake: TraceFake) -> None:  # a marker pair of the candidate's `timed` phase
+        at = next(i for i, r in enumerate(fake.lines) if r["t"] == "flush")
+        fake.lines[at:at] = [dict(r) for r in fake.lines[at - 4:at - 1]]
+        for r in fake.lines[at:at + 3]:
+            r["corr"] += 10_000
+            if r.get("name") == MARKER:
+                r["grid"] = [1, marks.TIMED, r["grid"][2]]
 
-    fake_bytes = _reference(after=False, edit=extra)
-    found, why = baseline_clock.device_ms(fake_bytes, NAMES)
-    assert why == "" and set(found) == set(NAMES) and found["eager"] == pytest.approx(0.030)
+    # a fourth runner's phase, which the server did not send (MODES has three runners)
+    data = _reference(runners={0: [30.0], 1: [10.0, 5.0], 2: [12.0], 3: [99.0]}, edit=candidate_phase)
+    found, why = baseline_clock.device_ms(data, NAMES)
+    assert why == "" and found == {"eager": pytest.approx(0.030), "compile": pytest.approx(0.015),
+                                   "compile:max-autotune": pytest.approx(0.012)}
 
 
 # modes -> runner name -> its phase (None: past the runners the markers can tell apart)

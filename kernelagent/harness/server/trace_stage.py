@@ -2,8 +2,9 @@
 process is forked, read while the job runs, collected once the process is gone.
 
 Where the server's fingerprint names a tracer (trace/build.for_server: a CUDA device, the library
-built), the candidate's process gets a pipe of its own (trace/channel.py) and the reference's is
-traced into /dev/null (its baselines timed under the same tracing as the candidate). The bytes
+built), the candidate's process gets a pipe of its own (trace/channel.py) and so does the
+reference's (its baselines timed under the same tracing as the candidate, and their device times
+read from it after the baselines: `baseline_clock`, issue 58). The candidate's bytes
 stay on the job (`job.trace`) for the trace's rules: trace/records.decode and trace/rules.judge,
 the other half of issue 55, plug in at `collect`. Nothing happens where there is no tracer (the
 CPU): the job's processes get the job's dict unchanged."""
