@@ -148,7 +148,9 @@ def test_the_json_carries_both_figures_and_its_clock():
     back = EvalResult.from_dict(data)
     assert back.per_call == result.per_call and set(back.speedups_device) == {"eager"}
     data["per_call"] = {"device_ms": "x", "wall_ms": 0.05}
-    assert EvalResult.from_dict(data).per_call is None
+    data["speedups_device"] = [2.0]
+    back = EvalResult.from_dict(data)
+    assert back.per_call is None and back.speedups_device == {}
 
 
 def test_eval_prints_both_figures_and_the_host_share():

@@ -337,8 +337,8 @@ class EvalResult:
         }
         data["flags"] = [Flag(**f) for f in data.get("flags", [])]
         data["per_call"] = CallClock.from_dict(data.get("per_call"))
-        data["speedups_device"] = {str(k): float(v) for k, v in (data.get("speedups_device") or {}).items()
-                                   if _ms_or_none(v, positive=True) is not None}
+        device = data.get("speedups_device") if isinstance(data.get("speedups_device"), dict) else {}
+        data["speedups_device"] = {str(k): float(v) for k, v in device.items() if _ms_or_none(v, positive=True) is not None}
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
