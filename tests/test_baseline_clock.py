@@ -245,3 +245,46 @@ def test_the_timer_marks_each_measured_call_and_never_the_warm_up(monkeypatch):
     assert report.timing.reps == 3 and len(given) == 3
     assert sent == [(17, i, end) for i in range(3) for end in (False, True)]
     assert timing.phase_marker(None, phase) is None and timing.phase_marker(Marks(), None) is None
+
+
+def test_the_baselines_stage_stores_each_device_time_beside_its_timing(monkeypatch, tmp_path):
+    """server/baselines.run_baselines reads the reference's channel after `baseline_timings`: each
+    baseline's device_ms beside its timing, and what the clock met (`device_clock`)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from kernelagent.harness.config import EvalConfig
+    from kernelagent.harness.server import baselines as baselines_mod
+    from kernelagent.harness.server.job_record import JobRecord
+
+    monkeypatch.setattr(baselines_mod.protocol, "send", lambda *a, **k: None)
+    ch = channel.open_channel()
+    ch.start()
+    os.write(ch.write_fd, _reference())
+    answers = iter([{"type": "warmed"},
+                    {"type": "baseline_timings", "errors": {}, "overhead_ms": {},
+                     "timings": {name: {**_timing_dict(), "note": ""} for name in NAMES}}])
+
+    @contextlib.contextmanager
+    def hold(*a, **k):
+        yield SimpleNamespace(busy=False)
+
+    config = EvalConfig(compile_modes=MODES)
+    job = SimpleNamespace(ref=object(), config=config, fingerprint={"cuda": True}, to_ref=None, job_id="j",
+                          ref_nonce="n", base_seed=1, timed=SimpleNamespace(harness_budget=lambda: 1 << 20),
+                          clock=time.monotonic, channels=SimpleNamespace(ref_recv=lambda types, deadline: next(answers)),
+                          gate=SimpleNamespace(hold=hold), idle_probe=None, concurrency={}, facts=JobRecord(),
+                          flag=lambda item: None, request={"options": {}}, root=tmp_path, ref_trace_channel=ch)
+    try:
+        baselines_mod.Baselines(job).run_baselines()
+    finally:
+        ch.close()
+    stored = job.facts.baselines
+    assert stored["device_clock"] == "trace", stored
+    assert stored["timings"]["eager"]["device_ms"] == pytest.approx(0.030)
+    assert stored["timings"]["compile:max-autotune"]["device_ms"] == pytest.approx(0.012)
+
+
+def _timing_dict() -> dict:
+    return {"median_ms": 0.05, "q1_ms": 0.05, "q3_ms": 0.05, "min_ms": 0.05, "reps": 5, "meaningful": True,
+            "samples_ms": [0.05] * 5}
