@@ -221,7 +221,9 @@ def test_a_job_with_a_tracer_gives_the_candidate_its_own_copy_and_channel(tmp_pa
     library.write_bytes(b"\x7fELF tracer")
     job = _Job(tmp_path, str(library))
     ref_job, cand_job = trace_stage.open_for(job)
-    assert ref_job["trace"] == {"library": str(library), "fd": None} and ref_job["job_id"] == "j"
+    # the reference's own channel (issue 58: its baselines' device times), never the candidate's
+    assert ref_job["trace"] == {"library": str(library), "fd": job.ref_trace_channel.write_fd}
+    assert ref_job["job_id"] == "j" and ref_job["trace"]["fd"] != job.trace_channel.write_fd
     own = Path(cand_job["trace"]["library"])
     assert own.parent.parent == job.scratch and own.read_bytes() == library.read_bytes()
     assert own.stat().st_mode & 0o777 == 0o555
@@ -233,6 +235,9 @@ def test_a_job_with_a_tracer_gives_the_candidate_its_own_copy_and_channel(tmp_pa
     assert job.trace.data == b'{"seq":0,"t":"hello"}\n' and job.trace.ended
     assert (tmp_path / "dump" / "jobx1.jsonl").read_bytes() == job.trace.data
     assert job.facts.trace == {"bytes": 22, "overflow": False, "ended": True}
+    assert job.ref_trace_channel is not None  # the reference may still time its baselines
+    trace_stage.close_reference(job)
+    assert job.ref_trace_channel is None
 
 
 def test_a_traced_process_forgets_the_variables_once_cuda_has_started(monkeypatch):

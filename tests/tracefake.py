@@ -62,9 +62,10 @@ class TraceFake:
     def marker(self, phase: str, index: int, side: int) -> dict[str, Any]:
         return self.kernel(MARKER, 2 * US, grid=(index + 1, PHASE[phase], side), block=(1, 1, 1))
 
-    def flush(self, final: bool = False) -> dict[str, Any]:
-        return self._add({"t": "flush", "mark": sum(1 for r in self.lines if r["t"] == "flush"), "final": int(final),
-                          "ts": self.now + 50 * US})
+    def flush(self, final: bool = False, mark: int | None = None) -> dict[str, Any]:
+        if mark is None:
+            mark = sum(1 for r in self.lines if r["t"] == "flush")
+        return self._add({"t": "flush", "mark": mark, "final": int(final), "ts": self.now + 50 * US})
 
     def dropped(self, n: int) -> dict[str, Any]:
         return self._add({"t": "dropped", "n": n})

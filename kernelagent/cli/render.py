@@ -85,6 +85,15 @@ def render_result(result: EvalResult, console: Console | None = None, *, stages:
         interval = f" [{bounds[0]:.3f}, {bounds[1]:.3f}] (95%)" if bounds and len(bounds) == 2 else ""
         add_row(_m(f"speedup vs {name}"),
                       _m(f"{value:.3f}x{interval}") + ("" if meaningful else "  (not meaningful)"))
+    clock = result.per_call
+    if clock is not None:  # the two clocks (issue 58): the device's and the wall's, with the host's share
+        add_row("per call", _m(f"device {clock.device_ms:.4f} ms ({clock.source}), wall {clock.wall_ms:.4f} ms, "
+                               f"host share {100 * clock.host_share:.0f}%"))
+    for name, value in result.speedups_device.items():
+        add_row(_m(f"speedup vs {name} (device)"), _m(f"{value:.3f}x"))
+    if result.speedups:
+        add_row("speedup clock", _m(f"{result.speedup_clock} (start to end event, host launches included)"
+                                    if result.speedup_clock == "wall" else result.speedup_clock))
     if result.baselines_cached:
         add_row("baselines", "from cache")
     if any(name != "candidate" for name in result.timings) and result.numerics:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +136,9 @@ class Timing:
     # Baselines only: the same runner's time for an empty call (one tiny op on a 1-element
     # tensor, the same torch.compile mode), timed by the same timer: its per-call overhead.
     empty_call_ms: float | None = None
+    # Baselines only: the median timed call's summed kernel time on the device's clock, read from
+    # the reference process's kernel trace (issue 58; server/baselines.py); None where untraced.
+    device_ms: float | None = None
     # The candidate only: the server's own time per call in each segment of the timed loop (its
     # clock, the calibration's share off). The speedup interval is never narrower than these allow.
     server_segments_ms: list[float] = field(default_factory=list)
@@ -147,7 +151,10 @@ class Timing:
     def from_dict(cls, data: dict[str, Any]) -> "Timing":
         """From a result's or the cache's JSON: derived (iqr_ms) and unknown keys are dropped."""
         fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in fields})
+        kept = {k: v for k, v in data.items() if k in fields}
+        if "device_ms" in kept:  # from the cache or a trace: finite and positive, else not there
+            kept["device_ms"] = _ms_or_none(kept["device_ms"], positive=True)
+        return cls(**kept)
 
 
 @dataclass
@@ -161,6 +168,49 @@ class Flag:
     kind: str
     message: str
     severity: str = "info"
+
+
+def _ms_or_none(value: object, *, positive: bool) -> float | None:
+    """A time in ms from JSON: a finite float (> 0, or >= 0 where not `positive`), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        return None
+    return value
+
+
+@dataclass
+class CallClock:
+    """The candidate's two figures per call (issue 58, docs/concepts/timing.md "Two clocks"):
+    `device_ms`, the median timed call's summed kernel time on the device's clock (the kernel
+    trace, trace/rules.TraceFacts.kernel_ms_per_call); `wall_ms`, the checked median per call
+    (timings["candidate"].median_ms: start event to end event, the host's launches included);
+    `host_share`, (wall - device) / wall clamped to [0, 1]: the share of the wall time the
+    device ran none of the call's kernels (launches, Python, gaps). `source` names where
+    device_ms comes from."""
+
+    device_ms: float
+    wall_ms: float
+    host_share: float
+    source: str = "trace"
+
+    @classmethod
+    def of(cls, *, device_ms: object, wall_ms: object, source: str = "trace") -> "CallClock | None":
+        """Both figures validated (finite; the device's >= 0, the wall's > 0), else None."""
+        device, wall = _ms_or_none(device_ms, positive=False), _ms_or_none(wall_ms, positive=True)
+        if device is None or wall is None:
+            return None
+        return cls(device_ms=device, wall_ms=wall, host_share=min(max((wall - device) / wall, 0.0), 1.0),
+                   source=str(source)[:40])
+
+    @classmethod
+    def from_dict(cls, data: object) -> "CallClock | None":
+        """From a result's JSON: recomputed from its two figures (a stored share is not believed)."""
+        if not isinstance(data, dict):
+            return None
+        return cls.of(device_ms=data.get("device_ms"), wall_ms=data.get("wall_ms"),
+                      source=str(data.get("source") or "trace"))
 
 
 def baseline_numerics() -> dict[str, Any]:
@@ -183,6 +233,15 @@ class EvalResult:
     trials: list[TrialResult] = field(default_factory=list)
     timings: dict[str, Timing] = field(default_factory=dict)  # "candidate", "eager", "compile", ...
     speedups: dict[str, float] = field(default_factory=dict)  # baseline name -> t_base / t
+    # The clock `speedups` (and speedup_intervals) are computed on: "wall" (the checked medians,
+    # start event to end event, host launches included: candidate and baselines alike).
+    speedup_clock: str = "wall"
+    # The same ratios on the device clock (issue 58): baseline name -> the baseline's device time
+    # per call / the candidate's (CallClock.device_ms), where both were traced. Empty otherwise.
+    speedups_device: dict[str, float] = field(default_factory=dict)
+    # The candidate's device and wall time per call and its host share (CallClock); None where
+    # no kernel trace was read (the CPU, an untraced job, a trace that decided nothing).
+    per_call: CallClock | None = None
     flags: list[Flag] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     # Top kernels from torch.profiler when profiling was asked for:
@@ -277,6 +336,9 @@ class EvalResult:
             for k, t in data.get("timings", {}).items()
         }
         data["flags"] = [Flag(**f) for f in data.get("flags", [])]
+        data["per_call"] = CallClock.from_dict(data.get("per_call"))
+        device = data.get("speedups_device") if isinstance(data.get("speedups_device"), dict) else {}
+        data["speedups_device"] = {str(k): float(v) for k, v in device.items() if _ms_or_none(v, positive=True) is not None}
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import tempfile
 import time
@@ -38,6 +39,10 @@ def default_cache_dir() -> Path:
         return named
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "kernelagent"
+
+
+def _positive_ms(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 class BaselineCache:
@@ -68,7 +73,14 @@ class BaselineCache:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             return None
-        return data if isinstance(data, dict) and "timings" in data else None
+        if not isinstance(data, dict) or not isinstance(data.get("timings"), dict):
+            return None
+        for timing in data["timings"].values():
+            # A baseline's device time per call (issue 58) is a finite, positive number of ms, or it
+            # is not there: anything else in the file (edited, truncated, older) is dropped.
+            if isinstance(timing, dict) and "device_ms" in timing and not _positive_ms(timing["device_ms"]):
+                del timing["device_ms"]
+        return data
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         """Atomic write: a reader never sees half a file."""

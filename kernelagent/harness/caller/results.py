@@ -106,10 +106,14 @@ def apply_trace(result: EvalResult, trace: dict[str, Any]) -> None:
     if isinstance(per_call, (int, float)) and not isinstance(per_call, bool) and math.isfinite(per_call):
         result.kernel_evidence["trace_ms_per_call"] = float(per_call)
     if trace.get("incomplete"):
+        result.kernel_evidence.pop("trace_ms_per_call", None)  # a trace with holes measures nothing either
         result.flags.append(Flag("trace-incomplete", "the kernel trace could not decide ("
                                  + str(trace["incomplete"])[:300] + "); Nsight Compute's evidence stands instead",
                                  SEVERITY["trace-incomplete"]))
         return
+    from kernelagent.harness.caller.clocks import apply_clocks
+
+    apply_clocks(result)  # the device clock beside the wall clock (issue 58)
     _reject(result, flags)
 
 

@@ -14,7 +14,7 @@ import os
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -26,7 +26,7 @@ from kernelagent.harness.child.common import (AllocPressure, _device, _error_kin
                                                child_setup, compact_traceback, import_problem, make_timer,
                                                make_timing_sets)
 from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig
-from kernelagent.harness.trace import channel as trace_channel
+from kernelagent.harness.trace import channel as trace_channel, marks as trace_marks
 
 _ASKS = frozenset({"check", "calibrate", "baselines", "idle_probe", "exit"})
 
@@ -41,6 +41,7 @@ class ReferenceSide:
         self.workdir = workdir
         self.device = _device(job)
         trace_channel.forget_env()  # CUDA has started (the tracer, if any, is in): none for its children
+        self.marks = trace_marks.attach()  # the baselines' timed calls between markers (issue 58)
         self.bandwidth = idle_probe.Bandwidth(self.device)  # its buffer is made at the first probe
         self.pressure = AllocPressure(self.device)
         self.smoke = job["smoke"]
@@ -473,7 +474,8 @@ class ReferenceSide:
             self.wait_for_go()
             for name, (runner, empty_runner) in runners.items():
                 try:
-                    report = self._time_runner(timer, runner, input_sets)
+                    phase = trace_marks.baseline_phase(name, list(message.get("compile_modes", [])))
+                    report = self._time_runner(timer, runner, input_sets, timing.phase_marker(self.marks, phase))
                     timings[name] = {**report.timing.__dict__, "samples_ms": [float(x) for x in report.samples_ms]}
                     if self.device.type == "cuda" and not torch.backends.cuda.matmul.allow_tf32 \
                             and not torch.backends.cudnn.allow_tf32:
@@ -494,15 +496,18 @@ class ReferenceSide:
         if not warmed:
             self.send("warmed", kept=[])
             self.wait_for_go()
+        self.marks.flush(mark=trace_marks.BASELINE_FLUSH, final=False)  # the markers' records, then the server's
         self.send("baseline_timings", timings=timings, errors=errors, overhead_ms=protocol.json_safe(overhead))
 
-    def _time_runner(self, timer: timing.Timer, runner: Any, input_sets: list[list[Any]]) -> timing.TimingReport:
+    def _time_runner(self, timer: timing.Timer, runner: Any, input_sets: list[list[Any]],
+                     mark: Callable[[int], Callable[[bool], Any]] | None = None) -> timing.TimingReport:
         with torch.no_grad():
             runner(*input_sets[0])  # compiles torch.compile's graph, untimed
         _sync(self.device)
         with self.pressure.counting():
             return timer.measure(runner, input_sets, self.config.warmup_ms, self.config.target_ms,
-                                 self.config.min_reps, self.config.max_reps, budget_s=self.config.timeouts.timing)
+                                 self.config.min_reps, self.config.max_reps, budget_s=self.config.timeouts.timing,
+                                 mark=mark)
 
 
 def set_compile_workers() -> int | None:

@@ -61,7 +61,7 @@ import gc
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -70,6 +70,9 @@ from kernelagent.harness.child.persisting_l2 import PersistingL2
 from kernelagent.harness.child.sm_clocks import CLOCK_SAMPLES, first_last_decile, sm_clock_reader
 from kernelagent.harness.child.sm_clocks import ClockSampler, Nvml, torch_device_ids  # noqa: F401 - their old home
 from kernelagent.harness.stats import quantile
+
+if TYPE_CHECKING:
+    from kernelagent.harness.trace.marks import Marks
 
 SM_MHZ_RANGE = (100.0, 4000.0)  # SM clocks any GPU runs at (cycles per microsecond)
 
@@ -311,9 +314,11 @@ class Timer:
         return max(quantile(samples, 0.5), 0.0)
 
     def measure(self, fn: Callable[..., Any], input_sets: list[list[Any]], warmup_ms: float,
-                target_ms: float, min_reps: int, max_reps: int, budget_s: float) -> TimingReport:
+                target_ms: float, min_reps: int, max_reps: int, budget_s: float,
+                mark: Callable[[int], Callable[[bool], Any]] | None = None) -> TimingReport:
         """Warm up, choose the repetition count from the warm-up's speed, then measure,
-        cycling through `input_sets`. Stops early (with fewer reps) past `budget_s`.
+        cycling through `input_sets`. Stops early (with fewer reps) past `budget_s`. `mark(i)`:
+        the kernel trace's marker of measured call i (`phase_marker`; the warm-up is unmarked).
 
         One running index covers the warm-up and the measured calls, so a sequence that
         hands out a new set per index (inputs.FreshInputs) never repeats one: a warm-up
@@ -337,7 +342,8 @@ class Timer:
             every = max(1, reps // CLOCK_SAMPLES) if self.clock_reader() else 0
             for i in range(reps):
                 at = i if every and (i % every == 0 or i == reps - 1) else None
-                event, host, out = self._one_out(fn, input_sets[calls % len(input_sets)], clock_at=at)
+                event, host, out = self._one_out(fn, input_sets[calls % len(input_sets)], clock_at=at,
+                                                 mark=mark(i) if mark is not None else None)
                 del out
                 calls += 1
                 readings.append((event, host))
@@ -468,6 +474,15 @@ class FixedLoop:
                         reps=len(ordered), meaningful=timer.cuda,
                         note="" if timer.cuda else "CPU wall clock (Triton interpreter): not meaningful")
         return TimingReport(timing=timing, escaped_ms=timer.escaped_ms(readings), samples_ms=samples)
+
+
+def phase_marker(marks: Marks | None, phase: int | None) -> Callable[[int], Callable[[bool], Any]] | None:
+    """For Timer.measure: call i's markers of `phase` on the current stream (trace/marks.py); None
+    where no tracer is attached or there is no phase."""
+    if marks is None or not marks.available or phase is None:
+        return None
+    stream = _current_stream_handle()
+    return lambda index: (lambda end: marks.mark(stream=stream, phase=phase, index=index, end=end))
 
 
 def _current_stream_handle() -> int:

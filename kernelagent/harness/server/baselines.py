@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelagent.harness import protocol
-from kernelagent.harness.server import draws, verdict
+from kernelagent.harness.server import draws, trace_stage, verdict
 from kernelagent.harness.server.gate import add_seconds
 from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
 
@@ -58,7 +58,9 @@ class Baselines:
                 if isinstance(timings.get(name), dict) and isinstance(value, (int, float)) \
                         and not isinstance(value, bool):
                     timings[name]["empty_call_ms"] = float(value)
-            job.facts.baselines = {"timings": timings, "errors": message["errors"]}
+            # Each baseline's device time per call, from the reference's own trace (issue 58).
+            clock = trace_stage.baseline_clock(job.ref_trace_channel, modes, timings)
+            job.facts.baselines = {"timings": timings, "errors": message["errors"], "device_clock": clock or "trace"}
             for item in baseline_timer_flags(timings):
                 job.flag(item)
         except StageTimeout:

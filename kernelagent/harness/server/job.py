@@ -138,6 +138,7 @@ class Job:
         self.early_evidence: Any = None  # the evidence's session, started beside the checks (evidence.py)
         self.early_counted = False  # that session counts as live in gate.profilers
         self.trace_channel: trace_channel.Channel | None = None  # the candidate's trace (trace_stage.open_for)
+        self.ref_trace_channel: trace_channel.Channel | None = None  # the reference's (its baselines' clock)
         self.trace: trace_channel.TraceBytes | None = None  # its bytes, once collected
         self.trace_checks = 0  # the checks the trace's rules are told of
         self.stage_reports = 0  # the candidate's progress messages: bounded (MAX_STAGE_REPORTS)
@@ -365,6 +366,7 @@ class Job:
         _kill_group(self.ref)
         if self.ref is not None:
             self.ref.join(5)
+        trace_stage.close_reference(self)
         self.conclude_concurrency()
         self.to_ref.close()
         self.to_cand.close()

@@ -46,6 +46,7 @@ class TraceJob(Protocol):
     child_job: dict[str, Any]  # set by Start.fork (server/start.py), before the trace's channel opens
     scratch: Path  # set by Start.fork (server/start.py)
     trace_channel: Channel | None
+    ref_trace_channel: Channel | None  # the reference's own (issue 58: its baselines' device times)
     trace: TraceBytes | None
     trace_checks: int
 
@@ -243,6 +244,7 @@ class BaselineJob(Freezable, Protocol):
     gate: Gate
     ref: BaseProcess | None
     ref_nonce: str
+    ref_trace_channel: Channel | None  # the reference's trace (server/trace_stage.py; issue 58)
     request: dict[str, Any]
     facts: JobRecord  # what the result says (server/job_record.py)
     root: Path

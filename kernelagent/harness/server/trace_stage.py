@@ -2,16 +2,19 @@
 process is forked, read while the job runs, collected once the process is gone.
 
 Where the server's fingerprint names a tracer (trace/build.for_server: a CUDA device, the library
-built), the candidate's process gets a pipe of its own (trace/channel.py) and the reference's is
-traced into /dev/null (its baselines timed under the same tracing as the candidate). The bytes
+built), the candidate's process gets a pipe of its own (trace/channel.py) and so does the
+reference's (its baselines timed under the same tracing as the candidate, and their device times
+read from it after the baselines: `baseline_clock`, issue 58). The candidate's bytes
 stay on the job (`job.trace`) for the trace's rules: trace/records.decode and trace/rules.judge,
 the other half of issue 55, plug in at `collect`. Nothing happens where there is no tracer (the
 CPU): the job's processes get the job's dict unchanged."""
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +30,7 @@ DUMP_ENV = "KERNELAGENT_TRACE_DUMP"  # a folder: each job's raw trace is written
 def open_for(job: TraceJob) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the reference's job dict, the candidate's) for the fork, with their trace specs."""
     job.trace_channel, job.trace, job.trace_checks = None, None, 0
+    job.ref_trace_channel = None
     library = (job.fingerprint.get("trace") or {}).get("library")
     if not library or job.config.profile or not job.config.trace:
         # An asked-for profile (`kernelagent profile`, EvalConfig.profile) runs torch.profiler in the
@@ -43,7 +47,11 @@ def open_for(job: TraceJob) -> tuple[dict[str, Any], dict[str, Any]]:
     os.chmod(own, 0o555)
     job.trace_channel = trace_channel.open_channel()
     job.trace_channel.start()  # the reader; the server's write end is closed by `collect`
-    return ({**job.child_job, "trace": {"library": library, "fd": None}},
+    # The reference's own pipe (issue 58): its baselines' device times (baseline_clock). Read until
+    # the reference is gone (close_reference); the candidate's jail closes its copy of the write end.
+    job.ref_trace_channel = trace_channel.open_channel()
+    job.ref_trace_channel.start()
+    return ({**job.child_job, "trace": job.ref_trace_channel.child_spec(library)},
             {**job.child_job, "trace": job.trace_channel.child_spec(str(own))})
 
 
@@ -71,6 +79,40 @@ def close(job: TraceJob) -> None:
     if channel is not None:
         job.trace_channel = None
         channel.close()
+    close_reference(job)
+
+
+def close_reference(job: TraceJob) -> None:
+    """Once the reference's process is gone (or will never run): its trace's pipe given back."""
+    channel = getattr(job, "ref_trace_channel", None)
+    if channel is not None:
+        job.ref_trace_channel = None
+        channel.close()
+
+
+BASELINE_WAIT_S = 5.0  # for the reader to have the reference's flush after its baselines
+
+
+def baseline_clock(channel: trace_channel.Channel | None, compile_modes: list[str], timings: dict[str, Any]) -> str:
+    """Each freshly timed baseline's device time per call (trace/baseline_clock.device_ms), from
+    the reference's own trace (`channel`: job.ref_trace_channel), into timings[name]["device_ms"]
+    (finite and positive only). Returns '' or why none could be read ("no trace" where the
+    reference was not traced)."""
+    from kernelagent.harness.trace import baseline_clock as clock
+    from kernelagent.harness.trace.marks import runner_names
+
+    if channel is None:
+        return "no trace"
+    deadline = time.monotonic() + BASELINE_WAIT_S
+    data, stopped = channel.snapshot()
+    while clock.until_flush(data) is None and not stopped and time.monotonic() < deadline:
+        time.sleep(0.01)  # the flush was written before the answer; the reader may not have it yet
+        data, stopped = channel.snapshot()
+    found, why = clock.device_ms(data, runner_names(list(compile_modes)))
+    for name, ms in found.items():
+        if isinstance(timings.get(name), dict) and isinstance(ms, float) and math.isfinite(ms) and ms > 0:
+            timings[name]["device_ms"] = ms
+    return why
 
 
 def expected(job: TraceJob) -> Any:
@@ -99,8 +141,6 @@ def judge(job: TraceJob) -> dict[str, Any] | None:
     rules), as the evidence's `trace` entry: {"flags", "facts", "incomplete", "seconds"}; None
     where the job had no trace (no tracer: the CPU, `KERNELAGENT_TRACE=0`, a tracer that could not
     be built). Decoding and judging are pure functions of the bytes and the server's knowledge."""
-    import time
-
     from kernelagent.harness.trace import rules
 
     trace = getattr(job, "trace", None)

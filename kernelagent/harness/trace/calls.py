@@ -25,6 +25,9 @@ from kernelagent.harness.cuda_source import is_glue_kernel, is_own_kernel
 from kernelagent.harness.trace.records import Kernel, Memcpy, Memset, Trace
 
 PHASES = {1: "first", 2: "check", 3: "timed", 4: "warmup"}
+# Phases 16..31 (marks.BASELINE + r) are the reference's baselines' timed calls (issue 58), read
+# by baseline_clock.py from the reference's own trace; never one of a candidate's phases (a
+# candidate's marker of one is "not one of ours": trace-missing).
 BEGIN, END = 1, 2
 
 Work = Union[Kernel, Memcpy, Memset]

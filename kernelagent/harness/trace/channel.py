@@ -12,8 +12,8 @@ Child (`prepare_child`, first thing after the fork, before the jail and before C
 the tracer is loaded by its path (so the driver's dlopen of the same path at cuInit finds it
 loaded, whatever the jail hides of the cache it lies in), and CUDA_INJECTION64_PATH and
 KERNELAGENT_TRACE_FD are set for the driver to read at cuInit. The descriptor to keep is returned
-for the jail's and child_setup's keep lists. A process given no channel writes to /dev/null: the
-reference's baselines are timed under the same tracing as the candidate, its records unread."""
+for the jail's and child_setup's keep lists. A process given no channel writes to /dev/null (the
+reference has its own channel since issue 58: its baselines' device times)."""
 
 from __future__ import annotations
 
@@ -104,6 +104,12 @@ class Channel:
         self.read_fd = -1
         return TraceBytes(data=bytes(self._buf), overflow=self._overflow, ended=self._ended,
                           read_bytes=self._read)
+
+    def snapshot(self) -> tuple[bytes, bool]:
+        """(what came so far, whether the reader stopped: the writer's end, an error, or past
+        the cap) without stopping the reader (the reference's trace, read after its baselines
+        while the process runs on: server/trace_stage.baseline_clock)."""
+        return bytes(self._buf), self._ended or self._overflow
 
     def close(self) -> None:
         """Give both ends back without reading (a job that never forked)."""

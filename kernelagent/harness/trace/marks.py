@@ -22,6 +22,23 @@ SONAME = "libkernelagent_trace.so"
 
 FIRST, CHECK, TIMED, WARMUP = 1, 2, 3, 4
 PHASES = {"first": FIRST, "check": CHECK, "timed": TIMED, "warmup": WARMUP}
+# The reference's baselines (issue 58, trace/baseline_clock.py): the timed calls of runner r (its
+# place in `runner_names`, the order the server knows from the modes it sent) carry phase
+# BASELINE + r, numbered from 0; after the last runner the reference flushes with BASELINE_FLUSH.
+BASELINE, BASELINE_RUNNERS, BASELINE_FLUSH = 16, 16, 3
+
+
+def runner_names(compile_modes: list[str]) -> list[str]:
+    """The baselines' names in the order their phases are given: eager, then each compile mode as
+    the server sent them ("compile" for "default", else "compile:<mode>")."""
+    names = ["eager"] + ["compile" if mode == "default" else f"compile:{mode}" for mode in compile_modes]
+    return names[:BASELINE_RUNNERS]
+
+
+def baseline_phase(name: str, compile_modes: list[str]) -> int | None:
+    """The marker phase of baseline `name`'s timed calls, None for one past BASELINE_RUNNERS."""
+    names = runner_names(compile_modes)
+    return BASELINE + names.index(name) if name in names else None
 
 
 @dataclass
