@@ -38,6 +38,7 @@ class TimingRecord(TimingQuantiles, total=False):
     clocks_mhz: list[float]  # the SM clock over the loop (NVML): first and last decile; empty without
     empty_call_ms: float | None  # baselines only: the runner's empty call (its per-call overhead)
     server_segments_ms: list[float]  # the candidate only: the server's time per call in each segment
+    device_ms: float  # baselines only: the median timed call's kernel time on the trace's device clock
 
 
 class EmptyCallClaim(TypedDict):
@@ -107,6 +108,7 @@ class BaselinesRecord(TypedDict, total=False):
     timings: dict[str, TimingRecord]  # per runner ("eager", "compile:<mode>", ...), from the reference
     errors: dict[str, str]  # per runner, or "timeout" / "reference" / "harness": what went wrong
     skipped: dict[str, str]  # per runner: why it was not timed ("compile" on the CPU)
+    device_clock: str  # "trace" where each timing has its device_ms, else why none (trace/baseline_clock.py)
 
 
 class MemoryRecord(TypedDict, total=False):
