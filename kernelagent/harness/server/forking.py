@@ -68,6 +68,7 @@ PRELOAD = (
     "kernelagent.harness.server.processes",
     "kernelagent.harness.server.profilers",
     "kernelagent.harness.server.tool_jail",
+    "kernelagent.harness.trace.baseline_clock",
     "kernelagent.harness.trace.build",
     "kernelagent.harness.trace.calls",
     "kernelagent.harness.trace.channel",
