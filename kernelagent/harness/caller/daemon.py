@@ -116,9 +116,10 @@ def code_digest() -> str:
     return _DIGEST["d"]
 
 
-# Names of the server's environment that change nothing it imports or runs (the terminal's), or
-# that -I ignores (PYTHON*): left out of the key, so a wider terminal finds the same harness.
-_KEYLESS_ENV = frozenset({"TERM", "COLUMNS", "LINES", "NO_COLOR"})
+# Names of the server's environment that change nothing it imports or runs (the terminal's; the
+# caller's choice of a warm harness, which no server reads), or that -I ignores (PYTHON*): left out
+# of the key, so a wider terminal, or `--daemon` beside KERNELAGENT_DAEMON=0, finds the same harness.
+_KEYLESS_ENV = frozenset({"TERM", "COLUMNS", "LINES", "NO_COLOR", "KERNELAGENT_DAEMON"})
 
 
 def _env_parts(env: dict[str, str] | None, scratch_root: Path | None) -> list[str]:
