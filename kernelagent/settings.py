@@ -117,8 +117,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNELAGENT_TRACE_DUMP", "path", None,
             "A folder: each job's raw kernel trace is written there as `JOB.jsonl`, one file per job (probes, GPU tests)."),
     # -- the warm harness -----------------------------------------------------------------
-    Setting("KERNELAGENT_DAEMON", "bool", False,
-            "Use this user's warm harness when `--daemon/--no-daemon` is not given."),
+    Setting("KERNELAGENT_DAEMON", "bool", None,
+            "This user's warm harness where `--daemon/--no-daemon` is not given: 1 on everywhere, 0 "
+            "off everywhere; unset: on for `eval`, `profile`, `verify`, `regenerate` and `mcp`, off "
+            "for `bench` and the library's `Evaluator` (RL trainers, tests)."),
     Setting("KERNELAGENT_DAEMON_IDLE_S", "float", 600.0,
             "Seconds a warm harness waits with no connection and no job before it ends (at least 1).",
             minimum=0),

@@ -30,6 +30,12 @@ GPU_SWEEP_EVIDENCE = os.environ.get("KERNELAGENT_GPU_EVIDENCE") == "1"
 # Rich output in CLI tests renders at a fixed width.
 os.environ.setdefault("COLUMNS", "120")
 
+# No warm harness outlives the suite (issue 59): the CLI's commands use one by default, so the
+# session runs them with their own servers, as `--no-daemon` does, and so does every process it
+# starts with this environment. A test of the default deletes the variable (monkeypatch) and
+# points KERNELAGENT_RUNTIME_DIR at its own folder (tests/test_daemon.py `runtime`).
+os.environ.setdefault("KERNELAGENT_DAEMON", "0")
+
 # One intra-op thread per process in a worker of a run spread over the cores (-n auto): the
 # workers already fill every core, and two OpenMP threads per process spin for cores that are
 # busy. Measured on the 2-core CI machine beside a running suite: a CPU evaluation's reference

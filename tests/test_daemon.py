@@ -95,6 +95,37 @@ def test_a_second_command_reuses_the_warm_harness_and_a_crash_does_not_end_it(ru
     assert other.status == Status.CORRECT and info4["pid"] != info1["pid"], (other.reason, info4)
 
 
+def test_eval_uses_the_warm_harness_by_default_and_no_daemon_a_private_server(runtime, tmp_path, monkeypatch):
+    """Issue 59: with KERNELAGENT_DAEMON unset `kernelagent eval` reaches this user's warm harness
+    (its result says which, `isolation.daemon`); `--no-daemon` and KERNELAGENT_DAEMON=0 keep a
+    server of the command's own, as before."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from kernelagent.cli import app
+
+    args = ["eval", str(RELU), str(CANDIDATES / "relu_good.py"), "--json", "--device", "cpu", "--trials", "1",
+            "--no-timing", "--no-baselines", "--cache-dir", str(tmp_path / "cache")]
+
+    def run(*extra: str) -> dict:
+        invoked = CliRunner().invoke(app, [*args, *extra])
+        assert invoked.exit_code == 0, invoked.output
+        result = json.loads(invoked.stdout.strip().splitlines()[-1])
+        assert result["status"] == "correct", result.get("reason")
+        return result["isolation"]
+
+    warm = run()
+    info = warm.get("daemon")
+    assert isinstance(info, dict) and info["started_now"] and _alive(info["pid"]), warm
+    assert Path(info["socket"]).parent == runtime
+    assert "daemon" not in run("--no-daemon")
+    monkeypatch.setenv("KERNELAGENT_DAEMON", "0")
+    assert "daemon" not in run()
+    again = run("--daemon")["daemon"]  # the flag wins over the variable, and finds it warm
+    assert not again["started_now"] and again["pid"] == info["pid"], (again, _gone(info))
+
+
 def test_a_runtime_folder_past_the_socket_path_limit_is_used_as_it_is(tmp_path, monkeypatch):
     """sun_path holds 107 bytes: a longer KERNELAGENT_RUNTIME_DIR (a test's tmp_path under
     pytest-xdist, a deep home) still starts the harness, and the next command finds it."""

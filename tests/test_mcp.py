@@ -24,7 +24,8 @@ from tests.conftest import CANDIDATES, REPO  # noqa: E402
 
 ADVERSARIAL = REPO / "tests" / "adversarial"
 GOOD = (CANDIDATES / "relu_good.py").read_text()
-ENV = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO)}
+# The SDK's stdio client hands the server a small environment of its own: no warm harness (conftest).
+ENV = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(REPO), "KERNELAGENT_DAEMON": "0"}
 
 
 def server_args(*extra: str) -> list[str]:

@@ -196,7 +196,7 @@ def test_a_malformed_value_is_one_clear_line(name, value, message):
 
 WELL_FORMED = [
     ("KERNELAGENT_DAEMON", "1", True), ("KERNELAGENT_DAEMON", " Yes ", True), ("KERNELAGENT_DAEMON", "off", False),
-    ("KERNELAGENT_DAEMON", "", False), ("KERNELAGENT_TRACE", "0", False), ("KERNELAGENT_TRACE", "  ", True),
+    ("KERNELAGENT_DAEMON", "", None), ("KERNELAGENT_TRACE", "0", False), ("KERNELAGENT_TRACE", "  ", True),
     ("KERNELAGENT_EARLY_EVIDENCE", "0", 0), ("KERNELAGENT_JOB_UID", "-1", -1),
     ("KERNELAGENT_DAEMON_IDLE_S", "2", 2.0), ("KERNELAGENT_NCU_LOCK", " HOST", "host"),
     ("KERNELAGENT_CACHE_DIR", "/x/y", Path("/x/y")), ("KERNELAGENT_CACHE_DIR", "", None),
@@ -226,7 +226,7 @@ def test_an_unknown_name_is_an_error_that_does_not_show_its_value():
 
 def test_get_reads_the_environment_at_call_time(monkeypatch):
     monkeypatch.delenv("KERNELAGENT_DAEMON", raising=False)
-    assert settings.get("KERNELAGENT_DAEMON") is False
+    assert settings.get("KERNELAGENT_DAEMON") is None  # unset: the CLI's default on, the library's off (issue 59)
     monkeypatch.setenv("KERNELAGENT_DAEMON", "on")
     assert settings.get("KERNELAGENT_DAEMON") is True
     with pytest.raises(KeyError):
@@ -278,7 +278,7 @@ def test_settings_imports_nothing_of_the_package_and_loads_in_an_isolated_python
     env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELAGENT_")}
     proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, env=env, timeout=60,
                           cwd="/")
-    assert proc.returncode == 0 and proc.stdout.split() == ["3600.0", "False"], proc.stderr
+    assert proc.returncode == 0 and proc.stdout.split() == ["3600.0", "None"], proc.stderr
 
 
 # -- (c) the CLI: one line, exit 2, before the command runs -------------------------------------

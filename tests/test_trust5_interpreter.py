@@ -119,7 +119,8 @@ def test_an_mcp_root_that_is_the_working_folder_runs_nothing_of_it(tmp_path):
     folder, marker = _poisoned_folder(tmp_path, "argparse", "json")
     cli = _cli()
     env = {k: v for k, v in _env(tmp_path).items() if k in ("PATH", "HOME", "PYTHONPATH", "CUDA_VISIBLE_DEVICES",
-                                                             "KERNELAGENT_CACHE_DIR", "TRITON_INTERPRET")}
+                                                             "KERNELAGENT_CACHE_DIR", "TRITON_INTERPRET",
+                                                             "KERNELAGENT_DAEMON")}
     params = StdioServerParameters(command=cli[0], args=[*cli[1:], "mcp", "--problems", str(CANDIDATES), "--root",
                                                          ".", "--device", "cpu"], env=env, cwd=str(folder))
 

@@ -138,6 +138,9 @@ class Session:
     # problems (EvaluatorPool). False: as before, for bench_throughput.py's before/after.
     host_tuning: bool = True
     pin_cpus: bool = True  # with host_tuning: each server pinned to its share of the CPUs
+    # This user's warm harness per device (caller/daemon.py), reused by the next batch of the same
+    # settings; None: KERNELAGENT_DAEMON, off where unset (not yet bench's default). Not with --ray.
+    daemon: bool | None = None
     run_name: str | None = None  # override the derived run id
     force: bool = False  # let `out` replace another run's report there (bench/folder.py)
     api_key: str | None = None
@@ -302,7 +305,8 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
                             pool = stack.enter_context(EvaluatorPool(
                                 devices=devices, cache_dir=session.cache_dir, isolation=session.isolation,
                                 cpu_workers=max(1, session.cpu_workers), host_tuning=session.host_tuning,
-                                jobs_per_device=session.jobs_per_gpu, pin_cpus=session.pin_cpus))
+                                jobs_per_device=session.jobs_per_gpu, pin_cpus=session.pin_cpus,
+                                daemon=session.daemon))
                         dispatcher = Dispatcher(pool, store, run_id, progress)
                         stack.callback(dispatcher.close)
                         store.update_run(run_id, fingerprint=dispatcher.fingerprint())

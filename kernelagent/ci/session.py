@@ -13,7 +13,10 @@ from kernelagent.errors import UserError
 
 @contextmanager
 def open_cached_evaluator(*, store: Path | None, device: str, cache_dir: Path | None,
-                          isolation: str, run_id: str, jobs_per_gpu: int = 0) -> Iterator[CachedEvaluator]:
+                          isolation: str, run_id: str, jobs_per_gpu: int = 0,
+                          daemon: bool | None = None) -> Iterator[CachedEvaluator]:
+    """The store and a started Evaluator (`daemon`: this user's warm harness, as
+    Evaluator(daemon=) takes it; the CLI resolves --daemon/--no-daemon to a bool)."""
     from kernelagent.bench.store import default_store_path, open_store
     from kernelagent.harness import Evaluator, HarnessStartError
 
@@ -25,7 +28,7 @@ def open_cached_evaluator(*, store: Path | None, device: str, cache_dir: Path | 
     db = open_store(store_path)  # a folder, not a database, locked, unwritable: one line
     try:
         with Evaluator(device=device, cache_dir=cache_dir, isolation=isolation,
-                       concurrency=jobs_per_gpu) as evaluator:
+                       concurrency=jobs_per_gpu, daemon=daemon) as evaluator:
             cached = CachedEvaluator(evaluator, db, run_id)
             try:
                 cached.fingerprint()  # starts the harness: a broken setup fails here, in one line

@@ -57,6 +57,7 @@ def bench(
     modes: InductorModesOpt = None,
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
     isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
+    daemon: Annotated[Optional[bool], typer.Option("--daemon/--no-daemon", help="Each device's evaluations go to this user's warm harness of its settings (one per GPU; started now where none answers; each ends after 10 idle minutes), so the next batch finds them warm. Default: off for bench (not yet its default), unless $KERNELAGENT_DAEMON=1. Not with --ray.", show_default=False)] = None,
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", callback=folder, help="Baseline cache directory (default ~/.cache/kernelagent).", show_default=False)] = None,
     model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds to wait for one model reply, per attempt (a call makes --max-retries + 1 attempts, with a backoff of at most 60 s between them).")] = 300.0,
     max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=100, metavar="N", help="Retries of a model call on rate limits, timeouts and 5xx.")] = 6,
@@ -91,6 +92,8 @@ def bench(
             raise fail("--ray takes a cluster address (host:6379, ray://host:10001) or 'auto'")
         if gpus is not None:
             raise fail("--gpus and --ray do not go together: with --ray every GPU of the cluster is used")
+        if daemon:
+            raise fail("--daemon and --ray do not go together: the cluster's workers hold their own harnesses")
         try:  # only with --ray: the import takes a second
             import ray  # noqa: F401
         except ImportError:
@@ -125,7 +128,7 @@ def bench(
                          timeouts=stage_timeouts(timeout_scale, stage_timeout), strategy=strategy,
                          samples=samples, model_concurrency=model_concurrency)
     session = Session(gpus=gpus, cpu_workers=cpu_workers, ray=ray_address.strip() if ray_address else None,
-                      isolation=isolation,
+                      isolation=isolation, daemon=daemon,
                       cache_dir=str(cache_dir) if cache_dir else None, store=str(store) if store else None,
                       out=str(out) if out else None, concurrency=concurrency, jobs_per_gpu=jobs_per_gpu,
                       run_name=run_name, api_key=api_key, force=force,

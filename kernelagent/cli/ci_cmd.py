@@ -12,8 +12,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt,
-                                  StageTimeoutOpt, TimeoutScaleOpt, folder, inductor_modes, stage_timeouts)
+from kernelagent.cli.core import (DaemonOpt, InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt,
+                                  StageTimeoutOpt, TimeoutScaleOpt, folder, inductor_modes, stage_timeouts,
+                                  warm_harness)
 from kernelagent.errors import UserError
 from kernelagent.text import plural, terminal_text
 
@@ -55,6 +56,7 @@ def verify(
     jobs_per_gpu: JobsPerGpuOpt = 0,
     timeout_scale: Annotated[Optional[float], TimeoutScaleOpt] = None,
     stage_timeout: Annotated[Optional[list[str]], StageTimeoutOpt] = None,
+    daemon: DaemonOpt = None,
 ) -> None:
     """Re-evaluate every kernel of kernelagent.toml with the trusted harness; exit 1 if any fails."""
     from kernelagent.ci import outputs
@@ -77,7 +79,7 @@ def verify(
         preflight(manifest, only)  # bad input: one line on stderr, nothing on stdout before it
         with open_cached_evaluator(store=store, device=device or manifest.device, cache_dir=cache_dir,
                                    isolation=isolation, run_id=f"verify:{manifest.path}",
-                                   jobs_per_gpu=jobs_per_gpu) as cached:
+                                   jobs_per_gpu=jobs_per_gpu, daemon=warm_harness(daemon)) as cached:
             why = (getattr(cached.evaluator, "concurrency", None) or {}).get("why")
             print(terminal_text(f"verify: {cached.jobs} evaluation{'s' if cached.jobs != 1 else ''} at once"
                                 + (f" ({why})" if why else "")), file=err, flush=True)
@@ -145,6 +147,7 @@ def regenerate(
     trials: TrialsOpt = None,
     cache_dir: CacheOpt = None,
     isolation: IsolationOpt = "auto",
+    daemon: DaemonOpt = None,
 ) -> None:
     """Run the agent on the kernels verify fails, starting from each current kernel; replace a kernel only with a better verified one."""
     from kernelagent.ci import outputs
@@ -189,7 +192,8 @@ def regenerate(
             def factory():
                 return make_model(name, **settings)
         with open_cached_evaluator(store=store, device=device or manifest.device, cache_dir=cache_dir,
-                                   isolation=isolation, run_id=f"regenerate:{manifest.path}") as cached:
+                                   isolation=isolation, run_id=f"regenerate:{manifest.path}",
+                                   daemon=warm_harness(daemon)) as cached:
             report = run_regenerate(manifest, cached, model_factory=factory, out=out, only=only, dry_run=dry_run,
                                     trials=trials, device=device or manifest.device, say=say)
     except UserError as exc:

@@ -313,6 +313,23 @@ JobsPerGpuOpt = Annotated[int, typer.Option(
     help="Evaluations each device's harness runs at once: compile and checks overlap, every timed loop "
          "has the device alone. 0: chosen from the host's CPUs and the device's free memory (printed).")]
 
+# The warm harness (issue 59, harness/caller/daemon.py): the default of the commands that judge
+# a few candidates for a person (eval, profile, verify, regenerate, mcp).
+DaemonOpt = Annotated[Optional[bool], typer.Option(
+    "--daemon/--no-daemon",
+    help="Use this user's warm harness (started now if none answers; it ends after 10 idle minutes), found "
+         "through a private socket, instead of a server for this command alone: a second command skips the "
+         "server's start. Default: on, unless $KERNELAGENT_DAEMON=0 (--no-daemon: a private server, as before).",
+    show_default=False)]
+
+
+def warm_harness(flag: bool | None) -> bool:
+    """`--daemon/--no-daemon` resolved for a command of the CLI: the flag, else
+    KERNELAGENT_DAEMON, else on (the library's Evaluator stays off unless KERNELAGENT_DAEMON=1)."""
+    from kernelagent.harness.caller import daemon
+
+    return daemon.wanted(flag, cli=True)
+
 
 # The search (issue 26), shared by optimize, bench (agent mode) and ci regenerate.
 StrategyOpt = Annotated[str, typer.Option(

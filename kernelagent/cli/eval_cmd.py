@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import (InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt, finite, folder,
-                                  inductor_modes, interrupted, stage_timeouts)
+from kernelagent.cli.core import (DaemonOpt, InductorModesOpt, MaxAutotuneOpt, StageTimeoutOpt, TimeoutScaleOpt, finite, folder,
+                                  inductor_modes, interrupted, stage_timeouts, warm_harness)
 from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_TOO_LARGE, UserError
 from kernelagent.text import terminal_text
 
@@ -39,7 +39,7 @@ def eval_command(
     compile_on_cpu: Annotated[bool, typer.Option("--compile-baseline-on-cpu", help="On the CPU, time the torch.compile baseline too (skipped there by default: Inductor's CPU build is slow and the interpreter's timings mean nothing).")] = False,
     whole_model: Annotated[bool, typer.Option("--whole-model", help="Judge CANDIDATE as a whole model spliced by `optimize --whole-model` (its OUT/model_optimized.py) against PROBLEM, the original model, with the rules of that run's end-to-end check: PyTorch may run the regions that were not replaced (reported as torch-work, not rejected), the static pass reports, no Nsight Compute evidence. The spliced kernels count as the candidate's own.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also print the harness's seconds per stage.")] = False,
-    daemon: Annotated[Optional[bool], typer.Option("--daemon/--no-daemon", help="Use this user's warm harness (started now if none answers; it ends after 10 idle minutes) instead of starting a server for this command alone: a second command skips the server's start. Default: $KERNELAGENT_DAEMON (off unless 1).", show_default=False)] = None,
+    daemon: DaemonOpt = None,
 ) -> None:
     """Evaluate CANDIDATE against PROBLEM: compile, correctness, timing vs eager and torch.compile."""
     from kernelagent.cli import run_guarded
@@ -48,7 +48,7 @@ def eval_command(
                        timing=timing, baselines=baselines, max_autotune=max_autotune, profile=profile, seed=seed,
                        atol=atol, rtol=rtol, isolation=isolation, cache_dir=cache_dir, backend=backend, modes=modes,
                        kernel_evidence=kernel_evidence, timeouts=stage_timeouts(timeout_scale, stage_timeout),
-                       daemon=daemon, whole_model=whole_model, compile_on_cpu=compile_on_cpu, evidence=evidence,
+                       daemon=warm_harness(daemon), whole_model=whole_model, compile_on_cpu=compile_on_cpu, evidence=evidence,
                        verbose=verbose)
     raise typer.Exit(code)
 

@@ -18,6 +18,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelagent.cli.core import DaemonOpt, warm_harness
+
 
 def mcp(
     problems: Annotated[Optional[list[Path]], typer.Option("--problems", metavar="DIR", help="A folder of problems (and manifests) the server trusts, read-only to the client; repeatable, at least one. Its .py files are pinned when the server starts: a problem new or changed since then is refused.", show_default=False)] = None,
@@ -28,15 +30,17 @@ def mcp(
     isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox of the harness (see eval --help).")] = "auto",
     max_evaluations: Annotated[Optional[int], typer.Option("--max-evaluations", min=1, metavar="N", help="Evaluations (evaluate, profile, plan, verify) per client session, counted when a call is admitted.", show_default=False)] = None,
     max_gpu_seconds: Annotated[Optional[float], typer.Option("--max-gpu-seconds", min=1.0, metavar="S", help="Seconds of evaluation per client session, reserved when a call is admitted: concurrent calls share them, and a call that runs out is cancelled.", show_default=False)] = None,
+    daemon: DaemonOpt = None,
 ) -> None:
     """Serve kernelagent's tools (read_reference, evaluate, profile, plan, list_problems, verify) over MCP."""
     from kernelagent.cli import run_guarded
 
     run_guarded(_mcp, problems=problems, root=root, http=http, token=token, device=device, isolation=isolation,
-                max_evaluations=max_evaluations, max_gpu_seconds=max_gpu_seconds)
+                max_evaluations=max_evaluations, max_gpu_seconds=max_gpu_seconds, daemon=warm_harness(daemon))
 
 
-def _mcp(*, problems, root, http, token, device, isolation, max_evaluations, max_gpu_seconds) -> None:
+def _mcp(*, problems, root, http, token, device, isolation, max_evaluations, max_gpu_seconds,
+         daemon: bool = False) -> None:
     import importlib.util
 
     from kernelagent.devices import check_device
@@ -71,7 +75,7 @@ def _mcp(*, problems, root, http, token, device, isolation, max_evaluations, max
     from kernelagent.mcpserver.server import build
 
     server, harness = build(problems, root or [], device=device, isolation=isolation,
-                            max_evaluations=max_evaluations, max_seconds=max_gpu_seconds)
+                            max_evaluations=max_evaluations, max_seconds=max_gpu_seconds, daemon=daemon)
     try:
         if http is None:
             server.run("stdio")

@@ -14,7 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kernelagent.cli.core import InductorModesOpt, MaxAutotuneOpt, finite, folder, inductor_modes
+from kernelagent.cli.core import (DaemonOpt, InductorModesOpt, MaxAutotuneOpt, finite, folder, inductor_modes,
+                                  warm_harness)
 from kernelagent.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UserError
 from kernelagent.text import terminal_text
 
@@ -33,14 +34,14 @@ def profile(
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", callback=folder, help="Cache directory (default ~/.cache/kernelagent).")] = None,
     max_autotune: MaxAutotuneOpt = False,
     modes: InductorModesOpt = None,
-    daemon: Annotated[Optional[bool], typer.Option("--daemon/--no-daemon", help="Use this user's warm harness (started now if none answers; it ends after 10 idle minutes) instead of starting a server for this command alone: a second command skips the server's start. Default: $KERNELAGENT_DAEMON (off unless 1).", show_default=False)] = None,
+    daemon: DaemonOpt = None,
 ) -> None:
     """Profile CANDIDATE on PROBLEM: top kernels, roofline fraction, Nsight Compute metrics."""
     from kernelagent.cli import run_guarded
 
     code = run_guarded(_run, problem=problem, candidate=candidate, backend=backend, device=device, as_json=as_json,
                        ncu=ncu, ncu_timeout=ncu_timeout, trials=trials, baselines=baselines, isolation=isolation,
-                       cache_dir=cache_dir, modes=modes, max_autotune=max_autotune, daemon=daemon)
+                       cache_dir=cache_dir, modes=modes, max_autotune=max_autotune, daemon=warm_harness(daemon))
     raise typer.Exit(code)
 
 

@@ -34,8 +34,11 @@ class Harness:
     """The server's one Evaluator (started on first use; started again if its server died) and
     the threads tool calls run in."""
 
-    def __init__(self, device: str, isolation: str = "auto", cache_dir: str | None = None) -> None:
-        self.device, self.isolation, self.cache_dir = device, isolation, cache_dir
+    def __init__(self, device: str, isolation: str = "auto", cache_dir: str | None = None, *,
+                 daemon: bool | None = None) -> None:
+        # daemon: this user's warm harness (harness/caller/daemon.py), as Evaluator(daemon=) takes
+        # it; `kernelagent mcp` resolves --daemon/--no-daemon (on by default) to a bool.
+        self.device, self.isolation, self.cache_dir, self.daemon = device, isolation, cache_dir, daemon
         self.lock = threading.Lock()
         self._evaluator: Any = None
         self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="mcp-call")
@@ -47,7 +50,7 @@ class Harness:
 
         with self.lock:
             if self._evaluator is None:
-                kwargs = {"device": self.device, "isolation": self.isolation}
+                kwargs = {"device": self.device, "isolation": self.isolation, "daemon": self.daemon}
                 if self.cache_dir:
                     kwargs["cache_dir"] = self.cache_dir
                 evaluator = Evaluator(**kwargs)

@@ -81,7 +81,8 @@ def _bad_problem(reason: str, data: dict[str, Any] | None = None) -> CallToolRes
 
 def build(problems: list[str | Path], workspace: list[str | Path] = (), *, device: str = "auto",
           isolation: str = "auto", cache_dir: str | None = None, max_evaluations: int | None = None,
-          max_seconds: float | None = None, version: str | None = None) -> tuple[Any, Harness]:
+          max_seconds: float | None = None, version: str | None = None,
+          daemon: bool | None = None) -> tuple[Any, Harness]:
     """(MCPServer, Harness): the server with every tool, resource and prompt registered, its
     problem roots pinned (roots.py). `version` is what `initialize` reports (default: the
     package's)."""
@@ -94,7 +95,7 @@ def build(problems: list[str | Path], workspace: list[str | Path] = (), *, devic
     print(f"kernelagent mcp: {pinned} problem files pinned under {root_set.describe(True)}"
           + (f" ({root_set.unpinned} left out: too many or too large)" if root_set.unpinned else ""), file=sys.stderr)
     sessions = Sessions(max_evaluations, max_seconds)
-    harness = Harness(device, isolation, cache_dir)
+    harness = Harness(device, isolation, cache_dir, daemon=daemon)
     confinement = Confinement(root_set.roots, device)
     harness.confinement = confinement  # removed with the harness (cli/mcp_cmd.py closes it)
     outputs = root_set.add_output_root(confinement.outputs)  # after the jail's roots: not hidden from its runs

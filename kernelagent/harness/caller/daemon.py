@@ -1,6 +1,8 @@
-"""A warm harness that outlives one command (`Evaluator(daemon=True)`, `kernelagent eval
---daemon`, KERNELAGENT_DAEMON=1): the harness server started once, listening on a Unix socket of
-its user's (server/listen.py), and found again by the next command with the same settings.
+"""A warm harness that outlives one command (the default of `kernelagent eval`, `profile`,
+`verify`, `regenerate` and `mcp`; `--no-daemon` or KERNELAGENT_DAEMON=0 turns it off;
+`Evaluator(daemon=True)` or KERNELAGENT_DAEMON=1 for the library and `bench`, see `wanted`): the
+harness server started once, listening on a Unix socket of its user's (server/listen.py), and
+found again by the next command with the same settings.
 
 The prior art is Gradle's daemon, Bazel's server and mypy's dmypy. A second `kernelagent eval`
 then skips the server's start (importing torch and torch._dynamo, the device probe: 8-9 s on an
@@ -60,10 +62,15 @@ class DaemonStartFailed(RuntimeError):
     """A warm harness was started and never answered (the evaluator says so as HarnessStartError)."""
 
 
-def wanted(explicit: bool | None) -> bool:
+def wanted(explicit: bool | None, *, cli: bool = False) -> bool:
+    """Whether to use the warm harness: `explicit` (`--daemon/--no-daemon`, `Evaluator(daemon=)`)
+    where given; else KERNELAGENT_DAEMON where set (1: on, 0: off, for the CLI and the library
+    alike); else on for a command of the CLI (`cli`: eval, profile, verify, regenerate, mcp) and
+    off for the library, whose embedders (RL trainers, tests) start their own servers."""
     if explicit is not None:
         return bool(explicit)
-    return setting("KERNELAGENT_DAEMON")
+    chosen = setting("KERNELAGENT_DAEMON")
+    return cli if chosen is None else bool(chosen)
 
 
 def idle_seconds() -> float:
@@ -109,9 +116,10 @@ def code_digest() -> str:
     return _DIGEST["d"]
 
 
-# Names of the server's environment that change nothing it imports or runs (the terminal's), or
-# that -I ignores (PYTHON*): left out of the key, so a wider terminal finds the same harness.
-_KEYLESS_ENV = frozenset({"TERM", "COLUMNS", "LINES", "NO_COLOR"})
+# Names of the server's environment that change nothing it imports or runs (the terminal's; the
+# caller's choice of a warm harness, which no server reads), or that -I ignores (PYTHON*): left out
+# of the key, so a wider terminal, or `--daemon` beside KERNELAGENT_DAEMON=0, finds the same harness.
+_KEYLESS_ENV = frozenset({"TERM", "COLUMNS", "LINES", "NO_COLOR", "KERNELAGENT_DAEMON"})
 
 
 def _env_parts(env: dict[str, str] | None, scratch_root: Path | None) -> list[str]:

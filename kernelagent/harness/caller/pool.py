@@ -79,11 +79,16 @@ class EvaluatorPool:
     """`host_tuning` (default on) is what lets several GPUs of one host scale (issue 17's
     measures): each server pinned to its own share of the CPUs, the reference side's compile
     cache shared, and the baselines of a problem timed once (BaselineCache.claim). Off, the
-    evaluators run as they did before, for benchmarks/bench_throughput.py's before/after."""
+    evaluators run as they did before, for benchmarks/bench_throughput.py's before/after.
+
+    `daemon` as Evaluator(daemon=) takes it (None: KERNELAGENT_DAEMON, off where unset): each
+    device's evaluator then uses this user's warm harness of its settings (its device, visible
+    devices and CPUs are in the key, so one per GPU), and the next pool of the same settings finds
+    them warm (caller/daemon.py)."""
 
     def __init__(self, devices: list[str] | None = None, cache_dir: str | Path | None = None,
                  isolation: str = "auto", cpu_workers: int = 1, host_tuning: bool = True,
-                 jobs_per_device: int = 0, pin_cpus: bool = True):
+                 jobs_per_device: int = 0, pin_cpus: bool = True, *, daemon: bool | None = None):
         if devices is None:
             gpus = visible_gpus()
             devices = [f"cuda:{i}" for i in gpus] if gpus else ["cpu"] * max(1, cpu_workers)
@@ -92,7 +97,7 @@ class EvaluatorPool:
         shares = split_cpus(len(devices)) if host_tuning and pin_cpus else [None] * len(devices)
         self.evaluators = [Evaluator(device=d, cache_dir=cache_dir, isolation=isolation, cpus=cpus,
                                      share_compile_cache=host_tuning, coordinate_baselines=host_tuning,
-                                     concurrency=jobs_per_device)
+                                     concurrency=jobs_per_device, daemon=daemon)
                            for d, cpus in zip(devices, shares)]
         self._load = {id(e): 0 for e in self.evaluators}
         self._load_lock = threading.Lock()
