@@ -60,6 +60,10 @@ Columns of the table (per problem and cache setting, over the counted repetition
                server (the server's clock over the timed loop)
   srv/claim    timed_loop.server_ms_per_call / timed_loop.claimed_mean_ms, median over repetitions
   cached       repetitions whose baselines came from the cache
+  x dev        the mean speedup on the device clock (speedups_device: the kernel trace's time per
+               call, candidate and baselines alike), "not recorded" where no row has one
+  host share   the mean of per_call.host_share: the candidate's wall time per call the device ran
+               none of its kernels; fresh/warm dev is fresh/warm on the device clock
 A second table gives the GPU's SM clock, its maximum, temperature, power and (NVML) throttle
 reasons, read before and after each repetition: from NVML (pynvml, else ctypes on
 libnvidia-ml.so.1, which the GPU machines have without pynvml), else from nvidia-smi.
@@ -67,10 +71,18 @@ libnvidia-ml.so.1, which the GPU machines have without pynvml), else from nvidia
 Time cap: `--max-minutes M` bounds the whole invocation (no evaluation starts unless the slowest
 one so far still fits; each one's timeout is cut to the time left), and the plan is round robin
 (all primes, then the warm repetitions one round at a time, then the fresh-process ones), so a
-capped run has the same number of repetitions for every problem. The out-of-process kernel
-evidence is off here (`--kernel-evidence` turns it on): it changes no time and cost ~8 s per win
-on an H200 (2026-11-26), when a whole default run of 11 pairs ran only its primes and fresh
-repetitions in 7.4 minutes. Cost without it: a prime (baselines timed, Inductor compile
+capped run has the same number of repetitions for every problem. The device clock (issue 58):
+warm evaluations ask for the trace's kernel evidence alone (no Nsight Compute audit, audit_share
+0), fresh ones run `eval --kernel-evidence` (whose wins eval audits with Nsight Compute: ~8 s per
+win on an H200, 2026-11-26, when a whole default run of 11 pairs ran only its primes and fresh
+repetitions in 7.4 minutes); `--no-device-clock` turns both off, and `--kernel-evidence` gives the
+warm ones the default audit share too. Not yet measured on a GPU (2026-11-28).
+
+Misses (issue 58, scope 3): a setting whose CV misses its target is re-run once alone (the same
+pair, cache setting and process kind, nothing else in flight, within the cap; `--no-rerun` skips
+it: a row with rep 0 and "rerun_alone": true, not counted), and carries a cause
+(benchmarks/miss_cause.py) printed under "Misses and what they met" and appended to --out as a
+"kind": "cause" line. Cost without it: a prime (baselines timed, Inductor compile
 included) ~10-20 s, a warm repetition with cached baselines ~3-5 s, a fresh process ~12-15 s.
 """
 
@@ -82,7 +94,6 @@ import fnmatch
 import json
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,6 +109,7 @@ sys.path.insert(0, str(HERE))  # gpu_clocks beside this script, however it was s
 sys.path.insert(1, str(ROOT))  # the package from this checkout (the GPU machine has it uninstalled)
 from gpu_clocks import gpu_index, nvml, read_clocks  # noqa: E402
 from fidelity_table import SMALL_KERNEL_MS, cv, fmt, header_for, pct, render, summarize  # noqa: E402,F401 (re-exported)
+from fidelity_rows import CONCURRENCY_KEYS, device_figures, make_row, quarter_drift  # noqa: E402,F401 (re-exported)
 # KernelBench's problems: ../shared/kernelbench beside the checkout, or shared/kernelbench inside it
 # (where the GPU machine's copy of the working tree puts it).
 KERNELBENCH = next((p for p in (ROOT.parent / "shared" / "kernelbench" / "KernelBench",
@@ -192,15 +204,6 @@ def problem_file(pair: Pair, work: Path) -> Path:
     return path
 
 
-def quarter_drift(samples: list[float]) -> float | None:
-    """Median of the last quarter of the samples over that of the first quarter."""
-    q = len(samples) // 4
-    if q < 1:
-        return None
-    first = statistics.median(samples[:q])
-    return statistics.median(samples[-q:]) / first if first > 0 else None
-
-
 def run_eval(problem: Path, candidate: Path, cache_dir: Path, device: str, timeout: float,
              evidence: bool = False) -> tuple[int, dict | None, str, float]:
     """One evaluation in a fresh process: (exit code, parsed JSON or None, stderr tail, wall seconds)."""
@@ -222,73 +225,24 @@ def run_eval(problem: Path, candidate: Path, cache_dir: Path, device: str, timeo
 
 
 def run_eval_warm(evaluator, problem: Path, candidate: Path, cache: str,
-                  evidence: bool = False) -> tuple[int, dict | None, str, float]:
+                  evidence: bool | str = False) -> tuple[int, dict | None, str, float]:
     """One evaluation in the warm server: the same shape of answer as run_eval. Its own deadline
     is the harness's (stage limits); the cache setting is the config's (`off`: baselines timed
-    anew, nothing read from the shared cache)."""
+    anew, nothing read from the shared cache). `evidence`: True, the kernel evidence as eval asks
+    for it; "trace", the trace's alone (no Nsight Compute audit), for the device clock (per_call)."""
     from kernelagent.harness import EvalConfig
 
     started = time.perf_counter()
+    extra = {"audit_share": 0.0} if evidence == "trace" else {}
     try:
         result = evaluator.evaluate(problem, candidate.read_text(),
-                                    EvalConfig(use_baseline_cache=cache == "on", kernel_evidence=evidence))
+                                    EvalConfig(use_baseline_cache=cache == "on", kernel_evidence=bool(evidence),
+                                               **extra))
     except Exception as exc:  # noqa: BLE001 - a row that says why, as a failed subprocess would
         return -1, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started
     data = json.loads(json.dumps(result.to_dict(), default=str))
     return (0 if result.passed else 1), data, "", time.perf_counter() - started
 
-
-# What a row keeps of the result's `concurrency` (harness/server/gate.py and job.py).
-CONCURRENCY_KEYS = ("shared_device", "alone", "retried_alone", "first_try_alloc_retries", "first_try", "wait_s",
-                    "memory_wait_s", "device_lock_wait_s", "idle_wait_s", "bandwidth_wait_s", "bandwidth_busy",
-                    "held_s", "slot_freeze_s", "slot_calibration_s", "slot_loop_s", "estimate_s", "estimate_error",
-                    "fork_wait_s")
-
-
-def make_row(pair: Pair, cache: str, rep: int, prime: bool, rc: int, data: dict | None, stderr: str,
-             wall: float, clocks_before: dict | None, clocks_after: dict | None, run_id: str,
-             process: str = "fresh") -> dict:
-    row = {"run_id": run_id, "label": pair.label, "problem": str(pair.problem), "candidate": str(pair.candidate),
-           "overrides": pair.overrides, "cache": cache, "rep": rep, "prime": prime, "rc": rc, "process": process,
-           "wall_s": round(wall, 3), "clocks_before": clocks_before, "clocks_after": clocks_after}
-    if data is None:
-        row.update(status="no-result", reason=stderr.strip().splitlines()[-1] if stderr.strip() else "no JSON",
-                   stderr_tail=stderr)
-        return row
-    timings = data.get("timings", {})
-    cand = timings.get("candidate", {})
-    samples = [float(x) for x in cand.get("samples_ms", []) if isinstance(x, (int, float))]
-    loop = data.get("timed_loop", {}) or {}
-    server, claimed = loop.get("server_ms_per_call"), loop.get("claimed_mean_ms")
-    fp = data.get("fingerprint", {}) or {}
-    row.update(
-        status=data.get("status"), reason=data.get("reason", ""), device=data.get("device"),
-        meaningful=cand.get("meaningful", timings.get("eager", {}).get("meaningful")),
-        timing_note=cand.get("note", ""),
-        baselines_cached=data.get("baselines_cached"),
-        candidate_ms=cand.get("median_ms"), eager_ms=timings.get("eager", {}).get("median_ms"),
-        compile_ms=timings.get("compile", {}).get("median_ms"),
-        speedup_eager=data.get("speedups", {}).get("eager"), speedup_compile=data.get("speedups", {}).get("compile"),
-        interval_eager=data.get("speedup_intervals", {}).get("eager"),
-        interval_compile=data.get("speedup_intervals", {}).get("compile"),
-        n_samples=len(samples), drift_q4_q1=quarter_drift(samples), source=cand.get("source"),
-        timed_loop={"server_ms_per_call": server, "claimed_mean_ms": claimed,
-                    "ratio": server / claimed if server and claimed else None,
-                    "calls": loop.get("calls"), "source": loop.get("source")},
-        fingerprint={k: fp.get(k) for k in ("gpu_name", "torch", "torch_cuda", "triton", "python", "device")},
-        problem_sha256=data.get("problem_sha256"),
-        # Where the wall time went, for the slow cold primes (150-213 s beside 11-25 s on an H100,
-        # 2026-11-27): the harness's stage clocks and what sharing the device cost.
-        stage_seconds={k: round(float(v), 3) for k, v in (data.get("stage_seconds") or {}).items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool)},
-        concurrency={k: v for k, v in (data.get("concurrency") or {}).items() if k in CONCURRENCY_KEYS},
-    )
-    if data.get("status") != "correct":
-        row["stderr_tail"] = stderr
-    return row
-
-
-# -- the summary ---------------------------------------------------------------------------------
 
 # -- main ---------------------------------------------------------------------------------------
 
@@ -329,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
     settings = ("on", "off") if args.cache == "both" else (args.cache,)
 
     out: Path = args.out.resolve()  # the evals run in the repository root: no relative paths
-    existing = load_rows(out) if out.is_file() else []
+    existing = [r for r in load_rows(out) if r.get("kind") != "cause"] if out.is_file() else []
     if existing and not args.resume:
         raise FidelityError(f"{out} already has rows: pass --resume to continue it, or choose another --out")
     work = (args.work_dir or out.with_name(out.name + ".work")).resolve()
@@ -367,7 +321,24 @@ def run(args: argparse.Namespace) -> int:
     slowest: dict[str, float] = {}
     lock = threading.Lock()
 
+    running = [0]  # evaluations in flight now (this script's), for a miss's cause
+    # The device clock (issue 58) needs the trace's evidence: warm evaluations ask for it alone
+    # (no Nsight Compute audit), fresh ones run `eval --kernel-evidence` (whose wins eval audits).
+    warm_evidence: bool | str = True if args.kernel_evidence else ("trace" if args.device_clock else False)
+    fresh_evidence = bool(args.kernel_evidence or args.device_clock)
+
     def one(pair: Pair, cache: str, rep: int, prime: bool, process: str, eval_timeout: float) -> None:
+        with lock:
+            running[0] += 1
+            in_flight = running[0]
+        try:
+            _one(pair, cache, rep, prime, process, eval_timeout, in_flight)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    def _one(pair: Pair, cache: str, rep: int, prime: bool, process: str, eval_timeout: float,
+             in_flight: int) -> None:
         problem = problem_file(pair, work)
         if cache == "on":
             cache_dir = cache_on
@@ -378,14 +349,14 @@ def run(args: argparse.Namespace) -> int:
             before = read_clocks(gpu)
             if process == "fresh":
                 rc, data, stderr, wall = run_eval(problem, pair.candidate, cache_dir, args.device, eval_timeout,
-                                                  args.kernel_evidence)
+                                                  fresh_evidence)
             else:
-                rc, data, stderr, wall = run_eval_warm(warm, problem, pair.candidate, cache, args.kernel_evidence)
+                rc, data, stderr, wall = run_eval_warm(warm, problem, pair.candidate, cache, warm_evidence)
             after = read_clocks(gpu)
         finally:
             if cache == "off":
                 shutil.rmtree(cache_dir, ignore_errors=True)
-        row = make_row(pair, cache, rep, prime, rc, data, stderr, wall, before, after, run_id, process)
+        row = make_row(pair, cache, rep, prime, rc, data, stderr, wall, before, after, run_id, process, in_flight)
         with lock:
             kind = "off" if prime else cache
             slowest[kind] = max(slowest.get(kind, 0.0), wall)
@@ -393,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
                 fh.write(json.dumps(row) + "\n")
             existing.append(row)
             clock = "—" if not before or before.get("clocks.sm") is None else f"{before['clocks.sm']:.0f}"
-            print(f"{pair.label[:44]:44} {cache:5} {'prime' if prime else rep:>5} {str(row['status'])[:10]:10} "
+            print(f"{pair.label[:44]:44} {cache:5} {'prime' if prime else rep or 'alone':>5} {str(row['status'])[:10]:10} "
                   f"{fmt(row.get('candidate_ms'), '10.4g')} {fmt(row.get('speedup_compile'), '7.4g')} "
                   f"{fmt(row.get('speedup_eager'), '8.4g')} {fmt(row.get('drift_q4_q1'), '6.3f')} {wall:7.1f} "
                   f"{clock:>9}", flush=True)
@@ -470,11 +441,34 @@ def run(args: argparse.Namespace) -> int:
                      f"run again with --resume to finish")
         print(f"--max-minutes reached: {stopped_early} evaluations left (rerun with --resume)", flush=True)
 
-    if warm is not None:
-        warm.close()
     labels = {p.label for p in pairs}
     selected = [r for r in existing if r["label"] in labels and r["cache"] in settings]
+    # Each setting that misses its target is re-run once alone (issue 58, scope 3): the same pair,
+    # cache setting and process kind, nothing else in flight, within the cap (rep 0, not a prime).
+    if args.rerun_misses and not stopped_early:
+        by_label = {p.label: p for p in pairs}
+        again = {(r["label"], r["cache"], r["process"]) for r in selected if r.get("rerun_alone")}
+        steps = [(by_label[s["label"]], s["cache"], 0, False, s["process"]) for s in summarize(selected, args.reps)
+                 if s["verdict"] == "MISS" and (s["label"], s["cache"], s["process"]) not in again]
+        if any(step[4] == "warm" for step in steps) and warm is None:
+            from kernelagent.harness import Evaluator
+
+            cache_on.mkdir(exist_ok=True)
+            warm = Evaluator(device=args.device, cache_dir=cache_on, concurrency=args.jobs)
+        for step in steps:
+            print(f"re-run alone: {step[0].label} (cache {step[1]}, {step[4]}) missed its target", flush=True)
+            if pipeline([step], 1, first=False):
+                notes.append(f"{step[0].label} (cache {step[1]}, {step[4]}): its re-run alone did not fit "
+                             f"--max-minutes")
+        selected = [r for r in existing if r["label"] in labels and r["cache"] in settings]
+    if warm is not None:
+        warm.close()
     summary = summarize(selected, args.reps)
+    with out.open("a") as fh:  # every miss's cause, in the JSON too (kind "cause": not an evaluation)
+        for s in summary:
+            if s.get("cause"):
+                fh.write(json.dumps({"kind": "cause", "run_id": run_id, "label": s["label"], "cache": s["cache"],
+                                     "process": s["process"], "cause": s["cause"]}) + "\n")
     text = render(summary, selected, header_for(selected, args.reps, notes))
     print()
     print(text, end="", flush=True)
@@ -517,6 +511,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="cache directories and resized problems (default: OUT.work next to --out)")
     parser.add_argument("--kernelbench", type=Path, default=KERNELBENCH, help="KernelBench's problem folder")
+    parser.add_argument("--no-device-clock", dest="device_clock", action="store_false",
+                        help="do not ask for the trace's evidence: no device time per call, host share or "
+                             "device-clock speedups (by default warm evaluations ask for the trace's evidence "
+                             "alone, no Nsight Compute audit; fresh ones run `eval --kernel-evidence`)")
+    parser.add_argument("--no-rerun", dest="rerun_misses", action="store_false",
+                        help="do not re-run a setting that misses its target once alone")
     parser.add_argument("--kernel-evidence", action="store_true",
                         help="collect the out-of-process kernel evidence for each win as eval does by default "
                              "(off here: it does not change a time, and costs ~8 s per win on an H200)")

@@ -9,6 +9,8 @@ import shutil
 import statistics
 import subprocess
 
+import miss_cause
+
 SMALL_KERNEL_MS = 0.05  # the issue's line between the 1% and the 3% targets
 
 
@@ -32,9 +34,13 @@ def summarize(rows: list[dict], reps: int) -> list[dict]:
     """One entry per (label, cache, process) over the counted repetitions (not the prime): the
     spread in one warm server and the spread across fresh processes are judged apart."""
     groups: dict[tuple[str, str, str], list[dict]] = {}
+    alone: dict[tuple[str, str, str], dict] = {}  # each setting's re-run alone, the last one
     for row in rows:
-        if not row.get("prime"):
-            groups.setdefault((row["label"], row["cache"], row.get("process", "fresh")), []).append(row)
+        key = (row["label"], row["cache"], row.get("process", "fresh"))
+        if row.get("rerun_alone"):
+            alone[key] = row
+        elif not row.get("prime"):
+            groups.setdefault(key, []).append(row)
     order = {label: i for i, label in enumerate(dict.fromkeys(r["label"] for r in rows))}  # as the rows came
     out = []
     for (label, cache, process), group in sorted(groups.items(), key=lambda kv: (
@@ -85,8 +91,49 @@ def summarize(rows: list[dict], reps: int) -> list[dict]:
             "throttle_read": sum(1 for c in clocks if c.get("throttle_reasons") is not None),
             "failures": [f"rep {r['rep']}: {r.get('status')}: {str(r.get('reason', ''))[:160]}"
                          for r in group if r not in ok],
+            # The device clock (issue 58): the same speedups on the device's time per call, and the
+            # host share, so a fresh/warm difference in host time shows as host share.
+            "speedup_compile_device": mean("speedup_compile_device"), "speedup_eager_device": mean("speedup_eager_device"),
+            "host_share": mean("host_share"), "n_device": sum(1 for r in ok if r.get("candidate_device_ms") is not None),
+            "fresh_over_warm_device": _fresh_over_warm(
+                [r for p in ("warm", "fresh") for r in groups.get((label, cache, p), []) if r.get("status") == "correct"],
+                "speedup_compile_device" if base == "compile" else "speedup_eager_device"),
+            "cause": cause(ok, alone.get((label, cache, process)), "speedup_compile" if base == "compile"
+                           else "speedup_eager") if verdict == "MISS" else None,
         })
     return out
+
+
+def cause(ok: list[dict], rerun: dict | None, key: str) -> dict:
+    """What a setting that missed its target met (benchmarks/miss_cause.py): the facts of its
+    repetition farthest from the mean speedup (the one that made the spread), every repetition's
+    speedup, and its re-run alone's figures beside them."""
+    values = [r[key] for r in ok if r.get(key) is not None]
+    mean = statistics.fmean(values) if values else None
+    worst = max(ok, key=lambda r: abs(r[key] - mean) if r.get(key) is not None and mean else -1.0)
+    if rerun is None:
+        alone = "not run (time cap, --no-rerun, or a run cut short)"
+    else:
+        alone = {"status": rerun.get("status"), key: rerun.get(key), "candidate_ms": rerun.get("candidate_ms"),
+                 f"{key}_device": rerun.get(f"{key}_device"), "host_share": rerun.get("host_share"),
+                 "shared_device": (rerun.get("concurrency") or {}).get("shared_device", miss_cause.NOT_RECORDED),
+                 "in_flight": rerun.get("in_flight"), "mean_of_repetitions": mean}
+    record = miss_cause.cause(concurrency=worst.get("concurrency"), clocks_mhz=worst.get("clocks_mhz"),
+                              per_call=worst.get("per_call"), in_flight=worst.get("in_flight"), rerun_alone=alone)
+    record["repetition"] = worst.get("rep")
+    record["speedups"] = {str(r["rep"]): r.get(key) for r in ok}
+    record["speedup"] = key
+    return record
+
+
+def cause_line(record: dict) -> str:
+    alone = record["rerun_alone"]
+    key = record["speedup"]
+    rerun = None if isinstance(alone, str) else (
+        f"re-run alone: {fmt(alone.get(key), '.4g')}x (device {fmt(alone.get(key + '_device'), '.4g')}x, "
+        f"host share {pct(alone.get('host_share'))}) against a mean of {fmt(alone.get('mean_of_repetitions'), '.4g')}x")
+    speedups = ", ".join(f"{rep}: {fmt(v, '.4g')}" for rep, v in record["speedups"].items())
+    return f"rep {record['repetition']} (of {speedups}): " + miss_cause.line(record, rerun)
 
 
 def _fresh_over_warm(ok: list[dict], key: str) -> float | None:
@@ -114,12 +161,15 @@ def render(summary: list[dict], rows: list[dict], header: dict) -> str:
               f"- driver: {header['driver']}; clocks: {header['clocks']}",
               f"- evaluations: {len(rows)} rows ({sum(1 for r in rows if r.get('prime'))} cache primes, not counted); "
               f"repetitions asked per setting: {header['reps']}",
-              "- targets: CV of the speedup over Inductor <= 1% for kernels >= 50 us, <= 3% below", ""]
+              "- targets: CV of the speedup over Inductor <= 1% for kernels >= 50 us, <= 3% below",
+              "- x dev: the mean speedup on the device clock (the kernel trace's time per call, candidate and "
+              "baselines alike); host share: the candidate's wall time per call the device ran none of its kernels; "
+              "fresh/warm dev: fresh/warm on the device clock", ""]
     if not meaningful:
         lines += [warn, ""]
     cols = ["problem", "cache", "process", "n", "cand ms", "CV cand", "eager ms", "CV eager", "Ind ms", "CV Ind", "x Ind",
-            "CV x Ind", "target", "x eager", "CV x eager", "interval", "in int.", "q4/q1 (worst)", "last/first",
-            "source", "srv/claim", "cached", "fresh/warm"]
+            "CV x Ind", "target", "x eager", "CV x eager", "x dev", "host share", "fresh/warm dev", "interval",
+            "in int.", "q4/q1 (worst)", "last/first", "source", "srv/claim", "cached", "fresh/warm"]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for s in summary:
         target = "—" if s["target"] is None else f"<= {s['target'] * 100:.0f}%: {s['verdict']}"
@@ -128,7 +178,8 @@ def render(summary: list[dict], rows: list[dict], header: dict) -> str:
         cells = [s["label"], s["cache"], s["process"], f"{s['n_ok']}/{s['n']}", fmt(s["candidate_ms"]), pct(s["cv_candidate"]),
                  fmt(s["eager_ms"]), pct(s["cv_eager"]), fmt(s["compile_ms"]), pct(s["cv_compile"]),
                  fmt(s["speedup_compile"], ".4g"), pct(s["cv_speedup_compile"]), target,
-                 fmt(s["speedup_eager"], ".4g"), pct(s["cv_speedup_eager"]), interval,
+                 fmt(s["speedup_eager"], ".4g"), pct(s["cv_speedup_eager"]), device_cell(s), pct(s.get("host_share")),
+                 fmt(s.get("fresh_over_warm_device"), ".3f"), interval,
                  f"{s['interval_covers']}/{s['n_intervals']}",
                  f"{fmt(s['drift_q4_q1'], '.3f')} ({fmt(s['drift_q4_q1_worst'], '.3f')})",
                  fmt(s["rep_last_first"], ".3f"), ",".join(s["sources"]) or "—", fmt(s["loop_ratio"], ".3f"),
@@ -147,6 +198,12 @@ def render(summary: list[dict], rows: list[dict], header: dict) -> str:
             throttled = f"{s.get('throttled', 0)}/{s['throttle_read']}" if s.get("throttle_read") else "—"
             lines.append(f"| {s['label']} | {s['cache']} | {s['process']} | {rng(s['sm_mhz'])} | {rng(s['max_sm_mhz'])} | "
                          f"{rng(s['temp_c'])} | {rng(s['power_w'], '.1f')} | {throttled} |")
+    misses = [s for s in summary if s.get("cause")]
+    if misses:
+        lines += ["", "## Misses and what they met (the repetition farthest from the mean; a re-run alone)", "",
+                  "| problem | cache | process | CV x | cause |", "|---|---|---|---|---|"]
+        lines += [f"| {s['label']} | {s['cache']} | {s['process']} | {pct(s['cv_speedup_compile'])} | "
+                  f"{cause_line(s['cause'])} |" for s in misses]
     failures = [f"- {s['label']} (cache {s['cache']}, {s['process']}) {f}" for s in summary for f in s["failures"]]
     if failures:
         lines += ["", "## Repetitions without a correct timed result", "", *failures]
@@ -162,6 +219,14 @@ def render(summary: list[dict], rows: list[dict], header: dict) -> str:
     if header.get("notes"):
         lines += ["", "## Notes", "", *[f"- {n}" for n in header["notes"]]]
     return "\n".join(lines) + "\n"
+
+
+def device_cell(s: dict) -> str:
+    """The mean speedup on the device clock (over Inductor, else eager), or why there is none."""
+    value = s.get("speedup_compile_device") if s.get("interval_baseline") == "compile" else s.get("speedup_eager_device")
+    if value is not None:
+        return fmt(value, ".4g") + ("" if s.get("interval_baseline") == "compile" else " (eager)")
+    return "not recorded" if s.get("n_ok") else "—"
 
 
 def header_for(rows: list[dict], reps: int, notes: list[str]) -> dict:

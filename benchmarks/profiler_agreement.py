@@ -1,35 +1,52 @@
 """Does the harness's clock agree with the profiler's? Issue 13, scope 2 (an independent clock).
 
 For every problem of a benchmark directory that has a solution, one evaluation with profiling on
-(`EvalConfig(profile=True)`, no baselines) gives two numbers per forward call:
-  harness ms   the candidate's median from the harness's timed loop (timings.candidate.median_ms:
-               L2 flushed before each call, synchronised, host time included)
+(`EvalConfig(profile=True)`, no baselines) and, on a GPU, one traced evaluation (the kernel trace,
+its evidence alone: `kernel_evidence=True, audit_share=0`; a profiled job is never traced, since
+torch.profiler needs CUPTI to itself) give these numbers per forward call:
+  harness ms   the harness's DEVICE time per call (issue 58: result.per_call.device_ms, the median
+               timed call's summed kernel time on the device's clock, from the kernel trace); where
+               the result has none (the CPU, an incomplete trace, --device-clock off) the row says
+               why and falls back to the wall time (timings.candidate.median_ms), marked WALL
+  wall ms      the wall time per call (per_call.wall_ms: L2 flushed before each call,
+               synchronised, host time included) and its host share, (wall - device) / wall
   profiler ms  the device time of every kernel torch.profiler saw, summed, per call (3 calls on the
                main inputs in the candidate's process right after the timed loop)
-and their difference, the host overhead per call; and a third clock, Nsight Compute's
+  wall diff %  the profiled run's wall time against the profiler's (the figure judged before issue 58)
+and a third clock, Nsight Compute's
   ncu ms       gpu__time_duration of every kernel, summed per call (the kernel evidence's ncu run,
                outside the candidate's process: caches flushed before each kernel, clocks as they are)
 which explains a miss when it agrees with the harness and not with the profiler. The target: the
-first two agree within 3% for kernels of 50 us or more (harness/caller/profiling.py: clocks,
-AGREEMENT_PCT, AGREEMENT_MIN_MS).
+harness figure and the profiler's agree within 3% for kernels of 50 us or more
+(harness/caller/profiling.py: clocks, AGREEMENT_PCT, AGREEMENT_MIN_MS).
+
+Every miss is re-run once ALONE (nothing else in flight) with the ncu run, and carries a `cause`
+(benchmarks/miss_cause.py): its neighbours (evaluations in flight, whether it shared the device,
+its slot and idle waits, a harness re-run alone), the SM clock over its loop, its host share, the
+memory-bandwidth facts of its idle probes, and the re-run alone's figures beside its own; a fact
+not recorded says "not recorded". The table prints it; the JSON keeps it.
 
     python benchmarks/profiler_agreement.py [--suite ours|kernelbench|both] [--problems DIR --solutions DIR]
         [--filter GLOB] [--max-minutes 7] [--jobs 8] [--out agreement.jsonl] [--summary agreement.md]
-        [--device auto] [--isolation auto]
+        [--device auto] [--isolation auto] [--device-clock trace|off] [--third-clock misses|off]
 
 One harness server for the whole run (torch and triton are imported once), with `--jobs N`
 problems in flight at once (default 8): the server overlaps their host work (imports, compiles,
 checks) while each timed loop and each profile holds the device alone (server/gate.py), so the
 clocks compared are those of a job alone on the GPU. The first pass runs without the kernel
-evidence (its ncu sessions run one at a time on a host, ~5 s each); each miss is then evaluated
-again with it (`--third-clock misses`), in the last `--third-share` of the time. `--max-minutes`
+evidence (its ncu sessions run one at a time on a host, ~5 s each); each miss is then re-run
+alone with it (`--third-clock misses`), one at a time, in the last `--third-share` of the time. `--max-minutes`
 caps the run: no evaluation starts once the time spent plus the median evaluation so far (its wait
 included) would pass its pass's share; the problems left are listed as "not run (time cap)", and
 Ctrl-C prints the table of what was measured. Each row is appended to `--out` (JSON lines) as soon
 as it is measured, with the GPU, driver, torch and triton versions. Needs none of litellm,
 openai, tenacity or pydantic (run with PYTHONPATH=.).
 
-On the CPU it runs end to end, but the harness time is the Triton interpreter's and the profiler's
+Not yet measured on a GPU (2026-11-28): the device clock's rows, the second (traced) evaluation's
+cost per problem, and the causes were written and tested on the CPU only
+(tests/test_profiler_agreement_script.py).
+
+On the CPU it runs end to end (no traced evaluation: there is no trace), but the harness time is the Triton interpreter's and the profiler's
 rows are CPU ops: every row says "not meaningful" and no agreement is judged.
 """
 
@@ -51,6 +68,9 @@ sys.path.insert(0, str(ROOT))
 from kernelagent.bench.discover import discover, find_candidates  # noqa: E402
 from kernelagent.harness.caller import profiling  # noqa: E402
 from kernelagent.harness.caller.profiling import AGREEMENT_PCT  # noqa: E402
+
+sys.path.insert(0, str(HERE))  # miss_cause beside this script
+import miss_cause  # noqa: E402
 
 
 def kernelbench_dir() -> Path:
@@ -93,22 +113,69 @@ def pairs(args: argparse.Namespace) -> tuple[list[tuple[str, Path, Path]], list[
     return out, notes
 
 
-def measure(evaluator, label: str, problem: Path, solution: Path, evidence: bool = False) -> dict:
-    from kernelagent.harness import EvalConfig
+def device_clock(profiled, traced) -> tuple[dict | None, str | None]:
+    """The harness's device time per call (result.per_call of the traced evaluation), or None and
+    why not. A profiled job is never traced (torch.profiler needs CUPTI to itself:
+    server/trace_stage.open_for), so the device clock comes from a second, traced evaluation."""
+    if not (profiled.fingerprint or {}).get("cuda"):
+        return None, "no GPU: no kernel trace on the CPU"
+    if traced is None:
+        return None, "no traced evaluation (--device-clock off, or the profiled one was not correct)"
+    if traced.status != "correct":
+        return None, f"the traced evaluation was {traced.status}"
+    if traced.per_call is None:
+        evidence = traced.kernel_evidence or {}
+        incomplete = (evidence.get("trace") or {}).get("incomplete") if isinstance(evidence.get("trace"), dict) else None
+        if incomplete:
+            return None, f"the trace was incomplete: {str(incomplete)[:120]}"
+        return None, "no device clock in the result: " + str(evidence.get("unavailable") or evidence.get("fallback")
+                                                             or "no trace was read")[:120]
+    clock = traced.per_call
+    return {"device_ms": clock.device_ms, "wall_ms": clock.wall_ms, "host_share": clock.host_share,
+            "source": clock.source}, None
 
-    started = time.monotonic()
-    config = EvalConfig(trials=1, baselines=False, profile=True, kernel_evidence=evidence)
-    result = evaluator.evaluate(problem, solution.read_text(), config)
+
+# What a row keeps of each evaluation's `concurrency` for its cause (benchmarks/miss_cause.py).
+CONCURRENCY_KEYS = ("shared_device", "alone", "retried_alone", "wait_s", "idle_wait_s", "held_s", "copy_us",
+                    "bandwidth_wait_s", "bandwidth_busy", "alloc_retries")
+
+
+def facts(result, in_flight: int | None) -> dict:
+    """What an evaluation met, for a miss's cause: its concurrency, the SM clock over its loop."""
+    timing = result.timings.get("candidate")
+    return {"concurrency": {k: v for k, v in (result.concurrency or {}).items() if k in CONCURRENCY_KEYS},
+            "clocks_mhz": list(timing.clocks_mhz) if timing and timing.clocks_mhz else None, "in_flight": in_flight}
+
+
+def row_from(label: str, profiled, traced=None, seconds: float = 0.0, in_flight: int | None = None) -> dict:
+    """One problem's row from its profiled evaluation (the profiler's clock, and the wall clock of
+    that run) and its traced one (the harness's device clock). Agreement is judged on the device
+    clock; where there is none the row says why and falls back to the wall figure, marked."""
+    result = profiled
     fp = result.fingerprint or {}
     row = {"problem": label, "status": result.status, "passed": result.passed,
            "gpu": fp.get("gpu_name") or "cpu", "driver": fp.get("driver"), "torch": fp.get("torch"),
-           "triton": fp.get("triton"), "python": fp.get("python"), "seconds": round(time.monotonic() - started, 2)}
+           "triton": fp.get("triton"), "python": fp.get("python"), "seconds": round(seconds, 2)}
     clocks = profiling.clocks(result)
     row.update({k: clocks.get(k) for k in ("harness_ms", "harness_source", "profiler_ms", "host_overhead_ms",
                                            "diff_pct", "within_pct", "meaningful", "kind", "kernels", "note")})
     if "unavailable" in clocks:
         row["note"] = clocks["unavailable"]
         row["meaningful"] = False
+    # The wall clock of the profiled run, as before issue 58, kept beside the judged figure.
+    row["profiled_wall_ms"], row["wall_diff_pct"] = row.get("harness_ms"), row.get("diff_pct")
+    clock, why = device_clock(result, traced)
+    row["device_clock"] = clock
+    row["device_ms"] = clock["device_ms"] if clock else None
+    row["wall_ms"] = clock["wall_ms"] if clock else row["profiled_wall_ms"]
+    row["host_share"] = clock["host_share"] if clock else None
+    row["harness_clock"] = "device" if clock else "wall (fallback: " + str(why) + ")"
+    profiler_ms = row.get("profiler_ms")
+    if clock and profiler_ms:
+        row["harness_ms"] = clock["device_ms"]
+        row["diff_pct"] = 100.0 * (clock["device_ms"] - profiler_ms) / profiler_ms
+        if row.get("meaningful") and profiler_ms >= profiling.AGREEMENT_MIN_MS:
+            row["within_pct"] = abs(row["diff_pct"]) <= AGREEMENT_PCT
     if result.status != "correct":
         row["note"] = (result.reason or result.status).strip().splitlines()[0][:200] if result.reason else result.status
     # The third clock: Nsight Compute's gpu__time_duration of every kernel, summed per call (the
@@ -130,17 +197,69 @@ def measure(evaluator, label: str, problem: Path, solution: Path, evidence: bool
     # others (which had it re-run alone) and on the run that counts
     row["alloc_retries"] = {"first_try": concurrency.get("first_try_alloc_retries"),
                             "counted": concurrency.get("alloc_retries")}
+    # What each evaluation met, for a miss's cause: the judged figure's run first.
+    row["facts"] = {"harness": facts(traced if clock else result, in_flight), "profiler": facts(result, in_flight)}
+    row["facts"]["harness"]["per_call"] = clock
     return row
 
 
-def third_clock(evaluator, row: dict, problem: Path, solution: Path) -> dict:
-    """A second evaluation of a miss, with the kernel evidence's ncu run: its three clocks side by
-    side (the first evaluation's verdict stands; this one only says why it missed, or that it did
-    not repeat)."""
-    again = measure(evaluator, row["problem"], problem, solution, evidence=True)
-    return {k: again.get(k) for k in ("status", "harness_ms", "profiler_ms", "diff_pct", "within_pct", "ncu_ms",
-                                      "ncu_note", "harness_vs_ncu_pct", "profiler_vs_ncu_pct", "seconds",
-                                      "retried_alone")}
+def measure(evaluator, label: str, problem: Path, solution: Path, evidence: bool = False,
+            device: bool = True, in_flight: int | None = None) -> dict:
+    """The profiled evaluation (no baselines) and, on a GPU, the traced one for the device clock:
+    its kernel evidence from the trace alone (no Nsight Compute audit: audit_share 0)."""
+    from kernelagent.harness import EvalConfig
+
+    started = time.monotonic()
+    source = solution.read_text()
+    profiled = evaluator.evaluate(problem, source, EvalConfig(trials=1, baselines=False, profile=True,
+                                                              kernel_evidence=evidence))
+    traced = None
+    if device and profiled.status == "correct" and (profiled.fingerprint or {}).get("cuda"):
+        traced = evaluator.evaluate(problem, source, EvalConfig(trials=1, baselines=False, kernel_evidence=True,
+                                                                audit_share=0.0))
+    return row_from(label, profiled, traced, time.monotonic() - started, in_flight)
+
+
+RERUN_KEYS = ("status", "harness_clock", "harness_ms", "device_ms", "wall_ms", "host_share", "profiler_ms",
+              "diff_pct", "within_pct", "ncu_ms", "ncu_note", "harness_vs_ncu_pct", "profiler_vs_ncu_pct", "seconds",
+              "retried_alone")
+
+
+def rerun_alone(evaluator, row: dict, problem: Path, solution: Path, device: bool = True) -> dict:
+    """One more evaluation of a miss, alone (the script runs nothing beside it), with the kernel
+    evidence's ncu run for a third clock: its figures beside the first's (the first evaluation's
+    verdict stands; this one says whether the miss repeats alone, and why it missed)."""
+    again = measure(evaluator, row["problem"], problem, solution, evidence=True, device=device, in_flight=1)
+    out = {k: again.get(k) for k in RERUN_KEYS}
+    out["alone"] = True
+    out["shared_device"] = again["facts"]["harness"]["concurrency"].get("shared_device")
+    return out
+
+
+def attach_cause(row: dict) -> None:
+    """A miss carries what it met (issue 58, scope 3): benchmarks/miss_cause.py's record from the
+    judged evaluation's facts and its re-run alone."""
+    seen = (row.get("facts") or {}).get("harness") or {}
+    rerun = row.get("rerun_alone") or miss_cause.NOT_RECORDED
+    if isinstance(rerun, dict) and rerun.get("status") == "not run":
+        rerun = "not run (" + str(rerun.get("why") or "time cap") + ")"
+    row["cause"] = miss_cause.cause(concurrency=seen.get("concurrency"), clocks_mhz=seen.get("clocks_mhz"),
+                                    per_call=seen.get("per_call"), in_flight=seen.get("in_flight"),
+                                    rerun_alone=rerun)
+    if isinstance(rerun, dict):
+        row["cause"]["rerun_alone"] = {"first": {k: row.get(k) for k in ("harness_clock", "harness_ms", "profiler_ms",
+                                                                        "diff_pct")},
+                                       "alone": rerun}
+
+
+def rerun_text(row: dict) -> str | None:
+    both = (row.get("cause") or {}).get("rerun_alone")
+    if not isinstance(both, dict):
+        return None
+    first, alone = both["first"], both["alone"]
+    return (f"re-run alone: {fmt(alone.get('harness_ms'), '.4f')} vs profiler {fmt(alone.get('profiler_ms'), '.4f')} ms "
+            f"({fmt(alone.get('diff_pct'), '+.1f')}%, {str(alone.get('harness_clock', '?')).split(' ')[0]} clock; "
+            f"first {fmt(first.get('diff_pct'), '+.1f')}%)")
 
 
 def fmt(value, spec: str) -> str:
@@ -160,14 +279,15 @@ def verdict(row: dict) -> str:
 
 
 def explain(row: dict) -> str:
-    """A miss, explained by the third clock or said to be unexplained. The clocks come from a second
-    evaluation with the kernel evidence's ncu run (`third`), or from the row itself where it had
-    one. Where ncu's kernel time agrees with the harness within the target and not with the
-    profiler, the profiler's reading is the odd one out (not the harness's); a miss that the second
-    evaluation does not repeat, and anything else, is unexplained."""
-    third = row.get("third") or row
+    """A miss, explained by the third clock or said to be unexplained. The clocks come from its
+    re-run alone, with the kernel evidence's ncu run (`rerun_alone`), or from the row itself where
+    it had one. Where ncu's kernel time agrees with the harness within the target and not with
+    the profiler, the profiler's reading is the odd one out (not the harness's); a miss that the
+    re-run alone does not repeat, and anything else, is unexplained by the clocks: its `cause`
+    says what it met."""
+    third = row.get("rerun_alone") or row
     if third is not row and third.get("within_pct"):
-        return f"UNEXPLAINED: did not repeat (a second evaluation read {fmt(third.get('diff_pct'), '+.1f')}%)"
+        return f"UNEXPLAINED: did not repeat alone (the re-run alone read {fmt(third.get('diff_pct'), '+.1f')}%)"
     to_harness, to_profiler = third.get("harness_vs_ncu_pct"), third.get("profiler_vs_ncu_pct")
     if to_harness is None or to_profiler is None:
         return "UNEXPLAINED (no ncu clock: " + str(third.get("ncu_note") or "?")[:80] + ")"
@@ -180,31 +300,46 @@ def explained(row: dict) -> bool:
     return verdict(row).startswith("no: explained")
 
 
+def clock_cell(row: dict) -> str:
+    clock = str(row.get("harness_clock") or "–")
+    return clock if clock == "device" else "WALL " + clock[len("wall "):] if clock.startswith("wall ") else clock
+
+
 def table(rows: list[dict]) -> str:
     gpu = next((r for r in rows if r.get("gpu")), {})
     head = [f"GPU: {gpu.get('gpu', '?')}, driver {gpu.get('driver')}, torch {gpu.get('torch')}, "
-            f"triton {gpu.get('triton')}, python {gpu.get('python')}", ""]
+            f"triton {gpu.get('triton')}, python {gpu.get('python')}", "",
+            "harness ms is the device time per call (the kernel trace: per_call.device_ms) where the result has "
+            "one, else the wall time per call, marked WALL with why; the wall time and its host share stand beside "
+            "it. diff % is the harness figure against the profiler's; wall diff % the profiled run's wall time "
+            "against it.", ""]
     if gpu.get("gpu") == "cpu":
         head += ["NOT MEANINGFUL: no GPU. Harness times are the Triton interpreter's and the profiler's rows are "
                  "CPU ops; no agreement is judged.", ""]
-    lines = ["| problem | status | harness ms | profiler ms | diff % | host overhead ms | "
-             "third clock: harness / profiler / ncu ms | within 3% (>=50 us) |",
-             "|---|---|---:|---:|---:|---:|---|---|"]
+    lines = ["| problem | status | clock | harness ms | profiler ms | diff % | wall ms | host share | wall diff % | "
+             "re-run alone: harness / profiler / ncu ms | within 3% (>=50 us) | cause of a miss |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for r in rows:
-        t = r.get("third") or (r if r.get("ncu_ms") is not None else None)
+        t = r.get("rerun_alone") or (r if r.get("ncu_ms") is not None else None)
         third = "–" if t is None else (f"{fmt(t.get('harness_ms'), '.4f')} / {fmt(t.get('profiler_ms'), '.4f')} / "
                                        f"{fmt(t.get('ncu_ms'), '.4f')}")
-        lines.append(f"| {r['problem']} | {r.get('status')} | {fmt(r.get('harness_ms'), '.4f')} | "
-                     f"{fmt(r.get('profiler_ms'), '.4f')} | {fmt(r.get('diff_pct'), '+.1f')} | "
-                     f"{fmt(r.get('host_overhead_ms'), '.4f')} | {third} | {verdict(r)} |")
+        share = r.get("host_share")
+        cause = miss_cause.line(r["cause"], rerun_text(r)) if r.get("cause") else "–"
+        lines.append(f"| {r['problem']} | {r.get('status')} | {clock_cell(r) if r.get('status') != 'not run' else '–'} | "
+                     f"{fmt(r.get('harness_ms'), '.4f')} | {fmt(r.get('profiler_ms'), '.4f')} | "
+                     f"{fmt(r.get('diff_pct'), '+.1f')} | {fmt(r.get('wall_ms'), '.4f')} | "
+                     f"{'–' if share is None else format(100 * share, '.1f') + '%'} | "
+                     f"{fmt(r.get('wall_diff_pct'), '+.1f')} | {third} | {verdict(r)} | {cause} |")
     judged = [r for r in rows if r.get("meaningful") and r.get("within_pct") is not None]
     tail = [""]
     if judged:
         ok = sum(1 for r in judged if r["within_pct"])
         why = sum(1 for r in judged if explained(r))
-        tail.append(f"{ok} of {len(judged)} problems of 50 us or more agree within 3%; of the "
+        on_device = sum(1 for r in judged if r.get("harness_clock") == "device")
+        tail.append(f"{ok} of {len(judged)} problems of 50 us or more agree within 3% ({on_device} judged on the "
+                    f"device clock, {len(judged) - on_device} on the wall clock for want of one); of the "
                     f"{len(judged) - ok} misses, {why} explained by the third clock (ncu agrees with the harness) "
-                    f"and {len(judged) - ok - why} unexplained.")
+                    f"and {len(judged) - ok - why} unexplained by the clocks (each with its cause).")
     left = sum(1 for r in rows if r.get("status") == "not run")
     if left:
         tail.append(f"{left} problem(s) not run: the time cap (--max-minutes) was reached.")
@@ -227,10 +362,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--isolation", default="auto")
     parser.add_argument("--third-clock", choices=("misses", "off"), default="misses",
-                        help="misses: evaluate each miss again with the kernel evidence's ncu run (the third "
-                             "clock), after the first pass; off: no second evaluation")
+                        help="misses: re-run each miss once alone (nothing else in flight) with the kernel "
+                             "evidence's ncu run (the third clock), after the first pass; off: no re-run")
     parser.add_argument("--third-share", type=float, default=0.2,
-                        help="the share of --max-minutes kept for the third clock's pass (default 0.2)")
+                        help="the share of --max-minutes kept for the misses' re-runs alone (default 0.2)")
+    parser.add_argument("--device-clock", choices=("trace", "off"), default="trace",
+                        help="trace: on a GPU, a second, traced evaluation of each problem gives the harness's "
+                             "device time per call (a profiled job is not traced), on which agreement is "
+                             "judged; off: judged on the wall clock, every row marked so")
     args = parser.parse_args(argv)
     if not 0 <= args.third_share < 1:
         parser.error("--third-share must be in [0, 1)")
@@ -256,16 +395,17 @@ def main(argv: list[str] | None = None) -> int:
             out.write(json.dumps(row) + "\n")
             out.flush()
 
-    def run_pass(items: list[tuple[int, tuple[str, Path, Path]]], work, what: str, until: float) -> list[int]:
-        """Up to --jobs evaluations in flight; a new one starts while the time spent plus the
+    def run_pass(items: list[tuple[int, tuple[str, Path, Path]]], work, what: str, until: float,
+                 jobs: int) -> list[int]:
+        """Up to `jobs` evaluations in flight; a new one starts while the time spent plus the
         median evaluation so far (its wait included) stays within `until` seconds. The indices
         left are returned."""
         queue, pending, seconds = list(items), {}, []
         while queue or pending:
-            while queue and len(pending) < args.jobs and not (
+            while queue and len(pending) < jobs and not (
                     seconds and time.monotonic() - started + statistics.median(seconds) > until):
                 i, item = queue.pop(0)
-                pending[pool.submit(work, i, *item)] = i
+                pending[pool.submit(work, i, *item, in_flight=len(pending) + 1)] = i
             if not pending:
                 break
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -274,40 +414,51 @@ def main(argv: list[str] | None = None) -> int:
                 row = future.result()
                 seconds.append(row["seconds"])
                 print(f"{what} {row.get('problem', todo[i][0])}: {row['status']} harness "
-                      f"{fmt(row.get('harness_ms'), '.4f')} ms, profiler {fmt(row.get('profiler_ms'), '.4f')} ms"
-                      + (f", ncu {fmt(row.get('ncu_ms'), '.4f')} ms" if what == "third clock" else "")
+                      f"{fmt(row.get('harness_ms'), '.4f')} ms ({str(row.get('harness_clock', '?')).split(' ')[0]}), "
+                      f"profiler {fmt(row.get('profiler_ms'), '.4f')} ms"
+                      + (f", ncu {fmt(row.get('ncu_ms'), '.4f')} ms" if what == "re-run alone" else "")
                       + f" ({row['seconds']:.1f} s)", file=sys.stderr, flush=True)
         return [i for i, _ in queue]
 
-    def first(i: int, label: str, problem: Path, solution: Path) -> dict:
-        rows[i] = row = measure(evaluator, label, problem, solution)
+    device = args.device_clock == "trace"
+
+    def first(i: int, label: str, problem: Path, solution: Path, in_flight: int) -> dict:
+        rows[i] = row = measure(evaluator, label, problem, solution, device=device, in_flight=in_flight)
         write(row)
         return row
 
-    def second(i: int, label: str, problem: Path, solution: Path) -> dict:
+    def second(i: int, label: str, problem: Path, solution: Path, in_flight: int) -> dict:
         row = rows[i]
-        row["third"] = third_clock(evaluator, row, problem, solution)
-        write({"problem": label, "third": row["third"]})
-        return dict(row["third"], problem=label)
+        row["rerun_alone"] = rerun_alone(evaluator, row, problem, solution, device=device)
+        write({"problem": label, "rerun_alone": row["rerun_alone"]})
+        return dict(row["rerun_alone"], problem=label)
 
     try:
         with Evaluator(device=args.device, isolation=args.isolation, concurrency=args.jobs) as evaluator, \
                 ThreadPoolExecutor(max_workers=args.jobs) as pool:
             # The first pass, every problem, without the kernel evidence (its ncu runs one at a
-            # time on the host, ~5 s each of them); the third clock only for the misses, after.
+            # time on the host, ~5 s each of them); each miss is re-run alone, after, one at a time.
             reserve = cap * args.third_share if args.third_clock == "misses" else 0.0
-            left = run_pass(list(enumerate(todo)), first, "first", cap - reserve)
+            left = run_pass(list(enumerate(todo)), first, "first", cap - reserve, args.jobs)
             for i in left:
                 rows[i] = {"problem": todo[i][0], "status": "not run"}
             if args.third_clock == "misses":
                 misses = [(i, todo[i]) for i, r in enumerate(rows)
                           if r and r.get("meaningful") and r.get("within_pct") is False]
-                for i in run_pass(misses, second, "third clock", cap):
-                    rows[i]["third"] = {"status": "not run", "ncu_note": "time cap"}
+                for i in run_pass(misses, second, "re-run alone", cap, 1):
+                    rows[i]["rerun_alone"] = {"status": "not run", "why": "time cap", "ncu_note": "time cap"}
+            else:
+                for r in rows:
+                    if r and r.get("within_pct") is False:
+                        r["rerun_alone"] = {"status": "not run", "why": "--third-clock off", "ncu_note": "off"}
     except KeyboardInterrupt:
         print("interrupted: the table below has what was measured", file=sys.stderr)
         rows = [r if r is not None else {"problem": todo[i][0], "status": "not run"} for i, r in enumerate(rows)]
     finally:
+        for r in rows:  # every miss carries what it met (issue 58, scope 3)
+            if r is not None and r.get("meaningful") and r.get("within_pct") is False:
+                attach_cause(r)
+                write({"problem": r["problem"], "cause": r["cause"]})
         if out is not None:
             out.close()
     text = table(rows)

@@ -247,13 +247,15 @@ class InFlight:
         return run
 
 
-def test_fresh_evaluations_run_without_the_kernel_evidence_unless_asked(tmp_path, monkeypatch):
-    """It changes no time and cost ~8 s per win on an H200: off here unless --kernel-evidence."""
+def test_fresh_evaluations_ask_for_the_kernel_evidence_only_for_the_device_clock(tmp_path, monkeypatch):
+    """Its ncu run changes no time and cost ~8 s per win on an H200: off with --no-device-clock
+    unless --kernel-evidence; on by default, since the device clock (per_call) comes from it."""
     mod = load_script()
-    for flag, expected in (([], False), (["--kernel-evidence"], True)):
+    for flag, expected in (([], True), (["--no-device-clock"], False),
+                           (["--no-device-clock", "--kernel-evidence"], True)):
         run_eval, _ = _fake_eval([0.01])
         monkeypatch.setattr(mod, "run_eval", run_eval)
-        out = tmp_path / f"rows{len(flag)}.jsonl"
+        out = tmp_path / f"rows{'-'.join(flag)}.jsonl"
         assert mod.main(["--reps", "1", "--fresh", "1", "--cache", "off", "--pair", PAIR, "--device", "cpu",
                          "--out", str(out)] + flag) == 0
         assert run_eval.evidences == [expected]
@@ -400,3 +402,142 @@ def test_evaluations_run_as_a_pipeline_not_in_waves(tmp_path, monkeypatch, proce
     slow_end = next(i for i, e in enumerate(order) if e[0] == "end" and e[2])
     # While the slow one ran, the other worker went through all three fast ones.
     assert sum(1 for e in order[:slow_end] if e[0] == "end" and not e[2]) == 3, order
+
+
+# -- issue 58: the device clock beside the wall one, and misses that carry their cause ------------
+
+def gpu_data(speedup: float, *, device_speedup: float | None = None, wall_ms: float = 0.2,
+             device_ms: float | None = None, facts: bool = True) -> dict:
+    """A correct GPU result's JSON as the harness returns it (result.to_dict), with the device
+    clock (per_call, speedups_device) where `device_ms` is given, and the run's facts where `facts`."""
+    data = {"status": "correct", "device": "cuda",
+            "timings": {"candidate": {"median_ms": wall_ms, "samples_ms": [wall_ms] * 8, "meaningful": True,
+                                      "clocks_mhz": [1980.0, 1755.0] if facts else []},
+                        "compile": {"median_ms": speedup * wall_ms, "meaningful": True}},
+            "speedups": {"compile": speedup, "eager": 2.0},
+            "speedup_intervals": {"compile": [speedup - 0.01, speedup + 0.01]}, "baselines_cached": False,
+            "concurrency": {"shared_device": True, "wait_s": 0.12, "idle_wait_s": 0.03, "copy_us": 55.0,
+                            "bandwidth_wait_s": 0.2} if facts else {}}
+    if device_ms is not None:
+        data["per_call"] = {"device_ms": device_ms, "wall_ms": wall_ms, "host_share": (wall_ms - device_ms) / wall_ms,
+                            "source": "trace"}
+        data["speedups_device"] = {"compile": device_speedup}
+    return data
+
+
+def test_rows_carry_the_device_clock_and_not_recorded_where_absent():
+    fid = load_script()
+    pair = fid.Pair("p", Path("p.py"), Path("c.py"))
+    row = fid.make_row(pair, "on", 1, False, 0, gpu_data(0.75, device_speedup=1.14, wall_ms=0.01, device_ms=0.0066),
+                       "", 1.0, None, None, "r", "fresh", in_flight=3)
+    assert row["speedup_compile"] == 0.75 and row["speedup_compile_device"] == 1.14
+    assert row["candidate_device_ms"] == 0.0066 and row["host_share"] == pytest.approx(0.34)
+    assert row["clocks_mhz"] == [1980.0, 1755.0] and row["in_flight"] == 3 and row["rerun_alone"] is False
+    assert row["concurrency"]["copy_us"] == 55.0
+    bare = fid.make_row(pair, "on", 1, False, 0, gpu_data(1.0, facts=False), "", 1.0, None, None, "r", "warm")
+    assert bare["per_call"] is None and bare["speedup_compile_device"] is None and bare["host_share"] is None
+
+
+def test_fresh_against_warm_on_the_device_clock_shows_the_host_share():
+    """The H200's tiny relu: 0.75x fresh and 1.14x warm on the wall clock; on the device clock the
+    same kernel reads the same, and the fresh process's extra host time shows as host share."""
+    fid = load_script()
+    pair = fid.Pair("relu", Path("p.py"), Path("c.py"))
+    rows = [fid.make_row(pair, "on", rep, False, 0, gpu_data(s, device_speedup=d, wall_ms=w, device_ms=0.0060),
+                         "", 1.0, None, None, "r", process)
+            for rep, (process, s, d, w) in enumerate([("warm", 1.14, 1.10, 0.00664), ("warm", 1.14, 1.10, 0.00664),
+                                                      ("fresh", 0.75, 1.10, 0.0100)], 1)]
+    summary = {s["process"]: s for s in fid.summarize(rows, reps=3)}
+    assert summary["fresh"]["fresh_over_warm"] == pytest.approx(0.75 / 1.14)
+    assert summary["fresh"]["fresh_over_warm_device"] == pytest.approx(1.0)
+    assert summary["fresh"]["host_share"] == pytest.approx(0.4) and summary["warm"]["host_share"] == pytest.approx(
+        (0.00664 - 0.006) / 0.00664)
+    header = {"device": "H200", "torch": "x", "torch_cuda": "12", "triton": "y", "python": "3", "driver": "d",
+              "clocks": "nvml, before and after each repetition", "reps": 3, "note": "", "notes": []}
+    text = fid.render(list(summary.values()), rows, header)
+    cells = lambda prefix: [c.strip() for c in next(x for x in text.splitlines()  # noqa: E731
+                                                    if x.startswith(prefix)).strip("|").split("|")]
+    cell = dict(zip(cells("| problem |"), cells("| relu | on | fresh |")))
+    assert cell["x Ind"] == "0.75" and cell["x dev"] == "1.1" and cell["host share"] == "40.00%"
+    assert cell["fresh/warm dev"] == "1.000" and cell["fresh/warm"] == "0.658"
+    # no trace in the rows: the column says so rather than showing nothing
+    bare = [fid.make_row(pair, "on", rep, False, 0, gpu_data(1.0), "", 1.0, None, None, "r", "warm") for rep in (1, 2)]
+    text = fid.render(fid.summarize(bare, reps=2), bare, header)
+    assert dict(zip(cells("| problem |"), cells("| relu | on | warm |")))["x dev"] == "not recorded"
+
+
+def test_a_miss_carries_its_cause_and_a_hit_none():
+    fid = load_script()
+    pair = fid.Pair("p", Path("p.py"), Path("c.py"))
+    speedups = [1.00, 1.05, 0.97, 1.04]  # CV 3.6%: a miss at 0.2 ms
+    rows = [fid.make_row(pair, "on", rep, False, 0, gpu_data(s, device_speedup=s, device_ms=0.19), "", 1.0, None,
+                         None, "r", "warm", in_flight=4) for rep, s in enumerate(speedups, 1)]
+    rerun = fid.make_row(pair, "on", 0, False, 0, gpu_data(1.01, device_speedup=1.0, device_ms=0.19), "", 1.0,
+                         None, None, "r", "warm", in_flight=1)
+    entry = fid.summarize(rows + [rerun], reps=4)[0]
+    assert entry["verdict"] == "MISS" and entry["n_ok"] == 4  # the re-run alone is not a repetition
+    cause = entry["cause"]
+    assert cause["repetition"] == 3  # 0.97, the farthest from the mean 1.015
+    assert cause["neighbours"] == {"in_flight": 4, "shared_device": True, "retried_alone": False,
+                                   "slot_wait_s": 0.12, "idle_wait_s": 0.03}
+    assert cause["sm_clocks"]["first_mhz"] == 1980.0 and cause["sm_clocks"]["last_mhz"] == 1755.0
+    assert cause["host_share"]["host_share"] == pytest.approx(0.05)
+    assert cause["bandwidth"] == {"copy_us": 55.0, "wait_s": 0.2, "busy": False}
+    alone = cause["rerun_alone"]
+    assert alone["speedup_compile"] == 1.01 and alone["mean_of_repetitions"] == pytest.approx(1.015)
+    assert alone["in_flight"] == 1 and alone["speedup_compile_device"] == 1.0
+    header = {"device": "H200", "torch": "x", "torch_cuda": "12", "triton": "y", "python": "3", "driver": "d",
+              "clocks": "nvml, before and after each repetition", "reps": 4, "note": "", "notes": []}
+    text = fid.render([entry], rows, header)
+    line = next(x for x in text.splitlines() if x.startswith("| p | on | warm | 3.64% |"))
+    assert "rep 3 (of 1: 1, 2: 1.05, 3: 0.97, 4: 1.04)" in line and "4 in flight, shared the device" in line
+    assert "re-run alone: 1.01x (device 1x, host share 5.00%) against a mean of 1.015x" in line
+    # facts absent: each said to be not recorded; no re-run: said so
+    bare = [fid.make_row(pair, "on", rep, False, 0, gpu_data(s, facts=False), "", 1.0, None, None, "r", "warm")
+            for rep, s in enumerate(speedups, 1)]
+    cause = fid.summarize(bare, reps=4)[0]["cause"]
+    assert cause["neighbours"] == "not recorded"
+    assert cause["sm_clocks"] == cause["host_share"] == cause["bandwidth"] == "not recorded"
+    assert cause["rerun_alone"].startswith("not run")
+    steady = [fid.make_row(pair, "on", rep, False, 0, gpu_data(1.0), "", 1.0, None, None, "r", "warm") for rep in (1, 2)]
+    assert fid.summarize(steady, reps=2)[0]["cause"] is None
+
+
+def test_a_missing_setting_is_re_run_alone_once_and_a_steady_one_is_not(tmp_path, monkeypatch):
+    import threading
+    import time as real_time
+
+    mod = load_script()
+    lock, counts, running, seen = threading.Lock(), {}, [0], []
+
+    def run_eval_warm(evaluator, problem, candidate, cache, evidence=None):
+        with lock:
+            n = counts[problem.name] = counts.get(problem.name, 0) + 1
+            running[0] += 1
+            seen.append((problem.name, running[0], evidence))
+        real_time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        steady = "batch_size" in problem.name
+        speedup = 1.0 if steady else [1.0, 1.06, 0.95, 1.0][(n - 1) % 4]
+        return 0, gpu_data(speedup, device_speedup=1.0, device_ms=0.19), "", 0.05
+
+    monkeypatch.setattr(mod, "run_eval_warm", run_eval_warm)
+    out = tmp_path / "rows.jsonl"
+    assert mod.main(["--reps", "3", "--fresh", "0", "--cache", "off", "--pair", PAIR, "--pair", PAIR + "@batch_size=8",
+                     "--device", "cpu", "--out", str(out), "--jobs", "2", "--summary", str(tmp_path / "s.md")]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    reruns = [r for r in rows if r.get("rerun_alone")]
+    assert [(r["label"], r["rep"], r["in_flight"]) for r in reruns] == [("relu_problem", 0, 1)]
+    assert seen[-1][:2] == ("relu_problem.py", 1) and max(s[1] for s in seen) == 2  # alone; the others were not
+    assert all(s[2] == "trace" for s in seen)  # the trace's evidence alone, for the device clock
+    causes = [r for r in rows if r.get("kind") == "cause"]
+    assert [(c["label"], c["cache"], c["process"]) for c in causes] == [("relu_problem", "off", "warm")]
+    assert causes[0]["cause"]["rerun_alone"]["speedup_compile"] == 1.0
+    summary = (tmp_path / "s.md").read_text()
+    assert "## Misses and what they met" in summary and "re-run alone: 1x" in summary
+    # resuming finds the re-run and the cause: nothing new is run, the table is the same
+    assert mod.main(["--reps", "3", "--fresh", "0", "--cache", "off", "--pair", PAIR, "--pair", PAIR + "@batch_size=8",
+                     "--device", "cpu", "--out", str(out), "--jobs", "2", "--resume"]) == 0
+    again = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sum(1 for r in again if r.get("rerun_alone")) == 1
