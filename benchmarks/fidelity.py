@@ -100,7 +100,6 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -109,7 +108,7 @@ sys.path.insert(0, str(HERE))  # gpu_clocks beside this script, however it was s
 sys.path.insert(1, str(ROOT))  # the package from this checkout (the GPU machine has it uninstalled)
 from gpu_clocks import gpu_index, nvml, read_clocks  # noqa: E402
 from fidelity_table import SMALL_KERNEL_MS, cv, fmt, header_for, pct, render, summarize  # noqa: E402,F401 (re-exported)
-from fidelity_rows import CONCURRENCY_KEYS, device_figures, make_row, quarter_drift  # noqa: E402,F401 (re-exported)
+from fidelity_rows import CONCURRENCY_KEYS, Pair, device_figures, make_row, quarter_drift  # noqa: E402,F401 (re-exported)
 # KernelBench's problems: ../shared/kernelbench beside the checkout, or shared/kernelbench inside it
 # (where the GPU machine's copy of the working tree puts it).
 KERNELBENCH = next((p for p in (ROOT.parent / "shared" / "kernelbench" / "KernelBench",
@@ -119,14 +118,6 @@ KERNELBENCH = next((p for p in (ROOT.parent / "shared" / "kernelbench" / "Kernel
 
 class FidelityError(Exception):
     """Bad input: one line on stderr, exit 2."""
-
-
-@dataclass
-class Pair:
-    label: str
-    problem: Path
-    candidate: Path
-    overrides: dict[str, int | float] = field(default_factory=dict)
 
 
 def default_pairs(kernelbench: Path) -> tuple[list[Pair], list[str]]:

@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
 
-if TYPE_CHECKING:
-    from fidelity import Pair
+
+@dataclass
+class Pair:
+    """A problem and the candidate evaluated against it, with its size overrides."""
+
+    label: str
+    problem: Path
+    candidate: Path
+    overrides: dict[str, int | float] = field(default_factory=dict)
 
 
 def quarter_drift(samples: list[float]) -> float | None:
