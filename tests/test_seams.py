@@ -121,3 +121,73 @@ def test_each_stage_uses_only_what_its_protocol_names(module, protocol):
         if base in HANDED_ON:
             handed_on |= set().union(*members(base))
     assert sorted((attributes | methods) - handed_on - used) == []
+
+
+# The stage objects a job Protocol names, each typed by a Protocol of seams.py (not the stage's
+# class: seams.py importing the stage modules, which import seams.py, was an import circle of 11
+# files): (the job's attribute, the stage's module, its class, the Protocol seams.py types it by).
+STAGE_OBJECTS = [("channels", "channels", "Channels", "ChannelsStage"), ("checks", "checks", "Checks", "ChecksStage"),
+                 ("failures", "failures", "Failures", "FailuresStage"), ("load", "load", "Load", "LoadStage"),
+                 ("memory", "memory", "Memory", "MemoryStage"), ("baselines", "baselines", "Baselines", "BaselinesStage"),
+                 ("timed", "timed", "TimedLoop", "TimedStage")]
+
+
+def test_seams_imports_no_stage_module():
+    """seams.py imports (typing imports count) only modules that do not import it back: no stage
+    module, so the stage modules importing their job Protocols from it make no circle."""
+    import ast
+    import importlib
+
+    allowed = {"kernelagent.harness.server.gate", "kernelagent.harness.server.job_record",
+               "kernelagent.harness.server.verdict"}
+    imported = set()
+    for node in ast.walk(ast.parse(Path(seams.__file__).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+    server = {name for name in imported if name.startswith("kernelagent.harness.server")}
+    assert sorted(server - allowed) == []
+    for name in server:  # and none of those imports seams.py
+        tree = ast.parse(Path(importlib.import_module(name).__file__).read_text(encoding="utf-8"))
+        assert not [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                    and (node.module == seams.__name__ or any(a.name == "seams" for a in node.names))], name
+
+
+def used_of_the_stage(attribute: str) -> set[str]:
+    """What the stage modules (all but job.py and main.py, which hold the Job itself) use of the
+    job's `attribute` stage: `job.<attribute>.X` and `self.job.<attribute>.X`."""
+    import ast
+
+    used = set()
+    for path in Path(seams.__file__).parent.glob("*.py"):
+        if path.name in ("job.py", "main.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value) in (f"job.{attribute}", f"self.job.{attribute}"):
+                used.add(node.attr)
+    return used
+
+
+@pytest.mark.parametrize("attribute, module, name, protocol", STAGE_OBJECTS)
+def test_each_stage_object_is_typed_by_a_protocol_of_what_the_stages_use(job, attribute, module, name, protocol):
+    """The job Protocols type each stage attribute by seams' small Protocol of exactly what the
+    other stages use of it; the stage's class has each member, its methods with the same
+    parameters (names and kinds), and a built Job's stage has each attribute."""
+    import importlib
+
+    stage_protocol = getattr(seams, protocol, None)
+    assert stage_protocol is not None, f"seams.py has no {protocol}"
+    for job_protocol in (getattr(seams, n) for n in dir(seams) if n.endswith("Job")):
+        annotation = inspect.get_annotations(job_protocol).get(attribute)
+        assert annotation in (None, protocol), f"{job_protocol.__name__}.{attribute}: {annotation}"
+    attributes, methods = members(stage_protocol)
+    assert attributes | methods == used_of_the_stage(attribute)
+    stage = getattr(importlib.import_module(f"kernelagent.harness.server.{module}"), name)
+    for method in methods:
+        assert callable(getattr(stage, method, None)), f"{name} has no method {method}"
+        theirs = [(p.name, p.kind) for p in inspect.signature(getattr(stage, method)).parameters.values()]
+        ours = [(p.name, p.kind) for p in inspect.signature(getattr(stage_protocol, method)).parameters.values()]
+        assert ours == theirs, f"{protocol}.{method}"
+    for name_ in attributes:
+        assert hasattr(getattr(job, attribute), name_) and not callable(getattr(getattr(job, attribute), name_))

@@ -5,13 +5,17 @@ with its calibration, baselines, memory, failures), each built with the job and 
 through the Protocol named here: exactly the attributes and methods it reads or sets and the
 other stages it calls, plus the Protocols of those it hands the job on to (the gate's Freezable,
 the trace's and the evidence's). The stage modules must not import job.py (it imports them), and
-evidence.py and trace_stage.py take the job as a Protocol too. `Job` satisfies them structurally;
-tests/test_seams.py checks every member against a built Job and each stage's code against its
-Protocol. Typing only: nothing here runs."""
+evidence.py and trace_stage.py take the job as a Protocol too. The stage objects those Protocols
+name (`CheckJob.channels`, `StartJob.baselines`, ...) are typed by Protocols here too
+(ChannelsStage, ChecksStage, ...): exactly what the other stages use of each, so this module
+imports no stage module (they import it: that was an import circle). `Job` and the stage classes
+satisfy them structurally; tests/test_seams.py checks every member against a built Job and the
+stage classes, and each stage's code against its Protocol. Typing only: nothing here runs."""
 
 from __future__ import annotations
 
 import random
+from contextlib import AbstractContextManager
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -21,17 +25,85 @@ from kernelagent.harness.server.gate import Freezable
 
 if TYPE_CHECKING:
     from kernelagent.harness.config import EvalConfig
-    from kernelagent.harness.server.channels import Channels
-    from kernelagent.harness.server.checks import Checks
-    from kernelagent.harness.server.failures import Failures
     from kernelagent.harness.server.gate import Gate, Hold, MemoryLedger
     from kernelagent.harness.server.job_record import JobRecord
-    from kernelagent.harness.server.load import Load
-    from kernelagent.harness.server.memory import Memory
-    from kernelagent.harness.server.baselines import Baselines
-    from kernelagent.harness.server.timed import TimedLoop
     from kernelagent.harness.server.verdict import CheckRecord
     from kernelagent.harness.trace.channel import Channel, TraceBytes
+
+
+# The stage objects, as the other stages use them (signatures copied from the stage classes).
+
+class ChannelsStage(Protocol):
+    """What the stages use of server/channels.py's Channels: the reads of both pipes, the sends
+    to the candidate, and the bounds on the candidate's tensors."""
+
+    def cand_recv(self, accept: set[str], deadline: float, max_bytes: int = ...,
+                  stage_deadlines: bool = False) -> dict[str, Any]: ...
+
+    def cand_send(self, msg_type: str, /, *, decided: bool = False, **fields: Any) -> None: ...
+
+    def payload_limit(self, extra: bool = False, kind: str | None = None) -> int: ...
+
+    def ref_recv(self, accept: set[str], deadline: float) -> dict[str, Any]: ...
+
+    def relay_payloads(self, records: list[Any], deadline: float, limit: int = ...) -> list[bytes]: ...
+
+
+class ChecksStage(Protocol):
+    """What the timed loop uses of server/checks.py's Checks: the reference's verdict on one check."""
+
+    def compare(self, check: dict[str, Any], n_outputs: int, outputs: list[Any], inputs: list[Any],
+                payloads: list[bytes], deadline: float, candidate_error: str | None = None,
+                keep_cache: bool = False) -> CheckRecord: ...
+
+
+class FailuresStage(Protocol):
+    """What the stages use of server/failures.py's Failures: the candidate's failure report, the
+    server's reading of its data, and the blame for the device's memory."""
+
+    def blame_device_memory(self) -> bool: ...
+
+    def candidate_failure(self, message: dict[str, Any]) -> None: ...
+
+    def handling_candidate(self, what: str) -> AbstractContextManager[None]: ...
+
+
+class LoadStage(Protocol):
+    """What the checks use of server/load.py's Load."""
+
+    def await_ready_and_compiled(self) -> None: ...
+
+
+class MemoryStage(Protocol):
+    """What the stages use of server/memory.py's Memory: the ledger's reservations and the
+    problem's sizes on the CPU, and the memory's context for a failure's message."""
+
+    held: AbstractContextManager[None] | None  # the ledger's reservation, once made
+
+    def hold_device_memory(self, need: int) -> None: ...
+
+    def memory_context(self) -> str: ...
+
+    def plan_cpu_inputs(self) -> str: ...
+
+    def release_device_memory(self) -> None: ...
+
+    def reserve_device_memory(self) -> None: ...
+
+
+class BaselinesStage(Protocol):
+    """What the start uses of server/baselines.py's Baselines: the reference's compile caches."""
+
+    def baseline_dirs(self) -> tuple[Path, Path]: ...
+
+
+class TimedStage(Protocol):
+    """What the stages use of server/timed.py's TimedLoop: the loop itself and the harness's
+    memory budget."""
+
+    def harness_budget(self) -> int: ...
+
+    def timed_loop(self, deadline: float) -> bool: ...
 
 
 class TraceJob(Protocol):
@@ -77,7 +149,7 @@ class StartJob(TraceJob, Freezable, Protocol):
     pipes and the processes. It hands the job on to trace_stage.open_for (TraceJob) and to the
     gate (Freezable)."""
 
-    baselines: Baselines
+    baselines: BaselinesStage
     cand: BaseProcess | None
     cand_alive_fd: int  # set by Start.fork (server/start.py)
     cand_log_fd: int | None  # set by Start.fork (server/start.py)
@@ -86,7 +158,7 @@ class StartJob(TraceJob, Freezable, Protocol):
     gate: Gate
     gate_memory: MemoryLedger | None
     jail: dict[str, Any]
-    memory: Memory
+    memory: MemoryStage
     problem_source: str  # set by Start.fork (server/start.py)
     ref: BaseProcess | None
     ref_alive_fd: int  # set by Start.fork (server/start.py)
@@ -111,7 +183,7 @@ class ChannelJob(Protocol):
     cand_alive_fd: int  # set by Start.fork (server/start.py)
     config: EvalConfig
     derived_dims: dict[str, tuple[str, str]]
-    failures: Failures
+    failures: FailuresStage
     job_id: str
     out_of_memory: bool
     ready: dict[str, Any]
@@ -140,7 +212,7 @@ class LoadJob(Protocol):
     the stage's clock, and the reference's ready message (set there)."""
 
     cand_alive_fd: int  # set by Start.fork (server/start.py)
-    channels: Channels
+    channels: ChannelsStage
     ready: dict[str, Any]
     ref_alive_fd: int  # set by Start.fork (server/start.py)
     facts: JobRecord  # what the result says (server/job_record.py)
@@ -164,21 +236,21 @@ class CheckJob(EvidenceJob, Protocol):
     base_seed: int  # set by Job.run
     call_latency_ms: list[float]
     cand: BaseProcess | None
-    channels: Channels
+    channels: ChannelsStage
     check_records: dict[str, CheckRecord]
     claimed_flags: list[dict[str, str]]  # set by Job.finish_candidate
     derived_dims: dict[str, tuple[str, str]]
     derived_overrides: list[dict[str, Any]]
-    failures: Failures
+    failures: FailuresStage
     gate_memory: MemoryLedger | None
-    load: Load
-    memory: Memory
+    load: LoadStage
+    memory: MemoryStage
     out_of_memory: bool
     planned: list[str]
     ready: dict[str, Any]
     ref: BaseProcess | None
     ref_nonce: str
-    timed: TimedLoop
+    timed: TimedStage
     to_ref: Connection  # set by Start.fork (server/start.py)
 
     def clock(self) -> float: ...
@@ -195,7 +267,7 @@ class CalibrationJob(Protocol):
     hold, the secret draws, the gate's stored calibrations, and the candidate's processes
     stopped around the empty loop."""
 
-    channels: Channels
+    channels: ChannelsStage
     concurrency: dict[str, Any]
     config: EvalConfig
     fingerprint: dict[str, Any]
@@ -217,8 +289,8 @@ class TimedJob(CalibrationJob, Freezable, Protocol):
 
     base_seed: int  # set by Job.run
     call_latency_ms: list[float]
-    checks: Checks
-    failures: Failures
+    checks: ChecksStage
+    failures: FailuresStage
     planned: list[str]
     problem_source: str  # set by Start.fork (server/start.py)
     ready: dict[str, Any]
@@ -237,7 +309,7 @@ class BaselineJob(Freezable, Protocol):
     job on to the gate (Freezable)."""
 
     base_seed: int  # set by Job.run
-    channels: Channels
+    channels: ChannelsStage
     concurrency: dict[str, Any]
     config: EvalConfig
     fingerprint: dict[str, Any]
@@ -248,7 +320,7 @@ class BaselineJob(Freezable, Protocol):
     request: dict[str, Any]
     facts: JobRecord  # what the result says (server/job_record.py)
     root: Path
-    timed: TimedLoop
+    timed: TimedStage
     to_ref: Connection  # set by Start.fork (server/start.py)
 
     def clock(self) -> float: ...
@@ -264,7 +336,7 @@ class MemoryJob(EvidenceJob, Protocol):
     the job on to the ledger (Freezable) and to evidence.may_want (EvidenceJob)."""
 
     alloc_retries: dict[str, int]
-    channels: Channels
+    channels: ChannelsStage
     gate_memory: MemoryLedger | None
     problem_source: str  # set by Start.fork (server/start.py)
     ready: dict[str, Any]
@@ -289,7 +361,7 @@ class FailureJob(Protocol):
     concurrency: dict[str, Any]
     fingerprint: dict[str, Any]
     gate_memory: MemoryLedger | None
-    memory: Memory
+    memory: MemoryStage
     facts: JobRecord  # what the result says (server/job_record.py)
     stage: str
 
