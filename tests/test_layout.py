@@ -176,8 +176,9 @@ def test_the_jail_is_one_package():
 # package's function parameters annotated exactly `Any` (positional, keyword-only, *args,
 # **kwargs; methods and nested functions too): 345 at 35ab29f, 368 before the typing pass,
 # 283 after it, 277 once the server's stages took the job through Protocols, 273 with the job's
-# record (untrusted claims taken as `object`). Lower ANY_PARAMETERS when you type more; never raise it.
-ANY_PARAMETERS = 273
+# record (untrusted claims taken as `object`), 272 with its nested TypedDicts. Lower ANY_PARAMETERS when you type
+# more; never raise it.
+ANY_PARAMETERS = 272
 
 
 def any_parameters(root: Path) -> list[str]:
