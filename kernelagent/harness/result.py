@@ -153,7 +153,7 @@ class Timing:
         fields = {f.name for f in dataclasses.fields(cls)}
         kept = {k: v for k, v in data.items() if k in fields}
         if "device_ms" in kept:  # from the cache or a trace: finite and positive, else not there
-            kept["device_ms"] = _ms_or_none(kept["device_ms"], positive=True)
+            kept["device_ms"] = ms_or_none(kept["device_ms"], positive=True)
         return cls(**kept)
 
 
@@ -170,7 +170,7 @@ class Flag:
     severity: str = "info"
 
 
-def _ms_or_none(value: object, *, positive: bool) -> float | None:
+def ms_or_none(value: object, *, positive: bool) -> float | None:
     """A time in ms from JSON: a finite float (> 0, or >= 0 where not `positive`), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -198,7 +198,7 @@ class CallClock:
     @classmethod
     def of(cls, *, device_ms: object, wall_ms: object, source: str = "trace") -> "CallClock | None":
         """Both figures validated (finite; the device's >= 0, the wall's > 0), else None."""
-        device, wall = _ms_or_none(device_ms, positive=False), _ms_or_none(wall_ms, positive=True)
+        device, wall = ms_or_none(device_ms, positive=False), ms_or_none(wall_ms, positive=True)
         if device is None or wall is None:
             return None
         return cls(device_ms=device, wall_ms=wall, host_share=min(max((wall - device) / wall, 0.0), 1.0),
@@ -338,7 +338,7 @@ class EvalResult:
         data["flags"] = [Flag(**f) for f in data.get("flags", [])]
         data["per_call"] = CallClock.from_dict(data.get("per_call"))
         device = data.get("speedups_device") if isinstance(data.get("speedups_device"), dict) else {}
-        data["speedups_device"] = {str(k): float(v) for k, v in device.items() if _ms_or_none(v, positive=True) is not None}
+        data["speedups_device"] = {str(k): float(v) for k, v in device.items() if ms_or_none(v, positive=True) is not None}
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -19,7 +19,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import math
 import os
 import tempfile
 import time
@@ -29,6 +28,7 @@ from typing import Any
 
 from kernelagent import settings
 from kernelagent.harness.config import EvalConfig
+from kernelagent.harness.result import ms_or_none
 
 CACHE_FORMAT = 1
 
@@ -39,10 +39,6 @@ def default_cache_dir() -> Path:
         return named
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "kernelagent"
-
-
-def _positive_ms(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 class BaselineCache:
@@ -78,7 +74,7 @@ class BaselineCache:
         for timing in data["timings"].values():
             # A baseline's device time per call (issue 58) is a finite, positive number of ms, or it
             # is not there: anything else in the file (edited, truncated, older) is dropped.
-            if isinstance(timing, dict) and "device_ms" in timing and not _positive_ms(timing["device_ms"]):
+            if isinstance(timing, dict) and "device_ms" in timing and ms_or_none(timing["device_ms"], positive=True) is None:
                 del timing["device_ms"]
         return data
 

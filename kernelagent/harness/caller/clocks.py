@@ -5,7 +5,7 @@ times were traced too. Pure functions of the result; the wall-clock speedups sta
 
 from __future__ import annotations
 
-from kernelagent.harness.result import CallClock, EvalResult, _ms_or_none
+from kernelagent.harness.result import CallClock, EvalResult, ms_or_none
 
 
 def apply_clocks(result: EvalResult) -> None:
@@ -30,7 +30,7 @@ def device_speedups(result: EvalResult) -> dict[str, float]:
         return {}
     speedups = {}
     for name, timing in result.timings.items():
-        base = _ms_or_none(timing.device_ms, positive=True) if name != "candidate" else None
+        base = ms_or_none(timing.device_ms, positive=True) if name != "candidate" else None
         if base is not None:
             speedups[name] = base / clock.device_ms
     return speedups

@@ -25,7 +25,7 @@ from kernelagent.harness.child import compare, idle_probe, inputs as inputs_mod,
 from kernelagent.harness.child.common import (AllocPressure, _device, _error_kind, _op_names, _param_bytes, _sync,
                                                child_setup, compact_traceback, import_problem, make_timer,
                                                make_timing_sets)
-from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig
+from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig, baseline_name
 from kernelagent.harness.trace import channel as trace_channel, marks as trace_marks
 
 _ASKS = frozenset({"check", "calibrate", "baselines", "idle_probe", "exit"})
@@ -417,7 +417,7 @@ class ReferenceSide:
         empty = _EmptyModel().to(self.device)
         runners: dict[str, Any] = {"eager": (self.model, empty)}
         for mode in modes:
-            name = "compile" if mode == "default" else f"compile:{mode}"
+            name = baseline_name(mode)
             try:
                 options = {"mode": None if mode == "default" else mode}
                 runners[name] = (torch.compile(self.model, **options), torch.compile(empty, **options))

@@ -31,8 +31,9 @@ BASELINE, BASELINE_RUNNERS, BASELINE_FLUSH = 16, 16, 3
 def runner_names(compile_modes: list[str]) -> list[str]:
     """The baselines' names in the order their phases are given: eager, then each compile mode as
     the server sent them ("compile" for "default", else "compile:<mode>")."""
-    names = ["eager"] + ["compile" if mode == "default" else f"compile:{mode}" for mode in compile_modes]
-    return names[:BASELINE_RUNNERS]
+    from kernelagent.harness.config import baseline_name
+
+    return (["eager"] + [baseline_name(mode) for mode in compile_modes])[:BASELINE_RUNNERS]
 
 
 def baseline_phase(name: str, compile_modes: list[str]) -> int | None:
