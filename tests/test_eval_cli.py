@@ -97,6 +97,7 @@ def test_a_source_too_deep_to_parse_is_the_candidates_compile_error(tail, tmp_pa
     ([PROBLEM, "missing_candidate.py"], "candidate file not found"),
     ([PROBLEM, str(CANDIDATES / "relu_good.py"), "--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
     ([PROBLEM, str(CANDIDATES / "relu_good.py"), "--isolation", "docker"], "--isolation"),
+    ([PROBLEM, str(CANDIDATES / "relu_good.py"), "--audit", "most"], "--audit must be share, wins or always"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
     result = invoke(*args)

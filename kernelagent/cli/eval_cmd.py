@@ -28,6 +28,7 @@ def eval_command(
     profile: Annotated[bool, typer.Option(help="Report the candidate's top kernels (torch.profiler).")] = False,
     kernel_evidence: Annotated[bool, typer.Option("--kernel-evidence/--no-kernel-evidence", help="On a GPU, check which kernels did the work of every correct result: a CUPTI trace of the candidate's own checked and timed calls (see --evidence), judged by the harness against the candidate's source and timing. Where no evidence can be had the result is flagged for review. On by default; nothing on the CPU.")] = True,
     evidence: Annotated[str, typer.Option("--evidence", metavar="trace|ncu", help="Where the kernel evidence comes from: trace (the default: the trace of the timed calls themselves; Nsight Compute, jailed, audits every result that beats Inductor and a seeded 10% of the rest, and stands in where the trace cannot load) or ncu (Nsight Compute runs the candidate again for every correct result).")] = "trace",
+    audit: Annotated[str, typer.Option("--audit", metavar="share|wins|always", help="Which results Nsight Compute audits besides the trace, a second run of the candidate, jailed (a few seconds more on a GPU): share (the default: a seeded 10% of results, drawn in secret, as in a batch), wins (every result that beats Inductor, as verify, regenerate and bench's counted wins are) or always.")] = "share",
     seed: Annotated[Optional[int], typer.Option("--seed", min=0, metavar="N", help="Fix the master seed of the checks' inputs and derived shapes (to debug, or to reproduce a result: its seeds.base). By default every evaluation draws a secret one, reported in the result afterwards.", show_default=False)] = None,
     atol: Annotated[Optional[float], typer.Option("--atol", metavar="X", callback=finite(0), help="Absolute tolerance, finite and >= 0 (default: by dtype).")] = None,
     rtol: Annotated[Optional[float], typer.Option("--rtol", metavar="X", callback=finite(0), help="Relative tolerance, finite and >= 0 (default: by dtype).")] = None,
@@ -49,13 +50,14 @@ def eval_command(
                        atol=atol, rtol=rtol, isolation=isolation, cache_dir=cache_dir, backend=backend, modes=modes,
                        kernel_evidence=kernel_evidence, timeouts=stage_timeouts(timeout_scale, stage_timeout),
                        daemon=warm_harness(daemon), whole_model=whole_model, compile_on_cpu=compile_on_cpu, evidence=evidence,
-                       verbose=verbose)
+                       audit=audit, verbose=verbose)
     raise typer.Exit(code)
 
 
 def _run(*, problem, candidates, trials, device, as_json, timing, baselines, max_autotune, profile, seed, atol, rtol,
          isolation, cache_dir, backend="triton", modes=None, kernel_evidence=True, timeouts=None, daemon=None,
-         whole_model=False, compile_on_cpu=False, evidence: str = "trace", verbose: bool = False) -> int:
+         whole_model=False, compile_on_cpu=False, evidence: str = "trace", audit: str = "share",
+         verbose: bool = False) -> int:
     from kernelagent.devices import check_device
     from kernelagent.interrupt import stop_now
     from kernelagent.harness import EvalConfig, Evaluator
@@ -65,13 +67,18 @@ def _run(*, problem, candidates, trials, device, as_json, timing, baselines, max
         raise UserError(f"--isolation must be auto, bwrap, namespaces or none (got {isolation!r})")
     if backend not in ("triton", "cuda"):
         raise UserError(f"--backend must be triton or cuda (got {backend!r})")
+    if audit not in ("share", "wins", "always"):
+        raise UserError(f"--audit must be share, wins or always (got {audit!r})")
     compile_modes = inductor_modes(modes, max_autotune)  # an unknown mode: exit 2 before any file is read
     loaded = load_problem(problem)
     sources = [read_candidate(candidate) for candidate in candidates]  # every file read before any start
     settings = dict(trials=trials, timing=timing, baselines=baselines, profile=profile, seed=seed, atol=atol,
                     rtol=rtol, backend=backend, **({"timeouts": timeouts} if timeouts else {}),
                     compile_modes=compile_modes, kernel_evidence=kernel_evidence, evidence=evidence,
-                    audit_wins=True,  # a person reads this verdict: a win is audited (EvalConfig.audit_wins)
+                    # a plain eval is audited on the seeded share, as a batch is (issue 55's design audits
+                    # the wins that are kept: optimize's final kernel, bench's counted wins, verify's and
+                    # regenerate's locks); --audit wins or always asks for more
+                    audit_wins=audit == "wins", audit=audit == "always",
                     **({"compile_baseline_on_cpu": True} if compile_on_cpu else {}))
     try:
         if whole_model:  # the rules of optimize --whole-model's end-to-end check (wholemodel/e2e.py)

@@ -6,7 +6,8 @@
 # 3 minutes of the suite) on the second GPU beside the rest on the first: each server has its own
 # device and device lock, so neither times beside the other's work.
 # Each test's line is written as it ends (-v, tee'd to $OUT), so a run cut by its limit still
-# says how far it got; the pytest is killed 20 s after its interrupt.
+# says how far it got, each line prefixed with the seconds since the suite's start; the pytest is
+# killed 20 s after its interrupt.
 set -u
 . "$(dirname "$0")/env.sh"
 LIMIT=${1:-470}
@@ -19,8 +20,8 @@ start=$(date +%s)
 run() {  # run NAME pytest-args...
   local name=$1; shift
   timeout -s INT -k 20 "$LIMIT" python3 -m pytest -m gpu -v -rfE --tb=short -p no:cacheprovider -o addopts= \
-    --durations=25 "$@" > "$OUT/$name.txt" 2>&1
-  echo "$name: rc $? after $(( $(date +%s) - start )) s"
+    --durations=25 "$@" 2>&1 | while IFS= read -r line; do echo "$(( $(date +%s) - start )) $line"; done > "$OUT/$name.txt"
+  echo "$name: rc ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s"
 }
 REST=$(ls tests/test_*gpu*.py)
 if [ "$GPUS" -ge 2 ]; then
