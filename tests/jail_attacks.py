@@ -115,19 +115,19 @@ def a_hidden(ctx):
 
 
 def a_mounts(ctx):
-    libc = mounts._libc
+    libc = mounts.libc
     def mnt(src, tgt, fstype, flags):
-        mounts._mount(src, tgt, fstype, flags)
+        mounts.mount(src, tgt, fstype, flags)
     os.mkdir("m")
     return {
         "tmpfs": err(lambda: mnt("tmpfs", "m", "tmpfs", 0)),
         "remount_root_rw": err(lambda: mnt(None, "/", None, mounts.MS_REMOUNT | mounts.MS_BIND)),
-        "setattr_root_rw": err(lambda: mounts._mount_setattr("/", 0, mounts.MOUNT_ATTR_RDONLY, True)),
+        "setattr_root_rw": err(lambda: mounts.mount_setattr("/", 0, mounts.MOUNT_ATTR_RDONLY, True)),
         "bind_hidden": err(lambda: mnt(ctx["hidden"], "m", None, mounts.MS_BIND)),
-        "umount_hide": err(lambda: mounts._check(libc.umount2(mounts._b(ctx["hidden"]), 2), "umount2")),
-        "umount_proc": err(lambda: mounts._check(libc.umount2(b"/proc", 2), "umount2")),
-        "unshare_user": err(lambda: jail._unshare(jail.CLONE_NEWUSER)),
-        "unshare_mount": err(lambda: jail._unshare(jail.CLONE_NEWNS)),
+        "umount_hide": err(lambda: mounts.check_errno(libc.umount2(mounts._b(ctx["hidden"]), 2), "umount2")),
+        "umount_proc": err(lambda: mounts.check_errno(libc.umount2(b"/proc", 2), "umount2")),
+        "unshare_user": err(lambda: jail.unshare(jail.CLONE_NEWUSER)),
+        "unshare_mount": err(lambda: jail.unshare(jail.CLONE_NEWNS)),
         "chroot": err(lambda: os.chroot(".")),
     }
 

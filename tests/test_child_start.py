@@ -45,7 +45,7 @@ def test_devices_are_counted_through_cuda_not_nvml(monkeypatch):
 
 @pytest.mark.gpu
 def test_a_job_process_starts_cuda_without_nvml():
-    """On a GPU, in a fresh process: our start (child/common._device, as the candidate's and the
+    """On a GPU, in a fresh process: our start (child/common.job_device, as the candidate's and the
     reference's processes run it) creates the context without one NVML call."""
     import subprocess
     import sys
@@ -54,8 +54,8 @@ def test_a_job_process_starts_cuda_without_nvml():
               "calls = []\n"
               "real = tcuda._device_count_nvml\n"
               "tcuda._device_count_nvml = lambda: calls.append(1) or real()\n"
-              "from kernelagent.harness.child.common import _device\n"
-              "device = _device({'device': 'cuda:0'})\n"
+              "from kernelagent.harness.child.common import job_device\n"
+              "device = job_device({'device': 'cuda:0'})\n"
               "torch.empty(1, device=device).add_(1)\n"
               "torch.cuda.synchronize()\n"
               "assert tcuda.is_initialized() and not calls, calls\n"

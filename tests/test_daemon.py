@@ -368,13 +368,13 @@ def test_a_reaped_job_process_is_never_signalled_by_its_pid(monkeypatch):
     sent: list = []
     monkeypatch.setattr(processes.os, "kill", lambda pid, sig: sent.append(("kill", pid, sig)))
     monkeypatch.setattr(processes.os, "killpg", lambda pid, sig: sent.append(("killpg", pid, sig)))
-    processes._kill_group(proc)
+    processes.kill_group(proc)
     assert sent == [("killpg", proc.pid, signal.SIGKILL)]
     live = ctx.Process(target=time.sleep, args=(30,))
     live.start()
     try:
         sent.clear()
-        processes._kill_group(live)
+        processes.kill_group(live)
         assert sent == [("killpg", live.pid, signal.SIGKILL), ("kill", live.pid, signal.SIGKILL)]
     finally:
         monkeypatch.undo()

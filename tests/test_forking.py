@@ -143,7 +143,7 @@ def test_the_memory_estimate_runs_on_a_paused_clock_and_a_hung_helper_is_tried_a
         seen.append((job.paused, timeout))
         return dict(answer)
 
-    monkeypatch.setattr(memory, "_device_estimate", estimate)
+    monkeypatch.setattr(memory, "forked_device_estimate", estimate)
     estimates: dict = {}
     job = _Job(tmp_path, estimates)
     memory.Memory(job).reserve_device_memory()

@@ -241,7 +241,7 @@ def _mount_error(err: int):
     from kernelagent.harness.jail import mounts
 
     exc = mounts.JailError(f"mount: {os.strerror(err)}")
-    exc.errno = err  # as mounts._check raises it
+    exc.errno = err  # as mounts.check_errno raises it
     return exc
 
 
@@ -254,7 +254,7 @@ def test_a_hide_path_that_vanishes_while_the_jail_is_made_is_skipped(tmp_path, m
     from kernelagent.harness.jail import mounts
 
     mounted = []
-    monkeypatch.setattr(mounts, "_mount", lambda src, target, fstype, flags, data=None: mounted.append(
+    monkeypatch.setattr(mounts, "mount", lambda src, target, fstype, flags, data=None: mounted.append(
         (str(target), fstype)))
     assert mounts._hide_one(tmp_path / "never-there", False) is False
     (tmp_path / "a-file").write_text("x")
@@ -272,7 +272,7 @@ def test_a_hide_path_that_vanishes_while_the_jail_is_made_is_skipped(tmp_path, m
         Path(target).rmdir()
         raise _mount_error(errno.ENOENT)
 
-    monkeypatch.setattr(mounts, "_mount", removed_then_enoent)
+    monkeypatch.setattr(mounts, "mount", removed_then_enoent)
     going = tmp_path / "going"
     going.mkdir()
     assert mounts._hide_one(going, False) is False
@@ -280,7 +280,7 @@ def test_a_hide_path_that_vanishes_while_the_jail_is_made_is_skipped(tmp_path, m
     def refused(src, target, fstype, flags, data=None):
         raise _mount_error(errno.EPERM)
 
-    monkeypatch.setattr(mounts, "_mount", refused)
+    monkeypatch.setattr(mounts, "mount", refused)
     with pytest.raises(mounts.JailError):
         mounts._hide_one(there, False)  # a mount that fails for another reason is the jail's failure
 
@@ -308,13 +308,13 @@ def test_a_hidden_directory_removed_or_made_again_before_it_is_sealed(tmp_path, 
                 target.rmdir()
             raise _mount_error(errno.EINVAL if target == again else errno.ENOENT)
 
-    monkeypatch.setattr(mounts, "_mount", fake_mount)
+    monkeypatch.setattr(mounts, "mount", fake_mount)
     assert mounts.seal([gone, again, kept], None, []) == [again, kept]
     assert calls == [("gone", "seal"), ("again", "seal"), ("again", "tmpfs"), ("again", "seal"), ("kept", "seal")]
     failed_once.clear()
     with pytest.raises(mounts.JailError, match="bound back under it"):
         mounts.seal([again], None, [again / "venv"])
-    monkeypatch.setattr(mounts, "_mount", lambda *a, **k: (_ for _ in ()).throw(_mount_error(errno.EPERM)))
+    monkeypatch.setattr(mounts, "mount", lambda *a, **k: (_ for _ in ()).throw(_mount_error(errno.EPERM)))
     with pytest.raises(mounts.JailError):
         mounts.seal([kept], None, [])
     assert mounts.seal([kept], kept, []) == [kept]  # a private /tmp is never sealed

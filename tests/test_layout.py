@@ -211,6 +211,54 @@ def test_any_parameters_stay_fewer_than_at_35ab29f():
 def test_the_any_count_sees_every_kind_of_parameter(tmp_path, source, count):
     (tmp_path / "m.py").write_text(source)
     assert len(any_parameters(tmp_path)) == count
+
+
+# issue 57: "private names imported across modules ... fewer than at 35ab29f". A ratchet on the
+# package's `from kernelagent.x import _name` (and relative `from . import _name`), dunder names
+# not counted: 58 at 35ab29f, 56 before this pass, 0 after it (a name another module imports is
+# part of its module's interface and has a public name; a helper two modules shared moved to the
+# one that owns its concern). Lower PRIVATE_IMPORTS when you can; never raise it.
+PRIVATE_IMPORTS = 0
+
+
+def private_imports(root: Path) -> list[str]:
+    """Every name with one leading underscore (not a dunder) that a module under `root` imports
+    from the package (`from kernelagent... import _x`, aliased or not) or relatively, as
+    path:line name."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            if node.level or module == "kernelagent" or module.startswith("kernelagent."):
+                found.extend(f"{path}:{node.lineno} {alias.name}" for alias in node.names
+                             if alias.name.startswith("_") and not alias.name.startswith("__"))
+    return found
+
+
+def test_private_names_imported_across_modules_stay_fewer_than_at_35ab29f():
+    found = private_imports(PACKAGE)
+    assert len(found) <= PRIVATE_IMPORTS, (
+        f"{len(found)} private names imported across modules (at most {PRIVATE_IMPORTS}; 58 at 35ab29f): "
+        "a name another module needs is part of its module's interface, give it a public name "
+        "(or move it to the module that owns it):\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("source, names", [
+    ("from kernelagent.harness.server.stages import _Stop, StageTimeout\n", ["_Stop"]),
+    ("from kernelagent.harness.jail.mounts import _mount as mount, _libc\n", ["_mount", "_libc"]),
+    ("from . import _sync\nfrom .common import _device as dev\n", ["_sync", "_device"]),
+    ("from ..derive.source import _Module\n", ["_Module"]),
+    ("def f():\n    from kernelagent.bench.store import _passed\n", ["_passed"]),
+    ("from kernelagent import _private\n", ["_private"]),
+    ("from kernelagent.x import __version__, public\nfrom os import _exit\nfrom kernelagentx import _y\n", []),
+])
+def test_the_private_import_count_sees_absolute_relative_and_aliased_forms(tmp_path, source, names):
+    (tmp_path / "m.py").write_text(source)
+    assert [f.rsplit(" ", 1)[1] for f in private_imports(tmp_path)] == names
+
+
 def test_no_server_function_is_over_80_lines():
     """Issue 57: every function of harness/server reads as one step (at most 80 lines, its
     decorators not counted), so the timing defences and the supervisor read step by step."""

@@ -215,7 +215,7 @@ def test_the_profiled_calls_wait_for_the_device_slot_and_hold_it_until_done(tmp_
               'while [ ! -e kernelagent-go ]; do sleep 0.01; done; echo "KERNELAGENT_NCU_DONE {}"; sleep 1; '
               'echo profiled')
     started = time.monotonic()
-    proc = ncu_mod._run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None, slot)
+    proc = ncu_mod.run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None, slot)
     assert proc is not None and proc.returncode == 0, proc
     assert "profiled" in proc.stdout and events[0] == ("enter", False) and events[1][0] == "exit"
     assert events[1][1] - started >= 1.0  # held past the DONE line, to the session's end
@@ -246,8 +246,8 @@ def test_sessions_start_up_side_by_side_and_profile_one_at_a_time(tmp_path):
     def session(name):
         cwd = tmp_path / name
         cwd.mkdir()
-        results[name] = ncu_mod._run_session(["sh", "-c", script], cwd, dict(_os.environ), 2.8, None,
-                                             ncu_mod._with_the_lock(slot, 30))
+        results[name] = ncu_mod.run_session(["sh", "-c", script], cwd, dict(_os.environ), 2.8, None,
+                                             ncu_mod.with_the_lock(slot, 30))
 
     threads = [threading.Thread(target=session, args=(n,)) for n in ("a", "b")]
     for t in threads:
@@ -272,8 +272,8 @@ def test_a_session_that_cannot_have_the_lock_is_killed_and_says_so(tmp_path):
         assert got
         script = 'echo KERNELAGENT_NCU_READY; sleep 60'
         with pytest.raises(ncu_mod.NcuBusy):
-            ncu_mod._run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None,
-                                 ncu_mod._with_the_lock(lambda: contextlib.nullcontext(), 0.3))
+            ncu_mod.run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None,
+                                 ncu_mod.with_the_lock(lambda: contextlib.nullcontext(), 0.3))
 
 
 def test_profiled_calls_that_hold_the_slot_too_long_are_killed(tmp_path, monkeypatch):
@@ -294,7 +294,7 @@ def test_profiled_calls_that_hold_the_slot_too_long_are_killed(tmp_path, monkeyp
 
     script = 'echo KERNELAGENT_NCU_READY; sleep 60'
     started = time.monotonic()
-    proc = ncu_mod._run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None, slot)
+    proc = ncu_mod.run_session(["sh", "-c", script], tmp_path, dict(_os.environ), 30, None, slot)
     assert proc is None and held and held[0] < 5 and time.monotonic() - started < 20
 
 

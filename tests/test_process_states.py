@@ -44,10 +44,10 @@ def test_a_start_past_its_limit_says_where_our_code_was(tmp_path):
     import subprocess
     import sys
 
-    from kernelagent.harness.server.processes import _open_log, start_stacks
+    from kernelagent.harness.server.processes import open_log, start_stacks
 
     log = tmp_path / "candidate.log"
-    fd = _open_log(log)
+    fd = open_log(log)
     try:
         assert start_stacks(fd) == ""  # empty log
         script = ("import faulthandler, sys, time\n"

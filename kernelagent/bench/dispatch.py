@@ -24,13 +24,13 @@ if TYPE_CHECKING:
 
 def summarise(result: dict) -> dict[str, Any]:
     """What an attempt keeps of an EvalResult dict (the full result stays in `evaluations`)."""
-    from kernelagent.bench.store import _passed
+    from kernelagent.bench.store import result_passed
 
     timings = result.get("timings") or {}
     meaningful = bool(timings) and all(t.get("meaningful", True) for t in timings.values())
     speedups = result.get("speedups") or {}
     intervals = result.get("speedup_intervals") or {}
-    passed = _passed(result)
+    passed = result_passed(result)
     return {
         "status": result.get("status"),
         "passed": passed,

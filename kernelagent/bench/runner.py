@@ -32,7 +32,7 @@ from typing import Any
 from kernelagent.bench.discover import ProblemRef, discover, find_candidates
 from kernelagent.bench.folder import run_folder
 from kernelagent.bench.store import Store, default_store_path, open_store
-from kernelagent.bench.dispatch import Dispatcher, ProblemEvaluator, WorkerLost, _labels, summarise  # noqa: F401
+from kernelagent.bench.dispatch import Dispatcher, ProblemEvaluator, WorkerLost, summarise  # noqa: F401
 from kernelagent.errors import UserError
 
 MODES = ("candidates", "agent")

@@ -351,7 +351,7 @@ class Store:
             db.execute("INSERT INTO evaluation_log (key, run_id, device, seconds, created) VALUES (?, ?, ?, ?, ?)",
                        (key, run_id, result.get("device"), seconds, now))
             if cacheable:
-                passed = int(_passed(result))
+                passed = int(result_passed(result))
                 db.execute("INSERT OR IGNORE INTO evaluations (key, problem_sha256, candidate_sha256, "
                            "settings_sha256, env_sha256, status, passed, result, seconds, device, run_id, created) "
                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -391,7 +391,7 @@ class Store:
                                              (run_id,))]
 
 
-def _passed(result: dict) -> bool:
+def result_passed(result: dict) -> bool:
     """EvalResult.passed, on the dict form: correct and nothing flagged for review or rejection."""
     return result.get("status") == "correct" and not any(
         f.get("severity") in ("review", "reject") for f in result.get("flags") or [])

@@ -21,8 +21,8 @@ import torch
 from kernelagent import hardware
 from kernelagent.harness import protocol
 from kernelagent.harness.child import cuda_evidence, defences, inputs as inputs_mod, timing, transfer
-from kernelagent.harness.child.common import (AllocPressure, _aliasing, _device, _error_kind, _sync, _tensor_inputs,
-                                               compact_traceback, import_problem, make_timer)
+from kernelagent.harness.child.common import (AllocPressure, aliasing, compact_traceback, error_kind_of, import_problem,
+                                               job_device, make_timer, sync_device, tensor_inputs)
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.loop_order import LoopOrder
 from kernelagent.harness.trace import marks as trace_marks
@@ -99,7 +99,7 @@ class CandidateSide:
     # -- the run -----------------------------------------------------------------------
     def run(self) -> None:
         self.stage("start")
-        self.device = _device(self.job)
+        self.device = job_device(self.job)
         self.pressure = AllocPressure(self.device)
         if self.device.type == "cuda":
             torch.empty(1, device=self.device)  # create the context now, not inside "load"
@@ -171,12 +171,12 @@ class CandidateSide:
             with torch.no_grad(), self._watch("first call", first):
                 self.mark(trace_marks.FIRST, 0, False)
                 out = self.model(*first)
-                _sync(self.device)
+                sync_device(self.device)
                 self.mark(trace_marks.FIRST, 0, True)
         except BaseException as exc:
             if self.builder is not None and self.builder.last_error:
                 raise CandidateFailure("compile_error", "compile", self.builder.last_error)
-            raise CandidateFailure(_error_kind(exc, "compile_error"), "compile",
+            raise CandidateFailure(error_kind_of(exc, "compile_error"), "compile",
                                    "the first forward call raised:\n" + compact_traceback(exc, "candidate.py"))
         try:
             outputs = transfer.flatten_outputs(out)
@@ -251,7 +251,7 @@ class CandidateSide:
             if self.monitor is not None and self.device.type == "cuda":
                 cuda_evidence.poison_cuda_memory(self.device, self.poison_bytes)
         except BaseException as exc:
-            kind_ = _error_kind(exc, "runtime_error")
+            kind_ = error_kind_of(exc, "runtime_error")
             raise CandidateFailure("harness_out_of_memory" if kind_ == "out_of_memory" else kind_, self.current,
                                    f"making the inputs of {check['name']} raised:\n" + compact_traceback(exc))
         try:
@@ -259,12 +259,12 @@ class CandidateSide:
                 self.mark(trace_marks.CHECK, self.checks_run, False)
                 try:
                     out = self.model(*values)
-                    _sync(self.device)
+                    sync_device(self.device)
                 finally:  # a check that raised (an extra set the reference may skip) still ends
                     self.mark(trace_marks.CHECK, self.checks_run, True)
                     self.checks_run += 1
         except Exception as exc:
-            error_kind = _error_kind(exc, "runtime_error")
+            error_kind = error_kind_of(exc, "runtime_error")
             if not (kind.startswith("extra:") and error_kind == "runtime_error"):
                 raise CandidateFailure(error_kind, self.current,
                                        f"{check['name']} raised:\n" + compact_traceback(exc, "candidate.py"))
@@ -275,18 +275,18 @@ class CandidateSide:
             protocol.recv(self.server, {"check_reply"}, self.job_id)
             return
         except BaseException as exc:
-            raise CandidateFailure(_error_kind(exc, "runtime_error"), self.current,
+            raise CandidateFailure(error_kind_of(exc, "runtime_error"), self.current,
                                    f"{check['name']} raised:\n" + compact_traceback(exc, "candidate.py"))
         try:
             outputs = transfer.flatten_outputs(out)
         except transfer.OutputTypeError as exc:
             raise CandidateFailure("rejected", self.current, f"{check['name']}: {exc}")
-        aliased = _aliasing(outputs, _tensor_inputs(values))
+        aliased = aliasing(outputs, tensor_inputs(values))
         if aliased:
             raise CandidateFailure("rejected", self.current, f"{check['name']}: {aliased}")
         use_ipc = self.device.type == "cuda" and self.job.get("ipc", True)
         sent_out = transfer.describe(outputs, use_ipc)
-        sent_in = transfer.describe(_tensor_inputs(values), use_ipc)
+        sent_in = transfer.describe(tensor_inputs(values), use_ipc)
         try:
             self.send("outputs", name=check["name"], n_outputs=len(outputs), outputs=sent_out.records,
                       inputs=sent_in.records, error=None)
@@ -323,11 +323,11 @@ class CandidateSide:
             timer.raise_clocks()  # unclocked, before the warm-up: see timing.Timer.raise_clocks
             loop.run(self.model, warm_sets, 0, warmup, phase=trace_marks.WARMUP)
             del warm_sets
-            _sync(self.device)
+            sync_device(self.device)
         except transfer.OutputTypeError as exc:
             raise CandidateFailure("rejected", "timing", f"a warm-up call: {exc}")
         except BaseException as exc:
-            raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
+            raise CandidateFailure(error_kind_of(exc, "runtime_error"), "timing",
                                    "the warm-up calls raised:\n" + compact_traceback(exc, "candidate.py"))
         # On a GPU the kept slots are described (CUDA IPC handles of their memory) now, before the
         # clock starts: the reference reads the slots in place after each segment, with this
@@ -354,12 +354,12 @@ class CandidateSide:
                     report = loop.run(self.model, sets, 0, calls, after_call, phase=trace_marks.TIMED,
                                       first_index=timed_so_far)
                     timed_so_far += calls
-                    _sync(self.device)
+                    sync_device(self.device)
                     del sets
                 except transfer.OutputTypeError as exc:
                     raise CandidateFailure("rejected", "timing", f"a timed call: {exc}")
                 except BaseException as exc:
-                    raise CandidateFailure(_error_kind(exc, "runtime_error"), "timing",
+                    raise CandidateFailure(error_kind_of(exc, "runtime_error"), "timing",
                                            "the timed calls raised:\n" + compact_traceback(exc, "candidate.py"))
                 escaped.append(report.escaped_ms)
                 cpu_described = [] if use_ipc else [transfer.describe(slot, False) for slot in slots]
@@ -481,20 +481,20 @@ def profile_kernels(model: torch.nn.Module, problem: ModuleType, seed: int, smok
         with profile(activities=activities) as flush_prof:
             for _ in range(3):
                 flush.zero_()
-            _sync(device)
+            sync_device(device)
         flush_rows = {e.key: (_device_us(e), e.count) for e in flush_prof.key_averages() if _device_us(e) > 0}
     # One unprofiled call first: these inputs, and the outputs' memory, are new to the caching
     # allocator after the timed loop, and a first call that maps fresh device pages ran KernelBench's
     # 3 ms elementwise kernels 6-11% slower here than in the loop (and than in a warm script).
     with torch.no_grad():
         model(*values)
-    _sync(device)
+    sync_device(device)
     with torch.no_grad(), profile(activities=activities) as prof:
         for _ in range(3):
             if flush is not None:
                 flush.zero_()
             model(*values)
-        _sync(device)
+        sync_device(device)
     rows = []
     for event in prof.key_averages():
         if device.type == "cuda":  # device time only, the flush's own launches taken out
@@ -525,7 +525,7 @@ def candidate_main(job: dict[str, Any], server: Connection, workdir: Path) -> No
     except (EOFError, OSError):
         pass  # the server went away: nothing to report to
     except BaseException as exc:
-        _report_failure(side, _error_kind(exc, "runtime_error"), side.current, compact_traceback(exc, "candidate.py"))
+        _report_failure(side, error_kind_of(exc, "runtime_error"), side.current, compact_traceback(exc, "candidate.py"))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

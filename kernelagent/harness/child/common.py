@@ -107,7 +107,7 @@ def count_devices_through_cuda() -> None:
         tcuda._cached_device_count = found
 
 
-def _device(job: dict[str, Any]) -> torch.device:
+def job_device(job: dict[str, Any]) -> torch.device:
     clean_numeric_modes()
     device = torch.device(job["device"])
     if device.type == "cuda":
@@ -116,7 +116,7 @@ def _device(job: dict[str, Any]) -> torch.device:
     return device
 
 
-def _sync(device: torch.device) -> None:
+def sync_device(device: torch.device) -> None:
     if device.type == "cuda":
         timing._cuda_synchronize()
 
@@ -144,7 +144,7 @@ def import_problem(job: dict[str, Any], workdir: Path) -> Any:
     return module
 
 
-def _op_names(model: torch.nn.Module, values: list[Any]) -> list[str]:
+def op_names(model: torch.nn.Module, values: list[Any]) -> list[str]:
     """The aten ops (other than views and allocation) that one call of the reference runs."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -166,11 +166,11 @@ def _op_names(model: torch.nn.Module, values: list[Any]) -> list[str]:
     return sorted(seen - GLUE_OPS)
 
 
-def _tensor_inputs(values: list[Any]) -> list[torch.Tensor]:
+def tensor_inputs(values: list[Any]) -> list[torch.Tensor]:
     return [v for v in values if isinstance(v, torch.Tensor)]
 
 
-def _param_bytes(model: object) -> int:
+def parameter_bytes(model: object) -> int:
     if not isinstance(model, torch.nn.Module):
         return 0
     tensors = list(model.parameters()) + list(model.buffers())
@@ -240,7 +240,7 @@ def make_timer(device: torch.device, config: EvalConfig, l2_bytes: int | None) -
     return timing.Timer(device, flush_bytes=flush, flush_l2=config.flush_l2, launch_cover_us=config.launch_cover_us)
 
 
-def _aliasing(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> str | None:
+def aliasing(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> str | None:
     """Outputs must own their memory: one that shares storage with an input is refused."""
     spans = []
     for i, x in enumerate(inputs):
@@ -262,7 +262,7 @@ def _aliasing(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> str | 
 _OOM_WORDS = ("out of memory",) + tuple(word.lower() for word in hardware.ALLOC_FAILED_WORDS)
 
 
-def _error_kind(exc: BaseException, default: str) -> str:
+def error_kind_of(exc: BaseException, default: str) -> str:
     text = str(exc).lower()
     if isinstance(exc, torch.OutOfMemoryError) or any(word in text for word in _OOM_WORDS):
         return "out_of_memory"

@@ -117,7 +117,7 @@ def _guarded_run(model: torch.nn.Module, values: list[Any], finest: float) -> li
 
     class Watch(TorchDispatchMode):
         @classmethod
-        def _should_skip_dynamo(cls) -> bool:  # as common._op_names: no torch._dynamo import for it
+        def _should_skip_dynamo(cls) -> bool:  # as common.op_names: no torch._dynamo import for it
             import sys
 
             return "torch._dynamo" in sys.modules

@@ -22,9 +22,9 @@ from kernelagent import settings
 from kernelagent.harness import protocol
 from kernelagent.harness.loop_order import LoopOrder
 from kernelagent.harness.child import compare, idle_probe, inputs as inputs_mod, precise, timing, transfer
-from kernelagent.harness.child.common import (AllocPressure, _device, _error_kind, _op_names, _param_bytes, _sync,
-                                               child_setup, compact_traceback, import_problem, make_timer,
-                                               make_timing_sets)
+from kernelagent.harness.child.common import (AllocPressure, child_setup, compact_traceback, error_kind_of,
+                                               import_problem, job_device, make_timer, make_timing_sets, op_names,
+                                               parameter_bytes, sync_device)
 from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig, baseline_name
 from kernelagent.harness.trace import channel as trace_channel, marks as trace_marks
 
@@ -39,7 +39,7 @@ class ReferenceSide:
         self.config = EvalConfig.from_dict(job["config"])
         self.server = server
         self.workdir = workdir
-        self.device = _device(job)
+        self.device = job_device(job)
         trace_channel.forget_env()  # CUDA has started (the tracer, if any, is in): none for its children
         self.marks = trace_marks.attach()  # the baselines' timed calls between markers (issue 58)
         self.bandwidth = idle_probe.Bandwidth(self.device)  # its buffer is made at the first probe
@@ -74,7 +74,7 @@ class ReferenceSide:
                 # values a model mutates in place do not matter for what `first` is used for below
                 # (shapes, the op names, a rough time).
                 outputs = transfer.flatten_outputs(self.model(*first))
-            reference_ops = _op_names(self.model, first) if self.config.defences else []
+            reference_ops = op_names(self.model, first) if self.config.defences else []
             n_extra = inputs_mod.count_extra_sets(self.problem, self.device) if self.config.extra_inputs else 0
             if self.smoke and hasattr(self.problem, "get_smoke_init_inputs"):
                 n_extra = 0  # extra sets fit get_init_inputs(), not the smoke constructor arguments
@@ -82,15 +82,15 @@ class ReferenceSide:
             if hasattr(self.problem, "get_flops"):
                 flops = float(self.problem.get_flops(*first))
             # A rough per-call time of the reference, from which the server sizes the timed loop.
-            _sync(self.device)
+            sync_device(self.device)
             started = time.perf_counter()
             with torch.no_grad():
                 for _ in range(2):
                     self.model(*first)
-            _sync(self.device)
+            sync_device(self.device)
             estimate_ms = (time.perf_counter() - started) * 1e3 / 2
         except BaseException as exc:  # a broken problem is the user's error: say where
-            if _error_kind(exc, "") == "out_of_memory":  # the machine's limit, not a broken problem
+            if error_kind_of(exc, "") == "out_of_memory":  # the machine's limit, not a broken problem
                 free = torch.cuda.mem_get_info(self.device)[0] if self.device.type == "cuda" else 0
                 self.send("ref_error", kind="too_large",
                           message=f"the reference ran out of device memory building the problem's model, inputs "
@@ -123,7 +123,7 @@ class ReferenceSide:
                   input_bytes=input_bytes, output_bytes=output_bytes, output_dtype=output_dtype,
                   flops=flops if flops is None or math.isfinite(flops) else None,
                   near_one=bool(self.config.near_one_inputs and NEAR_ONE_OPS & set(reference_ops)),
-                  param_bytes=int(_param_bytes(self.model)), reference_ops=list(reference_ops),
+                  param_bytes=int(parameter_bytes(self.model)), reference_ops=list(reference_ops),
                   estimate_ms=float(estimate_ms), memory=memory, extra_bytes=dict(getattr(self, "extra_bytes", {})))
         return True
 
@@ -150,7 +150,7 @@ class ReferenceSide:
                                                 self.device)
                 with torch.no_grad():
                     outputs = transfer.flatten_outputs(self.model(*values))
-                _sync(self.device)
+                sync_device(self.device)
                 self.extra_bytes[kind] = int(inputs_mod.tensor_bytes(values)) + int(inputs_mod.tensor_bytes(outputs))
                 if not outputs or any(o.numel() == 0 for o in outputs):
                     skipped[kind] = "the reference's output is empty at these sizes"
@@ -227,7 +227,7 @@ class ReferenceSide:
                 wide_inputs = self.high.copies(after_reference)
                 with torch.no_grad():
                     reference = transfer.flatten_outputs(self.model(*after_reference))
-                _sync(self.device)
+                sync_device(self.device)
             except Exception as exc:
                 if not extra or isinstance(exc, torch.OutOfMemoryError):
                     raise
@@ -341,7 +341,7 @@ class ReferenceSide:
         timer.raise_clocks()  # unclocked, before the warm-up: see timing.Timer.raise_clocks
         loop.run(empty_model, inputs_mod.FreshInputs(self.problem, int(message["seed"]), self.smoke, self.device,
                                                      budget_bytes=budget), 0, warmup)
-        _sync(self.device)
+        sync_device(self.device)
         self.send("warmed", kept=[])
         segments = order.segments
         for segment in range(segments):  # the candidate's loop runs in these segments too
@@ -350,7 +350,7 @@ class ReferenceSide:
             sets = inputs_mod.FreshInputs(self.problem, int(go["seed"]), self.smoke, self.device,
                                           budget_bytes=budget)
             loop.run(empty_model, sets, 0, calls, after_call)
-            _sync(self.device)
+            sync_device(self.device)
             seconds = time.perf_counter() - started
             del sets
             # Where the candidate's kept outputs come to the server as bytes, these come too: the
@@ -436,7 +436,7 @@ class ReferenceSide:
                 errors[name] = compact_traceback(exc)
                 runners.pop(name)
         del first
-        _sync(self.device)
+        sync_device(self.device)
         return {"runners": runners, "errors": errors, "modes": list(modes)}
 
     def wait_for_go(self) -> None:
@@ -468,7 +468,7 @@ class ReferenceSide:
                                           budget_bytes=int(message["budget_bytes"]))
             timer = make_timer(self.device, self.config, message.get("l2_bytes"))
             empty_inputs = [[torch.zeros(1, device=self.device)]]
-            _sync(self.device)
+            sync_device(self.device)
             self.send("warmed", kept=[])
             warmed = True
             self.wait_for_go()
@@ -503,7 +503,7 @@ class ReferenceSide:
                      mark: Callable[[int], Callable[[bool], Any]] | None = None) -> timing.TimingReport:
         with torch.no_grad():
             runner(*input_sets[0])  # compiles torch.compile's graph, untimed
-        _sync(self.device)
+        sync_device(self.device)
         with self.pressure.counting():
             return timer.measure(runner, input_sets, self.config.warmup_ms, self.config.target_ms,
                                  self.config.min_reps, self.config.max_reps, budget_s=self.config.timeouts.timing,

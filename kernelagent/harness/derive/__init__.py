@@ -93,8 +93,8 @@ from kernelagent.harness.derive.measure import (available_memory, meta_estimate,
                                                validate_smoke, validate_variant)
 from kernelagent.harness.derive.rewrite import apply, describe_overrides
 from kernelagent.harness.derive.smoke import derive_smoke, smoke_candidates
-from kernelagent.harness.derive.source import (HYPER_TOKENS, SMALL_MAIN_BYTES, SMOKE_FLOOR, SMOKE_TARGET_ELEMENTS, Value,
-                                              _Module, input_shapes, pinned_constants, sequence_constants,
+from kernelagent.harness.derive.source import (HYPER_TOKENS, SMALL_MAIN_BYTES, SMOKE_FLOOR, SMOKE_TARGET_ELEMENTS, Module,
+                                              Value, input_shapes, pinned_constants, sequence_constants,
                                               shape_names, size_constants)
 from kernelagent.harness.derive.variants import derive_check_variants
 
@@ -102,5 +102,5 @@ __all__ = [
     "HYPER_TOKENS", "SMOKE_FLOOR", "size_constants", "sequence_constants", "pinned_constants",
     "shape_names", "input_shapes", "derive_check_variants", "smoke_candidates", "derive_smoke",
     "pick_smoke", "apply", "validate_smoke", "validate_variant", "meta_estimate", "plan_cpu_inputs",
-    "available_memory", "describe_overrides", "SMALL_MAIN_BYTES", "SMOKE_TARGET_ELEMENTS", "Value", "_Module",
+    "available_memory", "describe_overrides", "SMALL_MAIN_BYTES", "SMOKE_TARGET_ELEMENTS", "Value", "Module",
 ]

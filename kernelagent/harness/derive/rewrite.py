@@ -8,8 +8,7 @@ import ast
 from collections.abc import Mapping
 
 from kernelagent.harness import literal_shapes
-from kernelagent.harness.derive.source import (Value, _Module, _pure_literal, _seq_is_tuple, sequence_constants,
-                                              size_constants)
+from kernelagent.harness.derive.source import (Module, Value, pure_literal, sequence_constants, size_constants)
 
 def _literal(v: Value, like: ast.AST | None = None) -> str:
     if isinstance(v, bool) or not isinstance(v, (int, tuple, list)):
@@ -32,15 +31,15 @@ def apply(source: str, overrides: Mapping[str, Value]) -> str:
         return source
     if literal_shapes.has_lifted(overrides):
         source = literal_shapes.lift(source)
-    m = _Module(source)
+    m = Module(source)
     consts = set(size_constants(source)) | set(sequence_constants(source))
     # Any single, literal module-level constant may be overridden (hyper-parameters too, on purpose).
     for name in overrides:
-        if name not in m.single or not _pure_literal(m.binding[name][1]):
+        if name not in m.single or not pure_literal(m.binding[name][1]):
             raise ValueError(f"{name!r} is not a module-level constant assigned once from a literal")
     del consts
     # A sequence keeps its kind whatever the override's (JSON, across processes, has lists only).
-    overrides = {k: (tuple(v) if _seq_is_tuple(m, k) else list(v)) if isinstance(v, (list, tuple)) else v
+    overrides = {k: (tuple(v) if m.seq_is_tuple(k) else list(v)) if isinstance(v, (list, tuple)) else v
                  for k, v in overrides.items()}
     data = source.encode("utf-8")
     line_starts = [0]
@@ -88,7 +87,7 @@ def describe_overrides(source: str, overrides: Mapping[str, Value]) -> str:
     """'batch_size=2047 (main 4096), dim=196607 (main 393216)': what a set changes, in words."""
     if literal_shapes.has_lifted(overrides):
         source = literal_shapes.lift(source)
-    env = _Module(source).env()
+    env = Module(source).env()
     parts = []
     for name, v in overrides.items():
         old = env.get(name)

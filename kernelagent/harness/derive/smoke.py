@@ -3,11 +3,10 @@ preference (the package's docstring). pick_smoke, which runs them, is in measure
 
 from __future__ import annotations
 
-import ast
 import math
 
-from kernelagent.harness.derive.source import (SMOKE_FLOOR, Value, _is_divisor_like, _Module, _names_in, _seq_is_tuple,
-                                              _shape_of, _Unknown, input_shapes, sequence_constants, size_constants)
+from kernelagent.harness.derive.source import (SMOKE_FLOOR, Module, Value, input_shapes, is_divisor_like,
+                                              sequence_constants, shapes_of, size_constants)
 
 def _smoke_values(slots: list[tuple[str, int | None, int]], cap: int) -> list[int]:
     """min(v, cap) per slot, keeping divisibility by group-like constants (module doc)."""
@@ -21,7 +20,7 @@ def _smoke_values(slots: list[tuple[str, int | None, int]], cap: int) -> list[in
         d = 1
         for j in order:
             nj, _, vj = slots[j]
-            if new[j] and j != i and vj < v and vj > 1 and v % vj == 0 and _is_divisor_like(nj):
+            if new[j] and j != i and vj < v and vj > 1 and v % vj == 0 and is_divisor_like(nj):
                 d = math.lcm(d, new[j])
         m = max(d, (cap // d) * d)
         if d == 1 and m % 2 == 0 and m > 1:
@@ -43,7 +42,7 @@ def _pow2_values(slots: list[tuple[str, int | None, int]], k: int) -> list[int]:
         d = math.gcd(v, 8)
         for j in order:
             nj, _, vj = slots[j]
-            if j != i and 1 < vj < v and v % vj == 0 and _is_divisor_like(nj):
+            if j != i and 1 < vj < v and v % vj == 0 and is_divisor_like(nj):
                 d = math.lcm(d, new[j])
         new[i] = min(v, -(-new[i] // d) * d)
     return new
@@ -61,7 +60,7 @@ def smoke_candidates(source: str, target_elements: int = 1 << 16) -> list[dict[s
     batch only (for models whose construction fixes the other sizes). All but the last shrink
     pinned constants too. Those whose static estimate meets target_elements come first.
     Deduplicated; [{}] when there is nothing to shrink."""
-    m = _Module(source)
+    m = Module(source)
     scal = size_constants(source)
     seqs = sequence_constants(source)
     slots: list[tuple[str, int | None, int]] = [(n, None, v) for n, v in scal.items()]
@@ -69,7 +68,7 @@ def smoke_candidates(source: str, target_elements: int = 1 << 16) -> list[dict[s
         slots.extend((name, i, v) for i, v in enumerate(vals))
     if not slots:
         return [{}]
-    is_tuple = {name: _seq_is_tuple(m, name) for name in seqs}
+    is_tuple = {name: m.seq_is_tuple(name) for name in seqs}
 
     def to_overrides(values: list[int]) -> dict[str, Value]:
         out: dict[str, Value] = {}
@@ -88,15 +87,10 @@ def smoke_candidates(source: str, target_elements: int = 1 << 16) -> list[dict[s
     shapes_exprs = m.factory_shapes()
 
     def biggest(values: list[int]) -> int | None:
-        env = m.env(to_overrides(values))
-        best, known = 0, False
-        for exprs in shapes_exprs:
-            try:  # a shape read off another tensor (x.shape) is skipped: it follows that tensor
-                best = max(best, math.prod(_shape_of(exprs, env)))
-                known = True
-            except _Unknown:
-                continue
-        return best if known else None
+        # A shape read off another tensor (x.shape: None) is skipped: it follows that tensor.
+        shapes = shapes_of(shapes_exprs, m.env(to_overrides(values)))
+        known = [math.prod(shape) for shape in shapes if shape is not None]
+        return max(known) if known else None
 
     def fits(values: list[int]) -> bool:
         b = biggest(values)
@@ -122,11 +116,7 @@ def smoke_candidates(source: str, target_elements: int = 1 << 16) -> list[dict[s
         cap = lo
     capped = to_overrides(_smoke_values(slots, cap))
     # 3. batch only: for models whose construction fixes the other sizes (an image size default).
-    first, rest = set(), set()
-    for exprs in shapes_exprs:
-        for i, e in enumerate(exprs):
-            (first if i == 0 and not isinstance(e, (ast.Tuple, ast.List, ast.Starred)) else rest).update(_names_in(e))
-    batch = to_overrides(_leading_values(slots, first - rest))
+    batch = to_overrides(_leading_values(slots, m.leading_names()))
     out: list[dict[str, Value]] = []
     for ov in (pow2, capped, batch):
         if ov not in out:

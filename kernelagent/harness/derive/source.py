@@ -22,7 +22,6 @@ SMALL_MAIN_BYTES = 16 << 20
 # kernel under the Triton interpreter (one Python-level program at a time) runs in seconds.
 SMOKE_TARGET_ELEMENTS = 1 << 12
 SMOKE_FLOOR = 4  # smallest cap: keeps BatchNorm batches > 1 and 3x3 kernels inside their inputs
-_RATIO_CYCLES = ((3 / 4, 5 / 8, 7 / 8), (5 / 8, 7 / 8, 3 / 4), (7 / 8, 3 / 4, 5 / 8), (9 / 16, 13 / 16, 11 / 16))
 
 Value = int | tuple | list
 
@@ -40,7 +39,7 @@ def _is_hyper(name: str) -> bool:
     return any(t.startswith(h) for t in toks for h in HYPER_TOKENS) or name.lower() == "min"
 
 
-def _is_divisor_like(name: str) -> bool:
+def is_divisor_like(name: str) -> bool:
     return any(t.startswith(d) for t in _tokens(name) for d in _DIVISOR_TOKENS)
 
 
@@ -90,13 +89,13 @@ def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def _pure_literal(node: ast.AST) -> bool:
+def pure_literal(node: ast.AST) -> bool:
     """Only literals and arithmetic: no names, so the value is the constant's own."""
     return all(isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.Load,
                               ast.operator, ast.unaryop)) for n in ast.walk(node))
 
 
-class _Module:
+class Module:
     """What this module needs to know about one problem source."""
 
     def __init__(self, source: str):
@@ -176,6 +175,38 @@ class _Module:
             return []
         return literal_shapes.factory_shape_exprs(fn)
 
+    def leading_names(self) -> set[str]:
+        """Names read only in the leading (batch) dim of get_inputs()'s shapes, in no other dim."""
+        first: set[str] = set()
+        rest: set[str] = set()
+        for exprs in self.factory_shapes():
+            for i, e in enumerate(exprs):
+                leading = i == 0 and not isinstance(e, (ast.Tuple, ast.List, ast.Starred))
+                (first if leading else rest).update(_names_in(e))
+        return first - rest
+
+    def seq_is_tuple(self, name: str) -> bool:
+        """Whether the sequence constant `name` is a tuple (else a list): an override keeps its kind."""
+        node = self.binding[name][1]
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return isinstance(node, ast.Tuple)
+        try:
+            return isinstance(_eval(node, {}), tuple)
+        except _Unknown:
+            return False
+
+
+def shapes_of(shapes_exprs: list[list[ast.AST]], env: Mapping[str, object]) -> list[tuple[int, ...] | None]:
+    """The shape of each factory call (Module.factory_shapes) under env; None for one that cannot
+    be followed statically (a shape read off another tensor, x.shape)."""
+    out: list[tuple[int, ...] | None] = []
+    for exprs in shapes_exprs:
+        try:
+            out.append(_shape_of(exprs, env))
+        except _Unknown:
+            out.append(None)
+    return out
+
 
 def _shape_of(exprs: list[ast.AST], env: Mapping[str, object]) -> tuple[int, ...]:
     dims: list = []
@@ -195,12 +226,12 @@ def _shape_of(exprs: list[ast.AST], env: Mapping[str, object]) -> tuple[int, ...
 
 def size_constants(source: str) -> dict[str, int]:
     """Module-level scalar size constants, name -> value, in source order (rule: module doc)."""
-    m = _Module(source)
+    m = Module(source)
     out: dict[str, int] = {}
     for stmt in m.assigns:
         for t in stmt.targets:
             for name, value in m._unpack(t, stmt.value):
-                if name not in m.single or value is None or _is_hyper(name) or not _pure_literal(value):
+                if name not in m.single or value is None or _is_hyper(name) or not pure_literal(value):
                     continue
                 try:
                     v = _eval(value, {})
@@ -214,7 +245,7 @@ def size_constants(source: str) -> dict[str, int]:
 def sequence_constants(source: str) -> dict[str, tuple[int, ...]]:
     """Module-level tuples/lists of positive int literals that look like sizes (``input_shape``,
     ``layer_sizes``), name -> values (as a tuple)."""
-    m = _Module(source)
+    m = Module(source)
     out: dict[str, tuple[int, ...]] = {}
     for stmt in m.assigns:
         if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
@@ -223,7 +254,7 @@ def sequence_constants(source: str) -> dict[str, tuple[int, ...]]:
         # A tuple/list display, or literal arithmetic that makes one ([1024] * 16).
         if name not in m.single or _is_hyper(name) or not isinstance(stmt.value, (ast.Tuple, ast.List, ast.BinOp)):
             continue
-        if not _pure_literal(stmt.value):
+        if not pure_literal(stmt.value):
             continue
         try:
             v = _eval(stmt.value, {})
@@ -235,20 +266,10 @@ def sequence_constants(source: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _seq_is_tuple(m: "_Module", name: str) -> bool:
-    node = m.binding[name][1]
-    if isinstance(node, (ast.Tuple, ast.List)):
-        return isinstance(node, ast.Tuple)
-    try:
-        return isinstance(_eval(node, {}), tuple)
-    except _Unknown:
-        return False
-
-
 def pinned_constants(source: str) -> set[str]:
     """Size and sequence constants that fix the model's construction: read by get_init_inputs()
     or by any class/function other than get_inputs, directly or through module-level names."""
-    m = _Module(source)
+    m = Module(source)
     used: set[str] = set()
     for node in m.tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name != "get_inputs":
@@ -259,7 +280,7 @@ def pinned_constants(source: str) -> set[str]:
 
 def shape_names(source: str) -> set[str]:
     """Size and sequence constants that reach a shape position of a tensor built by get_inputs()."""
-    m = _Module(source)
+    m = Module(source)
     used: set[str] = set()
     for exprs in m.factory_shapes():
         for e in exprs:
@@ -273,12 +294,6 @@ def input_shapes(source: str, overrides: Mapping[str, Value] | None = None) -> l
     order), with overrides applied; None when some shape cannot be followed statically."""
     if literal_shapes.has_lifted(overrides):
         source = literal_shapes.lift(source)
-    m = _Module(source)
-    env = m.env(overrides)
-    out = []
-    for exprs in m.factory_shapes():
-        try:
-            out.append(_shape_of(exprs, env))
-        except _Unknown:
-            return None
-    return out
+    m = Module(source)
+    shapes = shapes_of(m.factory_shapes(), m.env(overrides))
+    return None if None in shapes else shapes

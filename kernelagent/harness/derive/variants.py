@@ -9,13 +9,16 @@ the same sets for the same source (the fixed values below)."""
 
 from __future__ import annotations
 
-import ast
 import math
 import random
 
 from kernelagent.harness import literal_shapes
-from kernelagent.harness.derive.source import (_RATIO_CYCLES, Value, _Module, _names_in, _seq_is_tuple, pinned_constants,
-                                              sequence_constants, shape_names, size_constants)
+from kernelagent.harness.derive.source import (Module, Value, pinned_constants, sequence_constants, shape_names,
+                                              size_constants)
+
+# The skewed sets' ratios, one cycle per set: slot i shrinks by cycle[i % 3], so neighbouring
+# dims change their ratio.
+_RATIO_CYCLES = ((3 / 4, 5 / 8, 7 / 8), (5 / 8, 7 / 8, 3 / 4), (7 / 8, 3 / 4, 5 / 8), (9 / 16, 13 / 16, 11 / 16))
 
 def _odd(v: int) -> int:
     return v if v % 2 else v - 1 if v > 1 else 1
@@ -122,6 +125,7 @@ def derive_check_variants(source: str, n: int = 2, rng: random.Random | None = N
             slots.extend((name, i, v) for i, v in enumerate(vals) if v >= 3)
     if not slots:
         return []
+    m = Module(source)
 
     def build(values: list[int]) -> dict[str, Value]:
         out: dict[str, Value] = {}
@@ -132,19 +136,14 @@ def derive_check_variants(source: str, n: int = 2, rng: random.Random | None = N
             else:
                 cur = list(out.get(name, seqs[name]))
                 cur[idx] = nv
-                out[name] = tuple(cur) if _seq_is_tuple(_Module(source), name) else cur
+                out[name] = tuple(cur) if m.seq_is_tuple(name) else cur
         return {k: v for k, v in out.items() if v != scal.get(k, seqs.get(k))
                 and not (isinstance(v, (list, tuple)) and tuple(v) == seqs.get(k))}
 
     values = [v for _, _, v in slots]
     draw = _Draw(rng) if rng is not None else None
     half = draw.each(values, draw.half) if draw else [_half_odd(v) for v in values]
-    m = _Module(source)
-    first, rest = set(), set()
-    for exprs in m.factory_shapes():
-        for i, e in enumerate(exprs):
-            (first if i == 0 and not isinstance(e, (ast.Tuple, ast.List, ast.Starred)) else rest).update(_names_in(e))
-    leading = first - rest
+    leading = m.leading_names()
     # Set 2 grows every dim a little, each by its own step (odd): a grid or a mask sized for
     # the main shape leaves the extra rows unwritten. The smaller sets alone could not say so:
     # such a kernel writes past the end of their outputs, which on a GPU (and often on the CPU)

@@ -44,17 +44,17 @@ class JailError(RuntimeError):
     error for the job: it never runs a candidate with less isolation than it reports."""
 
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-_libc.syscall.restype = ctypes.c_long
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+libc.syscall.restype = ctypes.c_long
 
 
 class _MountAttr(ctypes.Structure):
     _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
-def _check(ret: int, what: str) -> int:
+def check_errno(ret: int, what: str) -> int:
     if ret < 0:
         err = ctypes.get_errno()
         exc = JailError(f"{what}: {os.strerror(err)} ({errno.errorcode.get(err, err)})")
@@ -67,26 +67,26 @@ def _b(path: str | Path | None) -> bytes | None:
     return None if path is None else os.fsencode(str(path))
 
 
-def _mount(source: str | None, target: str | Path, fstype: str | None, flags: int, data: str | None = None) -> None:
-    _check(_libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)),
+def mount(source: str | None, target: str | Path, fstype: str | None, flags: int, data: str | None = None) -> None:
+    check_errno(libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)),
            f"mount({source!r}, {str(target)!r}, {fstype!r}, {flags:#x})")
 
-def _is_under(path: Path, root: Path) -> bool:
+def is_under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 # -- mounts -------------------------------------------------------------------------------------
 
-def _mount_setattr(path: str | Path, attr_set: int, attr_clr: int, recursive: bool) -> bool:
+def mount_setattr(path: str | Path, attr_set: int, attr_clr: int, recursive: bool) -> bool:
     """mount_setattr(2): False when the kernel lacks it (ENOSYS) or the arch is unknown."""
     if SYS_MOUNT_SETATTR is None:
         return False
     attr = _MountAttr(attr_set, attr_clr, 0, 0)
-    ret = _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, _b(path), AT_RECURSIVE if recursive else 0,
+    ret = libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, _b(path), AT_RECURSIVE if recursive else 0,
                         ctypes.byref(attr), ctypes.sizeof(attr))
     if ret < 0:
         if ctypes.get_errno() == errno.ENOSYS:
             return False
-        _check(ret, f"mount_setattr({str(path)!r})")
+        check_errno(ret, f"mount_setattr({str(path)!r})")
     return True
 
 
@@ -116,7 +116,7 @@ def _remount_all_readonly() -> None:
         targets = [_unescape_mountinfo(line.split()[4]) for line in fh]
     for target in targets:
         try:
-            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(target))
+            mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(target))
         except FileNotFoundError:
             continue  # statvfs: the mount point is gone (a mount on a since deleted path)
         except JailError as exc:
@@ -125,11 +125,11 @@ def _remount_all_readonly() -> None:
             raise
 
 
-def _set_readonly(path: str | Path, readonly: bool, recursive: bool, nosuid_nodev: bool = False) -> str:
+def set_readonly(path: str | Path, readonly: bool, recursive: bool, nosuid_nodev: bool = False) -> str:
     """Make one mount (or the tree under it) read-only, or writable again; optionally also
     nosuid+nodev. Other flags (noexec, atime) stay as they are. Returns the method used."""
     extra = (MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV) if nosuid_nodev else 0
-    if not FORCE_REMOUNT_FALLBACK and _mount_setattr(path, (MOUNT_ATTR_RDONLY if readonly else 0) | extra,
+    if not FORCE_REMOUNT_FALLBACK and mount_setattr(path, (MOUNT_ATTR_RDONLY if readonly else 0) | extra,
                                                      0 if readonly else MOUNT_ATTR_RDONLY, recursive):
         return "mount_setattr"
     if recursive:
@@ -138,7 +138,7 @@ def _set_readonly(path: str | Path, readonly: bool, recursive: bool, nosuid_node
         _remount_all_readonly()
         return "remount"
     flags = _kept_flags(str(path)) | (MS_RDONLY if readonly else 0) | (MS_NOSUID | MS_NODEV if extra else 0)
-    _mount(None, path, None, MS_REMOUNT | MS_BIND | flags)
+    mount(None, path, None, MS_REMOUNT | MS_BIND | flags)
     return "remount"
 
 # -- hiding ---------------------------------------------------------------------------------------
@@ -172,9 +172,9 @@ def _hide_one(h: Path, as_private_tmp: bool, listed: bool = False) -> bool:
             raise JailError(f"hide path {h} is not a directory (hide the directory that holds it)")
         try:
             if as_private_tmp:
-                _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, f"size={PRIVATE_TMP_BYTES},mode=1777")
+                mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, f"size={PRIVATE_TMP_BYTES},mode=1777")
             else:
-                _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=0755")
+                mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=0755")
             return True
         except (OSError, JailError) as exc:
             if not _errno_in(exc, errno.ENOENT):
@@ -190,7 +190,7 @@ def hide_all(hides: list[Path], private_tmp: Path | None, listed: frozenset[Path
     `hides` the jail listed itself (`_hide_one`). Returns what was hidden."""
     hidden: list[Path] = []
     for h in hides:
-        if any(_is_under(h, done) for done in hidden) or not os.path.lexists(h):
+        if any(is_under(h, done) for done in hidden) or not os.path.lexists(h):
             continue  # hidden with a parent already, or nothing there to hide
         if _hide_one(h, h == private_tmp, h in listed):
             hidden.append(h)
@@ -210,13 +210,13 @@ def seal(hidden: list[Path], private_tmp: Path | None, held: list[Path]) -> list
             continue
         for _ in range(HIDE_TRIES):
             try:
-                _mount(None, h, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                mount(None, h, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
                 sealed.append(h)
                 break
             except (OSError, JailError) as exc:
                 if not _errno_in(exc, errno.ENOENT, errno.EINVAL):  # the host removed h, or our mount on it
                     raise
-                if any(_is_under(p, h) for p in held):
+                if any(is_under(p, h) for p in held):
                     raise JailError(f"hidden directory {h} was removed while the jail was made, "
                                     "with a directory bound back under it") from None
                 if not _hide_one(h, False):

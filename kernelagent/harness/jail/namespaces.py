@@ -48,11 +48,11 @@ from kernelagent.harness.jail.mounts import (
     MS_PRIVATE,
     MS_REC,
     JailError,
-    _check,
-    _is_under,
-    _libc,
-    _mount,
-    _set_readonly,
+    check_errno,
+    is_under,
+    libc,
+    mount,
+    set_readonly,
     hide_all,
     seal,
 )
@@ -106,20 +106,20 @@ class _CapData(ctypes.Structure):
 
 
 def _prctl(option: int, arg2: int = 0, what: str = "prctl") -> None:
-    _check(_libc.prctl(option, arg2, 0, 0, 0), what)
+    check_errno(libc.prctl(option, arg2, 0, 0, 0), what)
 
 
-def _unshare(flags: int) -> None:
+def unshare(flags: int) -> None:
     if hasattr(os, "unshare"):  # Python >= 3.12
         try:
             os.unshare(flags)
         except OSError as exc:
             raise JailError(f"unshare({flags:#x}): {exc.strerror}") from None
     else:
-        _check(_libc.unshare(flags), f"unshare({flags:#x})")
+        check_errno(libc.unshare(flags), f"unshare({flags:#x})")
 
 
-def _write(path: str, text: str) -> None:
+def write_file(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
         os.write(fd, text.encode())
@@ -160,8 +160,8 @@ class _IdMapper:
                 while chunk := os.read(self._go_r, 4096):
                     maps += chunk
                 uid_map, gid_map = maps.decode().split("|", 1)
-                _write(f"/proc/{target}/uid_map", uid_map)
-                _write(f"/proc/{target}/gid_map", gid_map)
+                write_file(f"/proc/{target}/uid_map", uid_map)
+                write_file(f"/proc/{target}/gid_map", gid_map)
                 os.write(self._done_w, b"ok")
             except BaseException as exc:  # noqa: BLE001 - said to the jail, which raises it
                 os.write(self._done_w, f"{type(exc).__name__}: {exc}".encode()[:400])
@@ -184,7 +184,7 @@ def _drop_bounding_set() -> None:
     last_cap = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
     for cap in range(last_cap + 1):
         _prctl(PR_CAPBSET_DROP, cap, f"prctl(PR_CAPBSET_DROP, {cap})")
-    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+    check_errno(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
 
 
 def _become(run_as: tuple[int, int]) -> None:
@@ -207,10 +207,10 @@ def drop_capabilities(keep_setuid_fixup: bool = False) -> None:
         _prctl(PR_SET_SECUREBITS, SECUREBITS_ALL_LOCKED, "prctl(PR_SET_SECUREBITS)")
         _drop_bounding_set()
     else:  # the bounding set went in _become; the ambient set is cleared again, as before
-        _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+        check_errno(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
     header = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()  # all zero: effective, permitted, inheritable
-    _check(_libc.capset(ctypes.byref(header), data), "capset(0)")
+    check_errno(libc.capset(ctypes.byref(header), data), "capset(0)")
     _prctl(PR_SET_NO_NEW_PRIVS, 1, "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
@@ -361,7 +361,7 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     if not scratch.is_dir():
         raise JailError(f"scratch directory {scratch} does not exist")
     for h in hides:
-        if _is_under(h, scratch):
+        if is_under(h, scratch):
             raise JailError(f"hide path {h} lies inside the scratch directory {scratch}")
     ppid = os.getppid()
     # Die with the server; the getppid check closes the race where the server died before it.
@@ -383,24 +383,24 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     #    With run_as, the job's uid is mapped to itself besides: a map of two ids must be
     #    written by a process with CAP_SETUID in the parent namespace (_IdMapper, as newuidmap).
     mapper = _IdMapper() if run_as is not None else None
-    _unshare(JOB_NAMESPACES)
-    _write("/proc/self/setgroups", "deny")
+    unshare(JOB_NAMESPACES)
+    write_file("/proc/self/setgroups", "deny")
     if mapper is not None:
         mapper.write(f"0 {euid} 1\n{run_as[0]} {run_as[0]} 1\n", f"0 {egid} 1\n{run_as[1]} {run_as[1]} 1\n")
     else:
-        _write("/proc/self/uid_map", f"0 {euid} 1")
-        _write("/proc/self/gid_map", f"0 {egid} 1")
+        write_file("/proc/self/uid_map", f"0 {euid} 1")
+        write_file("/proc/self/gid_map", f"0 {egid} 1")
     # 3. unshare(CLONE_NEWPID) moves only our children into the new pid namespace.
     alive_r = _become_pid1_of_new_namespace()
 
     # 4. Mounts. Nothing we do may propagate back to the host.
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
     # Hold the directories to bring back (scratch, keep_ro) by O_PATH fds before hiding: a bind
     # from /proc/self/fd/N still reaches them once a tmpfs covers their path.
     held = {p: os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in [scratch, *keep_ro_paths]}
     # 5. Everything read-only, submounts included. Must come before the binds below, which
     #    would otherwise be made read-only with the rest.
-    ro_method = _set_readonly("/", True, recursive=True)
+    ro_method = set_readonly("/", True, recursive=True)
     # 6. Hide. A hide path under an already hidden one is gone with it; one the host removes
     #    meanwhile is nothing to hide (mounts.hide_all).
     hidden = hide_all(hides, tmp if private_tmp else None, listed)
@@ -409,34 +409,34 @@ def enter_job_jail(scratch: Path, hide: list[Path], keep_fds: list[int], mode: s
     # Outer paths first: a read-only path bound back over a directory that holds the scratch
     # (ncu's own directory, say) would otherwise cover the scratch's writable mount.
     for path, fd in sorted(held.items(), key=lambda item: len(item[0].parts)):
-        if any(_is_under(path, h) for h in hidden):
+        if any(is_under(path, h) for h in hidden):
             os.makedirs(path, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
         # The bind copied the source mount's read-only flag: clear it on the scratch mount only
         # (exec stays allowed there: Triton and CUDA builds load the .so files they write).
-        _set_readonly(path, path != scratch, recursive=False, nosuid_nodev=True)
+        set_readonly(path, path != scratch, recursive=False, nosuid_nodev=True)
     # Now the hiding tmpfs may turn read-only (a private /tmp stays writable).
     hidden = [str(h) for h in seal(hidden, tmp if private_tmp else None, list(held))]
     # 8. A private /dev/shm (nothing of the server's or other jobs' segments; gone with the
     #    namespace), and a /proc that shows this pid namespace only. mount(proc) needs pid 1's
     #    namespace, which is why this runs after the fork.
     if os.path.isdir("/dev/shm"):
-        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(shm_bytes)},mode=1777")
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(shm_bytes)},mode=1777")
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     # 9. No nested namespaces: a nested user namespace would hand the job a full (if useless)
     #    capability set; mounts it inherits stay locked read-only, but there is no reason to
     #    allow it at all. These limits belong to our user namespace, so only we can set them.
     blocked = []
     for kind in NESTED_NAMESPACE_LIMITS:
         try:
-            _write(f"/proc/sys/user/max_{kind}_namespaces", "0")
+            write_file(f"/proc/sys/user/max_{kind}_namespaces", "0")
             blocked.append(kind)
         except FileNotFoundError:
             continue
         except OSError as exc:
             raise JailError(f"cannot block nested {kind} namespaces: {exc.strerror}") from None
-    _libc.sethostname(b"kernelagent-job", 15)
+    libc.sethostname(b"kernelagent-job", 15)
     if loopback:
         _loopback_up()
     # 10. Limits, then working directory (the old cwd may be the covered, read-only copy).

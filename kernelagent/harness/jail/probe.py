@@ -12,15 +12,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kernelagent.harness.jail.mounts import MOUNT_ATTR_RDONLY, MS_PRIVATE, MS_REC, JailError, _mount, _mount_setattr
+from kernelagent.harness.jail.mounts import MOUNT_ATTR_RDONLY, MS_PRIVATE, MS_REC, JailError, mount, mount_setattr
 from kernelagent.harness.jail.namespaces import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
     CLONE_NEWPID,
     CLONE_NEWUSER,
-    _unshare,
-    _write,
+    unshare,
+    write_file,
     enter_job_jail,
 )
 
@@ -71,19 +71,19 @@ def _in_child(fn) -> dict[str, Any]:
 
 def _try_unshare(flags: int) -> bool:
     euid, egid = os.geteuid(), os.getegid()
-    _unshare(CLONE_NEWUSER)
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"0 {euid} 1")
-    _write("/proc/self/gid_map", f"0 {egid} 1")
+    unshare(CLONE_NEWUSER)
+    write_file("/proc/self/setgroups", "deny")
+    write_file("/proc/self/uid_map", f"0 {euid} 1")
+    write_file("/proc/self/gid_map", f"0 {egid} 1")
     if flags:
-        _unshare(flags)
+        unshare(flags)
     return True
 
 
 def _try_mount_setattr() -> str:
     _try_unshare(CLONE_NEWNS)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    if not _mount_setattr("/", MOUNT_ATTR_RDONLY, 0, True):
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if not mount_setattr("/", MOUNT_ATTR_RDONLY, 0, True):
         return "unavailable (ENOSYS or unknown architecture): remount fallback"
     return "works"
 

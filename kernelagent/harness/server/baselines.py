@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kernelagent.harness import protocol
 from kernelagent.harness.server import draws, trace_stage, verdict
 from kernelagent.harness.server.gate import add_seconds
-from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
+from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, Stop
 
 if TYPE_CHECKING:
     from kernelagent.harness.server.seams import BaselineJob
@@ -66,7 +66,7 @@ class Baselines:
         except StageTimeout:
             limit = job.config.timeouts.baselines
             job.facts.baselines = {"errors": {"timeout": f"baselines ran past {limit:.0f} s"}}
-        except (ReferenceGone, _Stop) as exc:
+        except (ReferenceGone, Stop) as exc:
             job.facts.baselines = {"errors": {"reference": f"the reference process {exc}"}}
         job.facts.stage_seconds["baselines"] = time.monotonic() - started
         if not modes and not job.fingerprint.get("cuda"):

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from kernelagent.harness import protocol
 from kernelagent.harness.result import Status
-from kernelagent.harness.server.processes import _describe_exit
-from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
+from kernelagent.harness.server.processes import describe_exit
+from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, Stop
 
 if TYPE_CHECKING:
     from kernelagent.harness.server.seams import ChannelJob
@@ -41,14 +41,14 @@ class Channels:
                     message = protocol.recv(job.to_ref, accept | {"ref_error"}, job.job_id, job.ref_nonce)
                 except EOFError:
                     job.ref.join(2)
-                    raise ReferenceGone(_describe_exit(job.ref.exitcode)) from None
+                    raise ReferenceGone(describe_exit(job.ref.exitcode)) from None
                 except protocol.ProtocolError as exc:  # our own process's fault, never the candidate's
                     raise ReferenceGone(f"sent a message the server could not read ({exc})") from None
                 if message["type"] == "ref_error":
                     self.ref_error(message)
                 return message
             job.ref.join(2)
-            raise ReferenceGone(_describe_exit(job.ref.exitcode))
+            raise ReferenceGone(describe_exit(job.ref.exitcode))
 
     def ref_error(self, message: dict[str, Any]) -> None:
         job = self.job
@@ -61,7 +61,7 @@ class Channels:
             job.fail(Status.TOO_LARGE, message["message"], "start")
         else:
             job.fail(Status.HARNESS_ERROR, message["message"], job.stage)
-        raise _Stop()
+        raise Stop()
 
     def cand_send(self, msg_type: str, /, *, decided: bool = False, **fields: Any) -> None:
         """A message to the candidate's process. A channel it closed (it exited the moment its
@@ -111,7 +111,7 @@ class Channels:
                     # (bad_problem, raised from ref_recv), never the candidate's verdict.
                     job.ready = self.ref_recv({"ref_ready"}, job.clock() + job.limit("start"))
                 job.failures.candidate_failure(message)
-                raise _Stop()
+                raise Stop()
             if message["type"] == "stage":
                 job.stage_reports += 1
                 allowed = MAX_STAGE_REPORTS + 4 * (int((job.ready or {}).get("n_extra", 0)) + job.config.trials)

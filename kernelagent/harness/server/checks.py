@@ -12,7 +12,7 @@ from kernelagent.harness import protocol
 from kernelagent.harness.server import draws, gate as gate_mod
 from kernelagent.harness.server.verdict import CheckRecord
 
-from kernelagent.harness.server.stages import ReferenceGone, _Stop
+from kernelagent.harness.server.stages import ReferenceGone, Stop
 
 if TYPE_CHECKING:
     from kernelagent.harness.server.seams import CheckJob
@@ -27,7 +27,7 @@ class Checks:
     def supervise(self) -> None:
         try:
             self._supervise()
-        except _Stop:
+        except Stop:
             pass
         finally:
             self.job.memory.release_device_memory()

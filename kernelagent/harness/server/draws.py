@@ -54,7 +54,7 @@ def derived_sets(source: str, n: int, master: int) -> dict[str, Any]:
             derive.apply(source, v)  # a set that cannot be written is no set
     except (ValueError, SyntaxError) as exc:
         return {"note": f"no check sets derived: {exc}"}
-    env = derive._Module(literal_shapes.lift(source)).env()
+    env = derive.Module(literal_shapes.lift(source)).env()
 
     def label(name: str) -> str:  # a lifted shape literal is named by its value in get_inputs()
         return f"literal {env.get(name)}" if name.startswith(literal_shapes.PREFIX) else name

@@ -26,7 +26,7 @@ from kernelagent.harness import protocol
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import verdict
 from kernelagent.harness.server.gate import process_tree
-from kernelagent.harness.server.processes import _describe_exit, sandbox_failure
+from kernelagent.harness.server.processes import describe_exit, sandbox_failure
 
 if TYPE_CHECKING:
     from kernelagent.harness.server.seams import FailureJob
@@ -160,7 +160,7 @@ class Failures:
             job.fail(Status.CRASHED, f"the candidate's process closed its channel to the server during stage "
                                      f"'{job.stage}' (it was then killed)", job.stage)
         else:
-            job.fail(Status.CRASHED, f"the candidate's process {_describe_exit(code)} during stage '{job.stage}'",
+            job.fail(Status.CRASHED, f"the candidate's process {describe_exit(code)} during stage '{job.stage}'",
                      job.stage)
 
 

@@ -44,9 +44,9 @@ from kernelagent.harness.server.channels import Channels
 from kernelagent.harness.server.checks import Checks
 from kernelagent.harness.server.failures import Failures
 from kernelagent.harness.server.load import Load
-from kernelagent.harness.server.processes import (LOG_TAIL_BYTES, _kill_group, _tail, _tail_fd, namespace_members,
+from kernelagent.harness.server.processes import (LOG_TAIL_BYTES, kill_group, log_tail, log_tail_fd, namespace_members,
                                                   start_stacks, tree_cpu_s, tree_states)
-from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, _Stop
+from kernelagent.harness.server.stages import CandidateGone, ReferenceGone, StageTimeout, Stop
 from kernelagent.harness.server.job_record import JobRecord
 from kernelagent.harness.server.memory import Memory
 from kernelagent.harness.server.start import Start
@@ -258,7 +258,7 @@ class Job:
         evidence.discard(self)
         self.gate.unregister(self)
         for proc in (self.cand, self.ref):
-            _kill_group(proc)
+            kill_group(proc)
             if proc is not None:
                 proc.join(5)
         for conn in (getattr(self, "to_ref", None), getattr(self, "to_cand", None)):
@@ -333,7 +333,7 @@ class Job:
         except ReferenceGone as exc:
             # Our own process died: out of memory if it said so (its message, or CUDA's own words in
             # its log, e.g. creating its context beside other jobs' memory on an H100 run).
-            said = "out of device memory" in str(exc) or _says_out_of_memory(_tail(self.refdir / "reference.log"))
+            said = "out of device memory" in str(exc) or _says_out_of_memory(log_tail(self.refdir / "reference.log"))
             self.failures.keep_first_failure(f"the reference process {exc}")  # a failed check stays the verdict
             if said and not self.out_of_memory:  # unless the candidate held more than its share then
                 self.out_of_memory = not self.failures.blame_device_memory()
@@ -345,7 +345,7 @@ class Job:
             self.fail(Status.HARNESS_ERROR, "harness error:\n" + traceback.format_exc(limit=4), None)
         finally:
             self.cpu["candidate"] = tree_cpu_s(self.cand.pid if self.cand is not None else None)
-            _kill_group(self.cand)
+            kill_group(self.cand)
             if self.cand is not None:
                 self.cand.join(5)
             trace_stage.collect(self)
@@ -363,7 +363,7 @@ class Job:
         self.memory.reference_stats()
         self.shared_device = self.gate.unregister(self)
         self.cpu["reference"] = tree_cpu_s(self.ref.pid if self.ref is not None else None)
-        _kill_group(self.ref)
+        kill_group(self.ref)
         if self.ref is not None:
             self.ref.join(5)
         trace_stage.close_reference(self)
@@ -375,10 +375,10 @@ class Job:
                 os.close(fd)
         log_fd = getattr(self, "cand_log_fd", None)
         if log_fd is not None:
-            self.facts.log = _tail_fd(log_fd)
+            self.facts.log = log_tail_fd(log_fd)
             os.close(log_fd)
             self.cand_log_fd = None
-        ref_log = _tail(self.refdir / "reference.log")
+        ref_log = log_tail(self.refdir / "reference.log")
         if self.facts.status in (Status.BAD_PROBLEM, Status.HARNESS_ERROR) and ref_log.strip():
             self.facts.log = (self.facts.log or "") + "\n--- reference process ---\n" + ref_log
         self.facts.stage_seconds["total_server"] = time.monotonic() - self.started
@@ -505,7 +505,7 @@ class Job:
         """A check failed and stops the evaluation: collect the candidate's evidence, conclude."""
         try:
             self.finish_candidate(device_share=False)
-        except (StageTimeout, CandidateGone, protocol.ProtocolError, _Stop):
+        except (StageTimeout, CandidateGone, protocol.ProtocolError, Stop):
             self.claimed_flags = []
         self.conclude(self.claimed_flags)
 

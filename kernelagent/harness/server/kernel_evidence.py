@@ -139,7 +139,7 @@ class Early:
             if backend == "cuda":
                 self.setup.stage_build_cache(cache_dir, candidate_sha, run_as)
             try:
-                proc = self.session.run(timeout, ncu._with_the_lock(on_ready, lock_wait_s, lock_key))
+                proc = self.session.run(timeout, ncu.with_the_lock(on_ready, lock_wait_s, lock_key))
             except ncu.NcuBusy as exc:
                 return ncu.unavailable(exc, lock_wait_s)
             result = ncu.read_session(self.setup, proc, timeout, None, 1000, started)

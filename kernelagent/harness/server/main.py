@@ -443,10 +443,10 @@ CANCELLED = verdict.fields(verdict.fold([verdict.HarnessFault("cancelled by the 
 
 def _kill_job(job: Job) -> None:
     from kernelagent.harness.server import evidence
-    from kernelagent.harness.server.processes import _kill_group
+    from kernelagent.harness.server.processes import kill_group
 
-    _kill_group(job.cand)
-    _kill_group(job.ref)
+    kill_group(job.cand)
+    kill_group(job.ref)
     evidence.discard(job)
 
 

@@ -14,8 +14,8 @@ import time
 from kernelagent.harness import protocol
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import gate as gate_mod, verdict
-from kernelagent.harness.server.processes import HELPER_FAILED, _device_estimate, _gib, _plan_cpu_inputs
-from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, _Stop
+from kernelagent.harness.server.processes import HELPER_FAILED, forked_device_estimate, forked_plan_cpu_inputs
+from kernelagent.harness.server.stages import ReferenceGone, StageTimeout, Stop
 
 if TYPE_CHECKING:
     from kernelagent.harness.server.seams import MemoryJob
@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 # How long the memory plan's estimate (a meta-device build, in a forked helper) may take: under
 # 2 s alone on an H100; without it the job reserves from the reference's measured sizes.
 ESTIMATE_TIMEOUT_S = 20.0
+
+
+def _gib(n: int | None) -> str:
+    return "unknown" if n is None else f"{n / (1 << 30):.1f} GiB"
 
 
 class Memory:
@@ -50,7 +54,7 @@ class Memory:
             started = time.monotonic()
             job.pause_clock(True)
             try:
-                sizes = _device_estimate(job.problem_source, job.root, ESTIMATE_TIMEOUT_S)
+                sizes = forked_device_estimate(job.problem_source, job.root, ESTIMATE_TIMEOUT_S)
             finally:
                 job.pause_clock(False)
             job.concurrency["estimate_s"] = round(time.monotonic() - started, 3)
@@ -90,7 +94,7 @@ class Memory:
         job = self.job
         started = time.monotonic()
         source = job.request["problem_source"]
-        plan = _plan_cpu_inputs(source, job.refdir, job.limit("start"))
+        plan = forked_plan_cpu_inputs(source, job.refdir, job.limit("start"))
         job.facts.stage_seconds["derive"] = time.monotonic() - started
         if "error" in plan:
             job.facts.derived["note"] = f"smoke sizes were not derived: {plan['error']}"
@@ -112,7 +116,7 @@ class Memory:
             from kernelagent.harness import derive
 
             overrides = plan["overrides"]
-            env = derive._Module(source).env()
+            env = derive.Module(source).env()
             job.problem_source = derive.apply(source, overrides)
             job.facts.derived.update(smoke=overrides, main={k: env.get(k) for k in overrides})
             return "derived-smoke"
@@ -149,5 +153,5 @@ class Memory:
             if isinstance(peak, int):
                 job.facts.memory["peak_reference_bytes"] = peak
             job.alloc_retries["reference"] = verdict.count_claim(message["memory"].get("alloc_retries"))
-        except (StageTimeout, ReferenceGone, _Stop, OSError, protocol.ProtocolError):
+        except (StageTimeout, ReferenceGone, Stop, OSError, protocol.ProtocolError):
             pass

@@ -23,8 +23,8 @@ from kernelagent import settings
 from kernelagent.harness import bounded_json
 from kernelagent.harness import interpreter
 from kernelagent.harness.server.ncu_session import (  # noqa: F401 - also this module's names
-    PROFILED_HOLD_S, NcuBusy, NcuLockRefused, NcuSession, _busy, _kill_session, _run_session, _with_the_lock, ncu_lock,
-    reap, run_counted, unavailable)
+    PROFILED_HOLD_S, NcuBusy, NcuLockRefused, NcuSession, busy_report, kill_session, ncu_lock, reap, run_counted,
+    run_session, unavailable, with_the_lock)
 from kernelagent.harness.child.ncu_entry import GO_FILE  # stdlib-only at import: cheap
 
 NCU_METRICS = [
@@ -234,7 +234,7 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
     into the scratch so that its kernels are not compiled again under ncu (its own files: it
     can only mislead itself with them); clock_control: ncu's --clock-control ("base" locks the
     GPU's clocks for repeatable metrics, for the whole device: "none" where other evaluations
-    share it, as the kernel evidence does); on_ready: see _run_session; lock_wait_s: how long to
+    share it, as the kernel evidence does); on_ready: see run_session; lock_wait_s: how long to
     wait for another session to finish (default: `timeout`), not counted in `timeout`; lock_key:
     the device whose lock to take (ncu_session.ncu_lock; None: the host's).
 
@@ -263,13 +263,13 @@ def run_ncu(problem_path: str | Path, candidate_source: str, backend: str = "tri
             # at READY before any of their candidate's code runs.
             try:
                 return _ncu_attempts(setup, attempts, timeout, started, on_spawn, kernel_names, top,
-                                     _with_the_lock(on_ready, wait_s, lock_key))
+                                     with_the_lock(on_ready, wait_s, lock_key))
             except NcuBusy as exc:
                 return unavailable(exc, wait_s)
         try:
             with ncu_lock(wait_s, lock_key) as held:
                 if not held:
-                    return _busy(wait_s)
+                    return busy_report(wait_s)
                 started = time.monotonic()  # the wait for another session is not this run's time
                 return _ncu_attempts(setup, attempts, timeout, started, on_spawn, kernel_names, top, on_ready)
         except NcuLockRefused as exc:
@@ -376,7 +376,7 @@ def _ncu_attempts(setup: Setup, attempts: list[list[str]], timeout: float, start
         if remaining < 5:
             return {"unavailable": f"ncu ran past its {timeout:.0f} s budget"}
         (setup.scratch / GO_FILE).unlink(missing_ok=True)
-        proc = _run_session(setup.argv(metrics), setup.scratch, setup.env, remaining, on_spawn, on_ready)
+        proc = run_session(setup.argv(metrics), setup.scratch, setup.env, remaining, on_spawn, on_ready)
         result = read_session(setup, proc, timeout, kernel_names, top, started)
         if result.get("retry") and metrics is not attempts[-1]:
             last = result.get("last", "")

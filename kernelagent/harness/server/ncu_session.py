@@ -23,7 +23,7 @@ from kernelagent.harness.child.ncu_entry import GO_FILE  # stdlib-only at import
 PROFILED_HOLD_S = 60.0
 
 
-def _kill_session(proc: subprocess.Popen) -> None:
+def kill_session(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
@@ -114,7 +114,7 @@ class NcuSession:
         self.warmed.set()
 
     def kill(self) -> None:
-        _kill_session(self.proc)
+        kill_session(self.proc)
         self.proc.wait()
         if self.on_spawn is not None:
             self.on_spawn(None)
@@ -157,7 +157,7 @@ class NcuSession:
                     try:
                         self.cpu_s = reap(proc, min(PROFILED_HOLD_S, max(0.0, deadline - time.monotonic()))) or 0.0
                     except subprocess.TimeoutExpired:
-                        _kill_session(proc)  # it holds the device too long: no evidence, no win
+                        kill_session(proc)  # it holds the device too long: no evidence, no win
                         proc.wait()
                         overheld = True
                     phases["profiled_s"] = time.monotonic() - going
@@ -166,11 +166,11 @@ class NcuSession:
             self.cpu_s = reap(proc, max(0.0, deadline - time.monotonic())) or self.cpu_s
             phases["session_s"] = time.monotonic() - self.spawned
         except subprocess.TimeoutExpired:
-            _kill_session(proc)
+            kill_session(proc)
             proc.wait()
             return None
         except BaseException:  # the slot could not be had (the server's bug, an interrupt): nothing outlives it
-            _kill_session(proc)
+            kill_session(proc)
             proc.wait()
             raise
         finally:
@@ -185,14 +185,14 @@ class NcuSession:
         return done
 
 
-def _run_session(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
+def run_session(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
                  on_spawn: Callable[[int | None], None] | None,
                  on_ready: Callable[[], Any] | None = None) -> subprocess.CompletedProcess | None:
     """subprocess.run of an NcuSession: see NcuSession.run."""
     return NcuSession(argv, cwd, env, on_spawn, handshake=on_ready is not None).run(timeout, on_ready)
 
 
-def _busy(wait_s: float) -> dict[str, str]:
+def busy_report(wait_s: float) -> dict[str, str]:
     return {"unavailable": f"other Nsight Compute sessions held this host's profiler for {wait_s:.0f} s"}
 
 
@@ -208,10 +208,10 @@ def unavailable(exc: NcuBusy, wait_s: float) -> dict[str, str]:
     """What a session that could not have the lock reports."""
     if isinstance(exc, NcuLockRefused):
         return {"unavailable": f"the Nsight Compute lock was not used: {exc}"}
-    return _busy(wait_s)
+    return busy_report(wait_s)
 
 
-def _with_the_lock(on_ready: Callable[[], Any], wait_s: float, key: str | None = None) -> Callable[[], Any]:
+def with_the_lock(on_ready: Callable[[], Any], wait_s: float, key: str | None = None) -> Callable[[], Any]:
     """on_ready's slot, entered after the ncu lock (never the slot first: a session that held
     the device slot while it waited for the lock would stop every other job meanwhile); `key`:
     see ncu_lock."""

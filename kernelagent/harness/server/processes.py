@@ -28,7 +28,7 @@ LOG_TAIL_BYTES = 6000
 START_STACK_S = 40.0
 
 
-def _plan_cpu_inputs(source: str, workdir: Path, timeout: float) -> dict[str, Any]:
+def forked_plan_cpu_inputs(source: str, workdir: Path, timeout: float) -> dict[str, Any]:
     """derive.plan_cpu_inputs in a short-lived forked process (it runs problem code: never in
     the server itself), bounded by `timeout`; {"error": ...} when it fails or runs out of time."""
 
@@ -40,9 +40,9 @@ def _plan_cpu_inputs(source: str, workdir: Path, timeout: float) -> dict[str, An
     return _in_fork(plan, workdir, timeout, "deriving smoke sizes")
 
 
-def _device_estimate(source: str, workdir: Path, timeout: float) -> dict[str, Any]:
+def forked_device_estimate(source: str, workdir: Path, timeout: float) -> dict[str, Any]:
     """The memory plan's meta-device estimate of one evaluation's sizes (child/memory_plan.py),
-    in a short-lived forked process like _plan_cpu_inputs: {"error": ...} when the problem
+    in a short-lived forked process like forked_plan_cpu_inputs: {"error": ...} when the problem
     cannot be built on the meta device."""
 
     def estimate() -> dict[str, Any]:
@@ -89,14 +89,10 @@ def _in_fork(work: Callable[[], dict[str, Any]], workdir: Path, timeout: float, 
     except (EOFError, OSError, ValueError, AttributeError):  # AttributeError: not a JSON object
         plan = {"error": f"the process {what} died", HELPER_FAILED: True}
     finally:
-        _kill_group(proc)
+        kill_group(proc)
         proc.join(5)
         parent_end.close()
     return plan
-
-
-def _gib(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / (1 << 30):.1f} GiB"
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -182,7 +178,7 @@ def _kernel_stack(pid: int, frames: int = 3) -> str:
     return "stack=" + "<".join(n for n in names if n) if names else ""
 
 
-def _kill_group(proc: mp.Process | None) -> None:
+def kill_group(proc: mp.Process | None) -> None:
     """Kill a job process and its group. Once the process is reaped its pid may name another
     process (pids wrap: 32768 on many hosts), so it is never signalled by pid again; its group
     still is, since a group's id stays reserved while any member lives (what it started)."""
@@ -202,7 +198,7 @@ def _kill_group(proc: mp.Process | None) -> None:
             pass
 
 
-def _describe_exit(code: int | None) -> str:
+def describe_exit(code: int | None) -> str:
     if code is None:
         return "did not exit"
     if code < 0:
@@ -214,30 +210,30 @@ def _describe_exit(code: int | None) -> str:
                   "SIGBUS": " (bus error)", "SIGFPE": " (arithmetic error)"}.get(name, "")
         return f"was killed by {name}{detail}"
     if code >= 128 and code - 128 in {s.value for s in signal.Signals}:
-        return _describe_exit(-(code - 128))  # pid 1 of a jail reports a signal as 128+n
+        return describe_exit(-(code - 128))  # pid 1 of a jail reports a signal as 128+n
     return f"exited with code {code} (os._exit / sys.exit in candidate code?)"
 
 
-def _tail(path: Path) -> str:
+def log_tail(path: Path) -> str:
     """The end of a trusted process's log (the reference's): never through a link."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
     try:
-        return _tail_fd(fd)
+        return log_tail_fd(fd)
     finally:
         os.close(fd)
 
 
-def _open_log(path: Path) -> int:
+def open_log(path: Path) -> int:
     """Create the candidate's log before its process exists, and keep a descriptor to read it by.
     The candidate can later rename, replace or symlink the name (to /dev/zero, a FIFO, the
     caller's ~/.netrc); the server reads this inode, never the path."""
     return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
 
-def _tail_fd(fd: int) -> str:
+def log_tail_fd(fd: int) -> str:
     """At most LOG_TAIL_BYTES from the end of a regular file, by position (pread): bounded in
     size and time, whatever the file's size or whoever else holds it."""
     import stat
@@ -260,7 +256,7 @@ def start_stacks(log_fd: int | None, limit: int = 3000) -> str:
     (text.clean_text: the log is the candidate process's), or ""."""
     if log_fd is None:
         return ""
-    text = _tail_fd(log_fd)
+    text = log_tail_fd(log_fd)
     at = text.rfind("Timeout (")
     if at < 0:
         return ""
@@ -271,18 +267,18 @@ SANDBOX_FAILED = "kernelagent: could not enter the sandbox: "
 
 
 def sandbox_failure(log_fd: int | None) -> str:
-    """Why the candidate's jail could not be made: the line _candidate_process wrote to the
+    """Why the candidate's jail could not be made: the line candidate_process wrote to the
     job's log before any candidate code existed (bounded, printable), or "" where there is none."""
     if log_fd is None:
         return ""
-    lines = [line for line in _tail_fd(log_fd).splitlines() if line.startswith(SANDBOX_FAILED)]
+    lines = [line for line in log_tail_fd(log_fd).splitlines() if line.startswith(SANDBOX_FAILED)]
     if not lines:
         return ""
     why = lines[-1][len(SANDBOX_FAILED):][:300]
     return "".join(ch if ch.isprintable() else "?" for ch in why)
 
 
-def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jail: dict[str, Any]) -> None:
+def candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jail: dict[str, Any]) -> None:
     """The candidate's process, first thing after the fork: the jail (namespaces, every other
     descriptor closed), then the log, then the candidate."""
     from kernelagent.harness import procname
@@ -319,7 +315,7 @@ def _candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jai
     candidate_side.candidate_main(job, conn, workdir)
 
 
-def _reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> None:
+def reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> None:
     from kernelagent.harness import procname
     from kernelagent.harness.child import reference_side
     from kernelagent.harness.trace import channel as trace_channel

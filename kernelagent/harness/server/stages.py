@@ -15,5 +15,5 @@ class ReferenceGone(Exception):
     pass
 
 
-class _Stop(Exception):
+class Stop(Exception):
     """The job has its verdict (a failure was reported): stop supervising."""

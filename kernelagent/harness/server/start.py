@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from kernelagent import pyast
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import forking, trace_stage
-from kernelagent.harness.server.processes import FORK, _candidate_process, _open_log, _reference_process
+from kernelagent.harness.server.processes import FORK, candidate_process, open_log, reference_process
 
 if TYPE_CHECKING:
     from kernelagent.harness.server.seams import StartJob
@@ -82,7 +82,7 @@ class Start:
         job = self.job
         (job.scratch / "problem.py").write_text(job.problem_source)
         (job.scratch / "candidate.py").write_text(job.request["candidate_source"])
-        job.cand_log_fd = _open_log(job.scratch / "candidate.log")
+        job.cand_log_fd = open_log(job.scratch / "candidate.log")
         (job.refdir / "problem.py").write_text(job.problem_source)
         options = job.request.get("options", {})
         if job.config.backend == "cuda" and options.get("cuda_cache_dir") and job.fingerprint.get("cuda"):
@@ -123,9 +123,9 @@ class Start:
             cand_end.close()
             return  # compile-only: precompile_only() runs in this process, nothing is forked
         ref_job, cand_job = trace_stage.open_for(job)  # the kernel trace's channel (issue 55)
-        job.ref = FORK.Process(target=_reference_process, name="kernelagent-reference",
+        job.ref = FORK.Process(target=reference_process, name="kernelagent-reference",
                                args=(ref_job, ref_end, job.refdir))
-        job.cand = FORK.Process(target=_candidate_process, name="kernelagent-candidate",
+        job.cand = FORK.Process(target=candidate_process, name="kernelagent-candidate",
                                 args=(cand_job, cand_end, job.scratch, job.jail))
         # No other thread mid-import as the job's processes are forked (server/forking.py).
         job.concurrency["fork_wait_s"] = round(forking.quiet_imports(), 4)
