@@ -50,6 +50,8 @@ def _row(key: str, result: Any) -> dict[str, Any]:
             "held_s": float((result.concurrency or {}).get("held_s", 0.0)),
             "wait_s": float((result.concurrency or {}).get("wait_s", 0.0)),
             "idle_wait_s": float((result.concurrency or {}).get("idle_wait_s", 0.0)),
+            # when the job ran and held the slot (epoch seconds, the server's clock): the fill and gaps
+            "span": (result.concurrency or {}).get("span"), "held": (result.concurrency or {}).get("held"),
             "slot_parts_s": {k: float((result.concurrency or {}).get(k, 0.0)) for k in SLOT_PARTS},
             # the evidence's profiled part holds the slot too (server/evidence.py), in a record of its own
             "evidence_held_s": sum(float(((result.concurrency or {}).get(part) or {}).get("held_s", 0.0))
@@ -75,6 +77,25 @@ def _overlaps(a: list[float] | None, b: list[float] | None) -> bool | None:
     if not a or not b:
         return None
     return a[0] <= b[1] and b[0] <= a[1]
+
+
+def serial_copies(rows: list[dict[str, Any]], key: str) -> list[float]:
+    """The serial medians (ms) of every copy of `key`'s candidate (`level1/1_relu#0`, `#1`, ...):
+    the same source evaluated alone in separate jobs."""
+    stem = key.split("#")[0]
+    return sorted(float(r["median_ms"]) for r in rows
+                  if r["key"].split("#")[0] == stem and isinstance(r.get("median_ms"), (int, float)))
+
+
+def within_copies(copies: list[float], median: float | None) -> bool | None:
+    """Does a median beside the spinners lie within the serial copies' range? A job's own interval
+    covers the noise within its loop; two jobs of the same candidate alone differ by more (the
+    first H200 runs: relu's serial copies 0.944-0.957x Inductor, 1.4% apart, against intervals of
+    about 0.3%), so "the neighbour changes nothing" is judged against the copies' spread as well
+    as against the first copy's interval. None with fewer than two copies."""
+    if median is None or len(copies) < 2:
+        return None
+    return copies[0] <= median <= copies[-1]
 
 
 def run_mode(device: str, cache: Path, jobs: list[tuple[str, Path, str]], config: Any, concurrency: int) -> dict:
@@ -166,6 +187,8 @@ def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, s
                           "beside_spinners_time_interval": row["time_interval"],
                           "status": honest.status, "idle_wait_s": row["idle_wait_s"],
                           "within_serial_interval": _overlaps(base["time_interval"], row["time_interval"]),
+                          "serial_copies_ms": serial_copies(serial["rows"], key),
+                          "within_serial_copies": within_copies(serial_copies(serial["rows"], key), row["median_ms"]),
                           "spinner_statuses": [r.status for r in neighbours],
                           "concurrency": honest.concurrency}
     return out
@@ -190,4 +213,6 @@ def print_table(out: dict[str, Any]) -> None:
         print(f"spinner: {sp['candidate']} median {sp['serial_median_ms']} ms serially, "
               f"{sp['beside_spinners_median_ms']} ms beside {sp['spinners']} spinners (interval "
               f"{sp['beside_spinners_time_interval']} vs serial {sp['serial_time_interval']}: overlap "
-              f"{sp['within_serial_interval']}); idle wait {sp['idle_wait_s']} s; status {sp['status']}")
+              f"{sp['within_serial_interval']}; within the {len(sp.get('serial_copies_ms') or [])} serial copies' "
+              f"range {sp.get('serial_copies_ms')}: {sp.get('within_serial_copies')}); idle wait {sp['idle_wait_s']} s; "
+              f"status {sp['status']}")

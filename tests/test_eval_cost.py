@@ -598,6 +598,29 @@ def test_the_overlap_benchmark_reports_the_slot_and_the_hosts_cpu(tmp_path):
     assert {"evidence_held_s", "evidence_phases", "server_cpu_s", "calibration"} <= set(row)
 
 
+@pytest.mark.parametrize("median, want", [
+    (0.1355, True),    # the H200 run: beside spinners 0.1355 ms, its serial twin 0.1370, the copies 0.1341-0.1370
+    (0.1341, True),    # at the range's ends
+    (0.1370, True),
+    (0.1330, False),   # faster than every copy alone
+    (0.1400, False),   # slower than every copy alone
+    (None, None),      # no median beside the spinners
+])
+def test_the_spinner_check_judges_against_the_serial_copies_range(median, want):
+    """benchmarks/overlap.py: the spinner row's median against the spread of the same candidate's
+    serial copies (every `key#i`, other candidates not counted)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import overlap
+
+    rows = [{"key": "level1/1_relu#0", "median_ms": 0.1370}, {"key": "level1/1_relu#1", "median_ms": 0.1341},
+            {"key": "level1/1_relu#2", "median_ms": 0.1352}, {"key": "level1/2_gelu#0", "median_ms": 0.2},
+            {"key": "level1/1_relu#3", "median_ms": None}]
+    copies = overlap.serial_copies(rows, "level1/1_relu#0")
+    assert copies == [0.1341, 0.1352, 0.1370]
+    assert overlap.within_copies(copies, median) is want
+    assert overlap.within_copies(copies[:1], 0.1370) is None  # one copy: no spread to judge against
+
+
 # -- Triton's per-process set-up, before a candidate's first call ------------------------------------
 def test_triton_warm_computes_the_cache_key_once_for_the_process():
     """child/triton_warm.py: the hash of Triton's installation (0.44 s of a first call on an

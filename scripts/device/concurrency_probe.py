@@ -24,6 +24,25 @@ from overlap import candidates, run_mode  # noqa: E402
 from kernelagent.harness import EvalConfig, Evaluator  # noqa: E402
 
 
+def fill_and_gaps(rows: list[dict]) -> str:
+    """Where the slot stood idle: from the first job's start to the first hold (the fill), between
+    holds (the gaps, with how many jobs were alive and not yet timed in each), and from the last
+    hold's end to the last job's end (the drain); epoch seconds from each job's record."""
+    spans = [r["span"] for r in rows if isinstance(r.get("span"), list) and len(r["span"]) == 2]
+    holds = sorted(tuple(h) for r in rows for h in (r.get("held") or []) if isinstance(h, list) and len(h) == 2)
+    if not spans or not holds:
+        return "no spans or holds recorded"
+    start, end = min(s[0] for s in spans), max(s[1] for s in spans)
+    gaps, merged_end = [], holds[0][1]
+    for a, b in holds[1:]:
+        if a > merged_end:
+            gaps.append(a - merged_end)
+        merged_end = max(merged_end, b)
+    big = sorted(gaps, reverse=True)[:5]
+    return (f"fill {holds[0][0] - start:.2f} s; {len(gaps)} gaps, {sum(gaps):.2f} s in all (largest "
+            f"{', '.join(f'{g:.2f}' for g in big)}); drain {end - merged_end:.2f} s; wall by spans {end - start:.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--filter", default="level1/[1-6]_*")
@@ -46,6 +65,7 @@ def main() -> None:
         print(f"jobs {m['concurrency']}: {m['evaluations']} in {m['wall_s']} s = {m['evaluations_per_gpu_minute']}/GPU-min; "
               f"slot {m['slot_held_s']} s ({m['slot_busy_share']}); host CPU {m['host_cpu_s_per_evaluation']}/eval; "
               f"parts {m['slot_parts_s']}; verdicts {dict(Counter(r['status'] for r in m['rows']))}", flush=True)
+        print("  " + fill_and_gaps(m["rows"]), flush=True)
         Path(args.out).write_text(json.dumps(out, indent=1, default=str))
     for a in zip(*[[(r["key"], r["status"], r["speedup"] and round(r["speedup"], 3)) for r in out[n]["rows"]]
                    for n in args.jobs]):
