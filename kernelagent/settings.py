@@ -152,6 +152,10 @@ SETTINGS: tuple[Setting, ...] = (
             "this user's private folder in the temp directory."),
     Setting("KERNELAGENT_NCU_AS_JOB_UID", "bool", True,
             "Run the Nsight Compute session as the job's uid; 0: as the server's."),
+    Setting("KERNELAGENT_FIRST_WAVE_S", "float", 0.5,
+            "On a GPU: the k-th job of a server's busy period starts no earlier than this many seconds "
+            "x k after the first, until a job takes the timing slot (server/admission.py); 0: all at once.",
+            minimum=0),
     Setting("KERNELAGENT_EARLY_EVIDENCE", "int", 3,
             "At most this many evidence sessions start early, beside other jobs, per server; 0: none.",
             minimum=0),

@@ -15,7 +15,8 @@ import time
 import pytest
 
 from kernelagent.harness import EvalConfig, Evaluator, StageTimeouts, Status
-from kernelagent.harness.server.gate import Admission, Gate, MemoryLedger, default_concurrency
+from kernelagent.harness.server.admission import Admission
+from kernelagent.harness.server.gate import Gate, MemoryLedger, default_concurrency
 from tests.conftest import CANDIDATES, TESTS, read
 
 # One worker for the file (pytest-xdist): its module fixtures (its evaluator) are made once.

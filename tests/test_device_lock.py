@@ -14,7 +14,7 @@ import time
 import pytest
 
 from kernelagent.harness.server import device_lock as dl
-from kernelagent.harness.server.gate import Admission
+from kernelagent.harness.server.admission import Admission
 
 GPU = {"cuda": True, "uuid": "GPU-1234-abcd", "pci_bus_id": "00000000:19:00.0"}
 

@@ -6,7 +6,7 @@ job is stopped and the device probed idle. Another server on the same GPU (a sec
 `kernelagent eval` in another terminal, a benchmark's fresh processes, another user's daemon) is
 outside that gate: its checks and loops would run beside ours and stretch our times, and ours
 theirs. So a server takes its device's lock when its first job is admitted and lets it go when
-its last job ends (Admission, server/gate.py); a second server waits at admission, its jobs not
+its last job ends (Admission, server/admission.py); a second server waits at admission, its jobs not
 yet started and their clocks not running, while its own start (imports, probe) overlaps the
 first server's work.
 

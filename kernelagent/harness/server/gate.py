@@ -26,10 +26,10 @@ baselines. A job takes the `Gate` for those, and while it holds it:
 Holding the gate is bounded by the holder's stage deadline (its loop is bounded there), and it is
 released in a `finally`, so a hung job holds nothing past its limit.
 
-`Admission` bounds how many jobs run at once (`concurrency`, chosen from the host's CPUs and the
-device's memory by `default_concurrency`), and runs a job `alone` on request: the caller re-runs
-alone a job that ran out of memory beside others, so a neighbour's memory is never charged to a
-candidate.
+`Admission` (server/admission.py) bounds how many jobs run at once (`concurrency`, chosen from the
+host's CPUs and the device's memory by `default_concurrency`), and runs a job `alone` on request:
+the caller re-runs alone a job that ran out of memory beside others, so a neighbour's memory is
+never charged to a candidate.
 """
 
 from __future__ import annotations
@@ -40,15 +40,11 @@ import threading
 import time
 from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from kernelagent.harness.server.calibration_store import CalibrationStore
 from kernelagent import settings
 from kernelagent.harness.child import memory_plan
-
-if TYPE_CHECKING:
-    from kernelagent.harness.server.device_lock import DeviceLock
-    from kernelagent.harness.server.record_types import DeviceLockInfo
 
 # A bandwidth reading within this factor of the recent best is quiet (Bandwidth); the wait for
 # quiet bandwidth, on a device already idle of other kernels, lasts at most BANDWIDTH_WAIT_S.
@@ -97,6 +93,9 @@ class Gate:
         # concurrency.md, "Where an evaluation's time and the host's CPU go").
         self.plans: dict[str, dict[str, int]] = {}
         self.bandwidth = Bandwidth()
+        # Called (no arguments) each time a job takes the slot: the admission's first wave opens
+        # then (server/admission.py).
+        self.hold_listeners: list[Callable[[], None]] = []
         from kernelagent.harness.server.profilers import Profilers
 
         # ncu sessions and in-process profiles kept apart (profilers.py); at most this many early
@@ -165,6 +164,8 @@ class Gate:
         finally:
             job.pause_clock(False)
         stats["wait_s"] = stats.get("wait_s", 0.0) + time.monotonic() - waited
+        for listener in list(self.hold_listeners):
+            listener()
         started, started_epoch = time.monotonic(), time.time()
         hold = Hold(self, job, probe, stats)
         try:
@@ -307,69 +308,6 @@ class Bandwidth:
             self._reads = (self._reads + [float(copy_us)])[-self.WINDOW:]
             least = min(self._reads)
         return copy_us <= BANDWIDTH_SLACK * least
-
-
-class Admission:
-    """At most `limit` jobs at once; a job `alone` waits for every other to end and keeps the
-    others out while it runs (a reader-writer lock, writers first). With a `device_lock`
-    (server/device_lock.py), the first job of a busy period takes the device's host-wide lock
-    before it starts (the others admitted meanwhile wait for that), and the last to end lets it
-    go: another harness server on the same GPU then never runs beside this one. `admit` yields
-    what the job's result records of that lock (`device_lock`, `device_lock_wait_s`)."""
-
-    def __init__(self, limit: int, device_lock: DeviceLock | None = None):
-        self.limit = max(1, int(limit))
-        self.device_lock = device_lock
-        self._cond = threading.Condition()
-        self._running = 0
-        self._alone = False
-        self._alone_waiting = 0
-        self._acquiring = False
-        self._lock_info: dict[str, Any] = {}
-
-    @contextmanager
-    def admit(self, alone: bool = False) -> Iterator[DeviceLockInfo]:
-        with self._cond:
-            if alone:
-                self._alone_waiting += 1
-                try:
-                    while self._running or self._alone:
-                        self._cond.wait()
-                finally:
-                    self._alone_waiting -= 1
-                self._alone = True
-            else:
-                while self._alone or self._alone_waiting or self._acquiring or self._running >= self.limit:
-                    self._cond.wait()
-            self._running += 1
-            first = self._running == 1 and self.device_lock is not None
-            if first:
-                self._acquiring = True
-        info: DeviceLockInfo = {}
-        try:
-            if first:
-                try:
-                    info = self.device_lock.acquire()
-                finally:
-                    with self._cond:
-                        self._acquiring = False
-                        self._lock_info = dict(info)
-                        self._cond.notify_all()
-            elif self.device_lock is not None:
-                info = {"device_lock": self._lock_info.get("device_lock"), "device_lock_wait_s": 0.0}
-            yield info
-        finally:
-            with self._cond:
-                self._running -= 1
-                if alone:
-                    self._alone = False
-                if self._running == 0 and self.device_lock is not None:
-                    self.device_lock.release()
-                self._cond.notify_all()
-
-    def running(self) -> int:
-        with self._cond:
-            return self._running
 
 
 class MemoryLedger:

@@ -36,6 +36,7 @@ from kernelagent.harness import protocol
 from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig
 from kernelagent.harness import verdict
 from kernelagent.harness.server import gate as gate_mod
+from kernelagent.harness.server.admission import Admission
 from kernelagent.harness.server.device_lock import DeviceLock
 from kernelagent.harness.server.job import Job
 from kernelagent.harness.server.processes import FORK
@@ -238,7 +239,7 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
                                   "compile_workers": share_compile_workers(limit)}
     gate = Dispatcher.make_gate(fingerprint, limit, calibration_cache=calibration_cache)
     if listener is not None:
-        admission = Dispatcher.make_admission(fingerprint, limit)
+        admission = Dispatcher.make_admission(fingerprint, limit, gate)
 
         def connection(client: Connection) -> "Dispatcher":
             dispatcher = Dispatcher(client, scratch_root, fingerprint, sandbox, limit, gate=gate, admission=admission)
@@ -279,11 +280,11 @@ class Dispatcher:
     killed, its result says so) and nothing else: the server and the other jobs go on."""
 
     def __init__(self, conn: Connection, scratch_root: Path, fingerprint: dict[str, Any], sandbox: dict[str, Any],
-                 limit: int, gate: gate_mod.Gate | None = None, admission: gate_mod.Admission | None = None):
+                 limit: int, gate: gate_mod.Gate | None = None, admission: Admission | None = None):
         self.conn, self.scratch_root, self.fingerprint, self.sandbox = conn, scratch_root, fingerprint, sandbox
         # Shared by every connection of a warm harness (server/listen.py): one device, one slot.
         self.gate = gate if gate is not None else self.make_gate(fingerprint, limit)
-        self.admission = admission if admission is not None else self.make_admission(fingerprint, limit)
+        self.admission = admission if admission is not None else self.make_admission(fingerprint, limit, self.gate)
         self._send_lock = threading.Lock()
         self._nonces: dict[str, queue.Queue[str]] = {}
         self._jobs: dict[str, Job] = {}
@@ -300,8 +301,12 @@ class Dispatcher:
         return gate
 
     @staticmethod
-    def make_admission(fingerprint: dict[str, Any], limit: int) -> gate_mod.Admission:
-        return gate_mod.Admission(limit, device_lock=DeviceLock.for_fingerprint(fingerprint))
+    def make_admission(fingerprint: dict[str, Any], limit: int, gate: gate_mod.Gate) -> Admission:
+        """The server's admission, its first wave staggered on a GPU and opened by the gate's slot."""
+        stagger = float(settings.get("KERNELAGENT_FIRST_WAVE_S")) if fingerprint.get("cuda") and limit > 1 else 0.0
+        admission = Admission(limit, device_lock=DeviceLock.for_fingerprint(fingerprint), stagger_s=stagger)
+        gate.hold_listeners.append(admission.slot_taken)
+        return admission
 
     def send(self, msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) -> None:
         with self._send_lock:

@@ -175,10 +175,11 @@ class SlotRecord(TypedDict, total=False):
 
 class DeviceLockInfo(TypedDict, total=False):
     """What a job records of the device's host-wide lock (server/device_lock.py `acquire`, through
-    gate.Admission.admit): a GPU job only."""
+    admission.Admission.admit): a GPU job only."""
 
     device_lock: str | None  # "held", "timed out: ...", "unavailable: ..."
     device_lock_wait_s: float  # waiting for it
+    admission_wait_s: float  # from the request to its admission, where the first wave is staggered
 
 
 class ConcurrencyRecord(SlotRecord, DeviceLockInfo, total=False):
