@@ -91,9 +91,13 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
     # Where the host's CPU goes, by process kind (servers, references, candidates, Inductor's
     # compile workers, ncu, the toolchain), sampled from /proc below this process: issue 44.
     with HostCpu(interval=0.5) as sampler:
+        # daemon=False: servers of this batch's own, whatever KERNELAGENT_DAEMON says (`kernelagent
+        # bench` uses this user's warm harness per device by default): the wall measured here
+        # includes each server's start, and the host sampler must find the servers below this
+        # process; a warm harness would carry another run's caches and processes into the batch.
         outcome = run_bench(spec, Session(gpus="cpu" if cpu_workers else gpus, cpu_workers=cpu_workers or 1,
                                           store=str(store), cache_dir=str(cache), out=str(work / f"run-{tag}"),
-                                          host_tuning=tuning, pin_cpus=pin))
+                                          host_tuning=tuning, pin_cpus=pin, daemon=False))
     wall = time.monotonic() - started
     sampled = sampler.report(max(outcome.evaluations, 1))
     machine_cpu = sampled["machine_cpu_s"]  # every process on the host meanwhile

@@ -103,7 +103,10 @@ def run_mode(device: str, cache: Path, jobs: list[tuple[str, Path, str]], config
 
     from host_cpu import machine_cpu_seconds
 
-    with Evaluator(device=device, cache_dir=cache, concurrency=concurrency) as ev:
+    # daemon=False: a server of this measurement's own, whatever KERNELAGENT_DAEMON says: a warm
+    # harness would run outside this process's tree (host_cpu.py --tree) and keep its jobs'
+    # count from another run (bench_throughput.py measures the same way).
+    with Evaluator(device=device, cache_dir=cache, concurrency=concurrency, daemon=False) as ev:
         ev.fingerprint()  # the server's start is not the evaluations' time
         started, cpu0 = time.monotonic(), machine_cpu_seconds()
         results = ev.map([(problem, source, config) for _, problem, source in jobs])
@@ -137,7 +140,7 @@ def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, s
         raise SystemExit(f"no solution matches {pattern!r}")
     cache = work / "cache"
     firsts = {str(problem): (key, problem, source) for key, problem, source in jobs}
-    with Evaluator(device=device, cache_dir=cache) as ev:  # primes baselines and compile caches
+    with Evaluator(device=device, cache_dir=cache, daemon=False) as ev:  # primes baselines and compile caches
         primed = ev.map([(problem, source, config) for _, problem, source in firsts.values()])
     print(f"primed {len(primed)} problems: {[r.status for r in primed]}", flush=True)
     serial = run_mode(device, cache, jobs, config, 1)
@@ -165,7 +168,7 @@ def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, s
     if spinners > 0:
         key, problem, source = jobs[0]
         spin = SPINNER.read_text(encoding="utf-8")
-        ev = Evaluator(device=device, cache_dir=cache, concurrency=spinners + 1)
+        ev = Evaluator(device=device, cache_dir=cache, concurrency=spinners + 1, daemon=False)  # as run_mode's
         try:
             ev.fingerprint()
             from concurrent.futures import ThreadPoolExecutor

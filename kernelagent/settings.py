@@ -119,8 +119,9 @@ SETTINGS: tuple[Setting, ...] = (
     # -- the warm harness -----------------------------------------------------------------
     Setting("KERNELAGENT_DAEMON", "bool", None,
             "This user's warm harness where `--daemon/--no-daemon` is not given: 1 on everywhere, 0 "
-            "off everywhere; unset: on for `eval`, `profile`, `verify`, `regenerate` and `mcp`, off "
-            "for `bench` and the library's `Evaluator` (RL trainers, tests)."),
+            "off everywhere; unset: on for `eval`, `profile`, `verify`, `regenerate`, `mcp` and `bench` "
+            "(one per device; never with `--ray`), off for the library's `Evaluator` and `EvaluatorPool` "
+            "(RL trainers, tests)."),
     Setting("KERNELAGENT_DAEMON_IDLE_S", "float", 600.0,
             "Seconds a warm harness waits with no connection and no job before it ends (at least 1).",
             minimum=0),

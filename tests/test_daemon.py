@@ -126,6 +126,57 @@ def test_eval_uses_the_warm_harness_by_default_and_no_daemon_a_private_server(ru
     assert not again["started_now"] and again["pid"] == info["pid"], (again, _gone(info))
 
 
+def test_bench_uses_a_warm_harness_per_device_by_default_and_its_record_says_so(runtime, tmp_path):
+    """Issue 59: `kernelagent bench` with KERNELAGENT_DAEMON unset sends each device's evaluations
+    to this user's warm harness: the run's record (summary.json's run.fingerprint.harness, the
+    report's header) and every result (isolation.daemon) say which; the next batch of the same
+    settings finds it warm; `--no-daemon` runs a server of the run's own and says so."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from kernelagent.bench.store import Store
+    from kernelagent.cli import app
+
+    repo = Path(__file__).parent / "ci_repo"
+
+    def run(name: str, *extra: str) -> tuple[dict, list[dict]]:
+        store = tmp_path / f"{name}.sqlite"  # a store each: nothing answered from another run's
+        invoked = CliRunner().invoke(app, ["bench", str(repo / "problems"), "--candidates", str(repo / "kernels"),
+                                           "--filter", "relu", "--gpus", "cpu", "--trials", "1", "--no-timing",
+                                           "--no-baselines", "--no-live", "--store", str(store), "--cache-dir",
+                                           str(tmp_path / "cache"), "--run", name, "--out", str(tmp_path / name),
+                                           *extra], env={"COLUMNS": "200"})
+        assert invoked.exit_code == 0, invoked.output
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert summary["metrics"]["correct"] == 1, summary["problems"]
+        with Store(store) as db:
+            rows = db._query("SELECT e.result FROM evaluation_log l JOIN evaluations e ON e.key = l.key "
+                             "WHERE l.run_id = ?", (name,))
+        results = [json.loads(r["result"]) for r in rows]
+        assert results, invoked.output
+        harness = summary["run"]["fingerprint"]["harness"]
+        return {"harness": harness, "output": invoked.output,
+                "report": (tmp_path / name / "report.html").read_text()}, [r["isolation"] for r in results]
+
+    first, isolations = run("warm1")
+    info = isolations[0].get("daemon")
+    assert isinstance(info, dict) and info["started_now"] and _alive(info["pid"]), isolations
+    assert Path(info["socket"]).parent == runtime
+    assert first["harness"] == {"kind": "warm", "devices": [{"device": "cpu", "warm": True, "started_now": True,
+                                                             "socket": info["socket"]}]}, first["harness"]
+    assert "this user's warm harness per device (1 of 1 started by this session)" in first["output"]
+    assert "harness: this user&#x27;s warm harness per device" in first["report"]
+    second, isolations = run("warm2")  # the next batch: found warm
+    again = isolations[0]["daemon"]
+    assert not again["started_now"] and again["pid"] == info["pid"], (again, _gone(info))
+    assert second["harness"]["kind"] == "warm" and "(found warm)" in second["output"]
+    own, isolations = run("own", "--no-daemon")
+    assert all("daemon" not in i for i in isolations), isolations
+    assert own["harness"] == {"kind": "own", "devices": [{"device": "cpu", "warm": False}]}, own["harness"]
+    assert "servers of the run's own" in own["output"] and "harness: servers of the run&#x27;s own" in own["report"]
+
+
 def test_a_runtime_folder_past_the_socket_path_limit_is_used_as_it_is(tmp_path, monkeypatch):
     """sun_path holds 107 bytes: a longer KERNELAGENT_RUNTIME_DIR (a test's tmp_path under
     pytest-xdist, a deep home) still starts the harness, and the next command finds it."""

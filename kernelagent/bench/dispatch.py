@@ -52,6 +52,24 @@ def summarise(result: dict) -> dict[str, Any]:
 
 
 
+def harness_text(harness: object) -> str:
+    """Dispatcher.harness() in words ('' for a run recorded before it was kept)."""
+    if not isinstance(harness, dict) or not isinstance(harness.get("devices"), list):
+        return ""
+    devices = [d for d in harness["devices"] if isinstance(d, dict)]
+    warm = [d for d in devices if d.get("warm")]
+    if warm and len(warm) == len(devices):
+        started = sum(1 for d in warm if d.get("started_now"))
+        return ("this user's warm harness per device"
+                + (f" ({started} of {len(warm)} started by this session)" if started else " (found warm)"))
+    why = sorted({str(d["why"]) for d in devices if isinstance(d.get("why"), str)})
+    own = "servers of the run's own" + (f" (warm harness {'; '.join(why)})" if why else "")
+    if not warm:
+        return own
+    return (f"this user's warm harness on {', '.join(str(d.get('device')) for d in warm)}, "
+            f"{own} on the others")
+
+
 @runtime_checkable
 class DispatchWorker(Protocol):
     """What a Dispatcher's job thread calls: a local harness Evaluator (an EvalResult) or a Ray
@@ -236,6 +254,25 @@ class Dispatcher:
 
     def fingerprint(self) -> dict[str, Any]:
         return dict(self.fingerprints[0])
+
+    def harness(self) -> dict[str, Any]:
+        """Which harness each device's evaluations go to, for the run's record (its fingerprint's
+        `harness`, shown by the report and the progress line): this user's warm harness
+        (caller/daemon.py; whether this session started it) or a server of the run's own, with
+        why the warm one was not used where it was asked for. Each result says the same in its
+        `isolation.daemon`. A Ray worker's harness is its own."""
+        devices: list[dict[str, Any]] = []
+        for label, evaluator in zip(self.labels, self.pool.evaluators):
+            isolation = getattr(evaluator, "isolation", None)
+            daemon = isolation.get("daemon") if isinstance(isolation, dict) else None
+            if isinstance(daemon, dict):
+                devices.append({"device": label, "warm": True, "started_now": bool(daemon.get("started_now")),
+                                "socket": daemon.get("socket")})
+            else:
+                devices.append({"device": label, "warm": False, **({"why": daemon} if isinstance(daemon, str) else {})})
+        warm = sum(1 for d in devices if d["warm"])
+        return {"kind": "warm" if devices and warm == len(devices) else "mixed" if warm else "own",
+                "devices": devices}
 
     def keys(self, problem_sha: str, candidate_sha: str, config: dict) -> list[str]:
         keys: list[str] = []

@@ -375,6 +375,10 @@ def _env(run: dict) -> str:
     bits = [f"device {device}", f"torch {fp.get('torch')}", f"triton {fp.get('triton')}", f"python {fp.get('python')}"]
     if fp.get("driver"):
         bits.insert(1, f"driver {fp['driver']}")
+    from kernelagent.bench.dispatch import harness_text
+
+    if harness := harness_text(fp.get("harness")):  # the latest session's (each result's isolation.daemon)
+        bits.append(f"harness: {harness}")
     return " · ".join(bits)
 
 

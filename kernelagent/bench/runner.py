@@ -32,7 +32,7 @@ from typing import Any
 from kernelagent.bench.discover import ProblemRef, discover, find_candidates
 from kernelagent.bench.folder import run_folder
 from kernelagent.bench.store import Store, default_store_path, open_store
-from kernelagent.bench.dispatch import Dispatcher, ProblemEvaluator, WorkerLost, summarise  # noqa: F401
+from kernelagent.bench.dispatch import Dispatcher, ProblemEvaluator, WorkerLost, harness_text, summarise  # noqa: F401
 from kernelagent.errors import UserError
 
 MODES = ("candidates", "agent")
@@ -139,7 +139,8 @@ class Session:
     host_tuning: bool = True
     pin_cpus: bool = True  # with host_tuning: each server pinned to its share of the CPUs
     # This user's warm harness per device (caller/daemon.py), reused by the next batch of the same
-    # settings; None: KERNELAGENT_DAEMON, off where unset (not yet bench's default). Not with --ray.
+    # settings; None: KERNELAGENT_DAEMON, off where unset (the library's rule; `kernelagent bench`
+    # resolves it to on by default, cli/bench_cmd.py). Not with --ray (its workers hold their own).
     daemon: bool | None = None
     run_name: str | None = None  # override the derived run id
     force: bool = False  # let `out` replace another run's report there (bench/folder.py)
@@ -309,11 +310,13 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
                                 daemon=session.daemon))
                         dispatcher = Dispatcher(pool, store, run_id, progress)
                         stack.callback(dispatcher.close)
-                        store.update_run(run_id, fingerprint=dispatcher.fingerprint())
+                        # The run's record says which harness this session used (the report's header).
+                        harness = dispatcher.harness()
+                        store.update_run(run_id, fingerprint={**dispatcher.fingerprint(), "harness": harness})
                         parallel = dispatcher.parallel if spec.mode == "candidates" else session.concurrency
                         progress.begin(run_id, spec.mode, len(problems), done_before, correct_before,
                                        dispatcher.labels, parallel, resumed=not created,
-                                       jobs=dispatcher.describe())
+                                       jobs="; ".join(t for t in (dispatcher.describe(), harness_text(harness)) if t))
                         try:
                             if spec.mode == "candidates":
                                 _run_candidates(spec, store, run_id, dispatcher, progress,

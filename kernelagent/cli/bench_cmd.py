@@ -18,7 +18,7 @@ import typer
 
 from kernelagent.cli.core import (InductorModesOpt, JobsPerGpuOpt, MaxAutotuneOpt, ModelConcurrencyOpt, SamplesOpt,
                                   StageTimeoutOpt, StrategyOpt, TimeoutScaleOpt, finite, folder, inductor_modes,
-                                  interrupted, stage_timeouts)
+                                  interrupted, stage_timeouts, warm_harness)
 from kernelagent.cli.optimize_cmd import Mode
 from kernelagent.errors import EXIT_MODEL_UNAVAILABLE, EXIT_USAGE, UserError
 from kernelagent.text import plural, terminal_text
@@ -57,7 +57,7 @@ def bench(
     modes: InductorModesOpt = None,
     backend: Annotated[str, typer.Option("--backend", metavar="triton|cuda", help="Kernel language: Triton, or CUDA C++ built with load_inline.")] = "triton",
     isolation: Annotated[str, typer.Option("--isolation", metavar="auto|bwrap|namespaces|none", help="Sandbox: auto (bubblewrap around the harness where it works, plus per-job namespaces where they work), bwrap (require bubblewrap), namespaces (require per-job namespaces), none (no sandbox; a warning says so).")] = "auto",
-    daemon: Annotated[Optional[bool], typer.Option("--daemon/--no-daemon", help="Each device's evaluations go to this user's warm harness of its settings (one per GPU; started now where none answers; each ends after 10 idle minutes), so the next batch finds them warm. Default: off for bench (not yet its default), unless $KERNELAGENT_DAEMON=1. Not with --ray.", show_default=False)] = None,
+    daemon: Annotated[Optional[bool], typer.Option("--daemon/--no-daemon", help="Each device's evaluations go to this user's warm harness of its settings (one per GPU; started now where none answers; each ends after 10 idle minutes), so the next batch finds them warm. Default: on, unless $KERNELAGENT_DAEMON=0 (--no-daemon: servers of the run's own). Not with --ray (its workers hold their own harnesses).", show_default=False)] = None,
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", metavar="DIR", callback=folder, help="Baseline cache directory (default ~/.cache/kernelagent).", show_default=False)] = None,
     model_timeout: Annotated[float, typer.Option("--model-timeout", min=0.1, metavar="SECONDS", callback=finite(0.1), help="Seconds to wait for one model reply, per attempt (a call makes --max-retries + 1 attempts, with a backoff of at most 60 s between them).")] = 300.0,
     max_retries: Annotated[int, typer.Option("--max-retries", min=0, max=100, metavar="N", help="Retries of a model call on rate limits, timeouts and 5xx.")] = 6,
@@ -127,8 +127,12 @@ def bench(
                          target_speedup=target_speedup, quick_trials=quick_trials, temperature=temperature,
                          timeouts=stage_timeouts(timeout_scale, stage_timeout), strategy=strategy,
                          samples=samples, model_concurrency=model_concurrency)
+    # The warm harness per device is the CLI's default (issue 59: `--no-daemon` or
+    # KERNELAGENT_DAEMON=0 for servers of the run's own); a Ray cluster's workers hold their own
+    # harnesses, so with --ray it is off (an explicit --daemon was refused above).
+    warm = False if ray_address is not None else warm_harness(daemon)
     session = Session(gpus=gpus, cpu_workers=cpu_workers, ray=ray_address.strip() if ray_address else None,
-                      isolation=isolation, daemon=daemon,
+                      isolation=isolation, daemon=warm,
                       cache_dir=str(cache_dir) if cache_dir else None, store=str(store) if store else None,
                       out=str(out) if out else None, concurrency=concurrency, jobs_per_gpu=jobs_per_gpu,
                       run_name=run_name, api_key=api_key, force=force,

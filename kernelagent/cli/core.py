@@ -314,7 +314,7 @@ JobsPerGpuOpt = Annotated[int, typer.Option(
          "has the device alone. 0: chosen from the host's CPUs and the device's free memory (printed).")]
 
 # The warm harness (issue 59, harness/caller/daemon.py): the default of the commands that judge
-# a few candidates for a person (eval, profile, verify, regenerate, mcp).
+# for a person (eval, profile, verify, regenerate, mcp; bench has its own option, one per device).
 DaemonOpt = Annotated[Optional[bool], typer.Option(
     "--daemon/--no-daemon",
     help="Use this user's warm harness (started now if none answers; it ends after 10 idle minutes), found "

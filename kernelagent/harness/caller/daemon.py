@@ -1,6 +1,7 @@
 """A warm harness that outlives one command (the default of `kernelagent eval`, `profile`,
-`verify`, `regenerate` and `mcp`; `--no-daemon` or KERNELAGENT_DAEMON=0 turns it off;
-`Evaluator(daemon=True)` or KERNELAGENT_DAEMON=1 for the library and `bench`, see `wanted`): the
+`verify`, `regenerate`, `mcp` and `bench`, one per device; `--no-daemon` or KERNELAGENT_DAEMON=0
+turns it off, `bench --ray` never uses it; `Evaluator(daemon=True)`, `EvaluatorPool(daemon=True)`
+or KERNELAGENT_DAEMON=1 for the library, see `wanted`): the
 harness server started once, listening on a Unix socket of its user's (server/listen.py), and
 found again by the next command with the same settings.
 
@@ -65,7 +66,7 @@ class DaemonStartFailed(RuntimeError):
 def wanted(explicit: bool | None, *, cli: bool = False) -> bool:
     """Whether to use the warm harness: `explicit` (`--daemon/--no-daemon`, `Evaluator(daemon=)`)
     where given; else KERNELAGENT_DAEMON where set (1: on, 0: off, for the CLI and the library
-    alike); else on for a command of the CLI (`cli`: eval, profile, verify, regenerate, mcp) and
+    alike); else on for a command of the CLI (`cli`: eval, profile, verify, regenerate, mcp, bench) and
     off for the library, whose embedders (RL trainers, tests) start their own servers."""
     if explicit is not None:
         return bool(explicit)
