@@ -3,13 +3,14 @@ the same level-1 candidates and primed caches (benchmarks/overlap.py's run_mode)
 default jobs per device (server/gate.py default_concurrency). Prints one line per concurrency:
 evaluations per GPU-minute, the slot's share of the wall, host CPU per evaluation, the first
 evaluation's end (the fill) and every verdict.
-    python3 scripts/device/concurrency_probe.py --samples 4 --jobs 8 12 16 --out $OUT/conc.json
+    python3 scripts/device/concurrency_probe.py --samples 4 --jobs 8 12 16 [--first-wave 0.5 0] --out $OUT/conc.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -48,6 +49,8 @@ def main() -> None:
     parser.add_argument("--filter", default="level1/[1-6]_*")
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--jobs", type=int, nargs="+", default=[8, 12, 16])
+    parser.add_argument("--first-wave", type=float, nargs="+", default=[None],
+                        help="KERNELAGENT_FIRST_WAVE_S values to run each concurrency with (server/admission.py)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     jobs = candidates(args.filter, args.samples)
@@ -59,16 +62,19 @@ def main() -> None:
         primed = ev.map([(p, s, config) for _, p, s in firsts.values()])
     print(f"primed {len(primed)} in {time.monotonic() - t:.1f} s: {[r.status for r in primed]}", flush=True)
     out = {}
-    for n in args.jobs:
+    runs = [(n, wave) for n in args.jobs for wave in args.first_wave]
+    for n, wave in runs:
+        if wave is not None:
+            os.environ["KERNELAGENT_FIRST_WAVE_S"] = str(wave)
         m = run_mode("cuda", cache, jobs, config, n)
-        out[n] = m
-        print(f"jobs {m['concurrency']}: {m['evaluations']} in {m['wall_s']} s = {m['evaluations_per_gpu_minute']}/GPU-min; "
+        out[f"{n} {wave}"] = m
+        print(f"jobs {m['concurrency']}, first wave {wave}: {m['evaluations']} in {m['wall_s']} s = {m['evaluations_per_gpu_minute']}/GPU-min; "
               f"slot {m['slot_held_s']} s ({m['slot_busy_share']}); host CPU {m['host_cpu_s_per_evaluation']}/eval; "
               f"parts {m['slot_parts_s']}; verdicts {dict(Counter(r['status'] for r in m['rows']))}", flush=True)
         print("  " + fill_and_gaps(m["rows"]), flush=True)
         Path(args.out).write_text(json.dumps(out, indent=1, default=str))
-    for a in zip(*[[(r["key"], r["status"], r["speedup"] and round(r["speedup"], 3)) for r in out[n]["rows"]]
-                   for n in args.jobs]):
+    for a in zip(*[[(r["key"], r["status"], r["speedup"] and round(r["speedup"], 3)) for r in m["rows"]]
+                   for m in out.values()]):
         if len({x[1] for x in a}) > 1 or max(x[2] or 0 for x in a) - min(x[2] or 0 for x in a) > 0.03:
             print("differs:", a)
 
