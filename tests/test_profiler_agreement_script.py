@@ -51,9 +51,10 @@ def test_problems_are_in_flight_together_and_the_table_keeps_their_order(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["problem"]: r for r in map(json.loads, (tmp_path / "rows.jsonl").read_text().splitlines())}
     assert set(rows) == {"ours/level1/14_sigmoid", "ours/level1/15_leaky_relu"}
-    assert all(r["status"] == "correct" for r in rows.values())
-    (a0, a1), (b0, b1) = rows["ours/level1/14_sigmoid"]["span"], rows["ours/level1/15_leaky_relu"]["span"]
-    assert a0 < b1 and b0 < a1, (a0, a1, b0, b1)
+    assert all(r["status"] == "correct" for r in rows.values()), {k: (r["status"], r.get("note")) for k, r in rows.items()}
+    # each problem's two evaluations (profiled, timed): one of each problem's ran beside one of the other's
+    a, b = ([r[k] for k in ("span", "profiled_span")] for r in rows.values())
+    assert any(a0 < b1 and b0 < a1 for a0, a1 in a for b0, b1 in b), (a, b)
     assert proc.stdout.index("| ours/level1/14_sigmoid |") < proc.stdout.index("| ours/level1/15_leaky_relu |")
 
 
@@ -130,17 +131,20 @@ def test_no_problem_selected_is_bad_input(tmp_path):
 
 # -- issue 58: agreement on the device clock, and misses that carry their cause -------------------
 
-def gpu_result(*, wall_ms: float, device_ms: float | None, profiler_ms: float, concurrency: dict | None = None,
-               clocks_mhz: list | None = None, incomplete: str = ""):
-    """A correct GPU result as the harness returns it: the candidate's checked median, the
-    profiler's kernels (for the profiled run) and, where traced, per_call (caller/clocks.py)."""
+def gpu_result(*, wall_ms: float | None, device_ms: float | None, profiler_ms: float | None,
+               concurrency: dict | None = None, clocks_mhz: list | None = None, incomplete: str = ""):
+    """A correct GPU result as the harness returns it: the candidate's checked median (the timed
+    run; wall_ms None: the profiled run, untimed), the profiler's kernels (the profiled run) and,
+    where traced, per_call (caller/clocks.py)."""
     from kernelagent.harness.caller.clocks import apply_clocks
     from kernelagent.harness.result import EvalResult, Timing
 
     result = EvalResult(status="correct", correct=True, fingerprint={"cuda": True, "gpu_name": "NVIDIA H200"})
-    result.timings["candidate"] = Timing(median_ms=wall_ms, q1_ms=wall_ms, q3_ms=wall_ms, min_ms=wall_ms, reps=100,
-                                         clocks_mhz=list(clocks_mhz or []))
-    result.kernels = [{"name": "triton_k", "total_ms": profiler_ms, "calls": 1, "share": 1.0, "kind": "device"}]
+    if wall_ms is not None:
+        result.timings["candidate"] = Timing(median_ms=wall_ms, q1_ms=wall_ms, q3_ms=wall_ms, min_ms=wall_ms,
+                                             reps=100, clocks_mhz=list(clocks_mhz or []))
+    if profiler_ms is not None:
+        result.kernels = [{"name": "triton_k", "total_ms": profiler_ms, "calls": 1, "share": 1.0, "kind": "device"}]
     result.concurrency = dict(concurrency or {})
     if device_ms is not None:
         result.kernel_evidence = {"source": "trace", "trace_ms_per_call": device_ms}
@@ -154,9 +158,9 @@ def test_agreement_is_judged_on_the_device_clock_with_the_wall_beside_it():
     """Issue 58 scope 2: 0.0697 ms of wall over a 0.0660 ms kernel (+5.6%, the H200's miss) agrees
     on the device clock (0.0665 ms, +0.8%); the wall and its host share stay in the row."""
     mod = load_script()
-    profiled = gpu_result(wall_ms=0.0697, device_ms=None, profiler_ms=0.0660)
-    traced = gpu_result(wall_ms=0.0697, device_ms=0.0665, profiler_ms=0.0660)
-    row = mod.row_from("ours/level1/16_clamp_scale_bf16", profiled, traced)
+    profiled = gpu_result(wall_ms=None, device_ms=None, profiler_ms=0.0660)
+    timed = gpu_result(wall_ms=0.0697, device_ms=0.0665, profiler_ms=None)
+    row = mod.row_from("ours/level1/16_clamp_scale_bf16", profiled, timed)
     assert row["harness_clock"] == "device"
     assert row["harness_ms"] == pytest.approx(0.0665) and row["device_ms"] == pytest.approx(0.0665)
     assert row["diff_pct"] == pytest.approx(100 * (0.0665 - 0.066) / 0.066)
@@ -168,21 +172,18 @@ def test_agreement_is_judged_on_the_device_clock_with_the_wall_beside_it():
     assert "(1 judged on the device clock, 0 on the wall clock" in text
 
 
-@pytest.mark.parametrize("traced_kind, why", [
-    ("none", "no traced evaluation"),
+@pytest.mark.parametrize("timed_kind, why", [
+    ("off", "the timed evaluation was not traced (--device-clock off)"),
     ("incomplete", "the trace was incomplete: the channel overflowed"),
-    ("failed", "the traced evaluation was runtime_error"),
+    ("untraced", "no device clock in the result: no trace was read"),
 ])
-def test_without_a_device_clock_the_row_falls_back_to_the_wall_marked(traced_kind, why):
+def test_without_a_device_clock_the_row_falls_back_to_the_wall_marked(timed_kind, why):
+    """The timed run's wall figure, judged and marked, where it has no device clock."""
     mod = load_script()
-    profiled = gpu_result(wall_ms=0.0697, device_ms=None, profiler_ms=0.0660)
-    traced = {"none": None,
-              "incomplete": gpu_result(wall_ms=0.0697, device_ms=None, profiler_ms=0.066,
-                                       incomplete="the channel overflowed"),
-              "failed": gpu_result(wall_ms=0.0697, device_ms=None, profiler_ms=0.066)}[traced_kind]
-    if traced_kind == "failed":
-        traced.status = "runtime_error"
-    row = mod.row_from("p", profiled, traced)
+    profiled = gpu_result(wall_ms=None, device_ms=None, profiler_ms=0.0660)
+    timed = gpu_result(wall_ms=0.0697, device_ms=None, profiler_ms=None,
+                       incomplete="the channel overflowed" if timed_kind == "incomplete" else "")
+    row = mod.row_from("p", profiled, timed, traced=timed_kind != "off")
     assert row["harness_clock"].startswith("wall (fallback: ") and why in row["harness_clock"]
     assert row["harness_ms"] == pytest.approx(0.0697) and row["device_ms"] is None and row["host_share"] is None
     assert row["within_pct"] is False  # +5.6% on the wall clock: judged there, and said so
@@ -191,11 +192,25 @@ def test_without_a_device_clock_the_row_falls_back_to_the_wall_marked(traced_kin
     assert "(0 judged on the device clock, 1 on the wall clock for want of one)" in text
 
 
+@pytest.mark.parametrize("which", ["profiled", "timed"])
+def test_a_clock_of_an_evaluation_that_was_not_correct_is_not_judged(which):
+    mod = load_script()
+    profiled = gpu_result(wall_ms=None, device_ms=None, profiler_ms=0.0660)
+    timed = gpu_result(wall_ms=0.0697, device_ms=0.0665, profiler_ms=None)
+    failed = {"profiled": profiled, "timed": timed}[which]
+    failed.status, failed.reason = "runtime_error", "CUDA error: an illegal memory access"
+    row = mod.row_from("p", profiled, timed)
+    assert row["status"] == "runtime_error" and row["within_pct"] is None
+    assert row["note"] == f"the {which} evaluation: CUDA error: an illegal memory access"
+    assert "| p | runtime_error |" in mod.table([row]) and "not judged (runtime_error)" in mod.table([row])
+
+
 def test_on_the_cpu_the_fallback_says_there_is_no_trace():
     mod = load_script()
-    profiled = gpu_result(wall_ms=1.0, device_ms=None, profiler_ms=0.5)
-    profiled.fingerprint = {"cuda": False}
-    row = mod.row_from("p", profiled, None)
+    profiled = gpu_result(wall_ms=None, device_ms=None, profiler_ms=0.5)
+    timed = gpu_result(wall_ms=1.0, device_ms=None, profiler_ms=None)
+    profiled.fingerprint = timed.fingerprint = {"cuda": False}
+    row = mod.row_from("p", profiled, timed)
     assert row["harness_clock"] == "wall (fallback: no GPU: no kernel trace on the CPU)"
 
 
@@ -207,9 +222,9 @@ def test_a_miss_carries_its_cause_with_each_fact():
     """Issue 58 scope 3: a miss records its neighbours, the SM clock over its loop, its host share,
     the bandwidth facts and its re-run alone, each from what the run measured."""
     mod = load_script()
-    traced = gpu_result(wall_ms=7.60, device_ms=7.433, profiler_ms=6.394, concurrency=FULL_FACTS,
+    traced = gpu_result(wall_ms=7.60, device_ms=7.433, profiler_ms=None, concurrency=FULL_FACTS,
                         clocks_mhz=[1980.0, 1755.0])
-    row = mod.row_from("kb/level1/45_Average_Pooling_2D", gpu_result(wall_ms=7.6, device_ms=None, profiler_ms=6.394),
+    row = mod.row_from("kb/level1/45_Average_Pooling_2D", gpu_result(wall_ms=None, device_ms=None, profiler_ms=6.394),
                        traced, in_flight=8)
     assert row["within_pct"] is False
     row["rerun_alone"] = {"status": "correct", "harness_clock": "device", "harness_ms": 6.41, "profiler_ms": 6.40,
@@ -234,7 +249,8 @@ def test_a_miss_carries_its_cause_with_each_fact():
 
 def test_a_cause_says_not_recorded_where_a_fact_is_absent():
     mod = load_script()
-    row = mod.row_from("p", gpu_result(wall_ms=7.6, device_ms=None, profiler_ms=6.394), None)
+    row = mod.row_from("p", gpu_result(wall_ms=None, device_ms=None, profiler_ms=6.394),
+                       gpu_result(wall_ms=7.6, device_ms=None, profiler_ms=None))
     row["rerun_alone"] = {"status": "not run", "why": "time cap", "ncu_note": "time cap"}
     mod.attach_cause(row)
     cause = row["cause"]
@@ -246,14 +262,21 @@ def test_a_cause_says_not_recorded_where_a_fact_is_absent():
 
 
 class FakeEvaluator:
-    """Evaluations by a table: `results[(label-ish, kind)]` for the profiled and the traced run;
-    records each call's config and how many were in flight at once."""
+    """Evaluations by a table: the profiled run (the profiler's kernels, no timed loop) and the
+    timed one (its median and device clock); records each call's problem, config, how many were
+    in flight at once and how many of its own problem's."""
 
     def __init__(self, first_profiler_ms: dict[str, float]):
         import threading
 
         self.first_profiler_ms, self.calls, self.lock = first_profiler_ms, [], threading.Lock()
-        self.running, self.most = 0, 0
+        self.running, self.most, self.per_problem = 0, 0, {}
+
+    def map(self, jobs):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            return list(pool.map(lambda job: self.evaluate(*job), jobs))
 
     def evaluate(self, problem, source, config):
         import time as real_time
@@ -261,25 +284,26 @@ class FakeEvaluator:
         with self.lock:
             self.running += 1
             self.most = max(self.most, self.running)
+            self.per_problem[problem.name] = self.per_problem.get(problem.name, 0) + 1
             n = sum(1 for c in self.calls if c[0] == problem.name and c[1] == config.profile)
-            self.calls.append((problem.name, config.profile, self.running))
-        real_time.sleep(0.05)
+            self.calls.append((problem.name, config.profile, self.running, self.per_problem[problem.name], config))
+        real_time.sleep(0.2)
         with self.lock:
             self.running -= 1
-        # The first evaluation of "miss" reads its kernel 16% under the harness; the re-run agrees.
-        profiler = self.first_profiler_ms.get(problem.name, 0.1) if n == 0 else 0.1
-        return gpu_result(wall_ms=0.105, device_ms=None if config.profile else 0.1, profiler_ms=profiler,
-                          concurrency={"shared_device": False})
+            self.per_problem[problem.name] -= 1
+        if config.profile:  # the first evaluation of "miss" reads its kernel 16% under the harness; the re-run agrees
+            return gpu_result(wall_ms=None, device_ms=None, concurrency={"shared_device": False},
+                              profiler_ms=self.first_profiler_ms.get(problem.name, 0.1) if n == 0 else 0.1)
+        return gpu_result(wall_ms=0.105, device_ms=0.1, profiler_ms=None, concurrency={"shared_device": False})
 
 
-def test_a_miss_is_re_run_alone_once_and_a_hit_is_not(tmp_path, monkeypatch):
-    mod = load_script()
+def run_fake(tmp_path, monkeypatch, mod, fake: FakeEvaluator, names=("hit", "miss", "hit2"), jobs: int = 3):
+    """The script's main() on stand-in problems, with `fake` as the harness: its JSON lines and table."""
     problems = {}
-    for name in ("hit", "miss", "hit2"):
+    for name in names:
         problems[name] = (tmp_path / f"{name}.py", tmp_path / f"{name}_sol.py")
         for path in problems[name]:
             path.write_text("# stand-in\n")
-    fake = FakeEvaluator({"miss.py": 0.086})
 
     class Harness:
         def __init__(self, **kwargs):
@@ -296,13 +320,19 @@ def test_a_miss_is_re_run_alone_once_and_a_hit_is_not(tmp_path, monkeypatch):
     monkeypatch.setattr(harness, "Evaluator", Harness)
     monkeypatch.setattr(mod, "pairs", lambda args: ([(n, *problems[n]) for n in problems], []))
     out = tmp_path / "rows.jsonl"
-    assert mod.main(["--jobs", "3", "--out", str(out), "--summary", str(tmp_path / "t.md")]) == 0
-    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert mod.main(["--jobs", str(jobs), "--out", str(out), "--summary", str(tmp_path / "t.md")]) == 0
+    return [json.loads(x) for x in out.read_text().splitlines()], (tmp_path / "t.md").read_text()
+
+
+def test_a_miss_is_re_run_alone_once_and_a_hit_is_not(tmp_path, monkeypatch):
+    mod = load_script()
+    fake = FakeEvaluator({"miss.py": 0.086})
+    lines, table = run_fake(tmp_path, monkeypatch, mod, fake)
     reruns = [x for x in lines if "rerun_alone" in x]
     assert [x["problem"] for x in reruns] == ["miss"]
     rerun = reruns[0]["rerun_alone"]
     assert rerun["alone"] is True and rerun["within_pct"] is True and rerun["harness_clock"] == "device"
-    # the re-run ran with nothing beside it: the last two calls (its profiled and traced runs) alone
+    # the re-run ran with nothing beside it: the last two calls (its profiled and timed runs) alone
     assert [c[2] for c in fake.calls[-2:]] == [1, 1] and fake.most > 1
     causes = [x for x in lines if "cause" in x]
     assert [x["problem"] for x in causes] == ["miss"]
@@ -310,7 +340,63 @@ def test_a_miss_is_re_run_alone_once_and_a_hit_is_not(tmp_path, monkeypatch):
     assert cause["rerun_alone"]["first"]["diff_pct"] == pytest.approx(100 * (0.1 - 0.086) / 0.086)
     assert cause["rerun_alone"]["alone"]["diff_pct"] == pytest.approx(0.0)
     assert isinstance(cause["neighbours"]["in_flight"], int)
-    table = (tmp_path / "t.md").read_text()
     assert "| miss |" in table and "re-run alone: 0.1000 vs profiler 0.1000 ms (+0.0%, device clock; first +16.3%)" in table
     hit = next(x for x in table.splitlines() if x.startswith("| hit |"))
     assert hit.endswith("| yes | – |")
+
+
+def test_both_evaluations_of_a_problem_are_in_flight_together(tmp_path, monkeypatch):
+    """The first pass submits a problem's profiled and timed evaluations together (one map: the
+    server overlaps their host work); the re-run alone of a miss runs them one after the other."""
+    mod = load_script()
+    fake = FakeEvaluator({"miss.py": 0.086})
+    run_fake(tmp_path, monkeypatch, mod, fake, jobs=1)  # one problem at a time: only its own beside it
+    first, rerun = fake.calls[:-2], fake.calls[-2:]
+    assert len(first) == 6 and {c[0] for c in first} == {"hit.py", "miss.py", "hit2.py"}
+    for name in ("hit.py", "miss.py", "hit2.py"):
+        own = [c for c in first if c[0] == name]
+        assert sorted(c[1] for c in own) == [False, True]
+        assert max(c[3] for c in own) == 2, own  # the second began while the first ran
+    assert [(c[0], c[1], c[2], c[3]) for c in rerun] == [("miss.py", True, 1, 1), ("miss.py", False, 1, 1)]
+    # the re-run's profiled evaluation asks for Nsight Compute's third clock; the first pass's do not
+    assert rerun[0][4].kernel_evidence is True
+    assert all(c[4].kernel_evidence is False for c in first if c[1])
+
+
+# What the run judges: the timed loop's device clock (its trace) against torch.profiler's kernel
+# sum. Each evaluation runs what its clock needs, and the timed loop stays the harness's own.
+LOOP = ("timing", "warmup_ms", "target_ms", "min_reps", "max_reps", "rotating_input_sets", "flush_l2",
+        "launch_cover_us", "defences", "evidence", "smoke_inputs_on_cpu", "static_check", "torch_work")
+CHECKS_OFF = {"trials": 1, "baselines": False, "alt_distribution": False, "near_one_inputs": False,
+              "extra_inputs": False, "derived_checks": 0, "post_timing_check": False}
+
+
+@pytest.mark.parametrize("name, kwargs, expect", [
+    # the judged clock: the harness's own timed loop, traced, its trace the evidence alone (no ncu)
+    ("timed", {}, {"profile": False, "kernel_evidence": True, "audit_share": 0.0, "audit": False,
+                   "audit_wins": False, "trace": True}),
+    # --device-clock off: the wall clock of an untraced process, as before issue 58
+    ("timed", {"traced": False}, {"profile": False, "kernel_evidence": False, "audit_share": 0.0, "trace": False}),
+    # the profiler's clock: torch.profiler's calls alone, no loop, no evidence in the first pass
+    ("profiled", {}, {"profile": True, "kernel_evidence": False, "min_own_device_share": None}),
+    # a miss's re-run alone: Nsight Compute's third clock on the profiled run
+    ("profiled", {"ncu": True}, {"profile": True, "kernel_evidence": True, "min_own_device_share": None}),
+])
+def test_each_evaluation_runs_only_what_its_clock_needs(name, kwargs, expect):
+    from kernelagent.harness.config import EvalConfig
+
+    mod = load_script()
+    config = {"timed": mod.timed_config, "profiled": mod.profiled_config}[name](**kwargs)
+    default = EvalConfig()
+    got = config.to_dict()
+    assert {k: got[k] for k in expect} == expect
+    assert {k: got[k] for k in CHECKS_OFF} == CHECKS_OFF  # the correctness checks no clock needs: off
+    loop = {k: getattr(default, k) for k in LOOP}
+    if name == "profiled":
+        loop["timing"] = False  # the profile never needed the loop (it ran in a slot of its own after it)
+    assert {k: got[k] for k in LOOP} == loop  # the timed loop (where there is one) is the harness's own
+    # nothing else differs from the harness's defaults
+    rest = {k for k in got if k not in set(expect) | set(CHECKS_OFF) | set(LOOP)}
+    assert {k: got[k] for k in rest} == {k: default.to_dict()[k] for k in rest}
+
+
