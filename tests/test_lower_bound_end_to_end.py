@@ -189,18 +189,20 @@ def test_optimizes_final_kernel_on_a_gpu_is_audited_once(no_harness, tmp_path, r
         assert len(configs) == 1
 
 
-def test_bench_candidates_and_eval_audit_their_wins(no_harness, tmp_path):
-    """Issue 55: bench's counted wins and `kernelagent eval`'s verdict are shown to a person:
-    their configs ask a win to be audited (EvalConfig.audit_wins)."""
+@pytest.mark.parametrize("flags, audit_wins", [([], False), (["--audit", "wins"], True)])
+def test_bench_candidates_audit_their_wins_and_eval_when_asked(no_harness, tmp_path, flags, audit_wins):
+    """Issue 55: bench's counted wins are shown to a person as wins: their configs ask a win to be
+    audited (EvalConfig.audit_wins). A plain `kernelagent eval` is audited on the seeded share, as
+    the issue's list of audited wins has it; `eval --audit wins` asks for every win."""
     from kernelagent.bench.runner import BenchSpec
     from kernelagent.cli import app
 
     assert BenchSpec(root=str(tmp_path)).eval_config().audit_wins
     problem = write(tmp_path / "relu.py", PROBLEM)
     candidate = write(tmp_path / "cand.py", SURE)
-    CliRunner().invoke(app, ["eval", str(problem), str(candidate), "--device", "cpu", "--no-daemon"])
+    CliRunner().invoke(app, ["eval", str(problem), str(candidate), "--device", "cpu", "--no-daemon", *flags])
     [double] = ScriptedGpuEvaluator.made
-    assert [c.audit_wins for c in double.configs] == [True]
+    assert [c.audit_wins for c in double.configs] == [audit_wins]
 
 
 # -- 2. bench: fast_p and its report ------------------------------------------------------
