@@ -56,6 +56,9 @@ SCHEMAS: dict[str, dict[str, tuple[type, ...]]] = {
     "hello": {"fingerprint": (dict,), "pid": (int,), "daemon": (dict,)},  # daemon: a warm harness's (listen.py)
     "evaluate": {"config": (dict,), "problem_source": (str,), "candidate_source": (str,),
                  "candidate_sha256": (str,), "want_baselines": (bool,), "options": (dict,)},
+    # a problem's baselines timed by a job of their own, beside its candidates' checks (the
+    # reference's process only: no candidate, no verdict; docs/concepts/concurrency.md)
+    "evaluate_baselines": {"config": (dict,), "problem_source": (str,), "options": (dict,)},
     "started": {},
     "nonce": {"nonce": (str,)},
     "result": {"result": (dict,)},

@@ -44,13 +44,15 @@ class ServerChannel:
 
     def _round_trip(self, request: dict[str, Any], deadline_s: float,
                     cancel: threading.Event | None = None,
-                    on_baselines: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
+                    on_baselines: Callable[[dict[str, Any]], None] | None = None,
+                    kind: str = "evaluate") -> dict[str, Any] | None:
         """Send one job, give it its nonce once the server has forked it, and wait for the
         result that carries both. Several jobs share the socket (the reader thread routes the
         replies). A job past its overall deadline means a server that stopped answering: it is
         killed (the jobs in flight with it end as harness errors) and restarted next time. A
         `cancel` set meanwhile ends this job alone ({"cancelled": True}: _cancel_job). The
-        baselines may come first, with the nonce too: `on_baselines` gets them."""
+        baselines may come first, with the nonce too: `on_baselines` gets them. `kind`: the
+        request's type (`evaluate_baselines`: a problem's baselines, caller/baseline_jobs.py)."""
         job = secrets.token_hex(8)
         nonce = secrets.token_hex(16)
         box: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -61,7 +63,7 @@ class ServerChannel:
             self._pending[job] = (box, conn)
             try:
                 with self._send_lock:
-                    protocol.send(conn, "evaluate", job, **request)
+                    protocol.send(conn, kind, job, **request)
                 started = self._until_started(box, deadline_s, cancel)
                 if started is not None and started.get("type") == "cancelled":
                     return self._cancel_job(conn, job, box)

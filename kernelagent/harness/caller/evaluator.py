@@ -28,8 +28,9 @@ from kernelagent.harness.caller import zygote
 from kernelagent.harness.jail import sandbox
 from kernelagent.harness.server.audit import evidence_options, needs_win_audit
 from kernelagent.harness.caller.baseline_cache import BaselineCache
+from kernelagent.harness.caller.baseline_jobs import ProblemBaselines
 from kernelagent.harness.caller.channel import ServerChannel
-from kernelagent.harness.caller.results import apply_kernel_evidence, first_try_summary, store_baselines
+from kernelagent.harness.caller.results import apply_kernel_evidence, first_try_summary
 from kernelagent.harness.caller.pids import PidProcess
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.result import EvalResult, Flag, Status
@@ -449,10 +450,9 @@ class Evaluator(ServerChannel):
                 base.stage_seconds["total"] = time.monotonic() - started
                 return base
             static_flags = [Flag(f"static:{f.kind}", f.message_with_line(), "info") for f in findings]
-        # The claim (below) is held until the baselines' entry is written (early, or by _merge);
-        # the lock only around the server's round trip, as before.
+        # This problem's baselines (caller/baseline_jobs.py): a job of their own beside the
+        # candidate's, or another evaluation's entry after this verdict; its claims end with it.
         with contextlib.ExitStack() as claims:
-            claim = claims.enter_context(contextlib.ExitStack())  # this problem's baselines' claim
             with self._lock:
                 try:
                     self.start()
@@ -465,35 +465,24 @@ class Evaluator(ServerChannel):
                     base.stage_seconds["server_start"], self._unbilled_start_s = self._unbilled_start_s, 0.0
             cache_key = self.cache.key(problem.sha256, base.fingerprint, config)
             cached = self.cache.get(cache_key) if config.use_baseline_cache else None
-            want_baselines = config.timing and config.baselines and not config.compile_only and cached is None
-            deferred = False
-            if want_baselines and config.use_baseline_cache and self.coordinate_baselines:
-                # The right to time this key's baselines, held until the entry is written (_merge).
-                # Taken without waiting: when another evaluation (a thread here, or another
-                # evaluator) holds it, this one runs without baselines and waits for that entry
-                # only after its own verdict, so same-problem candidates still overlap.
-                if claim.enter_context(self.cache.claim(cache_key, wait_s=0)):
-                    cached = self.cache.get(cache_key)
-                    want_baselines = cached is None
-                else:
-                    want_baselines, deferred = False, True
-
-            def early(baselines: dict[str, Any]) -> None:
-                """The server's baselines before its evidence stage: stored, and their claim let go,
-                so an evaluation of this problem waiting for them goes on now."""
-                if request["want_baselines"] and store_baselines(self.cache, cache_key, baselines, base.fingerprint,
-                                                                 base.problem_sha256, config):
-                    claim.close()
             options: dict[str, Any] = {"cuda_cache_dir": str(self.cuda_cache_dir) if self.cuda_cache_dir else None}
             if self.reference_compile_dir is not None:
                 options["reference_compile_dir"] = str(self.reference_compile_dir)
+            plan = ProblemBaselines(channel=self, cache=self.cache, key=cache_key, config=config,
+                                    fingerprint=base.fingerprint, problem_sha256=problem.sha256,
+                                    problem_source=problem.source, cancel=cancel, deadline_s=self._deadline(config),
+                                    options={k: v for k, v in options.items() if k == "reference_compile_dir"},
+                                    coordinate=self.coordinate_baselines,
+                                    jobs_at_once=int(self.concurrency.get("jobs") or 1))
+            claims.callback(plan.release)
+            cached = plan.begin(cached)
             if config.kernel_evidence:
                 # The server runs it as the job's last stage (server/evidence.py), hiding these too.
                 options["evidence"] = evidence_options(config, base.candidate_sha256, cached, self._evidence_hide())
             request = {"config": config.to_dict(), "problem_source": problem.source,
-                       "candidate_source": candidate_source, "want_baselines": want_baselines,
+                       "candidate_source": candidate_source, "want_baselines": plan.in_job,
                        "candidate_sha256": base.candidate_sha256, "options": options}
-            reply = self._round_trip(request, self._deadline(config), cancel, early)
+            reply = self._round_trip(request, self._deadline(config), cancel, plan.early)
             if reply is not None and "result" in reply and \
                     (reply["result"].get("concurrency") or {}).get("retry_alone"):
                 # Out of memory beside other jobs: never the candidate's verdict until it ran alone.
@@ -501,7 +490,7 @@ class Evaluator(ServerChannel):
                 first = first_result.get("stage_seconds") or {}
                 first_retries = (first_result.get("concurrency") or {}).get("alloc_retries")
                 request["options"] = dict(options, alone=True)
-                reply = self._round_trip(request, self._deadline(config), cancel, early)
+                reply = self._round_trip(request, self._deadline(config), cancel, plan.early)
                 if reply is not None and "result" in reply:
                     reply["result"].setdefault("concurrency", {})["retried_alone"] = True
                     if first_retries:  # why it was re-run: the device was full while it was timed
@@ -511,15 +500,8 @@ class Evaluator(ServerChannel):
                     reply["result"]["concurrency"]["first_try"] = first_try_summary(first_result)
                     reply["result"].setdefault("stage_seconds", {})["first_try"] = \
                         float(first.get("total_server", 0.0) or 0.0)
-            if deferred and reply is not None and "result" in reply and \
-                    reply["result"].get("status") == Status.CORRECT:
-                waited = time.monotonic()
-                if claims.enter_context(self.cache.claim(cache_key, wait_s=self._deadline(config))):
-                    cached = self.cache.get(cache_key)
-                base.stage_seconds["baseline_wait"] = time.monotonic() - waited
-                if cached is None:  # the holder's candidate failed before its baselines: time them here
-                    request["want_baselines"] = True
-                    reply = self._round_trip(request, self._deadline(config), cancel)
+            if reply is not None and "result" in reply and not reply.get("cancelled"):
+                cached = plan.finish(reply["result"], base.stage_seconds) or cached
             base.stage_seconds["start_to_reply"] = time.monotonic() - started
             if reply is not None and reply.get("cancelled"):
                 verdict.apply_to(base, [verdict.HarnessFault(CANCELLED_REASON)])

@@ -114,6 +114,9 @@ class Job:
         # What the gate stopped of the candidate's and the reference's processes (gate.Stops).
         self.cand_stops, self.ref_stops = gate_mod.Stops(), gate_mod.Stops()
         self.job_id = request["job"]
+        # A problem's baselines, a job of their own (protocol `evaluate_baselines`): the reference's
+        # process only, started as soon as the caller knows the problem (run_baselines_only).
+        self.baselines_only = request.get("type") == "evaluate_baselines"
         self.config = EvalConfig.from_dict(request["config"])
         self.fingerprint = fingerprint
         self.jail = jail
@@ -287,6 +290,8 @@ class Job:
     def run(self) -> JobRecord:
         if self.facts.status == Status.TOO_LARGE:  # decided at the start (server/start.py); nothing was started
             return self.facts
+        if self.baselines_only:
+            return self.run_baselines_only()
         if self.config.backend == "cuda" and not self.fingerprint.get("cuda"):
             return self.precompile_only()
         # Secrets, drawn now that the candidate's process exists without them.
@@ -348,6 +353,33 @@ class Job:
             kill_group(self.cand)
             if self.cand is not None:
                 self.cand.join(5)
+            trace_stage.collect(self)
+        self.finish_result()
+        return self.facts
+
+    def run_baselines_only(self) -> JobRecord:
+        """A problem's baselines without a candidate: the reference loads the problem (`ref_ready`),
+        then compiles its runners beside other jobs and times them holding the device's slot
+        (Baselines.run_baselines). The result carries `baselines` (a failure in their `errors`),
+        never a verdict about a candidate; the caller stores them for every evaluation of the problem."""
+        self.ref_nonce = secrets.token_hex(16)
+        self.base_seed = self.config.seed if self.config.seed is not None else draws.draw_master(self.rng)
+        try:
+            protocol.send(self.to_ref, "ref_nonce", self.job_id, nonce=self.ref_nonce, derived=[])
+            self.enter("load")
+            self.ready = self.channels.ref_recv({"ref_ready"}, self.clock() + self.limit("start") + self.limit("load"))
+            self.enter("finished")  # the baselines keep their own clock (stage_seconds["baselines"])
+            self.baselines.run_baselines()
+        except StageTimeout:
+            self.facts.baselines = {"errors": {"reference": f"the reference did not load the problem within its "
+                                                            f"{self.limit('start') + self.limit('load'):.0f} s"}}
+        except Stop:  # the reference said why (channels.ref_error: a broken or too large problem)
+            self.facts.baselines = {"errors": {"reference": (self.facts.reason or "the reference failed")[:2000]}}
+        except (ReferenceGone, OSError) as exc:
+            self.facts.baselines = {"errors": {"reference": f"the reference process {exc}"}}
+        except Exception:  # noqa: BLE001 - a bug of ours must not take the server down
+            self.facts.baselines = {"errors": {"harness": traceback.format_exc(limit=3)}}
+        finally:
             trace_stage.collect(self)
         self.finish_result()
         return self.facts
@@ -424,7 +456,8 @@ class Job:
             self.retry_alone("ran past a stage limit while other evaluations shared the host; it is re-run alone "
                              "before anything is said about the candidate (was: "
                              + self.facts.reason[:300] + ")")
-        if beside and retries and self.facts.status == Status.CORRECT:
+        timed = self.facts.status == Status.CORRECT or (self.baselines_only and bool((self.facts.baselines or {}).get("timings")))
+        if beside and retries and timed:
             # The device was full while the candidate's loop or profile, or a baseline, was timed:
             # the caching allocator gave memory back and mapped fresh pages call after call, so the
             # times are the neighbours' memory's as much as the kernel's (common.AllocPressure). A

@@ -274,7 +274,8 @@ def share_compile_workers(jobs: int) -> int:
 
 
 class Dispatcher:
-    """Reads the caller's socket on the main thread; each `evaluate` gets a thread of its own,
+    """Reads the caller's socket on the main thread; each `evaluate` (and each `evaluate_baselines`:
+    a problem's baselines, a job of its own, server/job.py run_baselines_only) gets a thread of its own,
     admitted by `Admission` (at most `limit` at once, or alone), and its nonce is handed to it
     when it arrives. Replies go out under one lock. A `cancel` ends one job (its processes are
     killed, its result says so) and nothing else: the server and the other jobs go on."""
@@ -315,7 +316,7 @@ class Dispatcher:
     def run(self) -> None:
         while True:
             try:
-                request = protocol.recv(self.conn, {"evaluate", "nonce", "cancel", "shutdown"},
+                request = protocol.recv(self.conn, {"evaluate", "evaluate_baselines", "nonce", "cancel", "shutdown"},
                                         max_bytes=protocol.MAX_CALLER_FRAME)
             except (EOFError, OSError, protocol.ProtocolError):
                 break

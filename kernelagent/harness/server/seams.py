@@ -150,6 +150,7 @@ class StartJob(TraceJob, Freezable, Protocol):
     gate (Freezable)."""
 
     baselines: BaselinesStage
+    baselines_only: bool  # a baselines job: the reference's process only (Job.run_baselines_only)
     cand: BaseProcess | None
     cand_alive_fd: int  # set by Start.fork (server/start.py)
     cand_log_fd: int | None  # set by Start.fork (server/start.py)

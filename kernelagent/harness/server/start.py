@@ -80,10 +80,13 @@ class Start:
         """The problem and the candidate in the candidate's folder, its log, the problem in the
         reference's folder, and a CUDA candidate's cached builds staged."""
         job = self.job
+        (job.refdir / "problem.py").write_text(job.problem_source)
+        if job.baselines_only:  # a problem's baselines (job.run_baselines_only): no candidate
+            job.cand_log_fd = None
+            return
         (job.scratch / "problem.py").write_text(job.problem_source)
         (job.scratch / "candidate.py").write_text(job.request["candidate_source"])
         job.cand_log_fd = open_log(job.scratch / "candidate.log")
-        (job.refdir / "problem.py").write_text(job.problem_source)
         options = job.request.get("options", {})
         if job.config.backend == "cuda" and options.get("cuda_cache_dir") and job.fingerprint.get("cuda"):
             from kernelagent.harness.server import build_cache
@@ -118,23 +121,26 @@ class Start:
         job = self.job
         job.to_ref, ref_end = FORK.Pipe()
         job.to_cand, cand_end = FORK.Pipe()
-        if job.config.backend == "cuda" and not job.fingerprint.get("cuda"):
+        if job.config.backend == "cuda" and not job.fingerprint.get("cuda") and not job.baselines_only:
             ref_end.close()
             cand_end.close()
             return  # compile-only: precompile_only() runs in this process, nothing is forked
         ref_job, cand_job = trace_stage.open_for(job)  # the kernel trace's channel (issue 55)
         job.ref = FORK.Process(target=reference_process, name="kernelagent-reference",
                                args=(ref_job, ref_end, job.refdir))
-        job.cand = FORK.Process(target=candidate_process, name="kernelagent-candidate",
-                                args=(cand_job, cand_end, job.scratch, job.jail))
+        if not job.baselines_only:  # a baselines job has the reference's process only
+            job.cand = FORK.Process(target=candidate_process, name="kernelagent-candidate",
+                                    args=(cand_job, cand_end, job.scratch, job.jail))
         # No other thread mid-import as the job's processes are forked (server/forking.py).
         job.concurrency["fork_wait_s"] = round(forking.quiet_imports(), 4)
         job.ref.start()
-        job.cand.start()
+        if job.cand is not None:
+            job.cand.start()
         ref_end.close()
         cand_end.close()
         # Liveness through pidfds, not Process.sentinel: the children close every descriptor they
         # inherited, the sentinel pipe's write end included, which would read as a death.
         job.ref_alive_fd = os.pidfd_open(job.ref.pid)
-        job.cand_alive_fd = os.pidfd_open(job.cand.pid)
+        if job.cand is not None:
+            job.cand_alive_fd = os.pidfd_open(job.cand.pid)
         job.gate.register(job)  # from now on a neighbour's timed loop stops these processes too
