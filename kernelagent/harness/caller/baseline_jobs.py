@@ -180,10 +180,15 @@ class ProblemBaselines:
             raw["flags"] = list(raw.get("flags") or []) + [f for f in self.job.result.get("flags") or []
                                                            if isinstance(f, dict)]
             raw.setdefault("concurrency", {})["baselines_job"] = self.job.describe()
+            timed_s = self.job.result.get("stage_seconds", {}).get("baselines") \
+                if isinstance(self.job.result.get("stage_seconds"), dict) else None
+            if isinstance(timed_s, (int, float)) and not isinstance(timed_s, bool):
+                # what timing them took, beside this candidate's job (the result's own clocks)
+                raw.setdefault("stage_seconds", {})["baselines"] = float(timed_s)
         return None
 
     def release(self) -> None:
-        """When the evaluation ends: every claim it still holds let go."""
-        if self.job is not None:
-            self.job.release()
+        """When the evaluation ends: the claims it holds itself let go. A baselines' job still
+        running (an incorrect candidate does not wait for it) keeps its own until it has stored
+        the entry or failed, so that no other evaluation starts the same job meanwhile."""
         self.claims.close()
