@@ -97,3 +97,50 @@ def test_a_malformed_baselines_request_is_refused(fields, fragment):
     raw = json.dumps({"v": protocol.VERSION, "type": "evaluate_baselines", "job": "j", **fields}).encode()
     with pytest.raises(protocol.ProtocolError, match=fragment):
         protocol.decode(raw, accept)
+
+
+TIMING = {"median_ms": 1.0, "q1_ms": 1.0, "q3_ms": 1.0, "min_ms": 1.0, "reps": 5, "meaningful": False, "note": ""}
+
+
+def test_a_sibling_that_finds_no_entry_starts_the_baselines_job_never_its_candidates_again(tmp_path, monkeypatch):
+    """Another evaluation held the problem's claim and let it go without an entry (its job
+    failed, or it was killed): the sibling, once its own candidate is correct, holds the claim
+    and sends a baselines' job; its candidate's job is sent once."""
+    import threading
+
+    ev = Evaluator(device="cpu", cache_dir=tmp_path)
+    config = _config()
+    ev._fingerprint = {"cuda": False, "concurrency": {"jobs": 2}}
+    monkeypatch.setattr(ev, "start", lambda: None)
+    key = ev.cache.key(load_problem(PROBLEM).sha256, ev._fingerprint, config)
+    holding, let_go = threading.Event(), threading.Event()
+
+    def other_holder():
+        with ev.cache.claim(key, wait_s=0) as held:
+            assert held
+            holding.set()
+            let_go.wait(30)  # and goes without writing an entry
+
+    sent: list[str] = []
+
+    def fake_round_trip(request, deadline, cancel=None, on_baselines=None, kind="evaluate"):
+        sent.append(kind)
+        if kind == "evaluate_baselines":
+            assert set(request) == {"config", "problem_source", "options"}
+            return {"result": {"baselines": {"timings": {"eager": dict(TIMING, median_ms=2.0)}, "errors": {}},
+                               "concurrency": {"span": [1.0, 2.0]}, "stage_seconds": {"baselines": 0.5}}}
+        assert not request["want_baselines"]
+        let_go.set()
+        return {"result": {"status": Status.CORRECT, "reason": "", "concurrency": {},
+                           "timings": {"candidate": dict(TIMING)}}}
+
+    monkeypatch.setattr(ev, "_round_trip", fake_round_trip)
+    thread = threading.Thread(target=other_holder)
+    thread.start()
+    assert holding.wait(10)
+    result = ev.evaluate(PROBLEM, read(CANDIDATES / "relu_good.py"), config)
+    thread.join(10)
+    assert result.status == Status.CORRECT, result.reason
+    assert sent == ["evaluate", "evaluate_baselines"]
+    assert result.speedups == {"eager": 2.0} and "baseline_wait" in result.stage_seconds
+    assert ev.cache.get(key)["timings"]["eager"]["median_ms"] == 2.0

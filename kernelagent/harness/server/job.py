@@ -456,7 +456,8 @@ class Job:
             self.retry_alone("ran past a stage limit while other evaluations shared the host; it is re-run alone "
                              "before anything is said about the candidate (was: "
                              + self.facts.reason[:300] + ")")
-        timed = self.facts.status == Status.CORRECT or (self.baselines_only and bool((self.facts.baselines or {}).get("timings")))
+        timed = self.facts.status == Status.CORRECT or (getattr(self, "baselines_only", False)
+                                                        and bool((self.facts.baselines or {}).get("timings")))
         if beside and retries and timed:
             # The device was full while the candidate's loop or profile, or a baseline, was timed:
             # the caching allocator gave memory back and mapped fresh pages call after call, so the
