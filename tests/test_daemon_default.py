@@ -42,6 +42,14 @@ def built(monkeypatch):
     return seen
 
 
+def _daemon_variable(monkeypatch, variable: str | None) -> None:
+    """KERNELAGENT_DAEMON as a row gives it: unset (None) or that value."""
+    if variable is None:
+        monkeypatch.delenv("KERNELAGENT_DAEMON", raising=False)
+    else:
+        monkeypatch.setenv("KERNELAGENT_DAEMON", variable)
+
+
 def _ci_repo(tmp_path: Path) -> Path:
     target = tmp_path / "repo"
     shutil.copytree(REPO / "tests" / "ci_repo", target)
@@ -74,10 +82,7 @@ def test_each_command_builds_its_evaluator_with_the_warm_harness_by_default(buil
                                                                              variable, flags, daemon):
     from kernelagent.cli import app
 
-    if variable is None:
-        monkeypatch.delenv("KERNELAGENT_DAEMON", raising=False)
-    else:
-        monkeypatch.setenv("KERNELAGENT_DAEMON", variable)
+    _daemon_variable(monkeypatch, variable)
     result = CliRunner().invoke(app, [*_command(command, tmp_path), *flags], env={"COLUMNS": "120"})
     assert result.exit_code == 2 and "evaluator built (test)" in result.output, result.output
     assert len(built) == 1 and built[0]["daemon"] is daemon, built
@@ -100,10 +105,7 @@ def test_mcp_hands_its_harness_the_warm_harness_by_default(built, monkeypatch, t
         raise Built("server built (test)")
 
     monkeypatch.setattr(server, "build", build)
-    if variable is None:
-        monkeypatch.delenv("KERNELAGENT_DAEMON", raising=False)
-    else:
-        monkeypatch.setenv("KERNELAGENT_DAEMON", variable)
+    _daemon_variable(monkeypatch, variable)
     result = CliRunner().invoke(app, ["mcp", "--problems", str(CANDIDATES), "--device", "cpu", *flags])
     assert result.exit_code == 2 and "server built (test)" in result.output, result.output
     assert len(handed) == 1 and handed[0]["daemon"] is daemon, handed
@@ -124,10 +126,7 @@ def test_the_librarys_evaluator_and_pool_stay_off_unless_the_variable_says_on(mo
     from kernelagent.harness import Evaluator
     from kernelagent.harness.caller.pool import EvaluatorPool
 
-    if variable is None:
-        monkeypatch.delenv("KERNELAGENT_DAEMON", raising=False)
-    else:
-        monkeypatch.setenv("KERNELAGENT_DAEMON", variable)
+    _daemon_variable(monkeypatch, variable)
     assert Evaluator(device="cpu", daemon=explicit).daemon_requested is daemon  # nothing starts before a job
     pool = EvaluatorPool(devices=["cpu", "cpu"], daemon=explicit)
     try:
@@ -163,10 +162,7 @@ def test_bench_uses_a_warm_harness_per_device_by_default(monkeypatch, tmp_path, 
         raise Built("run_bench called (test)")
 
     monkeypatch.setattr(bench, "run_bench", run_bench)
-    if variable is None:
-        monkeypatch.delenv("KERNELAGENT_DAEMON", raising=False)
-    else:
-        monkeypatch.setenv("KERNELAGENT_DAEMON", variable)
+    _daemon_variable(monkeypatch, variable)
     result = CliRunner().invoke(app, [*BENCH_ARGS, "--store", str(tmp_path / "s.sqlite"), *flags],
                                 env={"COLUMNS": "120"})
     assert result.exit_code == 2 and "run_bench called (test)" in result.output, result.output
