@@ -134,6 +134,30 @@ def cache_dir(tmp_path_factory, request) -> Path:
     return shared
 
 
+@pytest.fixture
+def eval_configs(monkeypatch) -> list:
+    """The EvalConfig each `kernelagent eval` hands the harness, in order: the CLI's Evaluator is
+    replaced by a recorder that answers `correct` without running anything."""
+    import kernelagent.harness as harness
+    from kernelagent.harness import EvalResult
+
+    seen: list = []
+
+    class Recorder:
+        def __init__(self, **kwargs):
+            pass
+
+        def evaluate(self, problem, source, config):
+            seen.append(config)
+            return EvalResult(status="correct", correct=True, compiled=True)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(harness, "Evaluator", Recorder)
+    return seen
+
+
 @pytest.fixture(scope="session")
 def evaluator(cache_dir):
     from kernelagent.harness import Evaluator

@@ -49,23 +49,8 @@ def test_unknown_mode_is_bad_input_on_every_command(argv):
     assert lines == ["error: --inductor-modes: unknown mode 'turbo' (use " + ", ".join(INDUCTOR_MODES) + ")"]
 
 
-def test_eval_maps_the_option_to_compile_modes(monkeypatch):
-    import kernelagent.harness as harness
-
-    seen = []
-
-    class FakeEvaluator:
-        def __init__(self, **kwargs):
-            pass
-
-        def evaluate(self, problem, source, config):
-            seen.append(config)
-            return EvalResult(status="correct", correct=True, compiled=True)
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(harness, "Evaluator", FakeEvaluator)
+def test_eval_maps_the_option_to_compile_modes(eval_configs):
+    seen = eval_configs
     runner = CliRunner()
     assert runner.invoke(app, ["eval", str(RELU), str(RELU_SOL), "--device", "cpu", "--json",
                                "--inductor-modes", "reduce-overhead"]).exit_code == 0
