@@ -185,13 +185,13 @@ def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, s
             pool.shutdown(wait=False, cancel_futures=True)
         base = next(r for r in serial["rows"] if r["key"] == key)
         row = _row(key, honest)
+        copies = serial_copies(serial["rows"], key)
         out["spinner"] = {"candidate": key, "spinners": spinners, "serial_median_ms": base["median_ms"],
                           "serial_time_interval": base["time_interval"], "beside_spinners_median_ms": row["median_ms"],
                           "beside_spinners_time_interval": row["time_interval"],
                           "status": honest.status, "idle_wait_s": row["idle_wait_s"],
                           "within_serial_interval": _overlaps(base["time_interval"], row["time_interval"]),
-                          "serial_copies_ms": serial_copies(serial["rows"], key),
-                          "within_serial_copies": within_copies(serial_copies(serial["rows"], key), row["median_ms"]),
+                          "serial_copies_ms": copies, "within_serial_copies": within_copies(copies, row["median_ms"]),
                           "spinner_statuses": [r.status for r in neighbours],
                           "concurrency": honest.concurrency}
     return out

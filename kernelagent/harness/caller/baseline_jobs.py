@@ -97,14 +97,17 @@ class BaselinesJob:
     def wait(self, timeout_s: float) -> bool:
         return self._done.wait(max(0.0, timeout_s))
 
+    def stage_seconds(self) -> dict[str, float]:
+        """The job's stage clocks, as the server sent them (numbers only)."""
+        seconds = self.result.get("stage_seconds") if isinstance(self.result.get("stage_seconds"), dict) else {}
+        return {k: float(v) for k, v in seconds.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
     def describe(self) -> dict[str, Any]:
         """For the holder's result (concurrency["baselines_job"]): the job's span on the server
         and its stage clocks."""
         concurrency = self.result.get("concurrency") if isinstance(self.result.get("concurrency"), dict) else {}
-        seconds = self.result.get("stage_seconds") if isinstance(self.result.get("stage_seconds"), dict) else {}
         return {"sent": round(self.sent, 4), "span": concurrency.get("span"),
-                "retried_alone": bool(concurrency.get("retry_alone")),
-                "stage_seconds": {k: v for k, v in seconds.items() if isinstance(v, (int, float))}}
+                "retried_alone": bool(concurrency.get("retry_alone")), "stage_seconds": self.stage_seconds()}
 
 
 class ProblemBaselines:
@@ -180,11 +183,10 @@ class ProblemBaselines:
             raw["flags"] = list(raw.get("flags") or []) + [f for f in self.job.result.get("flags") or []
                                                            if isinstance(f, dict)]
             raw.setdefault("concurrency", {})["baselines_job"] = self.job.describe()
-            timed_s = self.job.result.get("stage_seconds", {}).get("baselines") \
-                if isinstance(self.job.result.get("stage_seconds"), dict) else None
-            if isinstance(timed_s, (int, float)) and not isinstance(timed_s, bool):
+            timed_s = self.job.stage_seconds().get("baselines")
+            if timed_s is not None:
                 # what timing them took, beside this candidate's job (the result's own clocks)
-                raw.setdefault("stage_seconds", {})["baselines"] = float(timed_s)
+                raw.setdefault("stage_seconds", {})["baselines"] = timed_s
         return None
 
     def release(self) -> None:
