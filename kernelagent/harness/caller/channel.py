@@ -2,12 +2,25 @@
 reader thread routes each `started`, `baselines_ready` and `result` to the thread waiting for
 that job; a job is sent, given its nonce once forked, and waited for within its deadline; a
 caller that gives up cancels that job alone; a server silent past a deadline, or one that breaks
-the protocol, goes."""
+the protocol, goes.
+
+**Only the reader closes the socket it reads.** Another thread that ends the connection (close,
+a killed or hung server, a warm harness let go) shuts it down (`hang_up`): the reader hears the
+end and closes it. Closed under the reader by another thread, the descriptor's number went to
+the next socket this process opened, which is the next server's channel when an evaluator
+closes and another starts (a warm harness's command, then a private one), and the old reader,
+caught between taking the number and reading, read the new channel's bytes: its frames came
+apart ("the harness server died" half a second into a job) or a reply was never heard (a job
+abandoned for want of its nonce, the caller waiting out its deadline). tests/test_channel_close.py.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import secrets
+import socket
 import subprocess
 import threading
 import time
@@ -19,28 +32,54 @@ from kernelagent.harness import protocol
 
 CANCEL_POLL_S = 0.2
 CANCEL_WAIT_S = 30.0
+READER_JOIN_S = 5.0  # how long a hang-up waits for the reader to close the socket
 
 
 class ServerChannel:
-    """Evaluator's round trips (needs its _conn, _proc, _lock, _send_lock, _pending, _heard and
-    _kill_server)."""
+    """Evaluator's round trips (needs its _conn, _proc, _lock, _send_lock, _pending, _heard,
+    _reader, _reader_conn and _kill_server)."""
 
     def _read(self, conn: Connection) -> None:
         """The socket's one reader: each `started` and `result` goes to the thread waiting for
-        that job; when the server is gone, every waiting thread hears None."""
-        while True:
-            try:
-                message = protocol.recv(conn, {"started", "baselines_ready", "result"},
-                                        max_bytes=protocol.MAX_CALLER_FRAME)
-            except (EOFError, OSError, protocol.ProtocolError, ValueError, TypeError):
-                break  # TypeError: the connection was closed under us (abort, close)
-            self._heard = time.monotonic()  # the server is alive and answering (queued jobs wait on this)
-            entry = self._pending.get(str(message.get("job")))
-            if entry is not None and entry[1] is conn:
-                entry[0].put(message)
-        for box, sent_on in list(self._pending.values()):
-            if sent_on is conn:
-                box.put(None)
+        that job; when the server is gone (or the connection was hung up), every waiting thread
+        hears None, and this thread closes the socket (no other does: module docstring)."""
+        try:
+            while True:
+                try:
+                    message = protocol.recv(conn, {"started", "baselines_ready", "result"},
+                                            max_bytes=protocol.MAX_CALLER_FRAME)
+                except (EOFError, OSError, protocol.ProtocolError, ValueError, TypeError):
+                    break
+                self._heard = time.monotonic()  # the server is alive and answering (queued jobs wait on this)
+                entry = self._pending.get(str(message.get("job")))
+                if entry is not None and entry[1] is conn:
+                    entry[0].put(message)
+        finally:
+            for box, sent_on in list(self._pending.values()):
+                if sent_on is conn:
+                    box.put(None)
+            conn.close()
+
+    def start_reader(self, conn: Connection) -> None:
+        """The reader of `conn` (the connection just greeted), the one thread that closes it."""
+        self._reader = threading.Thread(target=self._read, args=(conn,), name="kernelagent-harness-reader",
+                                        daemon=True)
+        self._reader_conn = conn
+        self._reader.start()
+
+    def hang_up(self, conn: Connection | None) -> None:
+        """End `conn` from any thread: shut the socket down, which wakes its reader with the end of
+        the stream; the reader closes it (waited for up to READER_JOIN_S; where it is slower it
+        still closes it itself). A connection no reader reads (its greeting failed) closes here."""
+        if conn is None or conn.closed:
+            return
+        shut_down(conn)
+        reader = self._reader if self._reader_conn is conn else None
+        if reader is not None and reader.ident is not None:
+            if reader is not threading.current_thread():
+                reader.join(READER_JOIN_S)
+            return
+        conn.close()
 
     def _round_trip(self, request: dict[str, Any], deadline_s: float,
                     cancel: threading.Event | None = None,
@@ -161,3 +200,13 @@ class ServerChannel:
             if proc is not None and self._proc is proc:
                 self._kill_server(misbehaved)
 
+
+def shut_down(conn: Connection | None) -> None:
+    """Shut `conn`'s socket down for both directions without closing its descriptor (through a
+    duplicate): a thread blocked reading it hears the end of the stream, and the peer too."""
+    if conn is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        duplicate = socket.socket(fileno=os.dup(conn.fileno()))
+        with duplicate:
+            duplicate.shutdown(socket.SHUT_RDWR)

@@ -29,7 +29,7 @@ from kernelagent.harness.jail import sandbox
 from kernelagent.harness.server.audit import evidence_options, needs_win_audit
 from kernelagent.harness.caller.baseline_cache import BaselineCache
 from kernelagent.harness.caller.baseline_jobs import ProblemBaselines
-from kernelagent.harness.caller.channel import ServerChannel
+from kernelagent.harness.caller.channel import ServerChannel, shut_down
 from kernelagent.harness.caller.results import apply_kernel_evidence, first_try_summary
 from kernelagent.harness.caller.pids import PidProcess
 from kernelagent.harness.config import EvalConfig
@@ -111,6 +111,7 @@ class Evaluator(ServerChannel):
         self._pending: dict[str, tuple["queue.Queue[dict[str, Any] | None]", Connection]] = {}
         self._heard = 0.0  # when the server last sent anything (monotonic)
         self._reader: threading.Thread | None = None
+        self._reader_conn: Connection | None = None  # the connection _reader reads (and alone closes)
         self._proc: subprocess.Popen | None = None
         self._conn: Connection | None = None
         self._fingerprint: dict[str, Any] | None = None
@@ -298,9 +299,7 @@ class Evaluator(ServerChannel):
             if isinstance(info.get("scratch_root"), str):
                 self._scratch_root = Path(info["scratch_root"])
             self.daemon_info = daemon.describe(hello, self._daemon)
-        self._reader = threading.Thread(target=self._read, args=(self._conn,), name="kernelagent-harness-reader",
-                                        daemon=True)
-        self._reader.start()
+        self.start_reader(self._conn)
         if "error" in self._fingerprint:
             log.warning("device probe: %s", self._fingerprint["error"])
         if self.requested_device == "cuda" and not self._fingerprint.get("cuda"):
@@ -348,8 +347,7 @@ class Evaluator(ServerChannel):
         deadline, a result without the job's nonce: it is this user's, and broken for everyone);
         else only this command's connection to it ends."""
         if getattr(self, "_daemon", None) is not None and not misbehaved:
-            if self._conn is not None:
-                self._conn.close()
+            self.hang_up(self._conn)
             self._conn, self._proc, self._daemon = None, None, None
             return
         if self._proc is not None:
@@ -359,8 +357,7 @@ class Evaluator(ServerChannel):
                 pass
             self._proc.wait(timeout=10)
         self._proc = None
-        if self._conn is not None:
-            self._conn.close()
+        self.hang_up(self._conn)
         self._conn = None
 
     def abort(self) -> None:
@@ -369,10 +366,7 @@ class Evaluator(ServerChannel):
         as a harness error; the next one starts a fresh server. With a warm harness only this
         command's connection goes: the harness ends its jobs, and serves the others on."""
         if getattr(self, "_daemon", None) is not None:
-            conn = self._conn
-            if conn is not None:
-                with contextlib.suppress(OSError):
-                    socket.socket(fileno=os.dup(conn.fileno())).shutdown(socket.SHUT_RDWR)
+            shut_down(self._conn)  # its reader closes it (channel.py)
             return
         proc = self._proc
         if proc is not None:
@@ -389,7 +383,7 @@ class Evaluator(ServerChannel):
                     with contextlib.suppress(OSError):
                         with self._send_lock:
                             protocol.send(self._conn, "shutdown", "-")
-                    self._conn.close()
+                    self.hang_up(self._conn)
                 self._conn, self._proc, self._daemon, self._scratch_root = None, None, None, None
                 return
             if self._conn is not None and self._proc is not None and self._proc.poll() is None:

@@ -88,7 +88,7 @@ class Listener:
 
     def serve(self, connection: Callable[[Connection], Any], busy: Callable[[], bool]) -> str:
         """Accept until idle: `connection(conn)` greets a new client and returns its dispatcher,
-        whose run() is its thread; `busy()` says whether any job runs. Returns why it stopped
+        whose run() is its thread and close() ends its connection; `busy()` says whether any job runs. Returns why it stopped
         (main.py writes it to the harness's log). A client whose greeting fails, or an accept
         that fails for want of descriptors or memory, costs that client only: the harness
         serves the others on."""
@@ -100,7 +100,7 @@ class Listener:
             try:
                 dispatcher.run()
             finally:
-                conn.close()
+                dispatcher.close()  # under its send lock: its job threads may still be answering
                 with lock:
                     clients.discard(key)
                     last[0] = time.monotonic()

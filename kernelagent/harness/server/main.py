@@ -2,15 +2,14 @@
 
 Started by the caller (caller/evaluator.py) as `python -m kernelagent.harness.server`, with a
 scrubbed environment, pinned to one device. It imports torch and Triton once and never initialises
-CUDA itself, so forking a fresh pair of processes per job costs milliseconds rather than the seconds
-of a fresh interpreter. Messages to and from the caller are typed JSON (protocol.py), each carrying
-the job id and the caller's secret nonce; several jobs share the socket, one thread each here
-(`Dispatcher`), their timed phases serialised by the device's gate (server/gate.py).
+CUDA itself, so forking a fresh pair of processes per job costs milliseconds. Messages to and from
+the caller are typed JSON (protocol.py), each carrying the job id and the caller's secret nonce;
+several jobs share the socket, one thread each (`Dispatcher`), their timed phases serialised by
+the device's gate (server/gate.py).
 
 Start-up: torch and torch._dynamo are imported once here (every job is forked warm), while the
-device probe runs in a throwaway child (the two overlap); the probe's answer is cached per
-machine boot, driver, device and library versions (`--probe-cache`), with free memory read
-afresh through NVML.
+device probe runs in a throwaway child; its answer is cached per machine boot, driver, device and
+library versions (`--probe-cache`), with free memory read afresh through NVML.
 """
 
 from __future__ import annotations
@@ -32,14 +31,13 @@ from typing import Any, Callable
 import torch
 
 from kernelagent import settings
-from kernelagent.harness import protocol
+from kernelagent.harness import protocol, verdict
 from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig
-from kernelagent.harness import verdict
 from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.admission import Admission
 from kernelagent.harness.server.device_lock import DeviceLock
 from kernelagent.harness.server.job import Job
-from kernelagent.harness.server.processes import FORK
+from kernelagent.harness.server.processes import FORK, kill_group
 from kernelagent.harness.server.record_types import DeviceLockInfo
 
 def probe_device(requested: str) -> dict[str, Any]:
@@ -311,7 +309,14 @@ class Dispatcher:
 
     def send(self, msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) -> None:
         with self._send_lock:
+            if self.conn.closed:  # the client left (close)
+                raise OSError("the caller's connection is closed")
             protocol.send(self.conn, msg_type, job, nonce, **fields)
+
+    def close(self) -> None:
+        """Under the send lock: a job thread still answering never writes to a number reused since."""
+        with self._send_lock:
+            self.conn.close()
 
     def run(self) -> None:
         while True:
@@ -348,9 +353,8 @@ class Dispatcher:
 
     def cancel(self, job_id: str) -> None:
         """The caller gave up on `job_id`: a job still queued is answered at once and never
-        forked; a running job's processes (and its ncu session) are killed, and its thread
-        answers with the cancellation once it has unwound (releasing the gate and the device as
-        after a crash). Unknown or finished jobs: nothing."""
+        forked; a running job's processes (and its ncu session) are killed, and its thread answers
+        once it has unwound (the gate and the device released as after a crash). Else nothing."""
         with self._lock:
             box = self._nonces.get(job_id)
             if box is None or job_id in self._cancelled:
@@ -449,7 +453,6 @@ CANCELLED = verdict.fields(verdict.fold([verdict.HarnessFault("cancelled by the 
 
 def _kill_job(job: Job) -> None:
     from kernelagent.harness.server import evidence
-    from kernelagent.harness.server.processes import kill_group
 
     kill_group(job.cand)
     kill_group(job.ref)

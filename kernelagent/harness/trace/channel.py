@@ -62,6 +62,13 @@ class Channel:
         self._thread.start()
 
     def _run(self) -> None:
+        try:
+            self._drain()
+        finally:  # the reader alone closes what it reads (collect, close): never under it
+            _close(self.read_fd)
+            self.read_fd = -1
+
+    def _drain(self) -> None:
         poller = select.poll()
         poller.register(self.read_fd, select.POLLIN)
         while True:
@@ -99,9 +106,10 @@ class Channel:
         if self._thread is not None:
             self._thread.join(timeout=drain_s)
             self._stop.set()
-            self._thread.join(timeout=5.0)
-        _close(self.read_fd)
-        self.read_fd = -1
+            self._thread.join(timeout=5.0)  # it closes the read end as it stops
+        else:
+            _close(self.read_fd)
+            self.read_fd = -1
         return TraceBytes(data=bytes(self._buf), overflow=self._overflow, ended=self._ended,
                           read_bytes=self._read)
 
@@ -112,11 +120,15 @@ class Channel:
         return bytes(self._buf), self._ended or self._overflow
 
     def close(self) -> None:
-        """Give both ends back without reading (a job that never forked)."""
+        """Give both ends back without reading (a job that never forked). A reader running closes
+        the read end itself as it stops (within its 50 ms poll): closed under it, the number could
+        go to another job's pipe before its next read, which would then read that job's trace."""
         self._stop.set()
-        for fd in (self.write_fd, self.read_fd):
-            _close(fd)
-        self.write_fd = self.read_fd = -1
+        _close(self.write_fd)
+        self.write_fd = -1
+        if self._thread is None:
+            _close(self.read_fd)
+            self.read_fd = -1
 
 
 def open_channel(cap_bytes: int = CAP_BYTES) -> Channel:
