@@ -11,6 +11,7 @@ after."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
@@ -177,3 +178,28 @@ def test_a_trace_channel_s_read_end_is_closed_by_its_reader(monkeypatch):
         assert closed_by.get(read_end) == "kernelagent-trace-reader", (end, closed_by)
         assert closed_by.get(write_end) == threading.current_thread().name
         assert pipe.read_fd == -1 and pipe.write_fd == -1
+
+
+@pytest.mark.parametrize("server_does, says", [
+    ("garbage", "a message of the harness server could not be read (ProtocolError"),
+    ("hangs_up", "the harness server died"),
+])
+def test_a_reply_that_cannot_be_read_is_told_from_a_server_that_died(server_does, says):
+    """The reader tells the waiting job why the channel ended: a frame that came apart is not a
+    server that died (the reason said 'died' for both, and the server's log had no last words)."""
+    ev = Evaluator(device="cpu")
+    ours, server = socket.socketpair()
+    ev._conn = Connection(ours.detach())
+    ev.start_reader(ev._conn)
+    theirs = Connection(server.detach())
+    replies = []
+    sender = threading.Thread(target=lambda: replies.append(ev._round_trip({"problem_source": "x"}, 30.0)))
+    sender.start()
+    request = json.loads(theirs.recv_bytes())  # the job's request, as sent
+    if server_does == "garbage":
+        theirs.send_bytes(b'{"v": 2, "type": "started", "job": "' + request["job"].encode())  # cut short
+    theirs.close()
+    sender.join(30)
+    ev._reader.join(5)
+    assert len(replies) == 1 and replies[0]["error"].startswith(says), replies
+    assert ev._conn is None or ev._conn.closed

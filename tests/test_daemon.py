@@ -195,11 +195,11 @@ def test_a_runtime_folder_past_the_socket_path_limit_is_used_as_it_is(tmp_path, 
 
 
 def test_the_same_results_as_a_private_server(runtime, tmp_path):
-    warm, _, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_wrong.py"))
+    warm, info, _ = _evaluate(tmp_path / "cache", read(CANDIDATES / "relu_wrong.py"))
     with Evaluator(device="cpu", cache_dir=tmp_path / "cache-private", daemon=False) as ev:
         private = ev.evaluate(RELU, read(CANDIDATES / "relu_wrong.py"), CONFIG)
         assert "daemon" not in ev.isolation
-    assert warm.status == private.status == Status.INCORRECT, (warm.reason, private.reason)
+    assert warm.status == private.status == Status.INCORRECT, (warm.reason, private.reason, _gone(info))
     assert [t.passed for t in warm.trials] == [t.passed for t in private.trials]
     assert warm.seeds["base"] == private.seeds["base"] == 7
     assert [t.max_abs_err for t in warm.trials] == [t.max_abs_err for t in private.trials]

@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from kernelagent.harness import protocol
+from kernelagent.text import clean_text
 
 CANCEL_POLL_S = 0.2
 CANCEL_WAIT_S = 30.0
@@ -43,12 +44,16 @@ class ServerChannel:
         """The socket's one reader: each `started` and `result` goes to the thread waiting for
         that job; when the server is gone (or the connection was hung up), every waiting thread
         hears None, and this thread closes the socket (no other does: module docstring)."""
+        ending: dict[str, Any] | None = None  # the end of the stream: None; a frame that came apart: why
         try:
             while True:
                 try:
                     message = protocol.recv(conn, {"started", "baselines_ready", "result"},
                                             max_bytes=protocol.MAX_CALLER_FRAME)
-                except (EOFError, OSError, protocol.ProtocolError, ValueError, TypeError):
+                except (EOFError, OSError):
+                    break
+                except (protocol.ProtocolError, ValueError, TypeError) as exc:
+                    ending = {"type": "unreadable", "why": clean_text(f"{type(exc).__name__}: {exc}")[:200]}
                     break
                 self._heard = time.monotonic()  # the server is alive and answering (queued jobs wait on this)
                 entry = self._pending.get(str(message.get("job")))
@@ -57,7 +62,7 @@ class ServerChannel:
         finally:
             for box, sent_on in list(self._pending.values()):
                 if sent_on is conn:
-                    box.put(None)
+                    box.put(ending)
             conn.close()
 
     def start_reader(self, conn: Connection) -> None:
@@ -184,7 +189,7 @@ class ServerChannel:
         until = time.monotonic() + CANCEL_WAIT_S
         while True:
             message = self._next(box, until)
-            if message is None or message.get("type") in ("result", "deadline"):
+            if message is None or message.get("type") in ("result", "deadline", "unreadable"):
                 return {"cancelled": True}
 
     def _lost(self, proc: subprocess.Popen | None, message: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -192,6 +197,9 @@ class ServerChannel:
         self._kill_server_if(proc, misbehaved=hung)
         if hung:
             return None
+        if message is not None and message.get("type") == "unreadable":
+            return {"error": f"a message of the harness server could not be read ({message.get('why')}); this "
+                             "connection to it ended, and the next evaluation starts another"}
         return {"error": "the harness server died; it will be restarted for the next evaluation"}
 
     def _kill_server_if(self, proc: Any, misbehaved: bool = False) -> None:
