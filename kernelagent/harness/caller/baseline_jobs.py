@@ -150,6 +150,10 @@ class ProblemBaselines:
             self.in_job = True
             self.claims.enter_context(claim)  # let go by `early`, or when the evaluation ends
             return
+        self._send_job(claim)
+
+    def _send_job(self, claim: contextlib.ExitStack) -> None:
+        """The baselines' job, let go of `claim` once it has stored the entry (or failed)."""
         self.job = BaselinesJob(channel=self.channel, request=self.request, deadline_s=self.deadline_s,
                                 store=self.store, claim=claim, cancel=self.cancel)
 
@@ -174,8 +178,7 @@ class ProblemBaselines:
             # The holder's job left no entry (it failed, or its evaluator was killed): ours now,
             # a baselines' job (never the candidate's job again), the claim held till the end.
             self.deferred = False
-            self.job = BaselinesJob(channel=self.channel, request=self.request, deadline_s=self.deadline_s,
-                                    store=self.store, claim=contextlib.ExitStack(), cancel=self.cancel)
+            self._send_job(contextlib.ExitStack())
         if self.job is not None:
             self.job.wait(self.deadline_s)
             stage_seconds["baseline_wait"] = time.monotonic() - waited

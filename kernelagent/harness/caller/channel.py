@@ -79,10 +79,9 @@ class ServerChannel:
         if conn is None or conn.closed:
             return
         shut_down(conn)
-        reader = self._reader if self._reader_conn is conn else None
-        if reader is not None and reader.ident is not None:
-            if reader is not threading.current_thread():
-                reader.join(READER_JOIN_S)
+        if self._reader is not None and self._reader_conn is conn:
+            if self._reader is not threading.current_thread():
+                self._reader.join(READER_JOIN_S)
             return
         conn.close()
 

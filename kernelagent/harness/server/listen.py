@@ -88,10 +88,10 @@ class Listener:
 
     def serve(self, connection: Callable[[Connection], Any], busy: Callable[[], bool]) -> str:
         """Accept until idle: `connection(conn)` greets a new client and returns its dispatcher,
-        whose run() is its thread and close() ends its connection; `busy()` says whether any job runs. Returns why it stopped
-        (main.py writes it to the harness's log). A client whose greeting fails, or an accept
-        that fails for want of descriptors or memory, costs that client only: the harness
-        serves the others on."""
+        whose run() is its thread and close() ends its connection; `busy()` says whether any job
+        runs. Returns why it stopped (main.py writes it to the harness's log). A client whose
+        greeting fails, or an accept that fails for want of descriptors or memory, costs that
+        client only: the harness serves the others on."""
         lock = threading.Lock()
         clients: set[int] = set()
         last = [time.monotonic()]

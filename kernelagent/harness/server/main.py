@@ -308,9 +308,7 @@ class Dispatcher:
         return admission
 
     def send(self, msg_type: str, job: str, nonce: str | None = None, /, **fields: Any) -> None:
-        with self._send_lock:
-            if self.conn.closed:  # the client left (close)
-                raise OSError("the caller's connection is closed")
+        with self._send_lock:  # after close(): the closed Connection raises OSError, writing nothing
             protocol.send(self.conn, msg_type, job, nonce, **fields)
 
     def close(self) -> None:
