@@ -85,7 +85,10 @@ def test_table_verdicts_on_synthetic_gpu_rows():
              "host_overhead_ms": -0.3, "within_pct": False, "rerun_alone": third(3.0, 3.3, 3.29)},
             # the second evaluation agrees: the miss did not repeat, still unexplained
             {**base, "problem": "f", "harness_ms": 3.5, "profiler_ms": 3.0, "diff_pct": 16.7,
-             "host_overhead_ms": 0.5, "within_pct": False, "rerun_alone": third(3.02, 3.0, 3.0)}]
+             "host_overhead_ms": 0.5, "within_pct": False, "rerun_alone": third(3.02, 3.0, 3.0)},
+            # the harness held, the profiler's first reading moved alone: explained (the profiler's)
+            {**base, "problem": "g", "harness_ms": 3.10, "profiler_ms": 3.43, "diff_pct": -9.6,
+             "host_overhead_ms": -0.33, "within_pct": False, "rerun_alone": third(3.10, 3.10, 3.09)}]
     text = mod.table(rows)
     assert "GPU: NVIDIA H100 80GB HBM3, driver 580, torch 2.11, triton 3.6" in text
     assert "| a | correct | – | 0.1025 | 0.1000 | +2.5 | – | – | – | – | yes | – |" in text
@@ -95,9 +98,11 @@ def test_table_verdicts_on_synthetic_gpu_rows():
             "agrees with the harness (-0.3%), the profiler reads +9.6%") in text
     assert "| e |" in text and "no: UNEXPLAINED (harness -8.8%, profiler +0.3% of ncu)" in text
     assert "| f |" in text and "no: UNEXPLAINED: did not repeat alone (the re-run alone read +0.7%)" in text
-    assert ("1 of 5 problems of 50 us or more agree within 3% (0 judged on the device clock, 5 on the wall clock "
-            "for want of one); of the 4 misses, 1 explained by the third clock (ncu agrees with the harness) and 3 "
-            "unexplained by the clocks (each with its cause).") in text
+    assert ("| g |" in text and "no: explained: the profiler's first reading did not repeat (alone it moved -9.6%, "
+            "the harness's +0.0%; alone they agree, +0.0%)") in text
+    assert ("1 of 6 problems of 50 us or more agree within 3% (0 judged on the device clock, 6 on the wall clock "
+            "for want of one); of the 5 misses, 2 explained by the other clocks (ncu agrees with the harness, or only "
+            "the profiler's first reading moved alone) and 3 unexplained by the clocks (each with its cause).") in text
     assert "NOT MEANINGFUL" not in text
 
 

@@ -87,8 +87,8 @@ AGREEMENT_MIN_MS = 0.05  # ... for kernels of 50 us or more
 def clocks(result: EvalResult) -> dict[str, Any]:
     """The two clocks of one evaluation, per forward call: the harness's median (the timed loop:
     L2 flushed before each call, synchronised, host time included) and the device time of every
-    kernel the profiler saw, summed (torch.profiler in the candidate's process, 3 calls on the
-    main inputs right after the timed loop; child/candidate_side.profile_kernels). Their
+    kernel the profiler saw, summed (torch.profiler in the candidate's process: the median of 5
+    calls on the main inputs right after the timed loop; child/kernel_profile.py). Their
     difference is the host overhead per call (launches, Python, synchronisation), plus what the
     L2 flush costs the harness's calls (the profiled calls run without a flush).
 

@@ -14,21 +14,18 @@ import sys
 import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from kernelagent import hardware
 from kernelagent.harness import protocol
 from kernelagent.harness.child import cuda_evidence, defences, inputs as inputs_mod, timing, transfer
+from kernelagent.harness.child.kernel_profile import profile_kernels
 from kernelagent.harness.child.common import (AllocPressure, aliasing, compact_traceback, error_kind_of, import_problem,
                                                job_device, make_timer, sync_device, tensor_inputs)
 from kernelagent.harness.config import EvalConfig
 from kernelagent.harness.loop_order import LoopOrder
 from kernelagent.harness.trace import marks as trace_marks
-
-if TYPE_CHECKING:
-    from types import ModuleType
 
 NUMERIC_MODES = {
     "torch.backends.cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
@@ -414,7 +411,8 @@ class CandidateSide:
             try:
                 with self.pressure.counting():
                     kernels = profile_kernels(self.model, self.problem, int(self.job["compile_seed"]) + 2,
-                                              self.smoke, self.device, own_names=self.own_kernel_names())
+                                              self.smoke, self.device, own_names=self.own_kernel_names(),
+                                              raise_clocks=make_timer(self.device, self.config, None).raise_clocks)
             except Exception as exc:  # noqa: BLE001 - a profiler failure is not the candidate's verdict
                 kernels = []
                 self.flags.append({"kind": "profile", "severity": "info", "message": f"torch.profiler failed: {exc}"})
@@ -449,68 +447,6 @@ class CandidateSide:
                 flags.append({"kind": "numeric-modes", "severity": "info",
                               "message": "the candidate changed global numeric modes: " + "; ".join(changed)})
         return flags
-
-
-def _device_us(event: Any) -> float:
-    if getattr(event, "device_type", None) is not None and str(event.device_type).endswith("CPU"):
-        return 0.0
-    total = getattr(event, "self_device_time_total", None)
-    if total is None:
-        total = getattr(event, "self_cuda_time_total", 0)
-    return float(total or 0)
-
-
-def profile_kernels(model: torch.nn.Module, problem: ModuleType, seed: int, smoke: bool, device: torch.device,
-                    top: int = 10, own_names: set[str] | None = None) -> list[dict[str, Any]]:
-    """The candidate's top kernels by device time (CPU ops when there is no GPU): name,
-    total_ms and calls per forward call, share of the total, and whether it is the
-    candidate's own kernel."""
-    from kernelagent.harness.cuda_source import is_own_kernel
-
-    from torch.profiler import ProfilerActivity, profile
-
-    values = inputs_mod.make_inputs(problem, "main", seed, smoke, device)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    # L2 is flushed before each profiled call, as before each timed call, so the profiler's sum is
-    # comparable with the harness's median (a warm L2 made small kernels look faster here). The
-    # flush's own kernel is profiled alone first and taken out of the sum.
-    flush = torch.empty(hardware.DEFAULT_L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device) \
-        if device.type == "cuda" else None
-    flush_rows: dict[str, tuple[float, int]] = {}
-    if flush is not None:
-        with profile(activities=activities) as flush_prof:
-            for _ in range(3):
-                flush.zero_()
-            sync_device(device)
-        flush_rows = {e.key: (_device_us(e), e.count) for e in flush_prof.key_averages() if _device_us(e) > 0}
-    # One unprofiled call first: these inputs, and the outputs' memory, are new to the caching
-    # allocator after the timed loop, and a first call that maps fresh device pages ran KernelBench's
-    # 3 ms elementwise kernels 6-11% slower here than in the loop (and than in a warm script).
-    with torch.no_grad():
-        model(*values)
-    sync_device(device)
-    with torch.no_grad(), profile(activities=activities) as prof:
-        for _ in range(3):
-            if flush is not None:
-                flush.zero_()
-            model(*values)
-        sync_device(device)
-    rows = []
-    for event in prof.key_averages():
-        if device.type == "cuda":  # device time only, the flush's own launches taken out
-            flush_us, flush_count = flush_rows.get(event.key, (0.0, 0))
-            total_us, count = _device_us(event) - flush_us, event.count - flush_count
-        else:
-            total_us, count = event.self_cpu_time_total, event.count
-        if count > 0 and total_us and total_us > 0:
-            rows.append({"name": event.key, "total_ms": total_us / 1e3 / 3, "calls": count // 3 or 1})
-    total = sum(r["total_ms"] for r in rows) or 1.0
-    for row in rows:
-        row["share"] = row["total_ms"] / total
-        row["own"] = is_own_kernel(row["name"], own_names or set())
-        row["kind"] = "device" if device.type == "cuda" else "cpu-op"
-    rows.sort(key=lambda r: -r["total_ms"])
-    return rows[:top]
 
 
 def candidate_main(job: dict[str, Any], server: Connection, workdir: Path) -> None:

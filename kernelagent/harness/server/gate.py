@@ -194,6 +194,24 @@ class Gate:
             del self.history[:-2000]
             self._slot.release()
 
+    @contextmanager
+    def between_holds(self, job: Freezable) -> Iterator[None]:
+        """Around ending a job's processes: never while another job holds the slot. Memory a
+        killed process held is cleared by the driver in the background, and that takes bandwidth
+        from the kernels that run meanwhile (Bandwidth). The gate stops a neighbour's processes,
+        not its job thread, which killed them (and so freed their memory) whenever its job ended,
+        holder or not. Ended between holds, the clearing happens where the next holder's idle probe
+        sees it and waits for quiet bandwidth. The wait pauses the ending job's clock."""
+        job.pause_clock(True)
+        try:
+            self._slot.acquire()
+        finally:
+            job.pause_clock(False)
+        try:
+            yield
+        finally:
+            self._slot.release()
+
     def _freeze_others(self, hold: "Hold") -> None:
         """Stop every other job, wait for the device to read idle, pause their clocks."""
         job, stats = hold.job, hold.stats

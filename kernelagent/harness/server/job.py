@@ -350,9 +350,10 @@ class Job:
             self.fail(Status.HARNESS_ERROR, "harness error:\n" + traceback.format_exc(limit=4), None)
         finally:
             self.cpu["candidate"] = tree_cpu_s(self.cand.pid if self.cand is not None else None)
-            kill_group(self.cand)
-            if self.cand is not None:
-                self.cand.join(5)
+            with self.gate.between_holds(self):  # its memory cleared while nobody times (gate.py)
+                kill_group(self.cand)
+                if self.cand is not None:
+                    self.cand.join(5)
             trace_stage.collect(self)
         self.finish_result()
         return self.facts
@@ -395,9 +396,10 @@ class Job:
         self.memory.reference_stats()
         self.shared_device = self.gate.unregister(self)
         self.cpu["reference"] = tree_cpu_s(self.ref.pid if self.ref is not None else None)
-        kill_group(self.ref)
-        if self.ref is not None:
-            self.ref.join(5)
+        with self.gate.between_holds(self):
+            kill_group(self.ref)
+            if self.ref is not None:
+                self.ref.join(5)
         trace_stage.close_reference(self)
         self.conclude_concurrency()
         self.to_ref.close()

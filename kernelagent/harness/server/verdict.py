@@ -94,7 +94,7 @@ def trusted_flags(claimed: list[Any]) -> list[dict[str, str]]:
 
 
 def trusted_kernel_rows(claimed: object) -> list[dict[str, Any]]:
-    """The candidate's profiler rows (child/candidate_side.profile_kernels), validated by type:
+    """The candidate's profiler rows (child/kernel_profile.profile_kernels), validated by type:
     only the known fields, a name as bounded text, finite non-negative times and counts, a share
     in [0, 1], `own` a bool and `kind` one of ours. Anything else in a row, or a row that is not
     a dict, is dropped: these rows are the candidate's word, printed and divided by later."""
