@@ -391,14 +391,17 @@ def run_serve(*, trainers: int = 32, batches: int = 4, batch: int = 8, eval_ms: 
 
 
 def run_mcp(*, sessions: int = 16, calls: int = 8, work_ms: float = 20, real: bool = False, abuse_rounds: int = 2,
-            leavers: int = 4, read_timeout: float = 1.0, bound: float = 60.0) -> dict:
-    """The MCP server's HTTP transport under load (a stand-in tool, or the real server's tools)."""
+            leavers: int = 4, read_timeout: float = 1.0, bound: float = 60.0, max_body: int | None = None) -> dict:
+    """The MCP server's HTTP transport under load (a stand-in tool, or the real server's tools).
+    `max_body` (default: the server's own, 4 MiB) is also what the oversized abusers send: a small
+    one keeps the oversized chunked body inside a short read timeout on a busy host (4 MiB through
+    the HTTP parser took past CI's 0.5 s on 2 loaded cores, and the guard rightly answered 408)."""
     from dataclasses import replace
 
     from kernelagent.mcpserver.http_app import LIMITS, STATUSES as OWN, http_server
     from kernelagent.serving.guard import STATUSES as SHARED
 
-    limits = replace(LIMITS, read_timeout=read_timeout)
+    limits = replace(LIMITS, read_timeout=read_timeout, max_body=max_body or LIMITS.max_body)
     harness = None
     if real:
         from kernelagent.mcpserver.server import build

@@ -119,3 +119,28 @@ def test_the_clocks_are_raised_right_before_the_profiled_calls():
     kp.profile_kernels(Recorded(), problem, seed=0, smoke=False, device=torch.device("cpu"),
                        raise_clocks=lambda: order.append("ramp"))
     assert order == ["call", "ramp"] + ["call"] * kp.PROFILED_CALLS
+
+
+def _event(name: str, device: str, start: float, end: float) -> SimpleNamespace:
+    on_device = device == "CUDA"
+    return SimpleNamespace(name=name, device_type=f"DeviceType.{device}",
+                           time_range=SimpleNamespace(start=start, end=end),
+                           self_device_time_total=(end - start) if on_device else 0.0)
+
+
+def test_a_device_whose_calls_cannot_be_told_apart_falls_back_to_the_sum_and_says_so():
+    averages = _averages(("kern", 500.0, 5))
+    whole = [_event(kp.CALL_MARK, "CPU", 100.0 * i, 100.0 * i + 60) for i in range(5)] + \
+        [_event("kern", "CUDA", 100.0 * i + 10, 100.0 * i + 10 + (40 if i else 80)) for i in range(5)]
+    notes: list[str] = []
+    rows = kp.call_rows(whole, averages, {}, True, notes)
+    assert notes == [] and rows == [{"name": "kern", "total_ms": pytest.approx(0.040), "calls": 1}]
+    # the same kernels, but no marker range holds them (the profiler's clocks did not line up)
+    shifted = [e for e in whole if e.name == kp.CALL_MARK] + \
+        [_event("kern", "CUDA", 1000.0 + 100.0 * i, 1040.0 + 100.0 * i) for i in range(5)]
+    rows = kp.call_rows(shifted, averages, {}, True, notes)
+    assert rows == [{"name": "kern", "total_ms": pytest.approx(0.1), "calls": 1}]
+    assert len(notes) == 1 and "could not be told apart" in notes[0] and "summed" in notes[0]
+    notes.clear()
+    kp.call_rows([], averages, {}, False, notes)
+    assert notes == [], "the CPU's rows are summed by design: nothing to say"

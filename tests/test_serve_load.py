@@ -48,7 +48,7 @@ def test_the_reward_service_under_load():
 
 def test_the_mcp_server_under_load():
     result = serve_load.run_mcp(sessions=8, calls=3, work_ms=5, abuse_rounds=1, leavers=2,
-                                read_timeout=READ_TIMEOUT, bound=BOUND)
+                                read_timeout=READ_TIMEOUT, bound=BOUND, max_body=16 * 1024)
     held(result)
     kinds = result["kinds"]
     assert kinds["mcp initialize"]["statuses"] == {"200": 10}

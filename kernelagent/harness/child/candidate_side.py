@@ -408,14 +408,17 @@ class CandidateSide:
             del values
         if order.get("profile"):
             self.stage("profile")
+            notes: list[str] = []
             try:
                 with self.pressure.counting():
                     kernels = profile_kernels(self.model, self.problem, int(self.job["compile_seed"]) + 2,
                                               self.smoke, self.device, own_names=self.own_kernel_names(),
-                                              raise_clocks=make_timer(self.device, self.config, None).raise_clocks)
+                                              raise_clocks=make_timer(self.device, self.config, None).raise_clocks,
+                                              notes=notes)
             except Exception as exc:  # noqa: BLE001 - a profiler failure is not the candidate's verdict
                 kernels = []
                 self.flags.append({"kind": "profile", "severity": "info", "message": f"torch.profiler failed: {exc}"})
+            self.flags += [{"kind": "profile", "severity": "info", "message": note} for note in notes]
             self.send("kernels", kernels=protocol.json_safe(kernels, max_str=protocol.CANDIDATE_STRING_CLIP))
         if self.monitor is None and hasattr(self, "threads_before"):
             new_threads = [t.name for t in threading.enumerate() if t.ident not in self.threads_before]

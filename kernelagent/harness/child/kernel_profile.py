@@ -97,6 +97,20 @@ def summed_rows(averages: Iterable[FunctionEventAvg], flush_rows: dict[str, tupl
     return rows
 
 
+def call_rows(events: Iterable[FunctionEvent], averages: Iterable[FunctionEventAvg],
+              flush_rows: dict[str, tuple[float, int]], on_device: bool,
+              notes: list[str] | None) -> list[dict[str, Any]]:
+    """The median call's rows on a device whose calls can be told apart; else every call's time
+    summed (and, on a device, a line in `notes` saying so: the fallback is never silent)."""
+    calls = split_calls(*_records(events)) if on_device else None
+    if calls:
+        return median_call_rows(calls)
+    if on_device and notes is not None:
+        notes.append(f"the profiled calls could not be told apart (no kernel inside a call's range): the "
+                     f"profiler's rows are every call's time summed over {PROFILED_CALLS}, not the median call's")
+    return summed_rows(averages, flush_rows, on_device, PROFILED_CALLS)
+
+
 def _records(events: Iterable[FunctionEvent]) -> tuple[list[tuple[str, float, float]], list[tuple[float, float]]]:
     kernels, windows = [], []
     for event in events:
@@ -113,11 +127,13 @@ def _records(events: Iterable[FunctionEvent]) -> tuple[list[tuple[str, float, fl
 
 def profile_kernels(model: torch.nn.Module, problem: ModuleType, seed: int, smoke: bool, device: torch.device,
                     top: int = 10, own_names: set[str] | None = None,
-                    raise_clocks: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+                    raise_clocks: Callable[[], None] | None = None,
+                    notes: list[str] | None = None) -> list[dict[str, Any]]:
     """The candidate's top kernels by device time in its median profiled call (CPU operators,
     summed over the calls, when there is no GPU): name, total_ms and launches per call, share of
     the call, and whether it is the candidate's own kernel. `raise_clocks` (the timer's: a spin of
-    about 20 ms) runs right before the calls, as before the timed loop's first call."""
+    about 20 ms) runs right before the calls, as before the timed loop's first call. Where a
+    device's calls could not be told apart, `notes` gets a line saying the rows are summed."""
     raise_clocks = raise_clocks or (lambda: None)
     from kernelagent.harness.cuda_source import is_own_kernel
 
@@ -159,9 +175,7 @@ def profile_kernels(model: torch.nn.Module, problem: ModuleType, seed: int, smok
             with record_function(CALL_MARK):
                 model(*values)
                 sync_device(device)
-    calls = split_calls(*_records(prof.events())) if on_device else None
-    rows = median_call_rows(calls) if calls else \
-        summed_rows(prof.key_averages(), flush_rows, on_device, PROFILED_CALLS)
+    rows = call_rows(prof.events(), prof.key_averages(), flush_rows, on_device, notes)
     total = sum(r["total_ms"] for r in rows) or 1.0
     for row in rows:
         row["share"] = row["total_ms"] / total
