@@ -8,8 +8,8 @@ name, each with its time, launches and share of that call.
 
 Why the median call and not the mean of the calls (issue 58): on an H200, KernelBench's
 `45_Average_Pooling_2D` read 7.90 ms and then 4.73 ms per call (about 2/3 of the 7.1 ms that Nsight
-Compute saw: one call's kernel record missing from three), and `22_Tanh` read 10% slow once and not
-again. A mean over the calls carries a lost record or one slow call into the clock that the harness
+Compute saw, as if one call's kernel record of three were missing), and `22_Tanh` read 10% slow
+once and not again. A mean over the calls carries a lost record or one slow call into the clock that the harness
 is compared with; the median call carries neither while most calls are whole.
 
 Where the calls cannot be told apart (no marker ranges, or a range with no kernel in it: the
@@ -163,7 +163,7 @@ def profile_kernels(model: torch.nn.Module, problem: ModuleType, seed: int, smok
     sync_device(device)
     with torch.no_grad(), profile(activities=activities) as prof:
         # An idle GPU's clocks drop and ramp up under load: beside other evaluations (the gate's
-        # freeze and idle probe before this), KernelBench's 3-5 ms kernels read 10-12% slow here
+        # freeze and idle probe before this), KernelBench's 3-5 ms kernels read 6-12% slow here
         # on an H200 without this ramp, in the profile only (the timed loop has its own ramp).
         # The spin runs outside every call's range (and, for the fallback, is profiled with the
         # flush above and taken out likewise).
