@@ -158,11 +158,7 @@ class Gate:
         that way and is profiled frozen (server/evidence.py)."""
         stats = stats if stats is not None else {}
         waited = time.monotonic()
-        job.pause_clock(True)
-        try:
-            self._slot.acquire()
-        finally:
-            job.pause_clock(False)
+        self._take_slot(job)
         stats["wait_s"] = stats.get("wait_s", 0.0) + time.monotonic() - waited
         for listener in list(self.hold_listeners):
             listener()
@@ -202,15 +198,19 @@ class Gate:
         not its job thread, which killed them (and so freed their memory) whenever its job ended,
         holder or not. Ended between holds, the clearing happens where the next holder's idle probe
         sees it and waits for quiet bandwidth. The wait pauses the ending job's clock."""
+        self._take_slot(job)
+        try:
+            yield
+        finally:
+            self._slot.release()
+
+    def _take_slot(self, job: Freezable) -> None:
+        """Wait for the slot, the waiter's clock paused (waiting is not its fault)."""
         job.pause_clock(True)
         try:
             self._slot.acquire()
         finally:
             job.pause_clock(False)
-        try:
-            yield
-        finally:
-            self._slot.release()
 
     def _freeze_others(self, hold: "Hold") -> None:
         """Stop every other job, wait for the device to read idle, pause their clocks."""
