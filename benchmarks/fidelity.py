@@ -61,7 +61,9 @@ Columns of the table (per problem and cache setting, over the counted repetition
   srv/claim    timed_loop.server_ms_per_call / timed_loop.claimed_mean_ms, median over repetitions
   cached       repetitions whose baselines came from the cache
   x dev        the mean speedup on the device clock (speedups_device: the kernel trace's time per
-               call, candidate and baselines alike), "not recorded" where no row has one
+               call, candidate and baselines alike), "not recorded" where no row has one; CV x dev
+               its stdev/mean, and target dev the same target judged on it (beside the wall
+               clock's, never in its place; n/a where a repetition has no device figure)
   host share   the mean of per_call.host_share: the candidate's wall time per call the device ran
                none of its kernels; fresh/warm dev is fresh/warm on the device clock
 A second table gives the GPU's SM clock, its maximum, temperature, power and (NVML) throttle

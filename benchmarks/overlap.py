@@ -45,6 +45,8 @@ def candidates(pattern: str | None, samples: int) -> list[tuple[str, Path, str]]
 def _row(key: str, result: Any) -> dict[str, Any]:
     cand = result.timings.get("candidate")
     return {"key": key, "status": result.status, "median_ms": cand.median_ms if cand else None,
+            # the kernel trace's device time per call (issue 58's device clock), None where untraced
+            "device_ms": result.per_call.device_ms if result.per_call is not None else None,
             "speedup": result.speedups.get("compile"), "interval": result.speedup_intervals.get("compile"),
             "time_interval": _time_interval(cand.samples_ms if cand else []),
             "held_s": float((result.concurrency or {}).get("held_s", 0.0)),
@@ -79,12 +81,12 @@ def _overlaps(a: list[float] | None, b: list[float] | None) -> bool | None:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def serial_copies(rows: list[dict[str, Any]], key: str) -> list[float]:
+def serial_copies(rows: list[dict[str, Any]], key: str, clock: str = "median_ms") -> list[float]:
     """The serial medians (ms) of every copy of `key`'s candidate (`level1/1_relu#0`, `#1`, ...):
-    the same source evaluated alone in separate jobs."""
+    the same source evaluated alone in separate jobs; `clock` "device_ms" for the device clock."""
     stem = key.split("#")[0]
-    return sorted(float(r["median_ms"]) for r in rows
-                  if r["key"].split("#")[0] == stem and isinstance(r.get("median_ms"), (int, float)))
+    return sorted(float(r[clock]) for r in rows
+                  if r["key"].split("#")[0] == stem and isinstance(r.get(clock), (int, float)))
 
 
 def within_copies(copies: list[float], median: float | None) -> bool | None:
@@ -192,6 +194,10 @@ def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, s
                           "status": honest.status, "idle_wait_s": row["idle_wait_s"],
                           "within_serial_interval": _overlaps(base["time_interval"], row["time_interval"]),
                           "serial_copies_ms": copies, "within_serial_copies": within_copies(copies, row["median_ms"]),
+                          # the same judged on the device clock, beside the wall clock's, never in its place
+                          "serial_device_ms": base.get("device_ms"), "beside_spinners_device_ms": row["device_ms"],
+                          "serial_copies_device_ms": (device_copies := serial_copies(serial["rows"], key, "device_ms")),
+                          "within_serial_copies_device": within_copies(device_copies, row["device_ms"]),
                           "spinner_statuses": [r.status for r in neighbours],
                           "concurrency": honest.concurrency}
     return out
@@ -219,3 +225,7 @@ def print_table(out: dict[str, Any]) -> None:
               f"{sp['within_serial_interval']}; within the {len(sp.get('serial_copies_ms') or [])} serial copies' "
               f"range {sp.get('serial_copies_ms')}: {sp.get('within_serial_copies')}); idle wait {sp['idle_wait_s']} s; "
               f"status {sp['status']}")
+        print(f"  on the device clock: {sp.get('serial_device_ms')} ms serially, "
+              f"{sp.get('beside_spinners_device_ms')} ms beside the spinners; within the serial copies' range "
+              f"{sp.get('serial_copies_device_ms')}: "
+              f"{sp.get('within_serial_copies_device')}")

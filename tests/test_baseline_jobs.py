@@ -72,6 +72,9 @@ def test_the_holders_result_carries_the_baselines_as_the_candidates_job_did(tmp_
     assert set(own_job.speedup_intervals) == set(in_job.speedup_intervals)
     assert set(vars(own_job.timings["eager"])) == set(vars(in_job.timings["eager"]))
     assert "baselines" in own_job.stage_seconds and "baselines" in in_job.stage_seconds
+    # the compile's share of the stage, where the baselines ran in a job of their own and in the candidate's
+    for result in (own_job, in_job):
+        assert 0 < result.stage_seconds["baselines_compile"] <= result.stage_seconds["baselines"], result.stage_seconds
     baseline_flags = {"baseline-error", "baseline-skipped"}
     assert {f.kind for f in own_job.flags if f.kind in baseline_flags} == \
         {f.kind for f in in_job.flags if f.kind in baseline_flags}

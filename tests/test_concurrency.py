@@ -522,6 +522,62 @@ def test_freezing_a_job_stops_descendants_in_groups_of_their_own():
         parent.wait(10)
 
 
+@pytest.mark.parametrize("start_known", [True, False])
+def test_a_continue_lets_go_of_what_the_stop_recorded_without_walking_again(monkeypatch, start_known):
+    """The timed loop stops and continues the candidate around each of its segments (256 a loop
+    for a 256 MiB output on an H200, where each continue walked the process tree and scanned every
+    process's pid namespace once more). A continue now lets go of what the stop recorded, by pid
+    and start time, and of the process group, with no walk and no members() scan; a process in a
+    group of its own (a setsid helper) and a namespace member are let go all the same. Where the
+    stop could not read a start time, the continue walks as before."""
+    import subprocess
+    import sys
+
+    from kernelagent.harness.server import gate
+
+    code = ("import subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+            "other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+            "print(child.pid, other.pid, flush=True)\n"
+            "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    child, member = (int(x) for x in parent.stdout.readline().split())
+
+    class Proc:  # what Stops reads of a multiprocessing process
+        pid = parent.pid
+
+    walks, scans = [], []
+    real_tree = gate.process_tree
+    monkeypatch.setattr(gate, "process_tree", lambda pid: walks.append(pid) or real_tree(pid))
+    if not start_known:
+        monkeypatch.setattr(gate, "start_time", lambda pid: None)
+
+    def members() -> list[int]:
+        scans.append(1)
+        return [member]
+
+    stops = gate.Stops()
+    try:
+        stops.signal(Proc(), True, members)
+        time.sleep(0.2)  # a signal is delivered asynchronously
+        assert {gate.proc_stat(p)[1] for p in (parent.pid, child, member)} == {"T"}
+        assert len(walks) == 2 and len(scans) == 1  # the stop walks twice and scans once
+        walks.clear(), scans.clear()
+        stops.signal(Proc(), False, members)
+        time.sleep(0.2)
+        assert {gate.proc_stat(p)[1] for p in (parent.pid, child, member)} <= {"R", "S"}
+        assert (len(walks), len(scans)) == ((0, 0) if start_known else (1, 1))
+        assert stops.pids == {} and stops.still_stopped() == []
+    finally:
+        for pid in (child, member, parent.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        parent.wait(10)
+
+
 def test_a_stopped_process_that_left_the_tree_is_let_go():
     """A process the gate stopped whose parent then dies is reparented out of the job's tree; the
     continue lets go of exactly what the stop reached (pid and start time), so it is not left

@@ -621,6 +621,29 @@ def test_the_spinner_check_judges_against_the_serial_copies_range(median, want):
     assert overlap.within_copies(copies[:1], 0.1370) is None  # one copy: no spread to judge against
 
 
+def test_the_spinner_check_reads_the_device_clock_beside_the_wall_clock():
+    """The H200's relu beside two spinners read +1.8% on the wall clock, outside its serial copies'
+    range, while the same kernel's wall clock moved as much with no neighbour at all: the row also
+    gives each job's device time per call (the kernel trace) and judges the copies' range on it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import overlap
+
+    from kernelagent.harness.result import CallClock, EvalResult, Timing
+
+    traced = EvalResult(status="correct", timings={"candidate": Timing(0.1368, 0.1368, 0.1368, 0.1368, 5)},
+                        per_call=CallClock.of(device_ms=0.1330, wall_ms=0.1368, source="trace"))
+    untraced = EvalResult(status="correct", timings={"candidate": Timing(0.1344, 0.1344, 0.1344, 0.1344, 5)})
+    assert overlap._row("level1/1_relu#0", traced)["device_ms"] == 0.1330
+    assert overlap._row("level1/1_relu#1", untraced)["device_ms"] is None
+    rows = [{"key": "level1/1_relu#0", "median_ms": 0.1344, "device_ms": 0.1331},
+            {"key": "level1/1_relu#1", "median_ms": 0.1348, "device_ms": 0.1329},
+            {"key": "level1/1_relu#2", "median_ms": 0.1343, "device_ms": None}]
+    wall, device = overlap.serial_copies(rows, "level1/1_relu#0"), overlap.serial_copies(rows, "level1/1_relu#0",
+                                                                                          "device_ms")
+    assert wall == [0.1343, 0.1344, 0.1348] and device == [0.1329, 0.1331]
+    assert overlap.within_copies(wall, 0.1368) is False and overlap.within_copies(device, 0.1330) is True
+
+
 # -- Triton's per-process set-up, before a candidate's first call ------------------------------------
 def test_triton_warm_computes_the_cache_key_once_for_the_process():
     """child/triton_warm.py: the hash of Triton's installation (0.44 s of a first call on an

@@ -54,9 +54,11 @@ def test_segmented_loop_times_every_call_and_verifies_across_segments(small_keep
         assert loop["source"] == "server" and loop["claimed_mean_ms"] is not None, loop
         assert result.timings["candidate"].reps == loop["segments"] == 6
         assert {f.kind: f.severity for f in result.flags}.get("clock-mismatch") == "info", result.flags
-    assert loop["verified"] == 4  # three secret calls and the last
+    # the last call and at least one drawn in secret, about three besides the last (draws.verified_calls)
+    assert 2 <= loop["verified"] <= loop["calls"], loop
     timed_checks = [t for t in result.trials if t.name.startswith("timed call")]
-    assert len(timed_checks) == 4 and all(t.passed for t in timed_checks)
+    assert len(timed_checks) == loop["verified"] and all(t.passed for t in timed_checks)
+    assert f"timed call {loop['calls'] - 1}" in {t.name for t in timed_checks}
 
 
 def test_segmented_loop_catches_wrong_timed_calls(small_keep_evaluator):

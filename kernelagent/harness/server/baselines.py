@@ -39,8 +39,10 @@ class Baselines:
         try:
             deadline = job.clock() + job.config.timeouts.baselines
             # The reference compiles every runner first (host work, beside other jobs), then times
-            # them holding the device's timing slot.
+            # them holding the device's timing slot. The compile's share of the stage is recorded
+            # (a cold `eval` waits for it: issue 59).
             if job.channels.ref_recv({"warmed", "baseline_timings"}, deadline)["type"] == "warmed":
+                job.facts.stage_seconds["baselines_compile"] = time.monotonic() - started
                 with job.gate.hold(self.job, job.idle_probe if job.fingerprint.get("cuda") else None,
                                    job.concurrency) as hold:
                     timing = time.monotonic()

@@ -480,13 +480,28 @@ class Stops:
         self.pids: dict[int, int] = {}
 
     def signal(self, proc: BaseProcess | None, stop: bool, members: Callable[[], list[int]] | None = None) -> None:
-        """Stop (continue) `proc` with its tree (signal_processes) and `members()` besides."""
+        """Stop `proc` with its tree (signal_processes) and `members()` besides, recording each;
+        continue exactly what the stops recorded (pid and start time), and the process group, which
+        a stop's killpg reached beyond the tree. A continue walks no tree and reads no /proc listing:
+        the timed loop stops and continues the candidate around every segment (hundreds a loop),
+        and a walk or a scan of the pid namespace then could find only what the record holds (a
+        stopped process starts no other) or what nobody stopped. Where a stop could not read a process's start time (it was recorded as 0, and
+        continue_processes never signals such a pid), the continue walks the tree and the members
+        again, as a stop does."""
+        unknown = False
         if not stop:
+            unknown = any(not started for started in self.pids.values())
             continue_processes(self.pids)
             self.pids.clear()
         popen = getattr(proc, "_popen", None)
         if proc is None or proc.pid is None or (popen is not None and popen.returncode is not None):
             return  # reaped: its pid may belong to another process by now
+        if not stop and not unknown:
+            try:
+                os.killpg(proc.pid, signal.SIGCONT)
+            except OSError:
+                pass
+            return
         signalled = signal_processes([proc.pid], stop)
         for pid in members() if members is not None else []:
             try:

@@ -42,7 +42,7 @@ KEEP_CPU_BYTES: int = BY_NAME["KERNELAGENT_CPU_KEEP_BYTES"].default
 # Settings that change no timed loop (which results are audited): left out of the loop's plan and
 # calibration keys, so that an audited evaluation reuses what an unaudited one of the same loop measured.
 LOOP_NEUTRAL = ("seed", "trials", "timeouts", "audit", "audit_wins", "audit_share")
-TIMED_CHECKS = 3  # timed calls verified, chosen in secret over the whole loop (the last one always too)
+TIMED_CHECKS = 3  # timed calls verified on average, drawn in secret over the whole loop (the last one too)
 MAX_SEGMENTS = 256  # a loop of huge outputs (one kept per segment) stops here
 # The server reads the SM clock around the candidate's loop only where NVML starts faster than
 # this (measured by the device probe): it opens and closes NVML around each loop.
@@ -206,9 +206,9 @@ class TimedLoop:
                                                        key=calibration_key)
         ipc_kept = self._warm_candidate(order, keep=keep, deadline=deadline)
         timed_seed = draws.check_seed(job.base_seed, "timed loop") + job.rng.getrandbits(30)
-        # The verified calls, drawn now in secret over the whole loop (the last call always).
-        chosen = set(job.rng.sample(range(measured - 1), min(TIMED_CHECKS, measured - 1))) | {measured - 1} \
-            if keep else set()
+        # The verified calls, drawn now in secret over the whole loop (the last call always); how
+        # many varies, so the answers' timing seen so far says nothing of those to come (draws.py).
+        chosen = draws.verified_calls(job.rng, measured, TIMED_CHECKS) if keep else set()
         job.facts.timed_loop = {"calls": measured, "segments": segments, "warmup_calls": warmup, "kept": keep,
                                     "verified": len(chosen), "server_loop_s": 0.0, "calibration_s": calibration_s,
                                     "calibration_reused": reused, "calibration_shared": self.calibration.shared,
