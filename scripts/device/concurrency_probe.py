@@ -4,6 +4,9 @@ default jobs per device (server/gate.py default_concurrency). Prints one line pe
 evaluations per GPU-minute, the slot's share of the wall, host CPU per evaluation, the first
 evaluation's end (the fill) and every verdict.
     python3 scripts/device/concurrency_probe.py --samples 4 --jobs 8 12 16 [--first-wave 0.5 0] --out $OUT/conc.json
+With --launch-cover-us 400 200, each concurrency runs under each launch cover (EvalConfig.launch_cover_us,
+the spin queued before every timed call): what the covers cost the slot, and whether the same
+candidates read the same (every key whose speedup differs by more than 3% between runs is printed).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[8, 12, 16])
     parser.add_argument("--first-wave", type=float, nargs="+", default=[None],
                         help="KERNELAGENT_FIRST_WAVE_S values to run each concurrency with (server/admission.py)")
+    parser.add_argument("--launch-cover-us", type=float, nargs="+", default=[None],
+                        help="run each concurrency under each of these launch covers (default: the config's)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     jobs = candidates(args.filter, args.samples)
@@ -62,13 +67,15 @@ def main() -> None:
         primed = ev.map([(p, s, config) for _, p, s in firsts.values()])
     print(f"primed {len(primed)} in {time.monotonic() - t:.1f} s: {[r.status for r in primed]}", flush=True)
     out = {}
-    runs = [(n, wave) for n in args.jobs for wave in args.first_wave]
-    for n, wave in runs:
+    runs = [(n, wave, cover) for n in args.jobs for wave in args.first_wave for cover in args.launch_cover_us]
+    for n, wave, cover in runs:
         if wave is not None:
             os.environ["KERNELAGENT_FIRST_WAVE_S"] = str(wave)
-        m = run_mode("cuda", cache, jobs, config, n)
-        out[f"{n} {wave}"] = m
-        print(f"jobs {m['concurrency']}, first wave {wave}: {m['evaluations']} in {m['wall_s']} s = {m['evaluations_per_gpu_minute']}/GPU-min; "
+        run_config = config if cover is None else EvalConfig.from_dict({**config.to_dict(), "launch_cover_us": cover})
+        m = run_mode("cuda", cache, jobs, run_config, n)
+        out[f"{n} {wave} {cover}"] = m
+        print(f"jobs {m['concurrency']}, first wave {wave}, launch cover {cover or config.launch_cover_us} us: "
+              f"{m['evaluations']} in {m['wall_s']} s = {m['evaluations_per_gpu_minute']}/GPU-min; "
               f"slot {m['slot_held_s']} s ({m['slot_busy_share']}); host CPU {m['host_cpu_s_per_evaluation']}/eval; "
               f"parts {m['slot_parts_s']}; verdicts {dict(Counter(r['status'] for r in m['rows']))}", flush=True)
         print("  " + fill_and_gaps(m["rows"]), flush=True)
