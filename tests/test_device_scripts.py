@@ -76,3 +76,19 @@ def test_segment_probe_reports_every_call_of_every_segment(tmp_path):
     assert [(r["cover_us"], r["segment"], r["stop"]) for r in rows] == [(150.0, 0, True), (150.0, 1, True)]
     assert all(len(r["readings"]) == 2 and all(e > 0 and h > 0 for e, h in r["readings"]) for r in rows)
     assert "call 0: event median" in done.stdout and "call 1: event median" in done.stdout
+
+
+def test_the_concurrency_probe_reports_each_candidates_host_share_from_both_clocks():
+    """A launch cover too short for a candidate's launch shows as host share first: the probe
+    prints each candidate's wall against its kernel trace's device time (1 - device/wall)."""
+    sys.path[:0] = [str(SCRIPTS), str(REPO / "benchmarks")]
+    import concurrency_probe
+
+    rows = [{"key": "level1/1_relu#0", "median_ms": 0.1344, "device_ms": 0.1330},
+            {"key": "level1/1_relu#1", "median_ms": 0.1368, "device_ms": 0.1331},
+            {"key": "level1/1_relu#2", "median_ms": 0.1340, "device_ms": 0.1330},
+            {"key": "level1/2_gelu#0", "median_ms": 0.0680, "device_ms": 0.0666},
+            {"key": "level1/5_softmax#0", "median_ms": 0.1320, "device_ms": None}]
+    assert concurrency_probe.host_shares(rows) == \
+        "host share by candidate (median of its copies): 1_relu 1.0%, 2_gelu 2.1%"
+    assert concurrency_probe.host_shares(rows[-1:]) == "host share: no row has both clocks"

@@ -47,6 +47,21 @@ def fill_and_gaps(rows: list[dict]) -> str:
             f"{', '.join(f'{g:.2f}' for g in big)}); drain {end - merged_end:.2f} s; wall by spans {end - start:.2f} s")
 
 
+def host_shares(rows: list[dict]) -> str:
+    """The wall time per call that the device ran none of the candidate's kernels (1 - device/wall,
+    the kernel trace's time against the timed median), per candidate: a launch cover too short for
+    a candidate's launch shows here first (its wall reads its host's launch, its device time not)."""
+    shares: dict[str, list[float]] = {}
+    for r in rows:
+        wall, device = r.get("median_ms"), r.get("device_ms")
+        if isinstance(wall, (int, float)) and isinstance(device, (int, float)) and wall > 0:
+            shares.setdefault(r["key"].split("#")[0], []).append(max(0.0, 1.0 - device / wall))
+    if not shares:
+        return "host share: no row has both clocks"
+    return "host share by candidate (median of its copies): " + ", ".join(
+        f"{key.split('/')[-1]} {sorted(v)[len(v) // 2]:.1%}" for key, v in sorted(shares.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--filter", default="level1/[1-6]_*")
@@ -79,6 +94,7 @@ def main() -> None:
               f"slot {m['slot_held_s']} s ({m['slot_busy_share']}); host CPU {m['host_cpu_s_per_evaluation']}/eval; "
               f"parts {m['slot_parts_s']}; verdicts {dict(Counter(r['status'] for r in m['rows']))}", flush=True)
         print("  " + fill_and_gaps(m["rows"]), flush=True)
+        print("  " + host_shares(m["rows"]), flush=True)
         Path(args.out).write_text(json.dumps(out, indent=1, default=str))
     for a in zip(*[[(r["key"], r["status"], r["speedup"] and round(r["speedup"], 3)) for r in m["rows"]]
                    for m in out.values()]):
