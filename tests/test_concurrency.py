@@ -527,22 +527,30 @@ def test_a_continue_lets_go_of_what_the_stop_recorded_without_walking_again(monk
     """The timed loop stops and continues the candidate around each of its segments (256 a loop
     for a 256 MiB output on an H200, where each continue walked the process tree and scanned every
     process's pid namespace once more). A continue now lets go of what the stop recorded, by pid
-    and start time, and of the process group, with no walk and no members() scan; a process in a
-    group of its own (a setsid helper) and a namespace member are let go all the same. Where the
-    stop could not read a start time, the continue walks as before."""
+    and start time, and of the process group, with no walk and no members() scan. Let go all the
+    same: a child in a group of its own (a setsid helper), a namespace member outside the tree, and
+    a group member that left the tree before the stop (its parent exited), which only the killpg
+    reached. Where the stop could not read a start time, the continue walks as before."""
     import subprocess
     import sys
 
     from kernelagent.harness.server import gate
 
+    sleeper = "import time; time.sleep(60)"
+    middle = ("import subprocess, sys\n"
+              f"g = subprocess.Popen([sys.executable, '-c', {sleeper!r}])\n"
+              "print(g.pid, flush=True)\n")  # exits at once: its child is reparented out of the tree
     code = ("import subprocess, sys, time\n"
-            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
-            "other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
-            "print(child.pid, other.pid, flush=True)\n"
+            f"child = subprocess.Popen([sys.executable, '-c', {sleeper!r}], start_new_session=True)\n"
+            f"middle = subprocess.Popen([sys.executable, '-c', {middle!r}], stdout=subprocess.PIPE, text=True)\n"
+            "orphan = int(middle.stdout.readline())\n"
+            "middle.wait()\n"
+            "print(child.pid, orphan, flush=True)\n"
             "time.sleep(60)\n")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
-    child, member = (int(x) for x in parent.stdout.readline().split())
+    member = subprocess.Popen([sys.executable, "-c", sleeper])  # not in the tree: found by members() only
+    child, orphan = (int(x) for x in parent.stdout.readline().split())
 
     class Proc:  # what Stops reads of a multiprocessing process
         pid = parent.pid
@@ -555,27 +563,32 @@ def test_a_continue_lets_go_of_what_the_stop_recorded_without_walking_again(monk
 
     def members() -> list[int]:
         scans.append(1)
-        return [member]
+        return [member.pid]
 
+    everyone = (parent.pid, child, orphan, member.pid)
     stops = gate.Stops()
     try:
+        assert orphan not in real_tree(parent.pid) and os.getpgid(orphan) == parent.pid
         stops.signal(Proc(), True, members)
         time.sleep(0.2)  # a signal is delivered asynchronously
-        assert {gate.proc_stat(p)[1] for p in (parent.pid, child, member)} == {"T"}
+        assert {pid: gate.proc_stat(pid)[1] for pid in everyone} == {pid: "T" for pid in everyone}
         assert len(walks) == 2 and len(scans) == 1  # the stop walks twice and scans once
+        assert orphan not in stops.pids and member.pid in stops.pids  # the killpg alone reached the orphan
         walks.clear(), scans.clear()
         stops.signal(Proc(), False, members)
         time.sleep(0.2)
-        assert {gate.proc_stat(p)[1] for p in (parent.pid, child, member)} <= {"R", "S"}
+        assert all(gate.proc_stat(pid)[1] in ("R", "S") for pid in everyone), \
+            {pid: gate.proc_stat(pid)[1] for pid in everyone}
         assert (len(walks), len(scans)) == ((0, 0) if start_known else (1, 1))
-        assert stops.pids == {} and stops.still_stopped() == []
+        assert stops.pids == {}
     finally:
-        for pid in (child, member, parent.pid):
+        for pid in (child, orphan, member.pid, parent.pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
         parent.wait(10)
+        member.wait(10)
 
 
 def test_a_stopped_process_that_left_the_tree_is_let_go():

@@ -73,19 +73,26 @@ def derived_sets(source: str, n: int, master: int) -> dict[str, Any]:
 def verified_calls(rng: random.Random, measured: int, expected: int) -> set[int]:
     """Which of the timed loop's `measured` calls the reference verifies from their kept outputs,
     drawn in secret before the loop: the last call, one call drawn uniformly from the others, and
-    each other call on its own with probability (expected - 1) / (measured - 1), so that about
-    `expected` besides the last are verified. Every call when there are no more than `expected`.
+    each of the rest on its own with probability (expected - 1) / (measured - 2), so that
+    `expected` besides the last are verified on average (`expected` >= 2). Every call when there
+    are no more than `expected` others.
 
     Why not a fixed number: the candidate's process sees how long the server takes to answer each
     segment, and a segment with a verified call takes a comparison longer. With exactly k drawn,
     once it has seen k slow answers it knows no call before the last is verified any more, and
-    can compute wrong from there at no risk. Here, every call not yet passed stays verified with
-    the same probability whatever the candidate has seen; the one uniform draw keeps a loop that
-    is wrong on every call but the last caught for certain (docs/concepts/defences.md, row 3)."""
+    can compute wrong from there at no risk. Here every call not yet passed stays verified with at
+    least that per-call probability, whatever the candidate has seen (a cheat wrong on a share f
+    of the loop from some point on is caught with at least 1 - e^(-2f)); the one uniform draw
+    keeps a loop that is wrong on every call but the last caught for certain
+    (docs/concepts/defences.md, row 3)."""
+    if expected < 2:
+        raise ValueError("verified_calls needs expected >= 2: with one, the per-call draws vanish and "
+                         "the count is fixed again")
     if measured <= 0:
         return set()
     others = measured - 1
     if others <= expected:
         return set(range(measured))
-    share = (expected - 1) / others
-    return {rng.randrange(others), others} | {i for i in range(others) if rng.random() < share}
+    uniform = rng.randrange(others)
+    share = (expected - 1) / (others - 1)
+    return {uniform, others} | {i for i in range(others) if i != uniform and rng.random() < share}

@@ -485,7 +485,9 @@ class Stops:
         a stop's killpg reached beyond the tree. A continue walks no tree and reads no /proc listing:
         the timed loop stops and continues the candidate around every segment (hundreds a loop),
         and a walk or a scan of the pid namespace then could find only what the record holds (a
-        stopped process starts no other) or what nobody stopped. Where a stop could not read a process's start time (it was recorded as 0, and
+        stopped process starts no other) or what nobody stopped. A group member that left the tree
+        before the stop (its parent exited) was stopped by the killpg alone and is let go by the
+        group's. Where a stop could not read a process's start time (recorded as 0, and
         continue_processes never signals such a pid), the continue walks the tree and the members
         again, as a stop does."""
         unknown = False
