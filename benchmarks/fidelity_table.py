@@ -105,7 +105,7 @@ def summarize(rows: list[dict], reps: int) -> list[dict]:
             "cv_speedup_device": cv_device, "verdict_device": verdict_device,
             "fresh_over_warm_device": _fresh_over_warm(
                 [r for p in ("warm", "fresh") for r in groups.get((label, cache, p), []) if r.get("status") == "correct"],
-                "speedup_compile_device" if base == "compile" else "speedup_eager_device"),
+                device_key),
             "cause": cause(ok, alone.get((label, cache, process)), "speedup_compile" if base == "compile"
                            else "speedup_eager") if verdict == "MISS" else None,
         })

@@ -188,6 +188,7 @@ def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, s
         base = next(r for r in serial["rows"] if r["key"] == key)
         row = _row(key, honest)
         copies = serial_copies(serial["rows"], key)
+        device_copies = serial_copies(serial["rows"], key, "device_ms")
         out["spinner"] = {"candidate": key, "spinners": spinners, "serial_median_ms": base["median_ms"],
                           "serial_time_interval": base["time_interval"], "beside_spinners_median_ms": row["median_ms"],
                           "beside_spinners_time_interval": row["time_interval"],
@@ -196,7 +197,7 @@ def compare(pattern: str | None, samples: int, trials: int, jobs_at_once: int, s
                           "serial_copies_ms": copies, "within_serial_copies": within_copies(copies, row["median_ms"]),
                           # the same judged on the device clock, beside the wall clock's, never in its place
                           "serial_device_ms": base.get("device_ms"), "beside_spinners_device_ms": row["device_ms"],
-                          "serial_copies_device_ms": (device_copies := serial_copies(serial["rows"], key, "device_ms")),
+                          "serial_copies_device_ms": device_copies,
                           "within_serial_copies_device": within_copies(device_copies, row["device_ms"]),
                           "spinner_statuses": [r.status for r in neighbours],
                           "concurrency": honest.concurrency}

@@ -186,12 +186,12 @@ class ProblemBaselines:
             raw["flags"] = list(raw.get("flags") or []) + [f for f in self.job.result.get("flags") or []
                                                            if isinstance(f, dict)]
             raw.setdefault("concurrency", {})["baselines_job"] = self.job.describe()
+            job_seconds = self.job.stage_seconds()
             for key in ("baselines", "baselines_compile"):
-                seconds = self.job.stage_seconds().get(key)
-                if seconds is not None:
+                if key in job_seconds:
                     # what compiling and timing them took, beside this candidate's job (the result's
                     # own clocks); baselines_compile: until the reference had compiled every runner
-                    raw.setdefault("stage_seconds", {})[key] = seconds
+                    raw.setdefault("stage_seconds", {})[key] = job_seconds[key]
         return None
 
     def release(self) -> None:
