@@ -4,13 +4,17 @@ The CLI checks a requested device here before anything starts, so that `--device
 (or `--gpus 7`) on a machine without that GPU is one line and exit 2 instead of a run that
 silently lands on the CPU. Only `auto` may choose the CPU, and it says so on stderr.
 
-Sources, in order: CUDA_VISIBLE_DEVICES (what the harness processes would inherit),
-`nvidia-smi`, then the driver's /proc/driver/nvidia/gpus. Indices are the physical ones,
-as `Evaluator(device="cuda:N")` and `bench --gpus` use them (they pin CUDA_VISIBLE_DEVICES=N).
+Sources, in order: CUDA_VISIBLE_DEVICES (what the harness processes would inherit), NVML's
+device count (libnvidia-ml through ctypes, the library `nvidia-smi` reads, in this process: no
+CUDA context, and no `nvidia-smi` process, which a warm `eval` paid twice per command), then
+`nvidia-smi`, then the driver's /proc/driver/nvidia/gpus. Indices are the physical ones, as
+`Evaluator(device="cuda:N")` and `bench --gpus` use them (they pin CUDA_VISIBLE_DEVICES=N); NVML
+numbers them as `nvidia-smi` does. The machine's answer is asked once per process.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -35,6 +39,20 @@ def gpu_indices() -> list[int] | None:
         if not all(p.isdigit() for p in parts):
             return None
         return [int(p) for p in parts]
+    global _MACHINE
+    if _MACHINE is None:
+        _MACHINE = _machine_gpus()
+    return list(_MACHINE)
+
+
+_MACHINE: list[int] | None = None  # the machine's answer, asked once per process (_machine_gpus)
+
+
+def _machine_gpus() -> list[int]:
+    """The GPUs of this machine: NVML's count, else nvidia-smi's indices, else the driver's /proc."""
+    count = nvml_device_count()
+    if count is not None:
+        return list(range(count))
     if shutil.which("nvidia-smi"):
         try:
             out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
@@ -48,6 +66,29 @@ def gpu_indices() -> list[int] | None:
         return list(range(sum(1 for _ in proc.iterdir()))) if proc.is_dir() else []
     except OSError:
         return []
+
+
+def nvml_device_count(library: str = "libnvidia-ml.so.1") -> int | None:
+    """NVML's device count (nvmlInit_v2, nvmlDeviceGetCount_v2, nvmlShutdown), or None where the
+    library is missing or does not answer; a count outside 0-4096 is no answer."""
+    try:
+        lib = ctypes.CDLL(library)
+        init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
+        get_count = getattr(lib, "nvmlDeviceGetCount_v2", None) or lib.nvmlDeviceGetCount
+    except (OSError, AttributeError):
+        return None
+    init.restype = get_count.restype = ctypes.c_int
+    if init() != 0:
+        return None
+    try:
+        count = ctypes.c_uint(0)
+        if get_count(ctypes.byref(count)) != 0 or not 0 <= count.value <= 4096:
+            return None
+        return int(count.value)
+    finally:
+        shutdown = getattr(lib, "nvmlShutdown", None)
+        if shutdown is not None:
+            shutdown()
 
 
 def _describe(gpus: list[int]) -> str:

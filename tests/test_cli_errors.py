@@ -187,6 +187,62 @@ def test_auto_says_it_runs_on_the_cpu(capsys, monkeypatch):
     assert capsys.readouterr().err == ""  # a GPU there: auto says nothing
 
 
+def test_the_machines_gpus_come_from_nvml_once_per_process_without_nvidia_smi(monkeypatch, tmp_path):
+    """A warm `eval` asked `nvidia-smi` twice per command (its device check and the note beside
+    its verdict). NVML's count is read in the process instead, once; `nvidia-smi` is the
+    fallback where NVML does not load, and an NVML that fails to initialise is no answer."""
+    import ctypes
+
+    from kernelagent import devices
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    calls = {"init": 0, "count": 0, "shutdown": 0, "smi": 0}
+
+    class FakeNvml:  # ctypes functions: callables whose restype is set
+        def __init__(self, init_rc=0, count=4):
+            self.init_rc = init_rc
+
+            def init():
+                calls["init"] += 1
+                return init_rc
+
+            def get_count(ref):
+                calls["count"] += 1
+                ctypes.cast(ref, ctypes.POINTER(ctypes.c_uint)).contents.value = count
+                return 0
+
+            def shutdown():
+                calls["shutdown"] += 1
+                return 0
+
+            self.nvmlInit_v2, self.nvmlDeviceGetCount_v2, self.nvmlShutdown = init, get_count, shutdown
+
+    def smi(*args, **kwargs):
+        calls["smi"] += 1
+        return subprocess.CompletedProcess(args, 0, "0\n1\n", "")
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(subprocess, "run", smi)
+    for library, expected, smi_calls in ((FakeNvml(), [0, 1, 2, 3], 0), (OSError("no libnvidia-ml"), [0, 1], 1),
+                                         (FakeNvml(init_rc=9), [0, 1], 1), (FakeNvml(count=1 << 20), [0, 1], 1)):
+        calls.update(init=0, count=0, shutdown=0, smi=0)
+
+        def load(name, library=library):
+            if isinstance(library, Exception):
+                raise library
+            return library
+
+        monkeypatch.setattr(ctypes, "CDLL", load)
+        monkeypatch.setattr(devices, "_MACHINE", None)
+        assert devices.check_device("cuda:1") == "cuda:1"
+        assert devices.gpu_indices() == expected and devices.gpu_indices() == expected
+        assert calls["smi"] == smi_calls  # once at most, whichever answered
+        opened = isinstance(library, FakeNvml) and library.init_rc == 0
+        assert calls["init"] == isinstance(library, FakeNvml) and calls["shutdown"] == opened
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # the variable still decides first, every time
+    assert devices.gpu_indices() == [3]
+
+
 def test_evalconfig_refuses_bad_numbers():
     from kernelagent.harness import EvalConfig
     from kernelagent.harness.config import StageTimeouts

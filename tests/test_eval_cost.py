@@ -58,6 +58,26 @@ def test_a_later_job_of_the_same_problem_runs_the_first_ones_loop_on_a_gpu():
     assert not _timed_job(True, gate).loop_plan(0.19, {"x": 2})[1]
 
 
+@pytest.mark.parametrize("output_mib, estimate_ms, keep, segments", [
+    (256, 0.13, 2, 128),   # the H200's softmax of level 1: the cap, 256 calls
+    (256, 2.0, 2, 50),     # a slow kernel of the same size: its target, not the cap
+    (16, 0.017, 10, 100),  # a 16 MiB ReLU: ten kept within the floor, 1,000 calls
+    (1, 0.005, 125, 8),    # a tiny kernel: the least segments, many calls each
+])
+def test_a_loop_of_huge_outputs_runs_at_most_max_segments_round_trips(output_mib, estimate_ms, keep, segments):
+    """Each segment is a round trip through the server (the candidate stopped, compared, let go):
+    a 256 MiB output keeps 2 calls a segment, and its loop stops at MAX_SEGMENTS of them."""
+    from kernelagent.harness.child import memory_plan
+    from kernelagent.harness.server import timed
+
+    output = output_mib << 20
+    budget = memory_plan.harness_bytes(2 * output, 141 << 30)
+    plan = loop_plan(EvalConfig(), estimate_ms, budget, output)
+    assert timed.MAX_SEGMENTS == 128
+    assert (plan["keep"], plan["segments"]) == (keep, segments)
+    assert plan["calls"] * plan["segments"] <= plan["total"]
+
+
 def test_the_plan_is_not_reused_on_the_cpu_or_when_memory_is_short():
     gate = gate_mod.Gate()
     _timed_job(False, gate).loop_plan(0.19, {})

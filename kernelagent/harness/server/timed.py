@@ -43,7 +43,12 @@ KEEP_CPU_BYTES: int = BY_NAME["KERNELAGENT_CPU_KEEP_BYTES"].default
 # calibration keys, so that an audited evaluation reuses what an unaudited one of the same loop measured.
 LOOP_NEUTRAL = ("seed", "trials", "timeouts", "audit", "audit_wins", "audit_share")
 TIMED_CHECKS = 3  # timed calls verified on average, drawn in secret over the whole loop (the last one too)
-MAX_SEGMENTS = 256  # a loop of huge outputs (one kept per segment) stops here
+# A loop of huge outputs (few kept per segment) stops here. Each segment is a round trip through the
+# server (the candidate stopped, its chosen calls compared, continued) beside its calls' launch
+# covers: at 256, a 256 MiB softmax output (2 kept) ran 512 calls in 256 segments, 0.77 s of loop
+# and 0.43 s of comparisons for 68 ms of kernels in a warm `eval` (H200). 128 segments still give
+# the server's clock as many readings as the candidate's samples need (docs/concepts/timing.md).
+MAX_SEGMENTS = 128
 # The server reads the SM clock around the candidate's loop only where NVML starts faster than
 # this (measured by the device probe): it opens and closes NVML around each loop.
 NVML_INIT_MAX_MS = 200.0
