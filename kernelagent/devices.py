@@ -14,7 +14,7 @@ numbers them as `nvidia-smi` does. The machine's answer is asked once per proces
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import os
 import re
 import shutil
@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from kernelagent.errors import UserError
+from kernelagent.nvml import Nvml
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 CPU_NOTE = "note: no GPU found: running on the CPU under the Triton interpreter (timings are not meaningful)"
@@ -39,56 +40,41 @@ def gpu_indices() -> list[int] | None:
         if not all(p.isdigit() for p in parts):
             return None
         return [int(p) for p in parts]
-    global _MACHINE
-    if _MACHINE is None:
-        _MACHINE = _machine_gpus()
-    return list(_MACHINE)
+    return list(_machine_gpus())
 
 
-_MACHINE: list[int] | None = None  # the machine's answer, asked once per process (_machine_gpus)
-
-
-def _machine_gpus() -> list[int]:
-    """The GPUs of this machine: NVML's count, else nvidia-smi's indices, else the driver's /proc."""
+@functools.cache
+def _machine_gpus() -> tuple[int, ...]:
+    """The GPUs of this machine, asked once per process: NVML's count, else nvidia-smi's indices,
+    else the driver's /proc."""
     count = nvml_device_count()
     if count is not None:
-        return list(range(count))
+        return tuple(range(count))
     if shutil.which("nvidia-smi"):
         try:
             out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
                                  capture_output=True, text=True, timeout=30)
             if out.returncode == 0:
-                return [int(line) for line in out.stdout.split() if line.strip().isdigit()]
+                return tuple(int(line) for line in out.stdout.split() if line.strip().isdigit())
         except (OSError, subprocess.TimeoutExpired):
             pass
     proc = Path("/proc/driver/nvidia/gpus")
     try:
-        return list(range(sum(1 for _ in proc.iterdir()))) if proc.is_dir() else []
+        return tuple(range(sum(1 for _ in proc.iterdir()))) if proc.is_dir() else ()
     except OSError:
-        return []
+        return ()
 
 
-def nvml_device_count(library: str = "libnvidia-ml.so.1") -> int | None:
-    """NVML's device count (nvmlInit_v2, nvmlDeviceGetCount_v2, nvmlShutdown), or None where the
-    library is missing or does not answer; a count outside 0-4096 is no answer."""
-    try:
-        lib = ctypes.CDLL(library)
-        init = getattr(lib, "nvmlInit_v2", None) or lib.nvmlInit
-        get_count = getattr(lib, "nvmlDeviceGetCount_v2", None) or lib.nvmlDeviceGetCount
-    except (OSError, AttributeError):
-        return None
-    init.restype = get_count.restype = ctypes.c_int
-    if init() != 0:
+def nvml_device_count() -> int | None:
+    """NVML's device count (kernelagent/nvml.py), NVML opened for it and closed after; None where
+    the library is missing or does not answer."""
+    nvml = Nvml.open()
+    if nvml is None:
         return None
     try:
-        count = ctypes.c_uint(0)
-        if get_count(ctypes.byref(count)) != 0 or not 0 <= count.value <= 4096:
-            return None
-        return int(count.value)
+        return nvml.device_count()
     finally:
-        shutdown = getattr(lib, "nvmlShutdown", None)
-        if shutdown is not None:
-            shutdown()
+        nvml.close()
 
 
 def _describe(gpus: list[int]) -> str:

@@ -216,6 +216,7 @@ def test_the_machines_gpus_come_from_nvml_once_per_process_without_nvidia_smi(mo
                 return 0
 
             self.nvmlInit_v2, self.nvmlDeviceGetCount_v2, self.nvmlShutdown = init, get_count, shutdown
+            self.nvmlDeviceGetClockInfo = lambda *args: 0  # what Nvml.open prepares for the timer
 
     def smi(*args, **kwargs):
         calls["smi"] += 1
@@ -233,9 +234,12 @@ def test_the_machines_gpus_come_from_nvml_once_per_process_without_nvidia_smi(mo
             return library
 
         monkeypatch.setattr(ctypes, "CDLL", load)
-        monkeypatch.setattr(devices, "_MACHINE", None)
-        assert devices.check_device("cuda:1") == "cuda:1"
-        assert devices.gpu_indices() == expected and devices.gpu_indices() == expected
+        devices._machine_gpus.cache_clear()
+        try:
+            assert devices.check_device("cuda:1") == "cuda:1"
+            assert devices.gpu_indices() == expected and devices.gpu_indices() == expected
+        finally:
+            devices._machine_gpus.cache_clear()  # no fake's answer outlives the test
         assert calls["smi"] == smi_calls  # once at most, whichever answered
         opened = isinstance(library, FakeNvml) and library.init_rc == 0
         assert calls["init"] == isinstance(library, FakeNvml) and calls["shutdown"] == opened

@@ -283,10 +283,11 @@ def test_nvml_process_rows_are_read_bounded_and_unknown_sizes_left_out():
     'not available' size and impossible pids dropped, a failing call None."""
     import ctypes
 
+    from kernelagent import nvml
     from kernelagent.harness.child import sm_clocks
 
     def v3(handle, count, rows):
-        entries = [(4242, 5 << 30), (4242, 1 << 30), (77, sm_clocks._NOT_AVAILABLE), (0, 1 << 20), (9, 0)]
+        entries = [(4242, 5 << 30), (4242, 1 << 30), (77, nvml.NOT_AVAILABLE), (0, 1 << 20), (9, 0)]
         count._obj.value = len(entries)
         for i, (pid, size) in enumerate(entries):
             rows[i].pid, rows[i].usedGpuMemory = pid, size
