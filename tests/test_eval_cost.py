@@ -530,6 +530,25 @@ def test_a_waiting_target_gives_up_when_its_scratch_is_removed(tmp_path):
     assert proc.wait(10) == 3 and "ABANDONED" in proc.stdout.read()
 
 
+def test_a_finished_target_ends_at_once_its_output_flushed_and_no_teardown_run():
+    """The audit holds the device until its session has ended, so the target skips Python's and
+    the libraries' teardown (CUDA's context, 0.25 s on an H200): what it printed still reaches
+    ncu's pipe, no exit handler runs, and its code is the one `main` returned."""
+    import ast
+
+    code = ("import atexit, sys; sys.path.insert(0, %r)\n"
+            "from kernelagent.harness.child import ncu_entry\n"
+            "atexit.register(lambda: print('TEARDOWN'))\n"
+            "sys.stdout.write('KERNELAGENT_NCU_DONE {}')\n"
+            "ncu_entry._exit_done(5)\n" % str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 5 and proc.stdout == "KERNELAGENT_NCU_DONE {}", proc.stdout
+    # and a finished session's target ends through it (an unfinished one through C's exit())
+    tree = ast.parse((ROOT / "kernelagent/harness/child/ncu_entry.py").read_text())
+    guard = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+    assert [ast.unparse(s) for s in guard[0].body] == ["_exit_done(main(sys.argv[1:]))"]
+
+
 def test_a_waiting_target_gives_up_after_its_wait_and_goes_on_a_go(tmp_path):
     proc = _waiting_target(tmp_path, wait_s="1")
     assert proc.wait(15) == 3

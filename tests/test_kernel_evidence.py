@@ -41,24 +41,25 @@ def test_own_names_come_from_the_source():
     assert ke.static_own_names("def (") == set()
 
 
-def _k(name, total_ns, launches=3):
-    return {"name": name, "launches": launches, "total_ns": total_ns}
+def _k(name, per_call_ns, launches=3):
+    """An ncu row for `per_call_ns` of device time in each of the kernel_evidence.CALLS profiled calls."""
+    return {"name": name, "launches": launches, "total_ns": per_call_ns * ke.CALLS}
 
 
 def test_no_own_kernel_is_rejected():
-    flags = ke.judge({"kernels": [_k("ampere_sgemm_128x64_nn", 3e6), _k("vectorized_elementwise_kernel", 1e5)]},
+    flags = ke.judge({"kernels": [_k("ampere_sgemm_128x64_nn", 1.5e6), _k("vectorized_elementwise_kernel", 5e4)]},
                      {"matmul_kernel"}, median_ms=1.1)
     assert [f["kind"] for f in flags] == ["no-custom-kernel"] and flags[0]["severity"] == "reject"
     assert "ampere_sgemm" in flags[0]["message"] and "matmul_kernel" in flags[0]["message"]
 
 
 def test_own_kernel_with_most_of_the_time_passes():
-    assert ke.judge({"kernels": [_k("matmul_kernel", 3e6), _k("fill_kernel", 1e4)]}, {"matmul_kernel"},
+    assert ke.judge({"kernels": [_k("matmul_kernel", 1.5e6), _k("fill_kernel", 5e3)]}, {"matmul_kernel"},
                     median_ms=1.05) == []
 
 
 def test_library_kernels_doing_most_work_are_hidden_work():
-    flags = ke.judge({"kernels": [_k("ampere_sgemm_128x64_nn", 3e6), _k("relu_kernel", 1e5)]}, {"relu_kernel"},
+    flags = ke.judge({"kernels": [_k("ampere_sgemm_128x64_nn", 1.5e6), _k("relu_kernel", 5e4)]}, {"relu_kernel"},
                      median_ms=1.1)
     assert [f["kind"] for f in flags] == ["hidden-work"] and flags[0]["severity"] == "reject"
 
@@ -67,28 +68,28 @@ def test_copies_and_fills_beside_the_own_kernel_are_glue_by_either_name():
     """An honest candidate whose `.contiguous()` copy takes more device time than its kernel
     (as on an H100, where ncu's demangled name was only `void at::elementwise_kernel<128, 2,
     void at::gpu_kernel_impl`): glue by the mangled name's `direct_copy_kernel_cuda`."""
-    copy = dict(_k("void at::elementwise_kernel<128, 2, void at::gpu_kernel_impl", 6e5),
+    copy = dict(_k("void at::elementwise_kernel<128, 2, void at::gpu_kernel_impl", 3e5),
                 mangled="_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_impl_nocastIZZZNS0_"
                         "23direct_copy_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE1_clEvENKUlvE8_clEvEUlfE_EEvS4_"
                         "RKT_EUliE_EEviT1_")
-    fill = _k("void at::vectorized_elementwise_kernel<4, at::FillFunctor<float>", 6e4)
-    assert ke.judge({"kernels": [copy, _k("relu_kernel", 3.3e5), fill]}, {"relu_kernel"}, median_ms=0.4) == []
+    fill = _k("void at::vectorized_elementwise_kernel<4, at::FillFunctor<float>", 3e4)
+    assert ke.judge({"kernels": [copy, _k("relu_kernel", 1.65e5), fill]}, {"relu_kernel"}, median_ms=0.4) == []
     # the same copy with no name that says so is work, and then the library did most of it
     unnamed = dict(copy, mangled="_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_impl_nocast")
-    flags = ke.judge({"kernels": [unnamed, _k("relu_kernel", 3.3e5), fill]}, {"relu_kernel"}, median_ms=0.4)
+    flags = ke.judge({"kernels": [unnamed, _k("relu_kernel", 1.65e5), fill]}, {"relu_kernel"}, median_ms=0.4)
     assert [f["kind"] for f in flags] == ["hidden-work"]
     assert "gpu_kernel_impl" in flags[0]["message"]
     # glue alone is not enough: a library softmax beside copies is still work
-    soft = _k("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", 9e5)
-    flags = ke.judge({"kernels": [soft, copy, _k("touch_kernel", 1e4)]}, {"touch_kernel"}, median_ms=0.5)
+    soft = _k("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>", 4.5e5)
+    flags = ke.judge({"kernels": [soft, copy, _k("touch_kernel", 5e3)]}, {"touch_kernel"}, median_ms=0.5)
     assert [f["kind"] for f in flags] == ["hidden-work"] and "cunn_SoftMaxForward" in flags[0]["message"]
 
 
 def test_kernels_longer_than_the_reported_time_disagree_with_the_clock():
     # CALLS profiled calls of 2 ms each on the device, but the reported median is 0.5 ms
-    flags = ke.judge({"kernels": [_k("relu_kernel", ke.CALLS * 2e6)]}, {"relu_kernel"}, median_ms=0.5)
+    flags = ke.judge({"kernels": [_k("relu_kernel", 2e6)]}, {"relu_kernel"}, median_ms=0.5)
     assert [f["kind"] for f in flags] == ["clock-mismatch"]
-    assert ke.judge({"kernels": [_k("relu_kernel", ke.CALLS * 2e6)]}, {"relu_kernel"}, median_ms=1.9) == []
+    assert ke.judge({"kernels": [_k("relu_kernel", 2e6)]}, {"relu_kernel"}, median_ms=1.9) == []
 
 
 def test_nothing_seen_gives_no_flag():
@@ -122,9 +123,7 @@ def _cuda_result():
 
 
 def test_evidence_that_cannot_be_collected_keeps_a_result_from_counting_as_a_win(tmp_path):
-    from types import SimpleNamespace
 
-    from kernelagent.harness.caller.evaluator import Evaluator
 
     result = _cuda_result()
     assert result.passed
@@ -142,9 +141,7 @@ def test_evidence_that_cannot_be_collected_keeps_a_result_from_counting_as_a_win
 def test_what_the_candidate_did_under_ncu_rejects_it_as_the_main_run_would(tmp_path):
     """h3_gc_monitor_none on an H200: the monitor switched off in the main run, gc.get_objects()
     seen by the ncu entry's audit. That is a rejection, not a `kernel-evidence` review."""
-    from types import SimpleNamespace
 
-    from kernelagent.harness.caller.evaluator import Evaluator
 
     result = _cuda_result()
     evidence = {"unavailable": "the candidate did something not allowed under ncu",
@@ -188,12 +185,10 @@ def test_the_evidence_jail_hides_the_callers_own_directories(tmp_path):
 def test_evidence_is_judged_for_a_reviewed_result_but_not_a_rejected_or_failed_one(tmp_path):
     """A correct result flagged for review is no win, but a torch-only one must still end rejected
     on what ncu saw; one already rejected, or not correct, is left as it is."""
-    from types import SimpleNamespace
 
     from kernelagent.harness import Flag
-    from kernelagent.harness.caller.evaluator import Evaluator
 
-    torch_only = {"kernels": [_k("ampere_sgemm_128x64_nn", 3e6)]}
+    torch_only = {"kernels": [_k("ampere_sgemm_128x64_nn", 1.5e6)]}
     reviewed = _cuda_result()
     reviewed.flags.append(Flag("clock-mismatch", "the candidate's clock disagrees", "review"))
     apply_kernel_evidence(reviewed, torch_only, TRITON)
@@ -213,13 +208,11 @@ def test_evidence_is_judged_for_a_reviewed_result_but_not_a_rejected_or_failed_o
 def test_evaluator_turns_reject_evidence_into_a_rejection(tmp_path):
     """The caller's wiring (caller/results.apply_kernel_evidence) on a CUDA result, with the server's ncu
     answer stood in: a reject flag from the evidence makes the verdict `rejected`, with the reason."""
-    from types import SimpleNamespace
 
     from kernelagent.harness import Status
-    from kernelagent.harness.caller.evaluator import Evaluator
 
     result = _cuda_result()
-    apply_kernel_evidence(result, {"kernels": [_k("ampere_sgemm_128x64_nn", 3e6)],
+    apply_kernel_evidence(result, {"kernels": [_k("ampere_sgemm_128x64_nn", 1.5e6)],
                                                            "seconds": 4.5}, TRITON)
     assert result.status == Status.REJECTED and not result.correct
     assert result.reason.startswith("[no-custom-kernel]") and result.stage == "evidence"
@@ -286,7 +279,7 @@ def test_the_server_runs_the_evidence_in_the_jobs_jail_and_stops_it_with_the_job
     from kernelagent.harness.server import evidence
 
     seen = {}
-    _fake_session(monkeypatch, seen, lambda **k: {"kernels": [_k("relu_kernel", 1e5)]})
+    _fake_session(monkeypatch, seen, lambda **k: {"kernels": [_k("relu_kernel", 5e4)]})
     job = _job(tmp_path)
     evidence.collect(job)
     assert job.facts.evidence["kernels"][0]["name"] == "relu_kernel" and job.facts.evidence["seconds"] >= 0

@@ -99,6 +99,17 @@ def _stamp(name: str) -> None:
         print(f"KERNELAGENT_NCU_T {name} {time.monotonic():.4f}", flush=True)
 
 
+def _exit_done(code: int) -> None:
+    """End a finished session at once: os._exit, without Python's teardown or the libraries' exit
+    handlers (CUDA destroying its context took ~0.25 s with the device held; H200,
+    scripts/device/audit_probe.py). Nsight Compute's host already holds every profiled kernel's
+    result: each kernel is profiled, and its result sent, at its launch, inside the profiled
+    range that ended before DONE; the host writes its report once this process is gone."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _exit_fast(code: int) -> None:
     """End without Python's own teardown (torch's modules take most of a second): C's exit()
     still runs the libraries' exit handlers, Nsight Compute's injection and CUDA's among them,
@@ -155,4 +166,4 @@ def _scratch_gone() -> bool:
 
 
 if __name__ == "__main__":
-    _exit_fast(main(sys.argv[1:]))
+    _exit_done(main(sys.argv[1:]))
