@@ -46,3 +46,47 @@ def test_a_noisy_loser_is_not_called_a_winner():
     interval = stats.speedup_interval(base, cand)
     assert interval[0] < 1.0
     assert not stats.beats(interval, None, 1.0)
+
+
+def test_prefetch_imports_a_module_without_waiting_for_it(tmp_path, monkeypatch):
+    """The caller loads numpy while its job runs (stats.prefetch): the call returns at once, the
+    module is there once the thread ends, and a module imported already starts nothing."""
+    import sys
+    import time
+
+    (tmp_path / "ka_slow_module.py").write_text("import time\ntime.sleep(0.5)\nVALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "ka_slow_module", raising=False)
+    started = time.monotonic()
+    thread = stats.prefetch("ka_slow_module")
+    assert time.monotonic() - started < 0.3 and thread is not None
+    thread.join(10)
+    assert sys.modules["ka_slow_module"].VALUE == 7
+    assert stats.prefetch("ka_slow_module") is None
+    broken = stats.prefetch("ka_no_such_module_here")  # a failed import is left to whoever needs it
+    broken.join(10)
+    assert "ka_no_such_module_here" not in sys.modules
+
+
+def test_the_caller_starts_numpys_import_before_it_waits_for_the_reply(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from kernelagent.harness import Evaluator, EvalConfig
+    from kernelagent.harness.result import Status
+
+    candidates = Path(__file__).parent / "candidates"
+    ev = Evaluator(device="cpu", cache_dir=tmp_path)
+    asked: list[str] = []
+    monkeypatch.setattr(stats, "prefetch", lambda module: asked.append(module))
+    seen: list[list[str]] = []
+
+    def fake_round_trip(request, deadline, cancel=None, on_baselines=None):
+        seen.append(list(asked))
+        return {"result": {"status": Status.RUNTIME_ERROR, "reason": "stand-in", "concurrency": {}}}
+
+    monkeypatch.setattr(ev, "_round_trip", fake_round_trip)
+    monkeypatch.setattr(ev, "start", lambda: None)
+    ev._fingerprint = {"cuda": False}
+    ev.evaluate(candidates / "relu_problem.py", (candidates / "relu_good.py").read_text(),
+                EvalConfig(trials=1, kernel_evidence=False))
+    assert seen == [["numpy"]]

@@ -13,9 +13,12 @@ use the LOW end: "faster than Inductor" means the whole interval is above 1.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import math
 import random
 import struct
+import sys
+import threading
 from typing import Sequence
 
 DEFAULT_RESAMPLES = 1000
@@ -65,6 +68,25 @@ def speedup_interval(baseline_ms: Sequence[float], candidate_ms: Sequence[float]
     low = ratios[max(0, int(math.floor(tail * resamples)))]
     high = ratios[min(resamples - 1, int(math.ceil((1.0 - tail) * resamples)) - 1)]
     return [low, high]
+
+
+def prefetch(module: str) -> threading.Thread | None:
+    """Import `module` in a daemon thread, unless it is imported already; the thread, or None.
+    The caller starts numpy's import as it sends a job (caller/evaluator.py), so a one-shot
+    command's interval after the reply (`_bootstrap_ratios`) does not wait for an import that could
+    run while the server ran the job. A failed import is left to the import that needs it."""
+    if module in sys.modules:
+        return None
+
+    def load() -> None:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the caller's own import says why, where it needs it
+            pass
+
+    thread = threading.Thread(target=load, name=f"prefetch-{module}", daemon=True)
+    thread.start()
+    return thread
 
 
 def _bootstrap_ratios(base: list[float], cand: list[float], resamples: int) -> list[float]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from kernelagent import settings
 from kernelagent.errors import UserError
-from kernelagent.harness import interpreter, protocol, verdict
+from kernelagent.harness import interpreter, protocol, stats, verdict
 from kernelagent.harness.caller import zygote
 from kernelagent.harness.jail import sandbox
 from kernelagent.harness.server.audit import evidence_options, needs_win_audit
@@ -476,6 +476,7 @@ class Evaluator(ServerChannel):
             request = {"config": config.to_dict(), "problem_source": problem.source,
                        "candidate_source": candidate_source, "want_baselines": plan.in_job,
                        "candidate_sha256": base.candidate_sha256, "options": options}
+            stats.prefetch("numpy")  # the speedup intervals after the reply need it: loaded meanwhile
             reply = self._round_trip(request, self._deadline(config), cancel, plan.early)
             if reply is not None and "result" in reply and \
                     (reply["result"].get("concurrency") or {}).get("retry_alone"):
