@@ -129,10 +129,10 @@ def main() -> int:
     print("\nmedian slot held (GO to the session's end), s:")
     for name in args.problems.split(","):
         for variant in args.variants.split(","):
-            slots = [r["phases"]["profiled_s"] for r in rows if r.get("problem") == name and r["variant"] == variant
-                     and "profiled_s" in r.get("phases", {})]
-            teardown = [r["phases"]["profiled_s"] - r["phases"].get("target_profiled_s", 0) for r in rows
-                        if r.get("problem") == name and r["variant"] == variant and "profiled_s" in r.get("phases", {})]
+            phases = [r["phases"] for r in rows if r.get("problem") == name and r["variant"] == variant
+                      and "profiled_s" in r.get("phases", {})]
+            slots = [p["profiled_s"] for p in phases]
+            teardown = [p["profiled_s"] - p.get("target_profiled_s", 0) for p in phases]
             if slots:
                 print(f"  {name:12s} {variant:15s} {statistics.median(slots):.3f}  teardown "
                       f"{statistics.median(teardown):.3f}  n={len(slots)}")
