@@ -66,7 +66,10 @@ def make_row(pair: Pair, cache: str, rep: int, prime: bool, rc: int, data: dict 
         n_samples=len(samples), drift_q4_q1=quarter_drift(samples), source=cand.get("source"),
         timed_loop={"server_ms_per_call": server, "claimed_mean_ms": claimed,
                     "ratio": server / claimed if server and claimed else None,
-                    "calls": loop.get("calls"), "source": loop.get("source")},
+                    "calls": loop.get("calls"), "source": loop.get("source"),
+                    **{k: loop.get(k) for k in LOOP_KEYS if k in loop}},
+        # What kept a correct repetition from counting (a flag of review or reject), for its line.
+        passed=data.get("passed"), flags=result_flags(data),
         fingerprint={k: fp.get(k) for k in ("gpu_name", "torch", "torch_cuda", "triton", "python", "device")},
         problem_sha256=data.get("problem_sha256"),
         # Where the wall time went, for the slow cold primes (150-213 s beside 11-25 s on an H100,
@@ -82,6 +85,31 @@ def make_row(pair: Pair, cache: str, rep: int, prime: bool, rc: int, data: dict 
     if data.get("status") != "correct":
         row["stderr_tail"] = stderr
     return row
+
+
+# What a row keeps of the result's `timed_loop` beside the clocks' ratio (server/timed.py).
+LOOP_KEYS = ("segments", "calibration_s", "server_loop_s", "calibration_reused", "calibration_shared")
+
+
+def result_flags(data: dict) -> list[dict]:
+    """The result's flags, kind and severity each with the first 200 characters of its message."""
+    flags = data.get("flags") if isinstance(data.get("flags"), list) else []
+    return [{"kind": str(f.get("kind"))[:40], "severity": str(f.get("severity"))[:10],
+             "message": str(f.get("message", ""))[:200]} for f in flags[:20] if isinstance(f, dict)]
+
+
+def failure_line(row: dict) -> str:
+    """Why a repetition has no correct timed result: its status and reason, and where the status
+    was correct, the flags (not info) that kept it from passing."""
+    line = f"rep {row['rep']}: {row.get('status')}"
+    if row.get("reason"):
+        line += f": {str(row['reason'])[:160]}"
+    held = [f for f in row.get("flags") or [] if f.get("severity") != "info"]
+    if held:
+        line += "; " + "; ".join(f"{f['kind']} ({f['severity']}): {f['message'][:160]}" for f in held)
+    elif row.get("status") == "correct":
+        line += "; no speedup recorded" + (" (not passed)" if row.get("passed") is False else "")
+    return line
 
 
 def device_figures(data: dict) -> dict:

@@ -10,6 +10,7 @@ import statistics
 import subprocess
 
 import miss_cause
+from fidelity_rows import failure_line
 
 SMALL_KERNEL_MS = 0.05  # the issue's line between the 1% and the 3% targets
 
@@ -96,8 +97,7 @@ def summarize(rows: list[dict], reps: int) -> list[dict]:
             # NVML's throttle reasons other than "GPU idle" (bit 0) seen around the repetitions
             "throttled": sum(1 for c in clocks if (c.get("throttle_reasons") or 0) & ~1),
             "throttle_read": sum(1 for c in clocks if c.get("throttle_reasons") is not None),
-            "failures": [f"rep {r['rep']}: {r.get('status')}: {str(r.get('reason', ''))[:160]}"
-                         for r in group if r not in ok],
+            "failures": [failure_line(r) for r in group if r not in ok],
             # The device clock (issue 58): the same speedups on the device's time per call, and the
             # host share, so a fresh/warm difference in host time shows as host share.
             "speedup_compile_device": mean("speedup_compile_device"), "speedup_eager_device": mean("speedup_eager_device"),

@@ -409,8 +409,11 @@ def test_inductor_compile_workers_are_the_servers_cpus_shared_among_its_jobs(mon
 
     monkeypatch.setenv(server_main.COMPILE_WORKERS_ENV, "unset")  # restored (removed) at teardown
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert server_main.share_compile_workers(8) == 2 and os.environ[server_main.COMPILE_WORKERS_ENV] == "2"
+    assert server_main.share_compile_workers(4) == 4 and os.environ[server_main.COMPILE_WORKERS_ENV] == "4"
     assert server_main.share_compile_workers(1) == 16
+    # a pool of 2 or 3 would start its processes on a cold evaluation's path: compiled in-process
+    assert server_main.share_compile_workers(8) == 1 and os.environ[server_main.COMPILE_WORKERS_ENV] == "1"
+    assert server_main.share_compile_workers(5) == 1
     assert server_main.share_compile_workers(32) == 1
     before = inductor_config.compile_threads
     try:

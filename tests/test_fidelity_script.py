@@ -576,3 +576,28 @@ def test_repeatability_is_judged_on_the_device_clock_too_beside_the_wall_clock()
     assert only_wall["verdict"] == "ok" and only_wall["verdict_device"] == "n/a"
     assert "met for 0 of 0 settings; 1 without a device figure in every repetition." in fid.render(
         [only_wall], bare, header)
+
+
+def test_a_correct_repetition_that_did_not_count_says_which_flag_held_it():
+    """H200 fidelity run: a warm repetition of an honest softmax was correct but not passed (its
+    median read 0.0 ms, held by the roofline), and its line read `rep 5: correct: `, nothing more.
+    The row keeps the result's flags and the loop's calibration, and the line names what held it."""
+    fid = load_script()
+    pair = fid.Pair("softmax", Path("p.py"), Path("c.py"))
+    data = gpu_data(2.5)
+    data["passed"] = False
+    data["timed_loop"] = {"server_ms_per_call": 0.0106, "claimed_mean_ms": 0.0069, "calls": 1008, "segments": 16,
+                          "calibration_s": 0.65, "server_loop_s": 0.66, "calibration_reused": True, "source": "server"}
+    data["flags"] = [{"kind": "clock-median", "severity": "info", "message": "the server's times are reported"},
+                     {"kind": "impossible-speed", "severity": "review", "message": "median 0.0000 ms is below the "
+                                                                                    "roofline floor"}]
+    data["speedups"] = {}
+    data["timings"]["candidate"]["median_ms"] = 0.0
+    row = fid.make_row(pair, "on", 5, False, 1, data, "", 1.0, None, None, "r", "warm")
+    assert row["passed"] is False and [f["kind"] for f in row["flags"]] == ["clock-median", "impossible-speed"]
+    assert row["timed_loop"]["calibration_s"] == 0.65 and row["timed_loop"]["segments"] == 16
+    good = [fid.make_row(pair, "on", rep, False, 0, gpu_data(2.5), "", 1.0, None, None, "r", "warm") for rep in (1, 2)]
+    summary = fid.summarize(good + [row], reps=3)
+    line = summary[0]["failures"][0]
+    assert line.startswith("rep 5: correct; impossible-speed (review): median 0.0000 ms")
+    assert "clock-median" not in line  # an info note held nothing

@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from kernelagent.harness.server import device_probe
 from kernelagent.harness.server import main as server_main
 
 
@@ -44,13 +45,13 @@ def test_a_wrong_guess_runs_the_server_again_knowing_the_answer(monkeypatch):
 
 
 def test_the_probe_is_cached_and_says_so(tmp_path):
-    if server_main._probe_key("cpu") is None:
+    if device_probe._probe_key("cpu") is None:
         pytest.skip("no key for this machine (no boot id)")
-    first = server_main.cached_probe("cpu", tmp_path)
+    first = device_probe.cached_probe("cpu", tmp_path)
     assert not getattr(first, "cached", False)  # probed in a child started just now
     info = first()
     assert info["probe_cached"] is False and info["cuda"] is False and "error" not in info
-    again = server_main.cached_probe("cpu", tmp_path)
+    again = device_probe.cached_probe("cpu", tmp_path)
     assert getattr(again, "cached", False)  # known at once: the imports need no guess
     assert again()["probe_cached"] is True and again()["torch"] == info["torch"]
 
@@ -66,3 +67,13 @@ def test_the_answer_is_for_one_start_only(monkeypatch):
     env = Evaluator(device="cpu")._server_env()
     assert server_main.INTERPRET_KNOWN not in env and "TRITON_INTERPRET" not in env
     assert env["CUDA_VISIBLE_DEVICES"] == ""  # the CPU asked for: the server's guess is the interpreter
+
+
+def test_a_server_says_where_its_start_went(evaluator):
+    """Issue 59: the fixed cost of a cold `eval` is largely the server's start; each server's
+    fingerprint says where it went, phase by phase, so a slow start can be read, not guessed."""
+    start = evaluator.fingerprint()["start_s"]
+    phases = ("probe_and_setup", "imports", "preload", "probe_wait", "trace_wait", "jail")
+    assert set(phases) <= set(start) and "trace_build" in start
+    assert all(isinstance(start[k], float) and 0 <= start[k] < 120 for k in phases)
+    assert sum(start[k] for k in phases) > 0

@@ -432,6 +432,24 @@ def test_a_call_taken_by_the_host_never_reads_below_its_own_events():
     assert got[29] == pytest.approx(0.0085) and all(x > 0 for x in got)
 
 
+def test_a_call_that_ran_nothing_between_its_events_is_no_broken_protocol():
+    """GPU suite (H200): a candidate whose forward returns at once while a thread launches its
+    kernel later (c04_thread_deferred) had calls whose events read no more than an empty pair's.
+    The timer, our code in its process, reported them as 0.0 ms; the server rejects a zero as a
+    broken protocol, which cut the loop short before the kernel trace could name the hidden work
+    (the test expecting `hidden-work` failed on the race). Such a call reads MIN_SAMPLE_MS."""
+    import torch
+
+    from kernelagent.harness.server.timed import check_samples
+
+    timer = timing.Timer(torch.device("cpu"), flush_bytes=0)
+    timer.event_ms, timer.overhead_ms = 0.00128, 0.006
+    nothing = [(0.00128, 0.007), (0.001, 0.0075), (0.00128, 0.0)] * 10
+    got = timer.samples(nothing)
+    assert len(got) == 30 and min(got) > 0 and min(got) == timing.MIN_SAMPLE_MS
+    check_samples(got, segment_s=0.001)  # a finite, positive time for every call: no protocol error
+
+
 def test_the_empty_event_pair_taken_off_every_call_is_the_least_read(monkeypatch):
     """A disturbed empty pair (the host late to queue `end`) reads long, and it is taken off every
     call's event reading: with the median, a 0.19 ms matvec read 0.115 ms on an H100. The least

@@ -105,6 +105,36 @@ def test_for_server_says_why_there_is_no_tracer():
     assert "turned off" in build.for_server(cuda=True, env={build.OFF_ENV: "0"})["unavailable"]
 
 
+def test_the_servers_tracer_is_built_beside_its_imports_and_awaited_before_use(monkeypatch):
+    """Issue 59: with empty caches the tracer's build (a C compiler run) went after the server's
+    imports, on a cold `eval`'s path. It now starts in a thread before them; the server takes its
+    answer (waiting for it) before any job's process is forked, and a wrong guess about CUDA is
+    answered as before."""
+    import threading
+    import time
+
+    ran = []
+
+    def slow_for_server(*, cuda: bool, **_):
+        ran.append((cuda, threading.current_thread().name))
+        time.sleep(0.3)
+        return {"library": "/x/libkernelagent_trace.so"} if cuda else {"unavailable": "no CUDA device"}
+
+    monkeypatch.setattr(build, "for_server", slow_for_server)
+    started = time.monotonic()
+    beside = build.ServerBuild(cuda=True)
+    assert time.monotonic() - started < 0.2  # the server goes on to its imports at once
+    assert beside.result(cuda=True) == {"library": "/x/libkernelagent_trace.so"}
+    assert ran == [(True, "kernelagent-trace-build")] and beside.seconds >= 0.3
+    # the probe found no CUDA after all: no tracer, whatever the thread built
+    assert beside.result(cuda=False) == {"unavailable": "no CUDA device"}
+    # CUDA not expected: nothing started; found after all, it is built then, in the server's thread
+    ran.clear()
+    late = build.ServerBuild(cuda=False)
+    assert ran == [] and late.result(cuda=True) == {"library": "/x/libkernelagent_trace.so"}
+    assert ran == [(True, threading.current_thread().name)]
+
+
 class _Marks:
     available = True
 

@@ -321,3 +321,31 @@ def test_a_loaded_cpu_judges_gross_claims_against_its_quickest_segment():
     assert "tampering" in {f["kind"] for f in rebound.flags}
     on_a_gpu = verdict.trusted_time(claims, 5, loop_s, calibration_s, True, segment_s=segment_s, calls_per_segment=1)
     assert "tampering" in {f["kind"] for f in on_a_gpu.flags}
+
+
+def test_segments_within_the_calibrations_noise_never_report_a_zero_median():
+    """H200 fidelity run: an honest 6.9 us softmax (ours, batch 64) under the launch cover costs the
+    loop about 0.65 ms a call, so most of its segments fell under their share of the calibration.
+    The server's segments then allowed no median as low as the claim (clock-median, info) and were
+    reported instead, their clamped zeros included: a median of 0.0 ms, which the roofline called an
+    impossible speed (review), and an honest kernel lost its result. Such segments describe the
+    loop's noise: the verified mean is reported, and no segment under its share reads as a 0 ms call."""
+    calls, share_s, kernel_ms = 63, 0.041, 0.0069  # share_s: the calibration's share of a segment
+    # each segment's time over its calibration share (ms): the loop's jitter beside 0.43 ms of kernel
+    over_ms = [-0.1] * 9 + [0.01, 0.01, 0.02, 2.0, 2.0, 2.1, 2.1]
+    n = len(over_ms)
+    segment_s = [share_s + ms / 1e3 for ms in over_ms]
+    samples = [kernel_ms * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(calls * n)]
+    decision = verdict.trusted_time(samples, calls * n, sum(segment_s), share_s * n, True,
+                                    segment_s=segment_s, calls_per_segment=calls)
+    assert [f["kind"] for f in decision.flags] == ["clock-median"]  # the floor still applies
+    assert decision.timing["median_ms"] == pytest.approx(kernel_ms, rel=0.02), decision.timing
+    assert decision.timing["note"] == "server clock (the verified mean)"
+    assert all(m > 0 for m in decision.segments_ms)
+    fingerprint = {"gpu_name": "NVIDIA H200", "cuda": True}
+    ready = {"input_bytes": 64 * 16384 * 4, "output_bytes": 64 * 16384 * 4, "flops": 0, "output_dtype": "float32"}
+    assert verdict.check_roofline(fingerprint, ready, float(decision.timing["median_ms"]), 0.5) is None
+    assert not verdict.segments_settled(verdict.segment_times(segment_s, calls, share_s * n))
+    # a kernel well above the loop's noise still gets the server's distribution
+    loud = [share_s + (0.5 * calls + ms) / 1e3 for ms in over_ms]
+    assert verdict.segments_settled(verdict.segment_times(loud, calls, share_s * n))

@@ -255,7 +255,7 @@ class Evaluator(ServerChannel):
         prefix = None
         persistent = _made_dir(self.cache.root / "cuda-ext")
         shared = _made_dir(self.cache.root / "reference-compile") if self.share_compile_cache else None
-        # The device probe's answers (server/main.py cached_probe), hidden from jobs like the rest.
+        # The device probe's answers (server/device_probe.py cached_probe), hidden from jobs like the rest.
         probes = _made_dir(self.cache.root / "device-probe")
         if probes is not None:
             cmd += ["--probe-cache", str(probes)]

@@ -18,14 +18,14 @@ from typing import Any, Callable
 
 import torch
 
-from kernelagent import settings
 from kernelagent.harness import protocol
 from kernelagent.harness.loop_order import LoopOrder
 from kernelagent.harness.child import compare, idle_probe, inputs as inputs_mod, precise, timing, transfer
 from kernelagent.harness.child.common import (AllocPressure, child_setup, compact_traceback, error_kind_of,
                                                import_problem, job_device, make_timer, make_timing_sets, op_names,
                                                parameter_bytes, sync_device)
-from kernelagent.harness.config import COMPILE_WORKERS_ENV, EvalConfig, baseline_name
+from kernelagent.harness.child.compile_workers import set_compile_workers
+from kernelagent.harness.config import EvalConfig, baseline_name
 from kernelagent.harness.trace import channel as trace_channel, marks as trace_marks
 
 _ASKS = frozenset({"check", "calibrate", "baselines", "idle_probe", "exit"})
@@ -485,7 +485,8 @@ class ReferenceSide:
                     errors[name] = compact_traceback(exc)
                     continue
                 try:
-                    overhead[name] = float(self._time_runner(timer, empty_runner, empty_inputs).timing.median_ms)
+                    overhead[name] = float(self._time_runner(timer, empty_runner, empty_inputs,
+                                                             empty=True).timing.median_ms)
                 except BaseException as exc:  # the baseline's own time stands without it
                     overhead[name] = None
                     errors[f"{name} (empty call)"] = compact_traceback(exc)
@@ -500,37 +501,23 @@ class ReferenceSide:
         self.send("baseline_timings", timings=timings, errors=errors, overhead_ms=protocol.json_safe(overhead))
 
     def _time_runner(self, timer: timing.Timer, runner: Any, input_sets: list[list[Any]],
-                     mark: Callable[[int], Callable[[bool], Any]] | None = None) -> timing.TimingReport:
+                     mark: Callable[[int], Callable[[bool], Any]] | None = None,
+                     empty: bool = False) -> timing.TimingReport:
         with torch.no_grad():
             runner(*input_sets[0])  # compiles torch.compile's graph, untimed
         sync_device(self.device)
+        cfg = self.config  # an empty runner: fewer calls (EMPTY_TARGET_MS)
+        target, most = (min(EMPTY_TARGET_MS, cfg.target_ms), max(min(EMPTY_MAX_REPS, cfg.max_reps), cfg.min_reps)) \
+            if empty else (cfg.target_ms, cfg.max_reps)
         with self.pressure.counting():
-            return timer.measure(runner, input_sets, self.config.warmup_ms, self.config.target_ms,
-                                 self.config.min_reps, self.config.max_reps, budget_s=self.config.timeouts.timing,
-                                 mark=mark)
+            return timer.measure(runner, input_sets, self.config.warmup_ms, target, self.config.min_reps, most,
+                                 budget_s=self.config.timeouts.timing, mark=mark)
 
 
-def set_compile_workers() -> int | None:
-    """Inductor's compile workers for this process's baselines: TORCHINDUCTOR_COMPILE_THREADS where
-    the caller set it, else the server's share of the host's CPUs per job
-    (KERNELAGENT_COMPILE_WORKERS, server/main.py share_compile_workers). Inductor reads its own
-    variable once, when its config is first imported, which a server forked from the zygote may
-    have done under another environment: so the value is set on its config here, before
-    anything compiles. None (Inductor's choice stands) where neither is a positive integer."""
-    value = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "").strip()
-    if not value:
-        try:
-            value = str(settings.get(COMPILE_WORKERS_ENV) or "")
-        except ValueError:  # not a positive integer
-            return None
-    if not value:
-        return None
-    if not value.isdigit() or int(value) < 1:
-        return None
-    import torch._inductor.config as inductor_config
-
-    inductor_config.compile_threads = int(value)
-    return inductor_config.compile_threads
+# An empty runner's call (its per-call cost, beside the baseline's) is timed this long, at most this
+# often: at the loop's target and cap, under the launch cover, two took ~0.9 s of a cold eval's wait.
+EMPTY_TARGET_MS = 40.0
+EMPTY_MAX_REPS = 200
 
 
 class _EmptyModel(torch.nn.Module):

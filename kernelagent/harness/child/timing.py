@@ -130,6 +130,10 @@ FIRST_COVER_FACTOR = 2.0
 # The host's reading replaces the events' only beyond this margin (launch time past the cover,
 # work outside the timed stream): within it the two read the same work and the host's is noisier.
 HOST_MARGIN_MS = 0.002
+# A call whose events read no more than an empty pair's (nothing of it ran between them: its work
+# hidden in a thread, say) is reported at this, not 0: a zero is a broken protocol (the server's
+# check_samples), which cut such a loop short before the kernel trace could name the hidden work.
+MIN_SAMPLE_MS = 1e-6
 HOST_MARGIN_REL = 0.02
 
 
@@ -161,8 +165,8 @@ class Timer:
         exceeds its event time by the margin."""
         if not readings:
             return []
-        device = [max(event - self.event_ms, 0.0) for event, _host in readings]
-        host = [max(h - self.overhead_ms - self.event_ms, 0.0) for _event, h in readings]
+        device = [max(event - self.event_ms, MIN_SAMPLE_MS) for event, _host in readings]
+        host = [max(h - self.overhead_ms - self.event_ms, MIN_SAMPLE_MS) for _event, h in readings]
         typical = quantile(sorted(device), 0.5)
         gap = quantile(sorted(h - d for d, h in zip(device, host)), 0.5)
         if gap <= max(HOST_MARGIN_MS, HOST_MARGIN_REL * typical):

@@ -46,7 +46,7 @@ POLL_S = 0.05
 
 def device_key(fingerprint: dict[str, Any]) -> str | None:
     """The device's identity on this host: its UUID, else its PCI bus id, where the probe read
-    them (server/main.py probe_timer), else the first visible device as the server sees it
+    them (server/device_probe.py probe_timer), else the first visible device as the server sees it
     (CUDA_VISIBLE_DEVICES); None on the CPU."""
     if not fingerprint.get("cuda"):
         return None

@@ -243,6 +243,9 @@ class TimeDecision:
 # disagrees (a share): per-call times skew right, more than the averages of segments do.
 MEDIAN_TOLERANCE = 0.3
 MIN_SERVER_SEGMENTS = 4  # fewer segments give no distribution to check a median against
+# More than this share of segments at or under their calibration share: the segments are the
+# loop's noise, not the kernel's times (segments_settled).
+NOISY_SEGMENT_SHARE = 0.25
 # A claimed median under this share of the floor is held for review (clock-mismatch); between it
 # and the floor the server's numbers replace the claim with an info note (clock-median).
 GROSS_MEDIAN_SHARE = 0.5
@@ -265,7 +268,19 @@ def scaled_segments(segments_ms: list[float], mean_ms: float) -> list[float]:
     if not clean or mean_ms <= 0:
         return []
     factor = mean_ms / (sum(clean) / len(clean))
-    return [m * factor for m in segments_ms]
+    # A segment at or under its share of the calibration says nothing of the kernel's time (the
+    # loop's own noise exceeded it there): kept as a zero, it read as a call of 0 ms.
+    return [m * factor for m in clean]
+
+
+def segments_settled(raw_ms: list[float]) -> bool:
+    """Do the server's per-segment times describe the kernel rather than the loop's own noise? At
+    least MIN_SERVER_SEGMENTS of them, and no more than NOISY_SEGMENT_SHARE at or under their
+    share of the calibration. A tiny kernel under a launch cover (a 7 us softmax whose calls
+    cost the loop 0.65 ms each) has segments within the calibration's noise: their distribution
+    is then no distribution of the kernel, and the verified mean is reported instead."""
+    clean = [m for m in raw_ms if m > 0]
+    return len(clean) >= MIN_SERVER_SEGMENTS and len(raw_ms) - len(clean) <= NOISY_SEGMENT_SHARE * len(raw_ms)
 
 
 def median_floor_ms(segments_ms: list[float], mean_ms: float) -> float | None:
@@ -304,7 +319,8 @@ def trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibration
     else:
         mean_ms = decision.server_ms or 0.0
     decision.segments_ms = scaled_segments(raw, mean_ms)
-    if decision.source == "server" and len(decision.segments_ms) >= MIN_SERVER_SEGMENTS:
+    settled = segments_settled(raw)
+    if decision.source == "server" and settled:
         decision.timing = _segments(decision.segments_ms, meaningful)  # a distribution, not a point
     floor = median_floor_ms(raw, mean_ms)
     if floor is None and decision.source == "in-process" and mean_ms > 0:
@@ -324,7 +340,7 @@ def trusted_time(samples_ms: list[float], calls: int, loop_s: float, calibration
             f"the candidate's process reported a median of {claimed:.4f} ms per call, but the "
             f"server's clock over {len(raw)} segments allows no less than {floor:.4f} ms for a "
             f"mean of {mean_ms:.4f} ms per call: the server's times are reported"))
-        decision.timing = _segments(decision.segments_ms, meaningful) if decision.segments_ms else \
+        decision.timing = _segments(decision.segments_ms, meaningful) if settled else \
             _point(mean_ms, calls, meaningful, "server clock (the verified mean)")
         decision.source = "server"
     return decision

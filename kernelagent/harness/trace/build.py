@@ -25,6 +25,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -246,6 +248,38 @@ def library(*, cache_dir: str | Path | None = None, roots: Iterable[str | Path] 
         return Unavailable(f"building the tracer took over {BUILD_TIMEOUT_S:.0f} s")
     except Exception as exc:  # noqa: BLE001 - never raise: the evidence falls back and says why
         return Unavailable(f"the tracer could not be built: {type(exc).__name__}: {exc}")
+
+
+class ServerBuild:
+    """for_server's answer, worked out in a thread from the server's first moments: with empty
+    caches the build (a C compiler run) then goes on beside the server's imports of torch instead
+    of after them, off a cold `eval`'s path (issue 59). `result` waits for it; the server asks
+    before it forks any job's process, so no fork meets the thread. Where CUDA was not expected
+    nothing is started, and `result` answers as for_server does."""
+
+    def __init__(self, *, cuda: bool):
+        self._answer: dict[str, str] | None = None
+        self.seconds = 0.0
+        self._thread: threading.Thread | None = None
+        if cuda:
+            self._thread = threading.Thread(target=self._run, name="kernelagent-trace-build", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            self._answer = for_server(cuda=True)
+        except Exception as exc:  # noqa: BLE001 - for_server never raises; a bug of ours says why
+            self._answer = {"unavailable": f"the tracer's build failed: {type(exc).__name__}: {exc}"}
+        self.seconds = time.monotonic() - started
+
+    def result(self, *, cuda: bool) -> dict[str, str]:
+        """What for_server(cuda=cuda) says, the thread's answer where it built one."""
+        if self._thread is not None:
+            self._thread.join()
+        if cuda and self._answer is not None:
+            return self._answer
+        return for_server(cuda=cuda)
 
 
 OFF_ENV = "KERNELAGENT_TRACE"  # "0": no tracer (the evidence is Nsight Compute's, as before issue 55)
