@@ -57,8 +57,9 @@ TABLE = [
     ("c05_patch_perf_counter.py", RELU, BASE, Status.REJECTED, "static:tampering"),
     ("c05_patch_perf_counter.py", RELU, NO_STATIC, Status.REJECTED, "tampering"),
     ("c05_patch_harness_timer.py", RELU, BASE, Status.REJECTED, "static:tampering"),
-    # Its patched timer reports calls of 0 ms: no call takes no time, a protocol breach (issue 41)
-    ("c05_patch_harness_timer.py", RELU, NO_STATIC, Status.REJECTED, "protocol"),
+    # Its patched timer reads every call at timing.MIN_SAMPLE_MS (a zero was a protocol breach
+    # before the floor, issue 41); the replaced functions are tampering, found after the loop
+    ("c05_patch_harness_timer.py", RELU, NO_STATIC, Status.REJECTED, "tampering"),
     ("c05_patch_allclose_hidden.py", RELU, BASE, Status.REJECTED, "tampering"),
     ("c05_patch_event_class.py", RELU, BASE, Status.REJECTED, "tampering"),
     # 6 numeric modes

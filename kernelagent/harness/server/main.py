@@ -8,8 +8,9 @@ several jobs share the socket, one thread each (`Dispatcher`), their timed phase
 the device's gate (server/gate.py).
 
 Start-up: torch and torch._dynamo are imported once here (every job is forked warm), while the
-device probe (server/device_probe.py) runs in a throwaway child; its answer is cached per machine boot, driver, device and
-library versions (`--probe-cache`), with free memory read afresh through NVML.
+device probe (server/device_probe.py) runs in a throwaway child; its answer is cached per machine
+boot, driver, device and library versions (`--probe-cache`), with free memory read afresh through
+NVML.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from kernelagent.harness.server.device_lock import DeviceLock
 from kernelagent.harness.server.job import Job
 from kernelagent.harness.server.processes import kill_group
 from kernelagent.harness.server.record_types import DeviceLockInfo
+
 
 def _import_once(*, expects_cuda: bool) -> None:
     """The imports every job's forked processes inherit warm (Triton; on a GPU torch._dynamo and
