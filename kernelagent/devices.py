@@ -68,13 +68,8 @@ def _machine_gpus() -> tuple[int, ...]:
 def nvml_device_count() -> int | None:
     """NVML's device count (kernelagent/nvml.py), NVML opened for it and closed after; None where
     the library is missing or does not answer."""
-    nvml = Nvml.open()
-    if nvml is None:
-        return None
-    try:
-        return nvml.device_count()
-    finally:
-        nvml.close()
+    with Nvml.session() as nvml:
+        return nvml.device_count() if nvml is not None else None
 
 
 def _describe(gpus: list[int]) -> str:

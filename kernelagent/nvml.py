@@ -6,6 +6,8 @@ not initialise, and nothing fails."""
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 # nvmlProcessInfo_v1_t and nvmlProcessInfo_t (v2/v3); NVML_VALUE_NOT_AVAILABLE as an unsigned long long.
@@ -36,6 +38,17 @@ class Nvml:
         except (OSError, AttributeError):
             return None
         return cls(lib)
+
+    @classmethod
+    @contextmanager
+    def session(cls) -> Iterator["Nvml | None"]:
+        """NVML opened for a `with` block and shut down after it; None inside where `open` is."""
+        nvml = cls.open()
+        try:
+            yield nvml
+        finally:
+            if nvml is not None:
+                nvml.close()
 
     def handle(self, uuid: str | None = None, pci_bus_id: str | None = None) -> Any:
         """The NVML device of a CUDA device, by UUID, else by PCI bus id: never by index, since

@@ -15,17 +15,6 @@ for run in cold second third nodaemon; do
   s=$(date +%s.%N)
   timeout 150 kernelagent eval "$P" "$S" --json $flag > "$OUT/eval_$run.json" 2> "$OUT/eval_$run.err"; rc=$?
   e=$(date +%s.%N)
-  python3 - "$OUT/eval_$run.json" "$run" "$rc" "$s" "$e" <<'PY'
-import json, sys
-path, run, rc, s, e = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
-try:
-    r = json.loads(open(path).read().splitlines()[0])
-except Exception as exc:  # noqa: BLE001
-    print(f"{run}: rc {rc}, {e - s:.1f} s, no result ({exc})"); sys.exit()
-st = r.get("stage_seconds", {})
-print(f"{run}: rc {rc}, {e - s:.1f} s wall; {r['status']} speedups {r.get('speedups')} device {r.get('speedups_device')}; "
-      f"per_call {r.get('per_call')}; daemon {(r.get('isolation') or {}).get('daemon')}; "
-      f"stages { {k: round(v, 2) for k, v in st.items() if isinstance(v, (int, float)) and v >= 0.05} }")
-PY
+  python3 scripts/device/eval_line.py "$OUT/eval_$run.json" "$run" "$rc" "$s" "$e"
 done
 ls "$KERNELAGENT_RUNTIME_DIR"

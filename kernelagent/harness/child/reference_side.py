@@ -506,12 +506,13 @@ class ReferenceSide:
         with torch.no_grad():
             runner(*input_sets[0])  # compiles torch.compile's graph, untimed
         sync_device(self.device)
-        cfg = self.config  # an empty runner: fewer calls (EMPTY_TARGET_MS)
-        target, most = (min(EMPTY_TARGET_MS, cfg.target_ms), max(min(EMPTY_MAX_REPS, cfg.max_reps), cfg.min_reps)) \
-            if empty else (cfg.target_ms, cfg.max_reps)
+        cfg = self.config
+        target, most = cfg.target_ms, cfg.max_reps
+        if empty:  # an empty runner: fewer calls (EMPTY_TARGET_MS)
+            target, most = min(EMPTY_TARGET_MS, target), max(min(EMPTY_MAX_REPS, most), cfg.min_reps)
         with self.pressure.counting():
-            return timer.measure(runner, input_sets, self.config.warmup_ms, target, self.config.min_reps, most,
-                                 budget_s=self.config.timeouts.timing, mark=mark)
+            return timer.measure(runner, input_sets, cfg.warmup_ms, target, cfg.min_reps, most,
+                                 budget_s=cfg.timeouts.timing, mark=mark)
 
 
 # An empty runner's call (its per-call cost, beside the baseline's) is timed this long, at most this

@@ -24,14 +24,9 @@ _perf_counter = time.perf_counter  # bound now, before any candidate code runs
 def read_device(ids: dict[str, Any], read: Callable[[Nvml, Any], Any]) -> Any:
     """`read(nvml, handle)` on the device NVML names `ids` ("uuid", "pci_bus_id": a probe's
     fingerprint), NVML opened for it and closed after; None without NVML or that device."""
-    nvml = Nvml.open()
-    if nvml is None:
-        return None
-    try:
-        handle = nvml.handle(ids.get("uuid"), ids.get("pci_bus_id"))
+    with Nvml.session() as nvml:
+        handle = nvml.handle(ids.get("uuid"), ids.get("pci_bus_id")) if nvml is not None else None
         return read(nvml, handle) if handle is not None else None
-    finally:
-        nvml.close()
 
 
 def torch_device_ids(index: int) -> dict[str, str | None]:

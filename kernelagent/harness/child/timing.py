@@ -130,11 +130,11 @@ FIRST_COVER_FACTOR = 2.0
 # The host's reading replaces the events' only beyond this margin (launch time past the cover,
 # work outside the timed stream): within it the two read the same work and the host's is noisier.
 HOST_MARGIN_MS = 0.002
+HOST_MARGIN_REL = 0.02
 # A call whose events read no more than an empty pair's (nothing of it ran between them: its work
 # hidden in a thread, say) is reported at this, not 0: a zero is a broken protocol (the server's
 # check_samples), which cut such a loop short before the kernel trace could name the hidden work.
 MIN_SAMPLE_MS = 1e-6
-HOST_MARGIN_REL = 0.02
 
 
 class Timer:

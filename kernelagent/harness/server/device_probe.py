@@ -143,10 +143,6 @@ def _finish_probe(proc: BaseProcess, parent_end: Connection) -> dict[str, Any]:
     return info
 
 
-def _probe_in_child(requested: str) -> dict[str, Any]:
-    return _finish_probe(*_start_probe(requested))
-
-
 def cached_probe(requested: str, cache_dir: Path | None) -> Callable[[], dict[str, Any]]:
     """The device probe's answer, as a function to call for it: from `cache_dir` when this
     machine boot, driver, device and library versions were probed before (free memory read

@@ -67,13 +67,26 @@ def _import_once(*, expects_cuda: bool) -> None:
         triton_warm.warm()
 
 
+class StartLaps:
+    """The seconds of each phase of a server's start, each from the end of the one before."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.seconds[name] = round(now - self._last, 3)
+        self._last = now
+
+
 def serve(conn: Connection | None, requested_device: str, scratch_root: Path, isolation: str,
           hide: list[str] | None = None, probe_cache: Path | None = None, concurrency: int = 0,
           listener: Any = None, calibration_cache: Path | None = None) -> None:
     """Set up once (the probe, the imports, the jail), then serve `conn` (the caller that started
     this server), or with `listener` (server/listen.py: a warm harness that outlives one command)
     every connection of this user, jobs of all of them sharing the device's gate."""
-    started = time.monotonic()
+    laps = StartLaps()
     probe = device_probe.cached_probe(requested_device, probe_cache)
     # No GPU: Triton kernels run under the interpreter, on CPU tensors; TRITON_INTERPRET must be
     # set before anything imports Triton (torch._dynamo does), which reads it at import. A cached
@@ -90,9 +103,9 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
     from kernelagent.harness.trace import build as trace_build
 
     tracer = trace_build.ServerBuild(cuda=expects_cuda)
-    phases = {"probe_and_setup": time.monotonic() - started}
+    laps.lap("probe_and_setup")
     _import_once(expects_cuda=expects_cuda)
-    phases["imports"] = time.monotonic() - started - sum(phases.values())
+    laps.lap("imports")
     # Every module of ours a job's thread or forked child imports lazily, now, before any job
     # thread exists: a fork while another thread is mid-import leaves that module locked for
     # ever in the child (server/forking.py).
@@ -100,21 +113,21 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
 
     for failure in forking.preload():
         print(f"kernelagent harness: preload: {failure}", file=sys.stderr, flush=True)
-    phases["preload"] = time.monotonic() - started - sum(phases.values())
+    laps.lap("preload")
     if fingerprint is None:
         fingerprint = probe()
         if bool(fingerprint.get("cuda")) != expects_cuda and not known:
             _restart_knowing(bool(fingerprint.get("cuda")))
-    phases["probe_wait"] = time.monotonic() - started - sum(phases.values())
+    laps.lap("probe_wait")
     fingerprint["trace"] = tracer.result(cuda=bool(fingerprint.get("cuda")))
-    phases["trace_wait"] = time.monotonic() - started - sum(phases.values())
+    laps.lap("trace_wait")
     from kernelagent.harness.jail import candidate as jail
 
     sandbox = jail.resolve(isolation, scratch_root, hide)
     fingerprint["isolation"] = sandbox["describe"]
-    phases["jail"] = time.monotonic() - started - sum(phases.values())
+    laps.lap("jail")
     # Where this server's start went (issue 59), in seconds from serve(); the tracer's build beside the imports.
-    fingerprint["start_s"] = {**{k: round(v, 3) for k, v in phases.items()}, "trace_build": round(tracer.seconds, 3)}
+    fingerprint["start_s"] = dict(laps.seconds, trace_build=round(tracer.seconds, 3))
     chosen, why = gate_mod.default_concurrency(cuda=bool(fingerprint.get("cuda")),
                                                device_free_bytes=fingerprint.get("free_bytes"))
     limit = concurrency if concurrency > 0 else chosen

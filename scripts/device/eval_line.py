@@ -1,0 +1,35 @@
+"""One line for one `kernelagent eval --json` run of a device script (warm_eval_run.sh,
+cold_eval_ab.sh): its wall, verdict, speedups on both clocks, per-call figures, whether it was
+drawn for an audit, its stages, its problem's baselines' job, the server's start by phase and
+the warm harness it used.
+    python3 scripts/device/eval_line.py RESULT.json LABEL RC START_EPOCH END_EPOCH
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main(path: str, label: str, rc: str, start: str, end: str) -> None:
+    wall = float(end) - float(start)
+    try:
+        r = json.loads(open(path).read().splitlines()[0])
+    except Exception as exc:  # noqa: BLE001
+        print(f"{label}: rc {rc}, {wall:.1f} s, no result ({exc})")
+        return
+    st = r.get("stage_seconds") or {}
+    job = ((r.get("concurrency") or {}).get("baselines_job") or {}).get("stage_seconds") or {}
+    fingerprint = r.get("fingerprint") or {}
+    daemon = (r.get("isolation") or {}).get("daemon")
+    brief = lambda d: {k: round(v, 2) for k, v in d.items() if isinstance(v, (int, float)) and v >= 0.05}  # noqa: E731
+    print(f"{label}: rc {rc}, {wall:.1f} s wall; {r['status']} speedups {r.get('speedups')} "
+          f"device {r.get('speedups_device')}; per_call {r.get('per_call')}; "
+          f"audited {bool((r.get('kernel_evidence') or {}).get('ncu') or st.get('evidence', 0) > 1.0)}; "
+          f"stages {brief(st)}; baselines job {brief(job)}; "
+          f"workers {(fingerprint.get('concurrency') or {}).get('compile_workers')}; "
+          f"server start {fingerprint.get('start_s')}; "
+          f"daemon {None if daemon is None else {k: daemon.get(k) for k in ('pid', 'started_now')}}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:6])
