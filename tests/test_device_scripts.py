@@ -92,3 +92,20 @@ def test_the_concurrency_probe_reports_each_candidates_host_share_from_both_cloc
     assert concurrency_probe.host_shares(rows) == \
         "host share by candidate (median of its copies): 1_relu 1.0%, 2_gelu 2.1%"
     assert concurrency_probe.host_shares(rows[-1:]) == "host share: no row has both clocks"
+
+
+def test_eval_line_summarises_a_result_and_says_when_there_is_none(tmp_path):
+    """scripts/device/eval_line.py, the one summary of warm_eval_run.sh and cold_eval_ab.sh."""
+    result = {"status": "correct", "speedups": {"compile": 1.17},
+              "stage_seconds": {"server_start": 3.47, "evidence": 0.1},
+              "concurrency": {"baselines_job": {"stage_seconds": {"baselines_compile": 6.09}}},
+              "fingerprint": {"start_s": {"imports": 1.56}, "concurrency": {"compile_workers": 1}},
+              "isolation": {"daemon": {"pid": 7, "started_now": True, "socket": "/x"}}}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(result) + "\n")
+    run = lambda p: subprocess.run([sys.executable, str(SCRIPTS / "eval_line.py"), str(p), "cold", "0", "10", "23.3"],  # noqa: E731
+                                   capture_output=True, text=True, timeout=60, cwd=REPO)
+    line = run(path).stdout
+    assert line.startswith("cold: rc 0, 13.3 s wall; correct") and "audited False" in line
+    assert "'baselines_compile': 6.09" in line and "{'imports': 1.56}" in line and "'started_now': True" in line
+    assert "no result" in run(tmp_path / "missing.json").stdout

@@ -6,8 +6,8 @@ the warm harness it used.
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 
 
 def main(path: str, label: str, rc: str, start: str, end: str) -> None:
@@ -32,4 +32,8 @@ def main(path: str, label: str, rc: str, start: str, end: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    parser = argparse.ArgumentParser(description="one line for one `kernelagent eval --json` run")
+    for name in ("path", "label", "rc", "start", "end"):
+        parser.add_argument(name)
+    args = parser.parse_args()
+    main(args.path, args.label, args.rc, args.start, args.end)
