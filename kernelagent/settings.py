@@ -125,6 +125,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNELAGENT_DAEMON_IDLE_S", "float", 600.0,
             "Seconds a warm harness waits with no connection and no job before it ends (at least 1).",
             minimum=0),
+    Setting("KERNELAGENT_BYTECODE", "bool", True,
+            "A GPU server byte-compiles, in the background, the installed modules its jailed jobs "
+            "import (Inductor first) where they have no bytecode yet, as `pip install` does; 0: off."),
     Setting("KERNELAGENT_SERVER_ZYGOTE", "str", None,
             "The socket of a zygote that forks harness servers with torch imported (the test suite "
             "starts one)."),

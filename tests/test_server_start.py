@@ -77,3 +77,5 @@ def test_a_server_says_where_its_start_went(evaluator):
     assert set(phases) <= set(start) and "trace_build" in start
     assert all(isinstance(start[k], float) and 0 <= start[k] < 120 for k in phases)
     assert sum(start[k] for k in phases) > 0
+    # the bytecode helper (server/bytecode.py) is a GPU server's: a CPU server says it did not start one
+    assert evaluator.fingerprint()["bytecode"] == "not needed (no GPU)"

@@ -1,6 +1,6 @@
 """Our own interpreters: the command line of every trusted Python process we start (the harness
 server, the warm harness, the test zygote, jail_exec, ncu's host side, the MCP helpers, the plan
-child), and the check each makes of its own import path at start (issue 54, class 1).
+child, the bytecode helper), and the check each makes of its own import path at start (issue 54, class 1).
 
 `python -m pkg` puts the working directory first on sys.path: an `argparse.py` in the folder
 where the user ran `kernelagent verify` ran inside the server, unjailed, and forged its verdict.

@@ -4,6 +4,8 @@
 # runtime directories (so its own new warm harness). A variant is an environment assignment:
 #   bash scripts/device/cold_eval_ab.sh [rounds] [variant ...]
 #   e.g. bash scripts/device/cold_eval_ab.sh 2 "" TORCHINDUCTOR_COMPILE_THREADS=2
+# USER_ENV=1 runs each command without the machine's PYTHONDONTWRITEBYTECODE=1 (which a user's
+# shell rarely sets): the command then reads its own modules' bytecode instead of compiling them.
 set -u
 . "$(dirname "$0")/env.sh"
 ROUNDS=${1:-2}; shift
@@ -19,10 +21,11 @@ for round in $(seq 1 "$ROUNDS"); do
     for run in cold second; do
       tag="r${round}_${name//[^A-Za-z0-9_]/_}_$run"
       s=$(date +%s.%N)
-      env $variant timeout 150 kernelagent eval "$P" "$S" --json > "$OUT/$tag.json" 2> "$OUT/$tag.err"; rc=$?
+      env ${USER_ENV:+-u PYTHONDONTWRITEBYTECODE} $variant timeout 150 kernelagent eval "$P" "$S" --json > "$OUT/$tag.json" 2> "$OUT/$tag.err"; rc=$?
       e=$(date +%s.%N)
       python3 scripts/device/eval_line.py "$OUT/$tag.json" "$tag" "$rc" "$s" "$e"
     done
+    grep -h "bytecode" "$KERNELAGENT_RUNTIME_DIR"/*.log 2>/dev/null | tail -2
     pkill -f "$KERNELAGENT_RUNTIME_DIR" 2>/dev/null; sleep 1
   done
 done

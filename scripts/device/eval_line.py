@@ -27,7 +27,7 @@ def main(path: str, label: str, rc: str, start: str, end: str) -> None:
           f"audited {bool((r.get('kernel_evidence') or {}).get('ncu') or st.get('evidence', 0) > 1.0)}; "
           f"stages {brief(st)}; baselines job {brief(job)}; "
           f"workers {(fingerprint.get('concurrency') or {}).get('compile_workers')}; "
-          f"server start {fingerprint.get('start_s')}; "
+          f"server start {fingerprint.get('start_s')}; bytecode {fingerprint.get('bytecode')!r}; "
           f"daemon {None if daemon is None else {k: daemon.get(k) for k in ('pid', 'started_now')}}")
 
 

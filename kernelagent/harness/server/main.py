@@ -31,7 +31,7 @@ import torch  # noqa: F401 - imported once here: every job's processes are forke
 from kernelagent import settings
 from kernelagent.harness import protocol, verdict
 from kernelagent.harness.config import COMPILE_WORKERS_ENV
-from kernelagent.harness.server import device_probe, gate as gate_mod
+from kernelagent.harness.server import bytecode, device_probe, gate as gate_mod
 from kernelagent.harness.server.admission import Admission
 from kernelagent.harness.server.device_lock import DeviceLock
 from kernelagent.harness.server.job import Job
@@ -98,6 +98,9 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
     os.environ.pop(INTERPRET_KNOWN, None)  # for this start only: never inherited by jobs
     expects_cuda = bool(fingerprint.get("cuda")) if fingerprint is not None else \
         (known == "cuda" if known else _expects_cuda(requested_device))
+    # Bytecode for what the jobs import in their read-only jails (Inductor: server/bytecode.py), compiled
+    # beside this start by a trusted helper, where the installation has none yet.
+    background, bytecode_state = bytecode.compile_in_background() if expects_cuda else (None, "not needed (no GPU)")
     # The kernel tracer (issue 55), built on first use, beside the imports below (a thread whose
     # answer is taken before any job's process is forked); its jobs' processes are traced where it loads.
     from kernelagent.harness.trace import build as trace_build
@@ -128,6 +131,8 @@ def serve(conn: Connection | None, requested_device: str, scratch_root: Path, is
     laps.lap("jail")
     # Where this server's start went (issue 59), in seconds from serve(); the tracer's build beside the imports.
     fingerprint["start_s"] = dict(laps.seconds, trace_build=round(tracer.seconds, 3))
+    fingerprint["bytecode"] = bytecode_state if background is None else \
+        f"{bytecode_state}: {background.line or 'running'}"
     chosen, why = gate_mod.default_concurrency(cuda=bool(fingerprint.get("cuda")),
                                                device_free_bytes=fingerprint.get("free_bytes"))
     limit = concurrency if concurrency > 0 else chosen
