@@ -75,6 +75,25 @@ def test_python_loads_what_the_helper_wrote_without_compiling(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "[0, 1, 4]", (out.stdout, out.stderr)
 
 
+def test_one_helper_compiles_at_a_time(tmp_path):
+    """The servers of a multi-GPU bench start together: the second helper leaves the work to the
+    first (a lock on the first folder), and writes nothing."""
+    import fcntl
+
+    pkg, first = _package(tmp_path)
+    fd = os.open(first, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        background, _ = bytecode.compile_in_background([first, pkg], workers=1)
+        assert background is not None
+        assert background.wait(120) == f"bytecode: another server's helper is compiling {first}"
+        assert not any(bytecode.fresh(p) for p in pkg.rglob("*.py"))
+    finally:
+        os.close(fd)
+    background, _ = bytecode.compile_in_background([first, pkg], workers=1)
+    assert background is not None and background.wait(120).startswith("bytecode: 5 of 6 files compiled")
+
+
 def test_nothing_is_started_when_off_unwritable_or_without_torch(tmp_path, monkeypatch):
     pkg, first = _package(tmp_path)
     monkeypatch.setenv("KERNELAGENT_BYTECODE", "0")

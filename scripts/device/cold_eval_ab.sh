@@ -12,6 +12,7 @@ ROUNDS=${1:-2}; shift
 [ $# -eq 0 ] && set -- ""
 P=benchmarks/level1/5_softmax.py; S=benchmarks/solutions/level1/5_softmax.py
 unset KERNELAGENT_DAEMON
+RUNS=$(mktemp -d /tmp/cold-eval.XXXX)  # each run's result and stderr; $OUT/cold_eval.jsonl has them all
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for round in $(seq 1 "$ROUNDS"); do
   for variant in "$@"; do
@@ -21,9 +22,15 @@ for round in $(seq 1 "$ROUNDS"); do
     for run in cold second; do
       tag="r${round}_${name//[^A-Za-z0-9_]/_}_$run"
       s=$(date +%s.%N)
-      env ${USER_ENV:+-u PYTHONDONTWRITEBYTECODE} $variant timeout 150 kernelagent eval "$P" "$S" --json > "$OUT/$tag.json" 2> "$OUT/$tag.err"; rc=$?
+      env ${USER_ENV:+-u PYTHONDONTWRITEBYTECODE} $variant timeout 150 kernelagent eval "$P" "$S" --json > "$RUNS/$tag.json" 2> "$RUNS/$tag.err"; rc=$?
       e=$(date +%s.%N)
-      python3 scripts/device/eval_line.py "$OUT/$tag.json" "$tag" "$rc" "$s" "$e"
+      python3 scripts/device/eval_line.py "$RUNS/$tag.json" "$tag" "$rc" "$s" "$e"
+      # One file in $OUT for every run (the device tool brings back a few files a call): a line each.
+      python3 -c 'import json, sys; tag, rc, wall, out, err = sys.argv[1:]
+lines = open(out).read().splitlines()
+print(json.dumps({"tag": tag, "rc": int(rc), "wall_s": float(wall), "result": json.loads(lines[0]) if lines else None,
+                  "stderr_tail": open(err).read()[-2000:]}))' "$tag" "$rc" "$(python3 -c "print($e - $s)")" \
+        "$RUNS/$tag.json" "$RUNS/$tag.err" >> "$OUT/cold_eval.jsonl" 2>/dev/null || echo "$tag: no line kept"
     done
     grep -h "bytecode" "$KERNELAGENT_RUNTIME_DIR"/*.log 2>/dev/null | tail -2
     pkill -f "$KERNELAGENT_RUNTIME_DIR" 2>/dev/null; sleep 1

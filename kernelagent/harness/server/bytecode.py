@@ -124,10 +124,19 @@ def _compile_one(path: str) -> int:
 def helper_main(argv: list[str]) -> int:
     """The helper's body (`compile_in_background`): WORKERS FOLDER...; prints one line, the files
     compiled and the seconds."""
+    import fcntl
     import multiprocessing
 
     started = time.monotonic()
     workers, folders = int(argv[0]), [Path(a) for a in argv[1:]]
+    # One helper at a time per installation (the servers of a multi-GPU bench start together): a
+    # lock on the first folder itself, so nothing is created; held until this process ends.
+    held = os.open(folders[0], os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        print(f"bytecode: another server's helper is compiling {folders[0]}", flush=True)
+        return 0
     files = [str(p) for p in sources(folders)]
     if workers <= 1:
         done = sum(_compile_one(f) for f in files)
