@@ -109,3 +109,19 @@ def test_eval_line_summarises_a_result_and_says_when_there_is_none(tmp_path):
     assert line.startswith("cold: rc 0, 13.3 s wall; correct") and "audited False" in line
     assert "'baselines_compile': 6.09" in line and "{'imports': 1.56}" in line and "'started_now': True" in line
     assert "no result" in run(tmp_path / "missing.json").stdout
+
+
+def test_steady_latency_reads_each_devices_steady_state(tmp_path):
+    """scripts/device/steady_latency.py: the evaluations that started after a device's first
+    result, their mean latency and stages; a device with none says so."""
+    span = lambda dev, a, b, c: [dev, "p", a, b, 0.0, 0.0, {"start": 1.0, "compile": c}, False]  # noqa: E731
+    data = {"rows": [{"gpus": "0,1", "timeline": {"spans": [
+        span("A", 0.0, 10.0, 2.0), span("A", 10.0, 16.0, 4.0), span("A", 11.0, 21.0, 6.0),
+        span("B", 0.0, 9.0, 1.0)]}}]}
+    path = tmp_path / "scale.json"
+    path.write_text(json.dumps(data))
+    out = subprocess.run([sys.executable, str(SCRIPTS / "steady_latency.py"), str(path)], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out[0].endswith("A: 3 evaluations, 2 steady, latency 8.00 s, stages {'start': 1.0, 'compile': 5.0, "
+                           "'correctness': 0.0, 'timing': 0.0, 'post-check': 0.0, 'evidence': 0.0}"), out
+    assert out[1].endswith("B: 1 evaluations, none after the first result"), out
