@@ -26,6 +26,15 @@ def _package(root: Path) -> tuple[Path, Path]:
     return pkg, first
 
 
+def _compiled(tmp_path: Path) -> tuple[Path, Path]:
+    """_package without its file that cannot compile, compiled once by the helper."""
+    pkg, first = _package(tmp_path)
+    (first / "broken.py").unlink()
+    background, _ = bytecode.compile_in_background([first, pkg], workers=1)
+    assert background is not None and background.wait(120).startswith("bytecode: 5 of 5")
+    return pkg, first
+
+
 def test_the_helper_compiles_every_file_where_python_looks_and_then_has_nothing_to_do(tmp_path):
     pkg, first = _package(tmp_path)
     assert not any(bytecode.fresh(p) for p in pkg.rglob("*.py"))
@@ -45,10 +54,7 @@ def test_the_helper_compiles_every_file_where_python_looks_and_then_has_nothing_
 
 
 def test_a_changed_source_is_stale_and_compiled_again(tmp_path):
-    pkg, first = _package(tmp_path)
-    (first / "broken.py").unlink()
-    background, _ = bytecode.compile_in_background([first, pkg], workers=1)
-    assert background is not None and background.wait(120).startswith("bytecode: 5 of 5")
+    pkg, first = _compiled(tmp_path)
     mod = first / "mod.py"
     mod.write_text("X = [i * i for i in range(30)]\n")  # another size
     os.utime(mod, (1_000_000_000, 1_000_000_000))  # and another mtime
@@ -59,10 +65,7 @@ def test_a_changed_source_is_stale_and_compiled_again(tmp_path):
 
 
 def test_python_loads_what_the_helper_wrote_without_compiling(tmp_path):
-    pkg, first = _package(tmp_path)
-    (first / "broken.py").unlink()
-    background, _ = bytecode.compile_in_background([first, pkg], workers=1)
-    assert background is not None and background.wait(120).startswith("bytecode: 5 of 5")
+    _, first = _compiled(tmp_path)
     # Where Python finds a usable .pyc it never reads the source's code: a source replaced by a
     # same-size, same-mtime text that would raise is not run.
     mod = first / "mod.py"

@@ -109,6 +109,16 @@ def test_eval_line_summarises_a_result_and_says_when_there_is_none(tmp_path):
     assert line.startswith("cold: rc 0, 13.3 s wall; correct") and "audited False" in line
     assert "'baselines_compile': 6.09" in line and "{'imports': 1.56}" in line and "'started_now': True" in line
     assert "no result" in run(tmp_path / "missing.json").stdout
+    # --keep: each run, with or without a result, one line of the call's one file
+    (tmp_path / "r.err").write_text("x" * 2500 + "the end")
+    kept = tmp_path / "runs.jsonl"
+    for p in (path, tmp_path / "missing.json"):
+        subprocess.run([sys.executable, str(SCRIPTS / "eval_line.py"), str(p), "cold", "0", "10", "23.5",
+                        "--keep", str(kept), "--stderr", str(tmp_path / "r.err")], check=True, timeout=60, cwd=REPO)
+    lines = [json.loads(x) for x in kept.read_text().splitlines()]
+    assert [(x["tag"], x["rc"], x["wall_s"], x["result"]) for x in lines] == [("cold", 0, 13.5, result),
+                                                                               ("cold", 0, 13.5, None)]
+    assert all(len(x["stderr_tail"]) == 2000 and x["stderr_tail"].endswith("the end") for x in lines)
 
 
 def test_steady_latency_reads_each_devices_steady_state(tmp_path):

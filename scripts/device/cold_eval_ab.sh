@@ -24,13 +24,9 @@ for round in $(seq 1 "$ROUNDS"); do
       s=$(date +%s.%N)
       env ${USER_ENV:+-u PYTHONDONTWRITEBYTECODE} $variant timeout 150 kernelagent eval "$P" "$S" --json > "$RUNS/$tag.json" 2> "$RUNS/$tag.err"; rc=$?
       e=$(date +%s.%N)
-      python3 scripts/device/eval_line.py "$RUNS/$tag.json" "$tag" "$rc" "$s" "$e"
       # One file in $OUT for every run (the device tool brings back a few files a call): a line each.
-      python3 -c 'import json, sys; tag, rc, wall, out, err = sys.argv[1:]
-lines = open(out).read().splitlines()
-print(json.dumps({"tag": tag, "rc": int(rc), "wall_s": float(wall), "result": json.loads(lines[0]) if lines else None,
-                  "stderr_tail": open(err).read()[-2000:]}))' "$tag" "$rc" "$(python3 -c "print($e - $s)")" \
-        "$RUNS/$tag.json" "$RUNS/$tag.err" >> "$OUT/cold_eval.jsonl" 2>/dev/null || echo "$tag: no line kept"
+      python3 scripts/device/eval_line.py "$RUNS/$tag.json" "$tag" "$rc" "$s" "$e" \
+        --keep "$OUT/cold_eval.jsonl" --stderr "$RUNS/$tag.err"
     done
     grep -h "bytecode" "$KERNELAGENT_RUNTIME_DIR"/*.log 2>/dev/null | tail -2
     pkill -f "$KERNELAGENT_RUNTIME_DIR" 2>/dev/null; sleep 1
