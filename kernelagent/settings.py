@@ -170,6 +170,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNELAGENT_SHARED_CALIBRATION", "bool", True,
             "Timed loops' calibrations shared by the servers of this host (kept in the cache); 0: "
             "each server measures its own."),
+    Setting("KERNELAGENT_REFERENCE_CONNECTIONS", "int", 1,
+            "CUDA_DEVICE_MAX_CONNECTIONS in the reference's process (ours, one stream): its CUDA context "
+            "is made and freed under the driver's host-wide lock in about half the time; 0 leaves "
+            "CUDA's default. The candidate's process keeps the caller's.", minimum=0),
     Setting("KERNELAGENT_TRITON_WARM", "bool", True,
             "Triton's per-process set-up done by the harness before the candidate's first call; 0 "
             "leaves it to that call."),

@@ -10,7 +10,7 @@ import signal
 import sys
 import traceback
 from multiprocessing.connection import Connection
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -315,12 +315,37 @@ def candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jail
     candidate_side.candidate_main(job, conn, workdir)
 
 
+def reference_connections(environ: MutableMapping[str, str] | None = None) -> int | None:
+    """Set CUDA_DEVICE_MAX_CONNECTIONS for the reference's process (`environ`: os.environ, in the
+    forked child, before its first CUDA call) from KERNELAGENT_REFERENCE_CONNECTIONS; the value
+    set, or None where the setting is 0 (CUDA's default, or the caller's, stays).
+
+    Why: the driver makes and frees every CUDA context under one lock for the whole host, and the
+    time it holds it grows with the context's hardware connections (8 by default). On two H200s of
+    one host (scripts/device/driver_contention.py --raw) one context took 0.34 s to make and 0.075 s
+    to free with 8, 0.19 s and 0.024 s with 1; 8 at once beside 8 on the other GPU, 2.65 s and 1.05 s
+    against 1.52 s and 0.31 s. Every job makes two (its candidate's and its reference's), so a
+    second GPU's jobs slowed this GPU's. The reference runs our code on one stream (the problem's
+    model, eager and compiled, the empty timed loop), where a stream has one connection anyway: its
+    work and timings are the same. The candidate's process keeps the caller's setting (a kernel
+    that uses streams is timed as its user will run it)."""
+    from kernelagent import settings
+
+    environ = os.environ if environ is None else environ
+    wanted = settings.get("KERNELAGENT_REFERENCE_CONNECTIONS", environ)
+    if not wanted:
+        return None
+    environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(wanted)
+    return wanted
+
+
 def reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> None:
     from kernelagent.harness import procname
     from kernelagent.harness.child import reference_side
     from kernelagent.harness.trace import channel as trace_channel
 
     procname.set_name("ka-reference")
+    reference_connections()  # before its first CUDA call (the server forked it without CUDA)
 
     # Traced as the candidate is (issue 55), so its baselines are timed under the same tracing.
     keep = trace_channel.prepare_child(job.get("trace"))

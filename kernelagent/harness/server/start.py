@@ -12,7 +12,7 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
-from kernelagent import pyast
+from kernelagent import pyast, settings
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import forking, trace_stage
 from kernelagent.harness.server.processes import FORK, candidate_process, open_log, reference_process
@@ -133,6 +133,8 @@ class Start:
                                     args=(cand_job, cand_end, job.scratch, job.jail))
         # No other thread mid-import as the job's processes are forked (server/forking.py).
         job.concurrency["fork_wait_s"] = round(forking.quiet_imports(), 4)
+        # What the reference's process sets before its first CUDA call (processes.reference_connections).
+        job.concurrency["reference_connections"] = settings.get("KERNELAGENT_REFERENCE_CONNECTIONS") or "default"
         job.ref.start()
         if job.cand is not None:
             job.cand.start()
