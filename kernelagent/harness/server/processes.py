@@ -14,6 +14,7 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from kernelagent import settings
 from kernelagent.harness import protocol
 from kernelagent.harness.server import forking
 from kernelagent.harness.server.gate import proc_stat, process_tree
@@ -329,8 +330,6 @@ def reference_connections(environ: MutableMapping[str, str] | None = None) -> in
     model, eager and compiled, the empty timed loop), where a stream has one connection anyway: its
     work and timings are the same. The candidate's process keeps the caller's setting (a kernel
     that uses streams is timed as its user will run it)."""
-    from kernelagent import settings
-
     environ = os.environ if environ is None else environ
     wanted = settings.get("KERNELAGENT_REFERENCE_CONNECTIONS", environ)
     if not wanted:
