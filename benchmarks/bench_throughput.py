@@ -125,6 +125,9 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
                              "store_s": round(outcome.store_seconds, 4)},
             "timeline": timeline(results, ends, started_wall),
             "evidence_by_problem": evidence_by_problem(results),
+            # Results Nsight Compute audited: bench audits its counted wins, so a problem about as
+            # fast as Inductor is audited in one row and not the next, and each audit holds the slot.
+            "audits": audits_of(evidence_by_problem(results)),
             "retried": retried(results),
             "correct_samples": sum(1 for a in attempts if a["summary"].get("passed")),
             "statuses": _counts(a["summary"].get("status") for a in attempts),
@@ -227,6 +230,11 @@ def retried(results: list[dict]) -> list[dict]:
                                       first.get("concurrency"), dict) else {},
                                   "at_limit": first.get("at_limit")}})
     return out
+
+
+def audits_of(by_problem: dict) -> int:
+    """The results Nsight Compute audited (evidence_by_problem's `ncu_n`, summed)."""
+    return sum(entry["ncu_n"] for entry in by_problem.values())
 
 
 def evidence_by_problem(results: list[dict]) -> dict:
@@ -366,7 +374,8 @@ def main() -> None:
                       f"{r['first_try']['reason'][:160]}; stages {r['first_try']['stage_seconds']}; "
                       f"waits {r['first_try']['concurrency']}; processes {r['first_try']['at_limit']})"
                       for r in row["retried"])) + "\n"
-                  f"  evidence by problem (ncu ms/call, harness ms, flags): "
+                  f"  audits (results Nsight Compute ran on): {row['audits']}; "
+                  f"evidence by problem (ncu ms/call, harness ms, flags): "
                   + "; ".join(f"{k} {v['ncu_ms']}/{v['harness_ms']}/{v['evidence_flags']}"
                               for k, v in row["evidence_by_problem"].items()),
                   flush=True)
@@ -383,14 +392,17 @@ def main() -> None:
                 after_fill = round(paces[0] / paces[1], 3) if all(paces) else None
                 steadies = [r["timeline"].get("steady_s_per_evaluation") for r in (one, two)]
                 steady = round(steadies[0] / steadies[1], 3) if all(steadies) else None
+                audits = [r.get("audits") for r in (one, two)]
                 result[name] = {"speedup": round(speedup, 3), "efficiency": round(speedup / 2, 3),
                                 "after_the_fill": after_fill, "steady_state": steady,
-                                "evidence_gap_pct": agreement}
+                                "evidence_gap_pct": agreement, "audits": audits}
                 print(f"1 -> 2 GPUs (host tuning {'on' if tuning else 'off'}{'' if pin else ', unpinned'}): "
                       f"{speedup:.2f}x faster, scaling efficiency {speedup / 2:.0%}; after the fill "
                       f"{after_fill}x (the pace of evaluations not re-run alone); steady state {steady}x "
                       f"(queued starts from the first end to the last start); ncu per call, 2 GPUs "
-                      f"against 1: largest gap {agreement['largest_pct']}% {agreement['gaps_pct']}")
+                      f"against 1: largest gap {agreement['largest_pct']}% {agreement['gaps_pct']}; audits "
+                      f"{audits[0]} on 1 GPU, {audits[1]} on 2" + (" (not the same work: compare with care)"
+                                                                   if audits[0] != audits[1] else ""))
         Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"written: {args.out}" + (f"; work folder kept: {work}" if args.keep else ""))
     finally:

@@ -86,6 +86,8 @@ def test_bench_throughput_profiles_host_time_before_and_after(tmp_path):
     assert re.search(r"by kind server [0-9.]+ s/[1-9][0-9]*p", proc.stdout), proc.stdout[-2000:]
     for row in rows.values():  # no Nsight Compute on the CPU
         assert row["host_profile"]["evidence_sessions"] == {"evaluations_with_evidence": 0, "from_spares": 0}
+        assert row["audits"] == 0
+    assert "audits (results Nsight Compute ran on): 0" in proc.stdout
     # One was deferred to the other's baselines (the key exists only then); how long it waited
     # depends on which finished first, so it may round to zero.
     assert rows[True]["host_profile"]["stage_seconds_sum"]["baseline_wait"] >= 0
@@ -227,3 +229,17 @@ def test_trace_cost_judges_each_solution_by_the_issues_bounds():
     assert short["bound_pct"] == 3.0 and short["within"] and short["traced"]["start_s"] == 1.4
     failed = mod.summarise("d", [{**row(True, None), "status": "runtime_error"}, row(False, 0.1)])
     assert failed["difference_pct"] is None and not failed["within"]
+
+
+def test_bench_throughput_counts_each_rows_audits():
+    """Issue 59: a row's audits (results with Nsight Compute's time) are printed beside the
+    scaling, since a problem about as fast as Inductor is a counted win, so audited, in one row
+    and not the next."""
+    mod = _bench_throughput()
+    results = [{"problem": "/x/level1/5_softmax.py", "kernel_evidence": {"per_call_ms": 0.13}},
+               {"problem": "/x/level1/5_softmax.py", "kernel_evidence": {"per_call_ms": 0.12}},
+               {"problem": "/x/level1/1_relu.py", "kernel_evidence": {"source": "trace"}},
+               {"problem": "/x/level1/2_gelu.py", "kernel_evidence": {"per_call_ms": 0.07}}]
+    by_problem = mod.evidence_by_problem(results)
+    assert {k: v["ncu_n"] for k, v in by_problem.items()} == {"1_relu": 0, "2_gelu": 1, "5_softmax": 2}
+    assert mod.audits_of(by_problem) == 3

@@ -135,3 +135,22 @@ def test_steady_latency_reads_each_devices_steady_state(tmp_path):
     assert out[0].endswith("A: 3 evaluations, 2 steady, latency 8.00 s, stages {'start': 1.0, 'compile': 5.0, "
                            "'correctness': 0.0, 'timing': 0.0, 'post-check': 0.0, 'evidence': 0.0}"), out
     assert out[1].endswith("B: 1 evaluations, none after the first result"), out
+
+
+def test_ab_summary_groups_the_runs_by_problem_and_variant(tmp_path):
+    """scripts/device/ab_summary.py (connections_ab.sh): medians over the rounds per problem and
+    variant; an incorrect run counts in the tally, not in the times; a run with no result too."""
+    def run(tag, status, ms, speedup, start):
+        return {"tag": tag, "result": {"status": status, "timings": {"candidate": {"median_ms": ms}},
+                                       "speedups": {"compile": speedup}, "stage_seconds": {"start": start}}}
+    lines = [run("r1|5_softmax|default", "correct", 0.13, 1.2, 0.4),
+             run("r2|5_softmax|default", "correct", 0.15, 1.0, 0.6),
+             run("r3|5_softmax|default", "incorrect", 9.0, 9.0, 0.5),
+             run("r1|5_softmax|X=1", "correct", 0.14, 1.1, 0.3),
+             {"tag": "r2|5_softmax|X=1", "result": None}]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = subprocess.run([sys.executable, str(SCRIPTS / "ab_summary.py"), str(path)], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out == ["5_softmax X=1: 1/2 correct, candidate 0.14 ms, x1.1 over Inductor, start 0.3 s",
+                   "5_softmax default: 2/3 correct, candidate 0.14 ms, x1.1 over Inductor, start 0.5 s"], out

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import re
 import signal
 import sys
 import traceback
 from multiprocessing.connection import Connection
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +290,8 @@ def candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jail
     from kernelagent.harness.trace import channel as trace_channel
 
     procname.set_name("ka-candidate")
+    if job.get("cuda_connections"):  # before CUDA's start (candidate_connections, the server's choice)
+        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(int(job["cuda_connections"]))
 
     log_path = workdir / "candidate.log"
     try:
@@ -336,6 +339,25 @@ def reference_connections(environ: MutableMapping[str, str] | None = None) -> in
         return None
     environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(wanted)
     return wanted
+
+
+# A source that names these may spread its work over streams (or a graph's branches), which one
+# connection would serialise: its process keeps the caller's setting.
+_STREAMS = re.compile(r"stream|graph", re.IGNORECASE)
+
+
+def candidate_connections(source: str, environ: Mapping[str, str] | None = None) -> tuple[int | None, str]:
+    """What the candidate's process sets CUDA_DEVICE_MAX_CONNECTIONS to (None: nothing, the
+    caller's stays) and why, from KERNELAGENT_CANDIDATE_CONNECTIONS (0, the default: nothing) and
+    its source (the server's copy, read before the fork). One connection serialises streams, so a
+    source that names a stream or a graph keeps the caller's: its kernels are timed as its user
+    runs them. A candidate that hides its streams from this is only slowed by it, never helped."""
+    wanted = settings.get("KERNELAGENT_CANDIDATE_CONNECTIONS", environ)
+    if not wanted:
+        return None, "default"
+    if _STREAMS.search(source):
+        return None, "default (the source names a stream or a graph)"
+    return wanted, str(wanted)
 
 
 def reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> None:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from kernelagent import pyast, settings
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import forking, trace_stage
-from kernelagent.harness.server.processes import FORK, candidate_process, open_log, reference_process
+from kernelagent.harness.server.processes import (FORK, candidate_connections, candidate_process, open_log,
+                                                   reference_process)
 
 if TYPE_CHECKING:
     from kernelagent.harness.server.seams import StartJob
@@ -106,6 +107,11 @@ class Start:
                      "candidate_sha256": job.request.get("candidate_sha256", ""),
                      "capability": job.fingerprint.get("capability"), "compile_seed": job.compile_seed,
                      "device_free_bytes": job.fingerprint.get("free_bytes")}
+        if not job.baselines_only:
+            connections, said = candidate_connections(job.request["candidate_source"])
+            job.concurrency["candidate_connections"] = said
+            if connections:
+                child_job["cuda_connections"] = connections
         if job.request.get("want_baselines") and job.fingerprint.get("cuda") and job.config.compile_modes:
             # The reference compiles the torch.compile baselines while the candidate is checked
             # (reference_side.start_compiling): they are wanted only if it is correct, but the

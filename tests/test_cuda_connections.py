@@ -1,7 +1,8 @@
-"""The reference's process makes its CUDA context with one hardware connection
-(KERNELAGENT_REFERENCE_CONNECTIONS; server/processes.py reference_connections): the driver makes
-and frees contexts under one lock for the whole host, in about half the time with one. The
-candidate's process keeps the caller's setting. Measured: benchmarks/README.md, run K."""
+"""CUDA_DEVICE_MAX_CONNECTIONS in a job's two processes (server/processes.py): the driver makes
+and frees contexts under one lock for the whole host, in about half the time with one connection
+(benchmarks/README.md, runs J and K). The reference's process gets one by default
+(KERNELAGENT_REFERENCE_CONNECTIONS); the candidate's keeps the caller's unless
+KERNELAGENT_CANDIDATE_CONNECTIONS asks, and never where its source names a stream or a graph."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from kernelagent.harness import EvalConfig, Evaluator, Status
 from kernelagent.harness.config import StageTimeouts
-from kernelagent.harness.server.processes import reference_connections
+from kernelagent.harness.server.processes import candidate_connections, reference_connections
 from kernelagent.settings import SettingError
 
 # The problem's model multiplies by what its process sees of CUDA_DEVICE_MAX_CONNECTIONS (8,
@@ -78,24 +79,53 @@ def test_a_malformed_setting_is_refused(bad):
         reference_connections({"KERNELAGENT_REFERENCE_CONNECTIONS": bad})
 
 
-# setting -> (what the reference's process sees, the verdict): the candidate's process sees 8
-# (CUDA_DEVICE_MAX_CONNECTIONS unset) in every row.
-ROWS = [(None, Status.INCORRECT, 1), ("3", Status.INCORRECT, 3), ("0", Status.CORRECT, "default")]
+STREAMED = CANDIDATE + "\n# the current stream only\n"
+NAMES = "default (the source names a stream or a graph)"
 
 
-@pytest.mark.parametrize(("setting", "status", "recorded"), ROWS, ids=["default", "three", "off"])
-def test_only_the_reference_process_gets_the_setting(tmp_path, monkeypatch, setting, status, recorded):
+@pytest.mark.parametrize(("setting", "source", "expected"), [
+    (None, CANDIDATE, (None, "default")),
+    ("0", CANDIDATE, (None, "default")),
+    ("1", CANDIDATE, (1, "1")),
+    ("2", CANDIDATE, (2, "2")),
+    ("1", STREAMED, (None, NAMES)),
+    ("1", CANDIDATE.replace("ModelNew", "ModelNew  # replays a CUDA Graph"), (None, NAMES)),
+    ("1", "s = torch.cuda.STREAM()", (None, NAMES)),
+])
+def test_the_candidates_connections(setting, source, expected):
+    environ = {} if setting is None else {"KERNELAGENT_CANDIDATE_CONNECTIONS": setting}
+    assert candidate_connections(source, environ) == expected
+
+
+# (the reference's setting, the candidate's, its source) -> the verdict and what the result records:
+# each process multiplies by what it sees (8 where unset), so they agree only where both see the same.
+ROWS = [
+    ((None, None, CANDIDATE), Status.INCORRECT, 1, "default"),    # 1 against 8
+    (("3", None, CANDIDATE), Status.INCORRECT, 3, "default"),     # 3 against 8
+    (("0", None, CANDIDATE), Status.CORRECT, "default", "default"),  # 8 and 8
+    ((None, "1", CANDIDATE), Status.CORRECT, 1, "1"),             # 1 and 1
+    ((None, "1", STREAMED), Status.INCORRECT, 1, NAMES),          # 1 against 8: its streams kept
+]
+
+
+@pytest.mark.parametrize(("settings_", "status", "reference", "candidate"), ROWS,
+                         ids=["default", "reference-three", "reference-off", "candidate-one", "candidate-streams"])
+def test_each_process_gets_its_own_setting(tmp_path, monkeypatch, settings_, status, reference, candidate):
+    ref_setting, cand_setting, source = settings_
     monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
-    if setting is None:
-        monkeypatch.delenv("KERNELAGENT_REFERENCE_CONNECTIONS", raising=False)
-    else:
-        monkeypatch.setenv("KERNELAGENT_REFERENCE_CONNECTIONS", setting)
+    for name, value in (("KERNELAGENT_REFERENCE_CONNECTIONS", ref_setting),
+                        ("KERNELAGENT_CANDIDATE_CONNECTIONS", cand_setting)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
     problem = tmp_path / "scale.py"
     problem.write_text(PROBLEM)
     config = EvalConfig(trials=1, timing=False, derived_checks=0, static_check="off", kernel_evidence=False,
                         timeouts=StageTimeouts(start=60, load=60, compile=90, correctness=90, timing=60))
     with Evaluator(device="cpu", cache_dir=tmp_path / "cache") as ev:
-        result = ev.evaluate(problem, CANDIDATE, config)
+        result = ev.evaluate(problem, source, config)
     assert result.status == status, result.feedback() + "\n" + result.log
-    assert result.concurrency["reference_connections"] == recorded
+    assert result.concurrency["reference_connections"] == reference
+    assert result.concurrency["candidate_connections"] == candidate
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in os.environ  # the caller's own is untouched
