@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from kernelagent.errors import UserError
@@ -27,6 +28,23 @@ from kernelagent.nvml import Nvml
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 CPU_NOTE = "note: no GPU found: running on the CPU under the Triton interpreter (timings are not meaningful)"
+
+
+def first_visible_device(environ: Mapping[str, str] | None = None) -> str | None:
+    """What CUDA_VISIBLE_DEVICES narrows to for a process that uses CUDA's first device only (a
+    job's processes and its evidence session use cuda:0): the first entry of the list, or "0"
+    where it is unset; None where it already names one device or none. CUDA counts the entries in
+    its own order, so the first entry is the device that was cuda:0. The driver makes a context
+    for a process that sees one GPU sooner than for one that sees two (0.37 s against 0.56 s on two
+    H200s, scripts/device/driver_contention.py), and under its host-wide lock; and the job's
+    processes then see no other GPU, where another server may be timing."""
+    value = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return "0"
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if len(parts) < 2 or parts[0] == "-1":
+        return None
+    return parts[0]
 
 
 def gpu_indices() -> list[int] | None:

@@ -7,12 +7,17 @@ KERNELAGENT_CANDIDATE_CONNECTIONS asks, and never where its source names a strea
 from __future__ import annotations
 
 import os
+import random
+from types import SimpleNamespace
 
 import pytest
 
 from kernelagent.harness import EvalConfig, Evaluator, Status
 from kernelagent.harness.config import StageTimeouts
-from kernelagent.harness.server.processes import candidate_connections, reference_connections
+from kernelagent.devices import first_visible_device
+from kernelagent.harness.server.ncu import session_visible_devices
+from kernelagent.harness.server.processes import candidate_connections, child_cuda_environ, reference_connections
+from kernelagent.harness.server.start import Start
 from kernelagent.settings import SettingError
 
 # The problem's model multiplies by what its process sees of CUDA_DEVICE_MAX_CONNECTIONS (8,
@@ -129,3 +134,69 @@ def test_each_process_gets_its_own_setting(tmp_path, monkeypatch, settings_, sta
     assert result.concurrency["reference_connections"] == reference
     assert result.concurrency["candidate_connections"] == candidate
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in os.environ  # the caller's own is untouched
+
+
+# -- the one GPU a job's processes see ------------------------------------------------------------
+@pytest.mark.parametrize(("visible", "expected"), [
+    (None, "0"),               # unset: CUDA's first device, named
+    ("0", None),               # one already
+    ("3", None),
+    ("2,3", "2"),              # CUDA's cuda:0 is the list's first entry
+    (" 1 , 0 ", "1"),
+    ("GPU-aaa,GPU-bbb", "GPU-aaa"),
+    ("MIG-x", None),
+    ("", None),                # no GPU: nothing to narrow
+    ("-1,0", None),
+])
+def test_the_first_visible_device(visible, expected):
+    environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    assert first_visible_device(environ) == expected
+
+
+@pytest.mark.parametrize(("device", "visible", "expected"), [
+    ("cuda:2", "0,1,2", "2"),  # the caller's physical index, as before
+    ("cuda", None, "0"),       # a server's session: the server's first GPU, as its jobs
+    ("cuda", "4,5", "4"),
+    ("cuda", "5", None),
+    ("cpu", None, None),
+])
+def test_an_evidence_session_sees_the_device_it_profiles(device, visible, expected):
+    environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    assert session_visible_devices(device, environ) == expected
+
+
+@pytest.mark.parametrize(("job", "candidate", "expected"), [
+    ({"cuda_visible": "2", "cuda_connections": 1}, True,
+     {"CUDA_VISIBLE_DEVICES": "2", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    ({"cuda_visible": "2", "cuda_connections": 1}, False,   # the reference's own setting, not the candidate's
+     {"CUDA_VISIBLE_DEVICES": "2", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "KERNELAGENT_REFERENCE_CONNECTIONS": "1"}),
+    ({"cuda_visible": "2"}, True, {"CUDA_VISIBLE_DEVICES": "2"}),
+    ({}, False, {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "KERNELAGENT_REFERENCE_CONNECTIONS": "1"}),
+    ({"cuda_connections": 4}, False,
+     {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "KERNELAGENT_REFERENCE_CONNECTIONS": "1"}),
+])
+def test_each_childs_cuda_environment(job, candidate, expected):
+    environ = {"KERNELAGENT_REFERENCE_CONNECTIONS": "1"}
+    child_cuda_environ(job, candidate=candidate, environ=environ)
+    assert environ == {"KERNELAGENT_REFERENCE_CONNECTIONS": "1", **expected}
+
+
+def _start_for(fingerprint: dict, source: str = CANDIDATE) -> Start:
+    job = SimpleNamespace(job_id="j", request={"config": {}, "candidate_source": source}, smoke=False,
+                          problem_source=PROBLEM, fingerprint=fingerprint, rng=random.Random(0), baselines_only=False,
+                          concurrency={}, config=EvalConfig())
+    return Start(job)
+
+
+@pytest.mark.parametrize(("visible", "expected"), [(None, "0"), ("1,0", "1"), ("1", None)])
+def test_a_gpu_jobs_processes_are_given_the_servers_first_gpu(monkeypatch, visible, expected):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    start = _start_for({"cuda": True, "free_bytes": 1 << 30})
+    child_job = start.child_job()
+    assert child_job.get("cuda_visible") == expected
+    assert start.job.concurrency["job_visible_devices"] == (expected or visible)
+    cpu = _start_for({"cuda": False})
+    assert "cuda_visible" not in cpu.child_job() and "job_visible_devices" not in cpu.job.concurrency

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelagent import settings
+from kernelagent.devices import first_visible_device
 from kernelagent.harness import bounded_json
 from kernelagent.harness import interpreter
 from kernelagent.harness.server.ncu_session import (  # noqa: F401 - also this module's names
@@ -316,6 +317,15 @@ class Setup:
         shutil.rmtree(self.outer, ignore_errors=True)
 
 
+def session_visible_devices(device: str, environ: dict[str, str] | None = None) -> str | None:
+    """CUDA_VISIBLE_DEVICES for a session on `device`: N for `cuda:N` (the caller's physical
+    index); for `cuda` (a server's session, on the server's device) the server's first visible GPU
+    only, as its jobs' processes (devices.first_visible_device); None: left as it is."""
+    if device.startswith("cuda:"):
+        return device.split(":", 1)[1]
+    return first_visible_device(environ) if device == "cuda" else None
+
+
 def prepare(problem_path: str | Path, candidate_source: str, *, backend: str, device: str,
             kernel_names: list[str] | None, calls: int, cache_dir: str | Path | None, candidate_sha: str,
             allow_unsandboxed: bool, launch_count: int | None, hide: list[Path] | None,
@@ -341,8 +351,9 @@ def prepare(problem_path: str | Path, candidate_source: str, *, backend: str, de
         env.update(HOME=str(scratch), TMPDIR=str(scratch), TRITON_CACHE_DIR=str(scratch / ".triton"),
                    TORCH_EXTENSIONS_DIR=str(scratch / ".torch_extensions"), KERNELAGENT_CANDIDATE_SHA=candidate_sha,
                    PYTHONUNBUFFERED="1")
-        if device.startswith("cuda:"):
-            env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+        visible = session_visible_devices(device)
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
         env.pop("TRITON_INTERPRET", None)
         package_root = str(Path(__file__).resolve().parents[3])
         env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -290,8 +290,7 @@ def candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jail
     from kernelagent.harness.trace import channel as trace_channel
 
     procname.set_name("ka-candidate")
-    if job.get("cuda_connections"):  # before CUDA's start (candidate_connections, the server's choice)
-        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(int(job["cuda_connections"]))
+    child_cuda_environ(job, candidate=True)
 
     log_path = workdir / "candidate.log"
     try:
@@ -360,13 +359,28 @@ def candidate_connections(source: str, environ: Mapping[str, str] | None = None)
     return wanted, str(wanted)
 
 
+def child_cuda_environ(job: dict[str, Any], *, candidate: bool,
+                       environ: MutableMapping[str, str] | None = None) -> None:
+    """A job's process's CUDA variables, set first thing after the fork (the server has no CUDA,
+    so before the process's first CUDA call): the one GPU it uses (`cuda_visible`, Start.child_job)
+    and its connections (the candidate's: `cuda_connections`, the server's choice; the
+    reference's: reference_connections)."""
+    environ = os.environ if environ is None else environ
+    if job.get("cuda_visible"):
+        environ["CUDA_VISIBLE_DEVICES"] = str(job["cuda_visible"])
+    if not candidate:
+        reference_connections(environ)
+    elif job.get("cuda_connections"):
+        environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(int(job["cuda_connections"]))
+
+
 def reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> None:
     from kernelagent.harness import procname
     from kernelagent.harness.child import reference_side
     from kernelagent.harness.trace import channel as trace_channel
 
     procname.set_name("ka-reference")
-    reference_connections()  # before its first CUDA call (the server forked it without CUDA)
+    child_cuda_environ(job, candidate=False)
 
     # Traced as the candidate is (issue 55), so its baselines are timed under the same tracing.
     keep = trace_channel.prepare_child(job.get("trace"))

@@ -198,6 +198,7 @@ class ConcurrencyRecord(SlotRecord, DeviceLockInfo, total=False):
     fork_wait_s: float  # waiting for quiet imports before forking (start.py, forking.quiet_imports)
     reference_connections: int | str  # CUDA_DEVICE_MAX_CONNECTIONS in the reference's process, or "default"
     candidate_connections: str  # the candidate's: a number, or "default" and why (processes.candidate_connections)
+    job_visible_devices: str  # CUDA_VISIBLE_DEVICES in both (devices.first_visible_device; the server's where unset)
     estimate_s: float  # the device-memory estimate's helper (memory.py)
     estimate_error: str  # why that estimate failed
     memory_wait_s: float  # waiting for device memory in the ledger (memory.py)

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kernelagent import pyast, settings
+from kernelagent.devices import first_visible_device
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import forking, trace_stage
 from kernelagent.harness.server.processes import (FORK, candidate_connections, candidate_process, open_log,
@@ -107,6 +108,12 @@ class Start:
                      "candidate_sha256": job.request.get("candidate_sha256", ""),
                      "capability": job.fingerprint.get("capability"), "compile_seed": job.compile_seed,
                      "device_free_bytes": job.fingerprint.get("free_bytes")}
+        if job.fingerprint.get("cuda"):
+            # Both processes see the server's first GPU only, the one they use (devices.first_visible_device).
+            visible = first_visible_device()
+            if visible is not None:
+                child_job["cuda_visible"] = visible
+            job.concurrency["job_visible_devices"] = visible or os.environ.get("CUDA_VISIBLE_DEVICES", "")
         if not job.baselines_only:
             connections, said = candidate_connections(job.request["candidate_source"])
             job.concurrency["candidate_connections"] = said
