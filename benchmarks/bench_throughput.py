@@ -110,6 +110,7 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
         ends = [(r["device"], r["seconds"], r["created"]) for r in rows]
     n_gpus = cpu_workers or len(gpus.split(","))
     eval_seconds = sum(r["seconds"] or 0.0 for r in log)
+    by_problem = evidence_by_problem(results)
     return {"gpus": gpus, "n_gpus": n_gpus, "host_tuning": tuning, "pinned": bool(tuning and pin),
             "evaluations": outcome.evaluations,
             "reused": outcome.reused,
@@ -124,10 +125,10 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
             "host_profile": {**host_profile(results, wall, n_gpus, eval_seconds),
                              "store_s": round(outcome.store_seconds, 4)},
             "timeline": timeline(results, ends, started_wall),
-            "evidence_by_problem": evidence_by_problem(results),
+            "evidence_by_problem": by_problem,
             # Results Nsight Compute audited: bench audits its counted wins, so a problem about as
             # fast as Inductor is audited in one row and not the next, and each audit holds the slot.
-            "audits": audits_of(evidence_by_problem(results)),
+            "audits": audits_of(by_problem),
             "retried": retried(results),
             "correct_samples": sum(1 for a in attempts if a["summary"].get("passed")),
             "statuses": _counts(a["summary"].get("status") for a in attempts),

@@ -41,10 +41,13 @@ def first_visible_device(environ: Mapping[str, str] | None = None) -> str | None
     value = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
     if value is None:
         return "0"
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if len(parts) < 2 or parts[0] == "-1":
-        return None
-    return parts[0]
+    parts = _visible_entries(value)
+    return parts[0] if len(parts) > 1 and parts[0] != "-1" else None
+
+
+def _visible_entries(value: str) -> list[str]:
+    """CUDA_VISIBLE_DEVICES's entries, in order, blanks dropped."""
+    return [p.strip() for p in value.split(",") if p.strip()]
 
 
 def gpu_indices() -> list[int] | None:
@@ -52,7 +55,7 @@ def gpu_indices() -> list[int] | None:
     (CUDA_VISIBLE_DEVICES names GPUs by UUID or MIG instance)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
-        parts = [p.strip() for p in env.split(",") if p.strip()]
+        parts = _visible_entries(env)
         if not parts or parts[0] == "-1":
             return []
         if not all(p.isdigit() for p in parts):

@@ -69,12 +69,15 @@ class ModelNew(nn.Module):
 def test_the_reference_connections_are_set(setting, expected):
     environ = {} if setting is None else {"KERNELAGENT_REFERENCE_CONNECTIONS": setting}
     assert reference_connections(environ) == int(expected)
+    # the server hands the value to the reference's process, which sets it before CUDA's start
+    child_cuda_environ({"reference_connections": reference_connections(environ)}, candidate=False, environ=environ)
     assert environ["CUDA_DEVICE_MAX_CONNECTIONS"] == expected
 
 
 def test_zero_leaves_cuda_default_or_the_callers_own():
     assert reference_connections({"KERNELAGENT_REFERENCE_CONNECTIONS": "0"}) is None
     mine = {"KERNELAGENT_REFERENCE_CONNECTIONS": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "2"}
+    child_cuda_environ({"reference_connections": reference_connections(mine)}, candidate=False, environ=mine)
     assert reference_connections(mine) is None and mine["CUDA_DEVICE_MAX_CONNECTIONS"] == "2"
 
 
@@ -166,14 +169,14 @@ def test_an_evidence_session_sees_the_device_it_profiles(device, visible, expect
 
 
 @pytest.mark.parametrize(("job", "candidate", "expected"), [
-    ({"cuda_visible": "2", "cuda_connections": 1}, True,
+    ({"cuda_visible": "2", "cuda_connections": 1, "reference_connections": 3}, True,
      {"CUDA_VISIBLE_DEVICES": "2", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
-    ({"cuda_visible": "2", "cuda_connections": 1}, False,   # the reference's own setting, not the candidate's
-     {"CUDA_VISIBLE_DEVICES": "2", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "KERNELAGENT_REFERENCE_CONNECTIONS": "1"}),
+    ({"cuda_visible": "2", "cuda_connections": 1, "reference_connections": 3}, False,  # its own, not the candidate's
+     {"CUDA_VISIBLE_DEVICES": "2", "CUDA_DEVICE_MAX_CONNECTIONS": "3"}),
     ({"cuda_visible": "2"}, True, {"CUDA_VISIBLE_DEVICES": "2"}),
-    ({}, False, {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "KERNELAGENT_REFERENCE_CONNECTIONS": "1"}),
-    ({"cuda_connections": 4}, False,
-     {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "KERNELAGENT_REFERENCE_CONNECTIONS": "1"}),
+    ({"reference_connections": 1}, False, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    ({"cuda_connections": 4}, False, {}),               # the candidate's is not the reference's
+    ({"reference_connections": 4}, True, {}),           # nor the other way
 ])
 def test_each_childs_cuda_environment(job, candidate, expected):
     environ = {"KERNELAGENT_REFERENCE_CONNECTIONS": "1"}
@@ -190,6 +193,7 @@ def _start_for(fingerprint: dict, source: str = CANDIDATE) -> Start:
 
 @pytest.mark.parametrize(("visible", "expected"), [(None, "0"), ("1,0", "1"), ("1", None)])
 def test_a_gpu_jobs_processes_are_given_the_servers_first_gpu(monkeypatch, visible, expected):
+    monkeypatch.delenv("KERNELAGENT_REFERENCE_CONNECTIONS", raising=False)
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
@@ -198,5 +202,7 @@ def test_a_gpu_jobs_processes_are_given_the_servers_first_gpu(monkeypatch, visib
     child_job = start.child_job()
     assert child_job.get("cuda_visible") == expected
     assert start.job.concurrency["job_visible_devices"] == (expected or visible)
+    # the reference's connections are chosen here too (the default, 1), and said in the result
+    assert child_job["reference_connections"] == 1 and start.job.concurrency["reference_connections"] == 1
     cpu = _start_for({"cuda": False})
     assert "cuda_visible" not in cpu.child_job() and "job_visible_devices" not in cpu.job.concurrency

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from kernelagent import settings
@@ -317,7 +318,7 @@ class Setup:
         shutil.rmtree(self.outer, ignore_errors=True)
 
 
-def session_visible_devices(device: str, environ: dict[str, str] | None = None) -> str | None:
+def session_visible_devices(device: str, environ: Mapping[str, str] | None = None) -> str | None:
     """CUDA_VISIBLE_DEVICES for a session on `device`: N for `cuda:N` (the caller's physical
     index); for `cuda` (a server's session, on the server's device) the server's first visible GPU
     only, as its jobs' processes (devices.first_visible_device); None: left as it is."""

@@ -318,10 +318,10 @@ def candidate_process(job: dict[str, Any], conn: Connection, workdir: Path, jail
     candidate_side.candidate_main(job, conn, workdir)
 
 
-def reference_connections(environ: MutableMapping[str, str] | None = None) -> int | None:
-    """Set CUDA_DEVICE_MAX_CONNECTIONS for the reference's process (`environ`: os.environ, in the
-    forked child, before its first CUDA call) from KERNELAGENT_REFERENCE_CONNECTIONS; the value
-    set, or None where the setting is 0 (CUDA's default, or the caller's, stays).
+def reference_connections(environ: Mapping[str, str] | None = None) -> int | None:
+    """What the reference's process sets CUDA_DEVICE_MAX_CONNECTIONS to, from
+    KERNELAGENT_REFERENCE_CONNECTIONS (the server's choice, handed to the process in its job as
+    `reference_connections`); None where the setting is 0 (CUDA's default, or the caller's, stays).
 
     Why: the driver makes and frees every CUDA context under one lock for the whole host, and the
     time it holds it grows with the context's hardware connections (8 by default). On two H200s of
@@ -332,12 +332,7 @@ def reference_connections(environ: MutableMapping[str, str] | None = None) -> in
     model, eager and compiled, the empty timed loop), where a stream has one connection anyway: its
     work and timings are the same. The candidate's process keeps the caller's setting (a kernel
     that uses streams is timed as its user will run it)."""
-    environ = os.environ if environ is None else environ
-    wanted = settings.get("KERNELAGENT_REFERENCE_CONNECTIONS", environ)
-    if not wanted:
-        return None
-    environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(wanted)
-    return wanted
+    return settings.get("KERNELAGENT_REFERENCE_CONNECTIONS", environ) or None
 
 
 # A source that names these may spread its work over streams (or a graph's branches), which one
@@ -362,16 +357,15 @@ def candidate_connections(source: str, environ: Mapping[str, str] | None = None)
 def child_cuda_environ(job: dict[str, Any], *, candidate: bool,
                        environ: MutableMapping[str, str] | None = None) -> None:
     """A job's process's CUDA variables, set first thing after the fork (the server has no CUDA,
-    so before the process's first CUDA call): the one GPU it uses (`cuda_visible`, Start.child_job)
-    and its connections (the candidate's: `cuda_connections`, the server's choice; the
-    reference's: reference_connections)."""
+    so before the process's first CUDA call), as the server chose them (Start.child_job): the one
+    GPU it uses (`cuda_visible`) and its connections (`cuda_connections`, the candidate's;
+    `reference_connections`, the reference's)."""
     environ = os.environ if environ is None else environ
     if job.get("cuda_visible"):
         environ["CUDA_VISIBLE_DEVICES"] = str(job["cuda_visible"])
-    if not candidate:
-        reference_connections(environ)
-    elif job.get("cuda_connections"):
-        environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(int(job["cuda_connections"]))
+    connections = job.get("cuda_connections" if candidate else "reference_connections")
+    if connections:
+        environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(int(connections))
 
 
 def reference_process(job: dict[str, Any], conn: Connection, workdir: Path) -> None:

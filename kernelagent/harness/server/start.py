@@ -12,12 +12,12 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
-from kernelagent import pyast, settings
+from kernelagent import pyast
 from kernelagent.devices import first_visible_device
 from kernelagent.harness.result import Status
 from kernelagent.harness.server import forking, trace_stage
 from kernelagent.harness.server.processes import (FORK, candidate_connections, candidate_process, open_log,
-                                                   reference_process)
+                                                   reference_connections, reference_process)
 
 if TYPE_CHECKING:
     from kernelagent.harness.server.seams import StartJob
@@ -114,6 +114,11 @@ class Start:
             if visible is not None:
                 child_job["cuda_visible"] = visible
             job.concurrency["job_visible_devices"] = visible or os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        # Each process's CUDA connections (processes.reference_connections, candidate_connections).
+        reference = reference_connections()
+        if reference:
+            child_job["reference_connections"] = reference
+        job.concurrency["reference_connections"] = reference or "default"
         if not job.baselines_only:
             connections, said = candidate_connections(job.request["candidate_source"])
             job.concurrency["candidate_connections"] = said
@@ -146,8 +151,6 @@ class Start:
                                     args=(cand_job, cand_end, job.scratch, job.jail))
         # No other thread mid-import as the job's processes are forked (server/forking.py).
         job.concurrency["fork_wait_s"] = round(forking.quiet_imports(), 4)
-        # What the reference's process sets before its first CUDA call (processes.reference_connections).
-        job.concurrency["reference_connections"] = settings.get("KERNELAGENT_REFERENCE_CONNECTIONS") or "default"
         job.ref.start()
         if job.cand is not None:
             job.cand.start()
