@@ -204,10 +204,28 @@ def timeline(results: list[dict], ends: list[tuple], started_wall: float) -> dic
     # flattered by the fill's head start (its ratio between two rows: the scaling at scale).
     queued = [s[2] for s in spans if s[2] > first_end]
     steady = round((last_start - first_end) / len(queued), 3) if len(queued) >= 2 else None
-    return {"spans": spans, "first_end_s": first_end, "last_start_s": last_start,
+    return {"spans": spans, "baselines_jobs": baselines_jobs(results, started_wall),
+            "first_end_s": first_end, "last_start_s": last_start,
             "end_s": max(s[3] for s in spans), "completion_s_per_evaluation": pace(spans),
             "completion_s_per_first_try": pace([s for s in spans if not s[7]]),
             "steady_s_per_evaluation": steady, "steady_starts": len(queued)}
+
+
+def baselines_jobs(results: list[dict], started_wall: float) -> list[list]:
+    """Each problem's baselines' job (the first evaluation of a problem starts it beside its own
+    job): [problem, start, end (s from the run's start), its Inductor compile, its wait for the
+    timing slot and its time holding it (s)], by start: the fill's first results wait for these."""
+    jobs = []
+    for result in results:
+        job = (result.get("concurrency") or {}).get("baselines_job")
+        span = job.get("span") if isinstance(job, dict) else None
+        if not (isinstance(span, list) and len(span) == 2 and all(isinstance(t, (int, float)) for t in span)):
+            continue
+        stages, slot = job.get("stage_seconds") or {}, job.get("slot") or {}
+        jobs.append([Path(str(result.get("problem") or "?")).stem, round(span[0] - started_wall, 2),
+                     round(span[1] - started_wall, 2), round(_num(stages.get("baselines_compile")), 2),
+                     round(_num(slot.get("wait_s")), 2), round(_num(slot.get("held_s")), 2)])
+    return sorted(jobs, key=lambda j: j[1])
 
 
 def retried(results: list[dict]) -> list[dict]:
@@ -369,7 +387,10 @@ def main() -> None:
                   f"{line['completion_s_per_evaluation']} s ({line['completion_s_per_first_try']} s without "
                   f"those re-run alone); steady state: one started every {line['steady_s_per_evaluation']} s "
                   f"({line['steady_starts']} queued starts)\n"
-                  f"  re-run alone after a first try beside others: "
+                  f"  baselines' jobs (problem start-end s: compile, slot wait, slot held): "
+                  + ("; ".join(f"{p} {a}-{b}: {c}, {w}, {h}" for p, a, b, c, w, h in line["baselines_jobs"])
+                     or "none") + "\n"
+                  "  re-run alone after a first try beside others: "
                   + ("none" if not row["retried"] else "; ".join(
                       f"{r['problem']} ({r['first_try']['status']} at {r['first_try']['stage']}: "
                       f"{r['first_try']['reason'][:160]}; stages {r['first_try']['stage_seconds']}; "

@@ -110,3 +110,70 @@ def test_the_gate_tells_the_admission_when_a_job_takes_the_slot(monkeypatch):
     with gate.hold(_Job()):
         pass
     assert admission.wave_open()
+
+
+def test_a_problems_baselines_start_beside_a_full_wave_and_are_not_staggered():
+    """Issue 59 scope 2: a problem's baselines' job is admitted beside the candidates' jobs (a
+    limit of its own) and without the first wave's stagger. Counted among the candidates, it
+    queued behind a full wave (session 36, one H200: a problem's baselines started 14 s after its
+    first candidate). Candidates still start no more than `limit` at a time, baselines' jobs too."""
+    admission = Admission(2, stagger_s=5.0)  # a stagger no test waits out
+    release = threading.Event()
+    admitted: list[tuple[str, float]] = []
+    lock = threading.Lock()
+    started = time.monotonic()
+
+    def job(name: str, baselines: bool) -> None:
+        with admission.admit(baselines=baselines):
+            with lock:
+                admitted.append((name, time.monotonic() - started))
+            release.wait(10)
+
+    threads = [threading.Thread(target=job, args=("candidate-0", False))]
+    threads[0].start()
+    time.sleep(0.1)  # the wave's first job; a second candidate would wait 5 s for its turn
+    for name, baselines in (("candidate-1", False), ("baselines-0", True), ("baselines-1", True),
+                            ("baselines-2", True)):
+        threads.append(threading.Thread(target=job, args=(name, baselines)))
+        threads[-1].start()
+    time.sleep(1.0)
+    with lock:
+        names = {name for name, _ in admitted}
+    # two baselines' jobs at once beside the running candidate, unstaggered; the third waits for room
+    assert names == {"candidate-0", "baselines-0", "baselines-1"}, admitted
+    assert admission.running() == 3
+    release.set()
+    for t in threads:
+        t.join(15)
+    assert {name for name, _ in admitted} == {"candidate-0", "candidate-1", "baselines-0", "baselines-1",
+                                              "baselines-2"}
+    assert admission.running() == 0
+
+
+def test_a_job_run_alone_waits_for_the_baselines_jobs_too():
+    """`alone` (a job re-run after it ran out of memory beside others) means alone on the device:
+    a baselines' job running keeps it waiting, and none is admitted while it runs."""
+    admission = Admission(2)
+    release, order = threading.Event(), []
+
+    def baselines() -> None:
+        with admission.admit(baselines=True):
+            order.append("baselines")
+            release.wait(10)
+            order.append("baselines ending")  # still admitted: nothing alone may start before this
+
+    def alone() -> None:
+        with admission.admit(alone=True):
+            order.append("alone")
+
+    first = threading.Thread(target=baselines)
+    first.start()
+    time.sleep(0.1)
+    second = threading.Thread(target=alone)
+    second.start()
+    time.sleep(0.3)
+    assert order == ["baselines"]
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert order == ["baselines", "baselines ending", "alone"]

@@ -39,6 +39,8 @@ def test_the_baselines_start_before_the_candidate_finishes_its_checks(tmp_path):
                                                                                      "correctness"))
     assert seconds["correctness"] > 0.4  # the checks took the candidate's sleeps
     assert job["span"][0] < checks_end, (job, result.concurrency["span"], seconds)
+    # its own waits, for the bench's timeline (bench_throughput.py: where a fill's first result waited)
+    assert job["slot"]["held_s"] > 0 and job["slot"]["wait_s"] >= 0
     assert "eager" in result.timings and "eager" in result.speedups and not result.baselines_cached
 
 

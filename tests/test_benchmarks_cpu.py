@@ -147,6 +147,15 @@ def test_bench_throughput_timeline_and_evidence_by_problem():
     results[3]["concurrency"]["retried_alone"] = True  # the last to end, re-run alone
     line = mod.timeline(results, ends, 1000.0)
     assert line["spans"][1][7] is True and line["completion_s_per_first_try"] == 5.0  # (20 - 10) / 2
+    assert line["baselines_jobs"] == []  # none of these started one
+    # the first evaluation of each problem starts its baselines' job: the fill's first results wait for it
+    results[0]["concurrency"]["baselines_job"] = {"span": [1001.0, 1009.5],
+                                                  "stage_seconds": {"baselines_compile": 3.25},
+                                                  "slot": {"wait_s": 4.5, "held_s": 0.75}}
+    results[3]["concurrency"]["baselines_job"] = {"span": [1000.5, 1030.0], "stage_seconds": {}, "slot": {}}
+    results[1]["concurrency"]["baselines_job"] = {"span": "not a span"}  # a malformed one is left out
+    line = mod.timeline(results, ends, 1000.0)
+    assert line["baselines_jobs"] == [["2_gelu", 0.5, 30.0, 0.0, 0.0, 0.0], ["1_relu", 1.0, 9.5, 3.25, 4.5, 0.75]]
     by = mod.evidence_by_problem(results)
     assert by["1_relu"] == {"ncu_ms": 0.2, "ncu_n": 3, "harness_ms": 0.22, "evidence_flags": 1, "ncu_lock": ["device"]}
     assert by["2_gelu"]["ncu_ms"] == 1.0 and by["2_gelu"]["evidence_flags"] == 0

@@ -61,6 +61,57 @@ def test_bench_dispatcher_keeps_each_devices_admitted_jobs_in_flight():
     assert wide.closed_from == "bench-device-0" and narrow.closed_from == "bench-device-1"
 
 
+class _Answering(_Concurrent):
+    """A local harness standing in (Evaluator.evaluate_answering): its server's job takes
+    `seconds`, then the result waits `baselines_s` more for the problem's baselines."""
+
+    def __init__(self, name: str, jobs: int, seconds: float = 0.1, baselines_s: float = 0.6):
+        super().__init__(name, jobs, seconds)
+        self.baselines_s = baselines_s
+        self.answered_at: dict[str, float] = {}
+        self.started_at: dict[str, float] = {}
+        self.ended_at: dict[str, float] = {}
+
+    def evaluate_answering(self, problem, source, config=None, *, cancel=None, on_answered=None):
+        with self.lock:
+            self.started_at[source] = time.monotonic()
+            self.running += 1  # in the server
+            self.peak = max(self.peak, self.running)
+        time.sleep(self.seconds)
+        with self.lock:
+            self.running -= 1
+            self.answered_at[source] = time.monotonic()
+        if on_answered is not None:
+            on_answered()
+        time.sleep(self.baselines_s)  # the result waits for its problem's baselines
+        with self.lock:
+            self.done.append(source)
+            self.ended_at[source] = time.monotonic()
+        return {"status": "correct", "compiled": True, "correct": True, "fingerprint": {"python": "x"}}
+
+
+def test_a_device_takes_its_next_job_while_an_answered_result_waits_for_baselines():
+    """Issue 59 (session 36): a one-GPU bench's first wave held the device's room while its
+    results waited for their problems' baselines, and the server idled. Once its server job has
+    answered, an evaluation gives the room back: the next job starts in the server before the
+    first result is back, and the server never runs more than it admits."""
+    device = _Answering("cuda:0", jobs=2)
+    dispatcher = Dispatcher(_Pool([device]), _Store(), "run", _Progress())
+    try:
+        assert dispatcher.slots == [2] and dispatcher.parallel == 2 and dispatcher.queue_depth == 4
+        results, errors = _evaluate_all(dispatcher, 4)
+    finally:
+        dispatcher.close()
+    assert not errors and len(results) == 4 and sorted(device.done) == [f"candidate {i}" for i in range(4)]
+    assert device.peak == 2  # never more in the server than it admits
+    first_two = sorted(device.started_at, key=device.started_at.get)[:2]
+    last_two = sorted(device.started_at, key=device.started_at.get)[2:]
+    first_result = min(device.ended_at[s] for s in first_two)
+    # the third and fourth jobs started in the server before any first result came back
+    assert all(device.started_at[s] < first_result for s in last_two), (device.started_at, device.ended_at)
+    assert all(device.started_at[s] >= min(device.answered_at[f] for f in first_two) - 0.01 for s in last_two)
+
+
 def test_bench_progress_line_prints_the_jobs_per_device(capsys):
     from kernelagent.bench.progress import BenchProgress
 

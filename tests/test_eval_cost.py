@@ -355,7 +355,7 @@ def test_an_audit_of_a_traced_job_starts_early_only_alone_and_never_keeps_a_spar
     monkeypatch.setattr(kernel_evidence, "start", start)
     monkeypatch.setattr(ncu_mod, "find_ncu", lambda: "/usr/bin/ncu")
     jobs_now = [1]
-    gate = SimpleNamespace(profilers=Profilers(max_early=3), active=lambda: jobs_now[0])
+    gate = SimpleNamespace(profilers=Profilers(max_early=3), evaluations=lambda: jobs_now[0])
     (tmp_path / "jobs").mkdir()
 
     def job(name, audit=True, config=None, traced=True):
@@ -388,6 +388,7 @@ def test_an_audit_of_a_traced_job_starts_early_only_alone_and_never_keeps_a_spar
     start_early(unaudited_alone)
     assert unaudited_alone.early_evidence is None and len(started) == 1  # its trace is the evidence
 
+
     jobs_now[0] = 4
     for primary in (job("ncu", audit=False, config=EvalConfig(evidence="ncu")), job("untraced", traced=False)):
         start_early(primary)
@@ -395,6 +396,50 @@ def test_an_audit_of_a_traced_job_starts_early_only_alone_and_never_keeps_a_spar
         assert gate.profilers.has_spare(evidence.spare_key(primary))
         gate.profilers.drop_spares()
         evidence.discard(primary)
+
+
+class _Registered:
+    """A job as the gate sees it (gate.Freezable), a candidate's evaluation or a problem's baselines."""
+
+    def __init__(self, job_id: str, baselines_only: bool = False):
+        self.job_id, self.baselines_only = job_id, baselines_only
+
+    def freeze(self, stop: bool) -> None:
+        pass
+
+    def freeze_candidate(self, stop: bool) -> None:
+        pass
+
+    def pause_clock(self, paused: bool) -> None:
+        pass
+
+
+@pytest.mark.parametrize("beside, early", [
+    ([], True),                                   # alone
+    ([("baselines", True)], True),                # a cold eval: its problem's baselines compile beside it
+    ([("baselines", True), ("b2", True)], True),  # two problems' baselines
+    ([("other", False)], False),                  # another candidate's evaluation: under load
+    ([("baselines", True), ("other", False)], False),
+])
+def test_an_audit_starts_beside_its_checks_when_it_is_the_one_evaluation_baselines_aside(beside, early):
+    """Issue 59: a cold `eval` drawn for an audit had its problem's baselines registered beside it,
+    so its session started at the evidence stage and its result waited for ncu's set-up (2.9 s of
+    4.9 s on the H200, session 36). The gate counts the evaluations of candidates, and an audit
+    of a traced job starts early wherever the job is the only one of those."""
+    from kernelagent.harness.server import evidence
+
+    gate = gate_mod.Gate(idle_wait_s=1.0)
+    me = _Registered("me")
+    for registered in [me] + [_Registered(name, baselines_only=b) for name, b in beside]:
+        gate.register(registered)
+    assert gate.active() == 1 + len(beside)
+    assert gate.evaluations() == 1 + sum(not b for _, b in beside)
+    job = SimpleNamespace(gate=gate, config=EvalConfig(), fingerprint={"cuda": True}, trace_channel=object(),
+                          request={"options": {"evidence": {"audit": True}}})
+    assert evidence.asked(job)
+    assert evidence.starts_early(job) is early
+    job.request = {"options": {"evidence": {"audit": False}}}  # not audited: its trace is the evidence
+    assert evidence.starts_early(job) is False
 
 
 def test_a_session_started_at_the_evidence_stage_runs_in_two_phases_in_the_slot(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kernelagent.bench.store import Store, evaluation_key
@@ -81,6 +81,16 @@ class DispatchWorker(Protocol):
 
 
 @runtime_checkable
+class AnsweringWorker(Protocol):
+    """A DispatchWorker that says when its server has answered for the candidate's job, before
+    the result waits for the problem's baselines (harness Evaluator.evaluate_answering): its
+    device's room goes to the next evaluation then (Dispatcher)."""
+
+    def evaluate_answering(self, problem: Problem, candidate_source: str, config: EvalConfig | None = None, *,
+                           cancel: Any = None, on_answered: Callable[[], None] | None = None) -> EvalResult: ...
+
+
+@runtime_checkable
 class StoreDispatch(Protocol):
     """Dispatcher.evaluate: one attempt of a bench run, through the store (a verdict stored for
     the same key is reused). A seam of its own, not EvaluatorProtocol: it records the attempt
@@ -97,11 +107,19 @@ class WorkerLost(Exception):
 
 
 class Dispatcher:
-    """Store first, then a harness server per device. Each device has as many long-lived job
-    threads as its server runs jobs at once (its `concurrency`, chosen by the server from the
-    host's CPUs and the device's memory, or `--jobs-per-gpu`); every thread takes the next job
-    from one shared queue whenever it is free. The server overlaps those jobs' host work and
-    gives each timed phase the device alone (harness/server/gate.py), so timings never overlap.
+    """Store first, then a harness server per device. Each device has as many evaluations in its
+    server at once as the server runs jobs at once (its `concurrency`, chosen by the server from
+    the host's CPUs and the device's memory, or `--jobs-per-gpu`): a long-lived job thread takes
+    the next job from one shared queue whenever the device has room (a permit of the device's
+    `slots`). The server overlaps those jobs' host work and gives each timed phase the device
+    alone (harness/server/gate.py), so timings never overlap.
+
+    An evaluation whose server job has answered but whose result still waits for its problem's
+    baselines (the fill: caller/baseline_jobs.py) gives its permit back (`on_answered`), and
+    another thread of the device takes the next job: each device has twice its slots in threads.
+    Holding the permit, a one-GPU bench's first wave left the server idle but for the baselines
+    while its threads waited for them (session 36, one H200: the second wave started 7 s after
+    the first wave's jobs had ended).
 
     The servers are started, and restarted after a crash, only from these device threads: a
     server sandboxed by bubblewrap's --die-with-parent dies with the *thread* that started it
@@ -129,6 +147,9 @@ class Dispatcher:
         self._alive = len(pool.evaluators)  # job threads alive (a device's first, then its others)
         self._closing = False
         self.slots = [1] * len(pool.evaluators)  # jobs at once per device, as its server admits them
+        self.threads = [1] * len(pool.evaluators)  # job threads per device (twice its slots)
+        self._permits = [threading.Semaphore(1) for _ in pool.evaluators]  # its slots, held per evaluation
+        self._gone = [False] * len(pool.evaluators)  # a device whose worker was lost for good
         self.concurrency = [{} for _ in pool.evaluators]  # each server's {"jobs", "default", "why"}
         started: list[Future] = [Future() for _ in pool.evaluators]
         self._threads = [threading.Thread(target=self._device_loop, args=(i, ev, started[i]), daemon=True,
@@ -143,8 +164,13 @@ class Dispatcher:
 
     @property
     def parallel(self) -> int:
-        """Evaluations in flight at once over every device."""
+        """Evaluations in the servers at once over every device."""
         return sum(self.slots)
+
+    @property
+    def queue_depth(self) -> int:
+        """Evaluations a caller keeps queued at once for the devices to take (their job threads)."""
+        return sum(self.threads)
 
     def describe(self) -> str:
         """'4 jobs at once per device (min(16 CPUs / 2, 70 GiB free / 4 GiB, 8))', for the
@@ -162,11 +188,13 @@ class Dispatcher:
         concurrency = dict(fingerprint.get("concurrency") or {})
         slots = max(1, int(concurrency.get("jobs") or 1))
         self.concurrency[index], self.slots[index] = concurrency, slots
+        self._permits[index] = threading.Semaphore(slots)
+        self.threads[index] = 2 * slots
         # The device's other job threads start here and end before this one closes the server:
         # a server sandboxed with --die-with-parent dies with the thread that started it, and
         # every one of these threads lives until close().
         helpers = [threading.Thread(target=self._job_loop, args=(index, evaluator, slot), daemon=True,
-                                    name=f"bench-device-{index}-job-{slot}") for slot in range(1, slots)]
+                                    name=f"bench-device-{index}-job-{slot}") for slot in range(1, 2 * slots)]
         with self._lock:
             self._alive += len(helpers)
         for thread in helpers:
@@ -181,27 +209,47 @@ class Dispatcher:
 
     def _job_loop(self, index: int, evaluator: DispatchWorker, slot: int) -> None:
         label = self.labels[index] if slot == 0 else f"{self.labels[index]}/{slot + 1}"
+        permits = self._permits[index]
         try:
             while True:
-                job = self._jobs.get()
-                if job is None:
-                    return
-                future, problem, source, config, problem_key, losses = job
-                if not losses and not future.set_running_or_notify_cancel():
-                    continue
-                self.progress.eval_started(label, problem_key)
-                lost = False
+                permits.acquire()  # the device has room for one more evaluation in its server
+                held = [True]
+
+                def answered() -> None:  # the server's job answered: the device has room again
+                    if held[0]:
+                        held[0] = False
+                        permits.release()
+
                 try:
-                    future.set_result((index, evaluator.evaluate(problem, source, config)))
-                except WorkerLost:
-                    lost = True
-                except BaseException as exc:  # noqa: BLE001 - the caller gets it
-                    future.set_exception(exc)
-                finally:
-                    self.progress.eval_finished(label)
-                if lost:
-                    if not self._lost(job, evaluator):
+                    job = self._jobs.get()
+                    if job is None:
+                        return
+                    if self._gone[index]:  # another thread of this device lost its worker for good
+                        self._jobs.put(job)
+                        return
+                    future, problem, source, config, problem_key, losses = job
+                    if not losses and not future.set_running_or_notify_cancel():
+                        continue
+                    self.progress.eval_started(label, problem_key)
+                    lost = False
+                    try:
+                        if isinstance(evaluator, AnsweringWorker):
+                            result = evaluator.evaluate_answering(problem, source, config, on_answered=answered)
+                        else:
+                            result = evaluator.evaluate(problem, source, config)
+                        future.set_result((index, result))
+                    except WorkerLost:
+                        lost = True
+                    except BaseException as exc:  # noqa: BLE001 - the caller gets it
+                        future.set_exception(exc)
+                    finally:
+                        self.progress.eval_finished(label)
+                    # a lost worker is revived (or given up) before the device takes another job
+                    if lost and not self._lost(job, evaluator):
+                        self._gone[index] = True
                         return  # this worker is gone for good; the others go on
+                finally:
+                    answered()
         finally:
             self._worker_ended()
 
@@ -247,7 +295,7 @@ class Dispatcher:
 
     def close(self) -> None:
         self._closing = True
-        for _ in range(len(self._threads) + sum(self.slots)):  # one end mark per job thread (and spare)
+        for _ in range(len(self._threads) + sum(self.threads)):  # one end mark per job thread (and spare)
             self._jobs.put(None)
         for thread in self._threads:
             thread.join(timeout=60)

@@ -320,7 +320,7 @@ def run_bench(spec: BenchSpec | None, session: Session, *, resume: str | None = 
                         try:
                             if spec.mode == "candidates":
                                 _run_candidates(spec, store, run_id, dispatcher, progress,
-                                                [problems[k] for k in todo], workers=dispatcher.parallel,
+                                                [problems[k] for k in todo], workers=dispatcher.queue_depth,
                                                 interleave=session.host_tuning)
                             else:
                                 _run_agent(spec, session, store, run_id, dispatcher, progress,

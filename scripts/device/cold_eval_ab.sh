@@ -6,6 +6,8 @@
 #   e.g. bash scripts/device/cold_eval_ab.sh 2 "" TORCHINDUCTOR_COMPILE_THREADS=2
 # USER_ENV=1 runs each command without the machine's PYTHONDONTWRITEBYTECODE=1 (which a user's
 # shell rarely sets): the command then reads its own modules' bytecode instead of compiling them.
+# EVAL_FLAGS is added to every `kernelagent eval` (e.g. EVAL_FLAGS="--audit always": every result
+# audited by Nsight Compute, to read where an audit's seconds go in a cold and a second eval).
 set -u
 . "$(dirname "$0")/env.sh"
 ROUNDS=${1:-2}; shift
@@ -22,7 +24,7 @@ for round in $(seq 1 "$ROUNDS"); do
     for run in cold second; do
       tag="r${round}_${name//[^A-Za-z0-9_]/_}_$run"
       s=$(date +%s.%N)
-      env ${USER_ENV:+-u PYTHONDONTWRITEBYTECODE} $variant timeout 150 kernelagent eval "$P" "$S" --json > "$RUNS/$tag.json" 2> "$RUNS/$tag.err"; rc=$?
+      env ${USER_ENV:+-u PYTHONDONTWRITEBYTECODE} $variant timeout 150 kernelagent eval "$P" "$S" --json ${EVAL_FLAGS:-} > "$RUNS/$tag.json" 2> "$RUNS/$tag.err"; rc=$?
       e=$(date +%s.%N)
       # One file in $OUT for every run (the device tool brings back a few files a call): a line each.
       python3 scripts/device/eval_line.py "$RUNS/$tag.json" "$tag" "$rc" "$s" "$e" \

@@ -13,17 +13,20 @@ unset KERNELAGENT_DAEMON
 export KERNELAGENT_CACHE_DIR=$(mktemp -d /tmp/ka-cache.XXXX)
 RUNS=$(mktemp -d /tmp/conn-ab.XXXX)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# One runtime directory per variant (an associative array cannot hold the empty key).
+VARIANTS=(default KERNELAGENT_CANDIDATE_CONNECTIONS=1)
 declare -A RUNTIME
-for variant in "" KERNELAGENT_CANDIDATE_CONNECTIONS=1; do
+for variant in "${VARIANTS[@]}"; do
   RUNTIME[$variant]=$(mktemp -d /tmp/ka-run.XXXX); chmod 700 "${RUNTIME[$variant]}"
 done
 for round in $(seq 1 "$ROUNDS"); do
   for solution in benchmarks/solutions/level1/$FILTER.py; do
     name=$(basename "$solution" .py)
-    for variant in "" KERNELAGENT_CANDIDATE_CONNECTIONS=1; do
-      tag="r$round|$name|${variant:-default}"
+    for variant in "${VARIANTS[@]}"; do
+      tag="r$round|$name|$variant"
+      setting=; [ "$variant" = default ] || setting=$variant
       s=$(date +%s.%N)
-      KERNELAGENT_RUNTIME_DIR=${RUNTIME[$variant]} env $variant timeout 150 \
+      KERNELAGENT_RUNTIME_DIR=${RUNTIME[$variant]} env $setting timeout 150 \
         kernelagent eval "benchmarks/level1/$name.py" "$solution" --json > "$RUNS/out.json" 2> "$RUNS/err"; rc=$?
       python3 scripts/device/eval_line.py "$RUNS/out.json" "$tag" "$rc" "$s" "$(date +%s.%N)" \
         --keep "$OUT/connections.jsonl" --stderr "$RUNS/err" > /dev/null

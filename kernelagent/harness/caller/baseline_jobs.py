@@ -103,11 +103,14 @@ class BaselinesJob:
         return {k: float(v) for k, v in seconds.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def describe(self) -> dict[str, Any]:
-        """For the holder's result (concurrency["baselines_job"]): the job's span on the server
-        and its stage clocks."""
+        """For the holder's result (concurrency["baselines_job"]): the job's span on the server,
+        its stage clocks, and its waits for the timing slot and for admission (numbers only)."""
         concurrency = self.result.get("concurrency") if isinstance(self.result.get("concurrency"), dict) else {}
+        waits = {k: float(concurrency[k]) for k in ("wait_s", "held_s", "admission_wait_s")
+                 if isinstance(concurrency.get(k), (int, float)) and not isinstance(concurrency.get(k), bool)}
         return {"sent": round(self.sent, 4), "span": concurrency.get("span"),
-                "retried_alone": bool(concurrency.get("retry_alone")), "stage_seconds": self.stage_seconds()}
+                "retried_alone": bool(concurrency.get("retry_alone")), "stage_seconds": self.stage_seconds(),
+                "slot": waits}
 
 
 class ProblemBaselines:

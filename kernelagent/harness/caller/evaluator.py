@@ -17,6 +17,7 @@ import subprocess
 import queue
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -412,6 +413,14 @@ class Evaluator(ServerChannel):
         (from any thread) to give up on this evaluation: the server kills this job's processes
         and nothing else (other evaluations and the server go on), and the result is a harness
         error whose reason says it was cancelled."""
+        return self.evaluate_answering(problem, candidate_source, config, cancel=cancel)
+
+    def evaluate_answering(self, problem: Problem | str | Path, candidate_source: str,
+                           config: EvalConfig | None = None, *, cancel: threading.Event | None = None,
+                           on_answered: Callable[[], None] | None = None) -> EvalResult:
+        """`evaluate`, calling `on_answered` once the server has answered for the candidate's job,
+        before the result waits for its problem's baselines (a bench's dispatcher then gives the
+        device's room to its next evaluation: bench/dispatch.py)."""
         config = config or EvalConfig()
         from kernelagent.harness.cuda_source import BACKENDS
 
@@ -495,6 +504,8 @@ class Evaluator(ServerChannel):
                     reply["result"]["concurrency"]["first_try"] = first_try_summary(first_result)
                     reply["result"].setdefault("stage_seconds", {})["first_try"] = \
                         float(first.get("total_server", 0.0) or 0.0)
+            if on_answered is not None:
+                on_answered()
             if reply is not None and "result" in reply and not reply.get("cancelled"):
                 cached = plan.finish(reply["result"], base.stage_seconds) or cached
             base.stage_seconds["start_to_reply"] = time.monotonic() - started

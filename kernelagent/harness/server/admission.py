@@ -19,6 +19,12 @@ job waiting here has no clock running (it has not started) and is cancelled as a
 On the CPU the stagger is 0 (the interpreter's jobs are the host work itself); on a GPU
 `KERNELAGENT_FIRST_WAVE_S` (default 0.5 s, about a warm job's 'start' stage on an H200), 0 to turn
 it off.
+
+**A problem's baselines** (issue 59 scope 2: `admit(baselines=True)`, a job with the reference's
+process only) are admitted beside the candidates' jobs, up to `limit` of their own, and not
+staggered: every result of the problem waits for them. Counted among the candidates, they queued
+behind a full first wave and started only as its jobs ended (a one-GPU bench's fill, session 36:
+one problem's baselines started 14 s after its first candidate, whose result waited 25 s).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class Admission:
         self.stagger_s = max(0.0, float(stagger_s))
         self._cond = threading.Condition()
         self._running = 0
+        self._baselines = 0  # of the running, the problems' baselines' jobs (their own limit)
         self._alone = False
         self._alone_waiting = 0
         self._acquiring = False
@@ -77,9 +84,18 @@ class Admission:
             return 0.0
         return self._period_start + self.stagger_s * self._period_admitted - time.monotonic()
 
+    def _full(self, baselines: bool) -> bool:
+        """No room for one more job of this kind (under the lock)."""
+        if baselines:
+            return self._baselines >= self.limit
+        return self._running - self._baselines >= self.limit
+
     @contextmanager
-    def admit(self, alone: bool = False) -> Iterator[DeviceLockInfo]:
+    def admit(self, alone: bool = False, baselines: bool = False) -> Iterator[DeviceLockInfo]:
+        """Admit one job; `baselines`: a problem's baselines' job (admitted beside the candidates'
+        jobs, never staggered: the module's docstring)."""
         queued = time.monotonic()
+        baselines = baselines and not alone
         with self._cond:
             if alone:
                 self._alone_waiting += 1
@@ -91,17 +107,19 @@ class Admission:
                 self._alone = True
             else:
                 while True:
-                    if self._alone or self._alone_waiting or self._acquiring or self._running >= self.limit:
+                    if self._alone or self._alone_waiting or self._acquiring or self._full(baselines):
                         self._cond.wait()
                         continue
-                    left = self._wave_wait()
+                    left = 0.0 if baselines else self._wave_wait()
                     if left <= 0:
                         break
                     self._cond.wait(timeout=left)
             if self._running == 0:  # a new busy period: its first wave starts now
                 self._period_start, self._period_admitted, self._slot_taken = time.monotonic(), 0, False
-            self._period_admitted += 1
+            if not baselines:  # the wave's order is the candidates'
+                self._period_admitted += 1
             self._running += 1
+            self._baselines += baselines
             first = self._running == 1 and self.device_lock is not None
             if first:
                 self._acquiring = True
@@ -123,6 +141,7 @@ class Admission:
         finally:
             with self._cond:
                 self._running -= 1
+                self._baselines -= baselines
                 if alone:
                     self._alone = False
                 if self._running == 0 and self.device_lock is not None:

@@ -188,14 +188,15 @@ def ncu_primary(job: EvidenceJob) -> bool:
 def starts_early(job: EvidenceJob) -> bool:
     """Does this job start its session beside its checks (`start_early`)? Where ncu is the
     evidence itself (`ncu_primary`), and for an audit of a traced job only while the job is its
-    server's one job: a lone evaluation's result then waits only for the profiled part, while
-    under load an audit starts at its evidence stage. Nsight Compute's host process keeps a core
-    busy for as long as its target waits at READY, and an audit started beside its checks waited
-    there for all of the job's checks and its turn for the timing slot (docs/concepts/concurrency.md,
-    "The evidence's host CPU")."""
+    server's one evaluation (a problem's baselines beside it are not counted: a cold `eval`'s
+    first job has its problem's baselines compiling beside it): a lone evaluation's result then
+    waits only for the profiled part, while under load an audit starts at its evidence stage.
+    Nsight Compute's host process keeps a core busy for as long as its target waits at READY, and
+    an audit started beside its checks waited there for all of the job's checks and its turn for
+    the timing slot (docs/concepts/concurrency.md, "The evidence's host CPU")."""
     if not may_want(job):
         return False
-    return ncu_primary(job) or job.gate.active() <= 1
+    return ncu_primary(job) or job.gate.evaluations() <= 1
 
 
 def _hide(job: EvidenceJob) -> list[Path]:

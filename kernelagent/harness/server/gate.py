@@ -147,6 +147,12 @@ class Gate:
         with self._lock:
             return len(self._jobs)
 
+    def evaluations(self) -> int:
+        """The registered jobs that evaluate a candidate: a problem's baselines (a job with the
+        reference's process only, `baselines_only`) are not counted."""
+        with self._lock:
+            return sum(1 for job in self._jobs.values() if not getattr(job, "baselines_only", False))
+
     # -- the slot -----------------------------------------------------------------------
     @contextmanager
     def hold(self, job: Freezable, probe: Callable[[], bool] | None = None,

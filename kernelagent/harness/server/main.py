@@ -288,7 +288,8 @@ class Dispatcher:
         job_id = str(request["job"])
         alone = bool((request.get("options") or {}).get("alone"))
         try:
-            with self.admission.admit(alone=alone) as device_lock:
+            with self.admission.admit(alone=alone, baselines=request.get("type") == "evaluate_baselines") \
+                    as device_lock:
                 self._handle(request, job_id, device_lock)
         except Exception:  # noqa: BLE001 - the server goes on; the caller hears a harness error
             try:
