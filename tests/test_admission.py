@@ -82,7 +82,11 @@ def test_jobs_after_the_wave_and_a_new_busy_period():
 
 
 class _Job:
-    job_id = "j"
+    """A job as the gate sees it (gate.Freezable): a candidate's evaluation, or a problem's
+    baselines' job (`baselines_only`)."""
+
+    def __init__(self, job_id: str = "j", baselines_only: bool = False):
+        self.job_id, self.baselines_only = job_id, baselines_only
 
     def freeze(self, stop: bool) -> None:
         pass

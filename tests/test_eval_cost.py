@@ -29,6 +29,7 @@ from kernelagent.harness import EvalConfig
 from kernelagent.harness.server import ncu as ncu_mod
 from kernelagent.harness.server import gate as gate_mod
 from kernelagent.harness.server.profilers import Profilers
+from tests.test_admission import _Job
 from kernelagent.harness.server.calibration import Calibration
 from kernelagent.harness.server.timed import TimedLoop, loop_plan
 
@@ -398,22 +399,6 @@ def test_an_audit_of_a_traced_job_starts_early_only_alone_and_never_keeps_a_spar
         evidence.discard(primary)
 
 
-class _Registered:
-    """A job as the gate sees it (gate.Freezable), a candidate's evaluation or a problem's baselines."""
-
-    def __init__(self, job_id: str, baselines_only: bool = False):
-        self.job_id, self.baselines_only = job_id, baselines_only
-
-    def freeze(self, stop: bool) -> None:
-        pass
-
-    def freeze_candidate(self, stop: bool) -> None:
-        pass
-
-    def pause_clock(self, paused: bool) -> None:
-        pass
-
-
 @pytest.mark.parametrize("beside, early", [
     ([], True),                                   # alone
     ([("baselines", True)], True),                # a cold eval: its problem's baselines compile beside it
@@ -429,8 +414,8 @@ def test_an_audit_starts_beside_its_checks_when_it_is_the_one_evaluation_baselin
     from kernelagent.harness.server import evidence
 
     gate = gate_mod.Gate(idle_wait_s=1.0)
-    me = _Registered("me")
-    for registered in [me] + [_Registered(name, baselines_only=b) for name, b in beside]:
+    me = _Job("me")
+    for registered in [me] + [_Job(name, baselines_only=b) for name, b in beside]:
         gate.register(registered)
     assert gate.active() == 1 + len(beside)
     assert gate.evaluations() == 1 + sum(not b for _, b in beside)

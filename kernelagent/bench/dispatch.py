@@ -118,8 +118,8 @@ class Dispatcher:
     baselines (the fill: caller/baseline_jobs.py) gives its permit back (`on_answered`), and
     another thread of the device takes the next job: each device has twice its slots in threads.
     Holding the permit, a one-GPU bench's first wave left the server idle but for the baselines
-    while its threads waited for them (session 36, one H200: the second wave started 7 s after
-    the first wave's jobs had ended).
+    while its threads waited for them (session 36, one H200: the second wave's first job started
+    7.75 s after the first of the wave's jobs had answered).
 
     The servers are started, and restarted after a crash, only from these device threads: a
     server sandboxed by bubblewrap's --die-with-parent dies with the *thread* that started it
@@ -210,6 +210,7 @@ class Dispatcher:
     def _job_loop(self, index: int, evaluator: DispatchWorker, slot: int) -> None:
         label = self.labels[index] if slot == 0 else f"{self.labels[index]}/{slot + 1}"
         permits = self._permits[index]
+        answering = evaluator.evaluate_answering if isinstance(evaluator, AnsweringWorker) else None
         try:
             while True:
                 permits.acquire()  # the device has room for one more evaluation in its server
@@ -233,8 +234,8 @@ class Dispatcher:
                     self.progress.eval_started(label, problem_key)
                     lost = False
                     try:
-                        if isinstance(evaluator, AnsweringWorker):
-                            result = evaluator.evaluate_answering(problem, source, config, on_answered=answered)
+                        if answering is not None:
+                            result = answering(problem, source, config, on_answered=answered)
                         else:
                             result = evaluator.evaluate(problem, source, config)
                         future.set_result((index, result))

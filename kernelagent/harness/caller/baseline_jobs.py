@@ -41,6 +41,14 @@ def wanted(config: EvalConfig, fingerprint: dict[str, Any]) -> bool:
     return bool(config.timing and config.baselines and not config.compile_only and not cuda_without_gpu)
 
 
+def _numbers(fields: object, keys: tuple[str, ...] | None = None) -> dict[str, float]:
+    """The entries of a server's dict that are numbers (all, or those of `keys`), as floats."""
+    if not isinstance(fields, dict):
+        return {}
+    return {k: float(v) for k, v in fields.items()
+            if (keys is None or k in keys) and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def _read(reply: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the baselines, the job's result) from a baselines' job's reply; a failure of any kind in
     the baselines' `errors`, never a verdict about a candidate."""
@@ -99,18 +107,15 @@ class BaselinesJob:
 
     def stage_seconds(self) -> dict[str, float]:
         """The job's stage clocks, as the server sent them (numbers only)."""
-        seconds = self.result.get("stage_seconds") if isinstance(self.result.get("stage_seconds"), dict) else {}
-        return {k: float(v) for k, v in seconds.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return _numbers(self.result.get("stage_seconds"))
 
     def describe(self) -> dict[str, Any]:
         """For the holder's result (concurrency["baselines_job"]): the job's span on the server,
         its stage clocks, and its waits for the timing slot and for admission (numbers only)."""
         concurrency = self.result.get("concurrency") if isinstance(self.result.get("concurrency"), dict) else {}
-        waits = {k: float(concurrency[k]) for k in ("wait_s", "held_s", "admission_wait_s")
-                 if isinstance(concurrency.get(k), (int, float)) and not isinstance(concurrency.get(k), bool)}
         return {"sent": round(self.sent, 4), "span": concurrency.get("span"),
                 "retried_alone": bool(concurrency.get("retry_alone")), "stage_seconds": self.stage_seconds(),
-                "slot": waits}
+                "slot": _numbers(concurrency, ("wait_s", "held_s", "admission_wait_s"))}
 
 
 class ProblemBaselines:
