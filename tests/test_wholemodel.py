@@ -38,6 +38,26 @@ def region(plan: dict, ops: list[str]) -> dict:
     return next(r for r in plan["regions"] if r["ops"] == ops)
 
 
+def assert_ranked_within_the_noise(regions: list[dict]) -> None:
+    """The plan's order (regions.rank): hottest first, except that regions whose shares are within
+    their noise of the hottest of their group keep graph order. So a region may go ahead of a hotter
+    one only inside a group (no clear lead between them), and every group is hotter than the next.
+    A strict sort by time failed a CI run: two regions 3 us apart on the CPU, within their noise."""
+    groups: list[list[dict]] = [[]]
+    for r in regions:
+        groups[-1].append(r)
+        if r["clear_lead"]:
+            groups.append([])
+    groups = [g for g in groups if g]
+    assert groups and regions[-1]["clear_lead"], [r["clear_lead"] for r in regions]
+    for members in groups:
+        head = max(members, key=lambda r: r["share"])
+        for r in members:
+            assert head["share"] - r["share"] <= head["noise"] + r["noise"] + 1e-6, (head, r)
+    for hotter, cooler in zip(groups, groups[1:]):
+        assert min(r["share"] for r in hotter) >= max(r["share"] for r in cooler), (hotter, cooler)
+
+
 def test_regions_group_anchor_epilogues_and_attention_without_torch():
     nodes = [
         {"name": "mm", "op": "mm", "kind": "anchor", "args": ["x", "w"], "users": ["relu"], "time_us": 60},
@@ -61,8 +81,8 @@ def test_plan_of_a_transformer_block_finds_and_extracts_its_regions(block_plan):
     plan, out = block_plan
     kinds = {r["kind"] for r in plan["regions"]}
     assert {"gemm+epilogue", "attention", "norm"} <= kinds, kinds
-    times = [r["time_us"] for r in plan["regions"]]
-    assert times == sorted(times, reverse=True) and 0 < sum(r["share"] for r in plan["regions"]) <= 1.0001
+    assert_ranked_within_the_noise(plan["regions"])
+    assert 0 < sum(r["share"] for r in plan["regions"]) <= 1.0001
     assert region(plan, ["linear", "add"])["inputs"][1:3] == ["p_fc2_weight", "p_fc2_bias"]
     assert all(r["extractable"] and Path(r["problem"]).is_file() for r in plan["regions"])
     assert (out / "plan.json").is_file() and "amdahl" in render(plan)
