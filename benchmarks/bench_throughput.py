@@ -1,18 +1,19 @@
-"""Throughput of `kernelagent bench --candidates` on 1 GPU, then on 2 GPUs.
+"""Throughput of `kernelagent bench --candidates` on 1 GPU, then on 2 (or 4) GPUs.
 
 Evaluates the Triton solutions under benchmarks/solutions/ against their problems as one
 batch, with the full default harness settings (5 trials, timing, eager and torch.compile
-baselines), first on GPU 0 alone and then on GPUs 0 and 1. Every measurement gets a fresh
-store and a fresh baseline cache, so nothing is skipped or answered from a cache. With
+baselines), first on GPU 0 alone and then on GPUs 0 and 1 (or the sets given). Every measurement
+gets a fresh store and a fresh baseline cache, so nothing is skipped or answered from a cache
+(--baselines shared seeds each cache with baselines timed once, below). With
 --samples N, each solution is evaluated N times as N distinct candidates (a comment line
 makes their content differ), to give the GPUs more work than the problem count.
 
-    python benchmarks/bench_throughput.py --out throughput.json [--samples 2] [--gpu-sets 0 0,1]
-        [--filter 'level1/*'] [--compare]
+    python benchmarks/bench_throughput.py --out throughput.json [--samples 2] [--gpu-sets 0 0,1 [0,1,2,3]]
+        [--filter 'level1/*'] [--baselines fresh|shared] [--compare]
 
 Prints, per GPU set: evaluations, wall seconds (harness start included), evaluations per
-GPU-minute, how many were correct; then the 1 -> 2 GPU speedup and scaling efficiency
-(speedup / 2). On a machine with one GPU only the first set runs.
+GPU-minute, how many were correct; then each 1 -> N GPU speedup and scaling efficiency
+(speedup / N). Sets naming a GPU the machine lacks are left out.
 
 Each row also carries a host-time profile: the seconds every stage took, summed over the
 evaluations (starting the harness servers, the caller's wait for another GPU's baselines, the
@@ -29,6 +30,17 @@ at once, plus one candidate beside hostile spinners (benchmarks/overlap.py):
 
     python benchmarks/bench_throughput.py --overlap --filter 'level1/*' --samples 2 --out overlap.json
 
+--baselines shared times each problem's baselines once, in an uncounted warm-up, and starts every
+row's fresh cache with those entries (nothing else of the cache): every row then compares the
+candidates with the same baselines, so a problem about as fast as Inductor is a win (and audited)
+in every row or in none, and no row's fill waits for Inductor (issue 59's first result "with warm
+caches"). The default, fresh, times them in every row as before.
+
+Every row on N > 1 devices is compared with the one-device row (`scaling_1_to_N`: the batch's
+wall, the pace after the fill, the steady state, the first results and the audits of both).
+Rows that do not fit one call are measured in consecutive calls with one --baselines-dir, then
+compared with `--join ONE.json MANY.json --out joined.json`.
+
 --compare measures every GPU set twice in one call: first with the host tuning off (as bench
 ran before issue 17: every server on every CPU, each evaluation compiling its baselines in a
 fresh cache, samples queued problem by problem, no coordination of baselines), then on.
@@ -37,6 +49,7 @@ fresh cache, samples queued problem by problem, no coordination of baselines), t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import shutil
@@ -70,18 +83,60 @@ def build_candidates(target: Path, pattern: str | None, samples: int) -> int:
     return n
 
 
+def shared_baselines(gpus: str, work: Path, args: argparse.Namespace) -> tuple[Path, dict]:
+    """--baselines shared: the cache folder every row seeds its baselines from, and what was done.
+    With --baselines-dir holding entries already (an earlier call's, on the same GPU model and
+    versions: consecutive calls of one measurement), those; else an uncounted warm-up of one sample
+    per problem on `gpus` times them, and --baselines-dir (if named) keeps them for the next call."""
+    kept = Path(args.baselines_dir) if args.baselines_dir else None
+    if kept is not None and any((kept / "baselines").glob("*.json")):
+        entries = len(list((kept / "baselines").glob("*.json")))
+        print(f"baselines: shared, {entries} entries read from {kept}; every row's fresh cache starts with them",
+              flush=True)
+        return kept, {"from": str(kept), "entries": entries, "digest": entries_digest(kept)}
+    warm = measure(gpus, build_warmup(work, args.filter), args.filter, work, args.trials, name="baselines-warmup")
+    source = work / "cache-baselines-warmup"
+    entries = seed_baselines(source, kept) if kept is not None else len(list((source / "baselines").glob("*.json")))
+    print(f"baselines: shared, timed once in an uncounted warm-up on {gpus} ({warm['evaluations']} evaluations in "
+          f"{warm['wall_s']:.1f} s, {entries} entries{f', kept in {kept}' if kept else ''}); every row's fresh "
+          "cache starts with them", flush=True)
+    return source, {"gpus": gpus, "evaluations": warm["evaluations"], "wall_s": warm["wall_s"],
+                    "baselines_timed": warm["host_profile"]["baselines_timed"], "entries": entries,
+                    "kept_in": str(kept) if kept else None, "digest": entries_digest(source)}
+
+
+def entries_digest(cache: Path) -> str:
+    """A digest of a cache folder's baselines' entries (names and bytes): two calls' rows read the
+    same baselines when their digests match (--join says so where they do not)."""
+    digest = hashlib.sha256()
+    for entry in sorted((cache / "baselines").glob("*.json")):
+        digest.update(entry.name.encode() + b"\0" + entry.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def build_warmup(work: Path, pattern: str | None) -> Path:
+    """One candidate per problem (the first sample's text) for --baselines shared's warm-up."""
+    folder = work / "warmup-candidates"
+    build_candidates(folder, pattern, 1)
+    return folder
+
+
 # The stages of the host-time profile, in the order they happen (stage_seconds' names).
 STAGES = ("server_start", "baseline_wait", "start", "derive", "load", "compile", "correctness", "timing",
           "post-check", "baselines", "start_to_reply", "total", "server_cpu")
 
 
 def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int, tuning: bool = True,
-            pin: bool = True) -> dict:
+            pin: bool = True, *, name: str = "", baselines_from: Path | None = None, jobs_per_gpu: int = 0) -> dict:
+    """One row: the batch of `cdir` on `gpus` in a fresh store and a fresh cache; `baselines_from`
+    (a cache folder) seeds that cache with its baselines' entries only (--baselines shared)."""
     # "cpu:N": N CPU workers; else GPU indices.
     cpu_workers = int(gpus.split(":")[1]) if gpus.startswith("cpu:") else None
-    tag = gpus.replace(",", "_").replace(":", "") + ("" if tuning else "-untuned") + ("" if pin else "-unpinned")
+    tag = name or (gpus.replace(",", "_").replace(":", "") + ("" if tuning else "-untuned")
+                   + ("" if pin else "-unpinned"))
     store = work / f"store-{tag}.sqlite"
     cache = work / f"cache-{tag}"
+    seeded = seed_baselines(baselines_from, cache) if baselines_from is not None else None
     spec = BenchSpec(root=str(HERE), candidates=str(cdir), filter=pattern, trials=trials)
     sys.path.insert(0, str(HERE))
     from host_cpu import HostCpu
@@ -97,7 +152,8 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
         # process; a warm harness would carry another run's caches and processes into the batch.
         outcome = run_bench(spec, Session(gpus="cpu" if cpu_workers else gpus, cpu_workers=cpu_workers or 1,
                                           store=str(store), cache_dir=str(cache), out=str(work / f"run-{tag}"),
-                                          host_tuning=tuning, pin_cpus=pin, daemon=False))
+                                          host_tuning=tuning, pin_cpus=pin, daemon=False,
+                                          jobs_per_gpu=jobs_per_gpu))
     wall = time.monotonic() - started
     sampled = sampler.report(max(outcome.evaluations, 1))
     machine_cpu = sampled["machine_cpu_s"]  # every process on the host meanwhile
@@ -112,6 +168,7 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
     eval_seconds = sum(r["seconds"] or 0.0 for r in log)
     by_problem = evidence_by_problem(results)
     return {"gpus": gpus, "n_gpus": n_gpus, "host_tuning": tuning, "pinned": bool(tuning and pin),
+            "baselines_seeded": seeded, "jobs_per_gpu": jobs_per_gpu or "the server's default",
             "evaluations": outcome.evaluations,
             "reused": outcome.reused,
             "wall_s": round(wall, 2), "evaluations_per_gpu_minute": round(outcome.evaluations / (wall / 60) / n_gpus, 3),
@@ -134,6 +191,85 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
             "statuses": _counts(a["summary"].get("status") for a in attempts),
             "metrics": {k: outcome.metrics[k] for k in ("problems", "correct", "correctness_rate", "fast_p",
                                                          "geomean_speedup")}}
+
+
+def seed_baselines(source: Path, cache: Path) -> int:
+    """Copy the baselines' entries of the cache folder `source` (baselines/<key>.json, nothing
+    else: no lock, no calibration, no compile cache) into the fresh cache folder `cache`; how many.
+    The entries are keyed by the GPU's model, the driver and the versions (caller/baseline_cache.py),
+    so a row on other GPUs of the same model reads them and a row on another model misses."""
+    target = cache / "baselines"
+    target.mkdir(parents=True, exist_ok=True)
+    entries = sorted((source / "baselines").glob("*.json"))
+    for entry in entries:
+        shutil.copyfile(entry, target / entry.name)
+    return len(entries)
+
+
+def scalings(rows: list[dict]) -> dict[str, dict]:
+    """Each row on N > 1 devices against the row on one device measured the same way (host tuning,
+    pinning, GPUs or CPU workers): `scaling_1_to_N` (+ `_untuned`, `_unpinned`) with the speedup on
+    the batch's wall, the efficiency (speedup / N), the pace after the fill and in the steady state,
+    ncu's per-call agreement and each row's audits."""
+    out: dict[str, dict] = {}
+    for tuning, pin in ((False, True), (True, True), (True, False)):
+        one = next((r for r in rows if r["n_gpus"] == 1 and r["host_tuning"] == tuning), None)
+        if one is None:
+            continue
+        for many in rows:
+            if many["n_gpus"] < 2 or many["host_tuning"] != tuning or many["pinned"] != (tuning and pin) \
+                    or many["gpus"].startswith("cpu") != one["gpus"].startswith("cpu"):
+                continue
+            n = many["n_gpus"]
+            speedup = one["wall_s"] / many["wall_s"]
+            name = f"scaling_1_to_{n}" + ("" if tuning else "_untuned") + ("" if pin else "_unpinned")
+            paces = [r["timeline"].get("completion_s_per_first_try") for r in (one, many)]
+            steadies = [r["timeline"].get("steady_s_per_evaluation") for r in (one, many)]
+            out[name] = {"devices": n, "speedup": round(speedup, 3), "efficiency": round(speedup / n, 3),
+                         "after_the_fill": round(paces[0] / paces[1], 3) if all(paces) else None,
+                         "steady_state": round(steadies[0] / steadies[1], 3) if all(steadies) else None,
+                         "evidence_gap_pct": evidence_agreement(one, many),
+                         "audits": [one.get("audits"), many.get("audits")],
+                         "first_results_s": [one["timeline"].get("first_end_s"), many["timeline"].get("first_end_s")],
+                         "host_tuning": tuning, "pinned": pin}
+    return out
+
+
+def print_scalings(rows: list[dict]) -> dict[str, dict]:
+    """scalings(rows), each printed on a line."""
+    found = scalings(rows)
+    for scale in found.values():
+        n, audits = scale["devices"], scale["audits"]
+        agreement = scale["evidence_gap_pct"]
+        print(f"1 -> {n} GPUs (host tuning {'on' if scale['host_tuning'] else 'off'}"
+              f"{'' if scale['pinned'] else ', unpinned'}): {scale['speedup']:.2f}x faster, scaling efficiency "
+              f"{scale['efficiency']:.0%}; after the fill {scale['after_the_fill']}x (the pace of evaluations "
+              f"not re-run alone); steady state {scale['steady_state']}x (queued starts from the first end to "
+              f"the last start); first result at {scale['first_results_s'][0]} s against "
+              f"{scale['first_results_s'][1]} s; ncu per call, {n} GPUs against 1: largest gap "
+              f"{agreement['largest_pct']}% {agreement['gaps_pct']}; audits {audits[0]} on 1 GPU, "
+              f"{audits[1]} on {n}" + (" (not the same work: compare with care)" if audits[0] != audits[1] else ""),
+              flush=True)
+    return found
+
+
+def join(paths: list[str], out: str) -> None:
+    """--join: the rows of several outputs (consecutive calls of one measurement, each row's cache
+    seeded from the same kept baselines) compared as if measured in one call. Outputs of different
+    candidates (count, samples, filter) are refused: their rows are not the same work."""
+    outputs = [json.loads(Path(p).read_text()) for p in paths]
+    work = {(o.get("candidates"), o.get("samples"), o.get("filter")) for o in outputs}
+    if len(work) != 1:
+        sys.exit(f"bench_throughput: --join: the outputs are not of the same candidates {sorted(map(str, work))}")
+    rows = [row for o in outputs for row in o.get("rows", [])]
+    seeded = {(o.get("baselines_warmup") or {}).get("digest") for o in outputs}
+    result = {**{k: outputs[0].get(k) for k in ("candidates", "samples", "filter")}, "joined": paths, "rows": rows,
+              "baselines": [o.get("baselines_warmup") for o in outputs]}
+    if None in seeded or len(seeded) != 1:
+        print("the outputs' rows did not all read the same kept baselines: compare with care", flush=True)
+    result.update(print_scalings(rows))
+    Path(out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"written: {out}")
 
 
 def host_profile(results: list[dict], wall: float, n_gpus: int, eval_seconds: float) -> dict:
@@ -205,10 +341,36 @@ def timeline(results: list[dict], ends: list[tuple], started_wall: float) -> dic
     queued = [s[2] for s in spans if s[2] > first_end]
     steady = round((last_start - first_end) / len(queued), 3) if len(queued) >= 2 else None
     return {"spans": spans, "baselines_jobs": baselines_jobs(results, started_wall),
+            "per_device": per_device(spans, first_end),
             "first_end_s": first_end, "last_start_s": last_start,
             "end_s": max(s[3] for s in spans), "completion_s_per_evaluation": pace(spans),
             "completion_s_per_first_try": pace([s for s in spans if not s[7]]),
             "steady_s_per_evaluation": steady, "steady_starts": len(queued)}
+
+
+# What a device's steady-state jobs are compared by (docs: one GPU's server was the slower of two
+# in three readings, its latency 20.9 s against 14.6 s): the driver's lock shows in `start`, the
+# host's CPU in `compile` and `correctness`, the GPU and the slot's queue in `timing`.
+DEVICE_STAGES = ("start", "load", "compile", "correctness", "timing", "evidence")
+
+
+def per_device(spans: list[list], first_end: float) -> dict[str, dict]:
+    """Per device, the jobs that started after the first result (the steady state and the drain,
+    not the cold first wave; none re-run alone): how many, their mean latency (start to result),
+    their mean stage clocks (a stage a job did not reach counts as 0) and slot seconds. Two
+    devices' servers doing the same work should read alike; where one reads slower, its stages
+    say whether the driver, the host or the GPU."""
+    out: dict[str, dict] = {}
+    for device in sorted({s[0] for s in spans}):
+        chosen = [s for s in spans if s[0] == device and s[2] > first_end and not s[7]]
+        if not chosen:
+            continue
+        n = len(chosen)
+        out[device] = {"jobs": n, "latency_s": round(sum(s[3] - s[2] for s in chosen) / n, 2),
+                       "slot_s": round(sum(s[4] for s in chosen) / n, 2),
+                       "stages_s": {k: round(sum(s[6].get(k, 0.0) for s in chosen) / n, 2) for k in DEVICE_STAGES
+                                    if any(k in s[6] for s in chosen)}}
+    return out
 
 
 def baselines_jobs(results: list[dict], started_wall: float) -> list[list]:
@@ -316,6 +478,14 @@ def main() -> None:
     parser.add_argument("--filter", default=None, help="glob over problem keys, e.g. 'level1/*'")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the work folder (stores, reports)")
+    parser.add_argument("--baselines", choices=("fresh", "shared"), default="fresh",
+                        help="fresh (default): each row times its own baselines in its fresh cache; shared: an "
+                             "uncounted warm-up (one sample of each problem on the first set) times them once and "
+                             "every row's fresh cache starts with those entries, so every row compares against "
+                             "the same baselines (the same wins, so the same audits) and none waits for Inductor")
+    parser.add_argument("--baselines-dir", default=None,
+                        help="--baselines shared: a folder whose baselines/ entries every row reads; where it has "
+                             "none yet, the warm-up's are kept there (the next call of the measurement reads them)")
     parser.add_argument("--unpinned", action="store_true",
                         help="measure each multi-GPU set a second time with every server on every CPU "
                              "(the host tuning without its CPU split)")
@@ -324,10 +494,18 @@ def main() -> None:
     parser.add_argument("--overlap", action="store_true",
                         help="one device: serial against overlapped evaluation, and a spinner neighbour (overlap.py)")
     parser.add_argument("--jobs", type=int, default=0, help="--overlap: jobs at once (0: the server's default)")
+    parser.add_argument("--jobs-per-gpu", type=int, default=0,
+                        help="each row: evaluations each device's server runs at once (0: the server's default)")
     parser.add_argument("--spinners", type=int, default=2, help="--overlap: hostile spinner neighbours (0: none)")
     parser.add_argument("--no-kernel-evidence", action="store_true",
                         help="--overlap: turn the out-of-process kernel evidence off (it is on by default on a GPU)")
+    parser.add_argument("--join", nargs="+", default=None, metavar="OUTPUT",
+                        help="measure nothing: compare the rows of these outputs (consecutive calls of one "
+                             "measurement) and write the scalings to --out")
     args = parser.parse_args()
+    if args.join:
+        join(args.join, args.out)
+        return
     if args.overlap:
         from overlap import compare, print_table
 
@@ -356,11 +534,15 @@ def main() -> None:
         print(f"{n} candidates ({args.samples} per solution), GPU sets {sets}", flush=True)
         rows: list[dict] = []
         result: dict = {"candidates": n, "samples": args.samples, "filter": args.filter, "rows": rows}
+        baselines_from = None
+        if args.baselines == "shared":
+            baselines_from, result["baselines_warmup"] = shared_baselines(sets[0], work, args)
         plan = [(tuning, gpus, True) for tuning in ([False, True] if args.compare else [True]) for gpus in sets]
         if args.unpinned:
             plan += [(True, gpus, False) for gpus in sets if "," in gpus or (gpus.startswith("cpu:") and gpus != "cpu:1")]
         for tuning, gpus, pin in plan:
-            row = measure(gpus, cdir, args.filter, work, args.trials, tuning=tuning, pin=pin)
+            row = measure(gpus, cdir, args.filter, work, args.trials, tuning=tuning, pin=pin,
+                          baselines_from=baselines_from, jobs_per_gpu=args.jobs_per_gpu)
             rows.append(row)
             # each row kept as it ends: a call cut short by its time limit keeps the rows it finished
             Path(args.out).write_text(json.dumps({**result, "partial": True}, indent=2, default=str) + "\n")
@@ -387,7 +569,10 @@ def main() -> None:
                   f"{line['completion_s_per_evaluation']} s ({line['completion_s_per_first_try']} s without "
                   f"those re-run alone); steady state: one started every {line['steady_s_per_evaluation']} s "
                   f"({line['steady_starts']} queued starts)\n"
-                  f"  baselines' jobs (problem start-end s: compile, slot wait, slot held): "
+                  "  per device, jobs started after the first result (mean latency s; slot s; stages s): "
+                  + ("; ".join(f"{d}: {v['jobs']} jobs, {v['latency_s']}; {v['slot_s']}; {v['stages_s']}"
+                               for d, v in line["per_device"].items()) or "none") + "\n"
+                  "  baselines' jobs (problem start-end s: compile, slot wait, slot held): "
                   + ("; ".join(f"{p} {a}-{b}: {c}, {w}, {h}" for p, a, b, c, w, h in line["baselines_jobs"])
                      or "none") + "\n"
                   "  re-run alone after a first try beside others: "
@@ -401,30 +586,7 @@ def main() -> None:
                   + "; ".join(f"{k} {v['ncu_ms']}/{v['harness_ms']}/{v['evidence_flags']}"
                               for k, v in row["evidence_by_problem"].items()),
                   flush=True)
-        for tuning, pin in ((False, True), (True, True), (True, False)):
-            one = next((r for r in rows if r["n_gpus"] == 1 and r["host_tuning"] == tuning), None)
-            two = next((r for r in rows if r["n_gpus"] == 2 and r["host_tuning"] == tuning
-                        and r["pinned"] == (tuning and pin)
-                        and r["gpus"].startswith("cpu") == one["gpus"].startswith("cpu")), None) if one else None
-            if one and two:
-                speedup = one["wall_s"] / two["wall_s"]
-                name = "scaling_1_to_2" + ("" if tuning else "_untuned") + ("" if pin else "_unpinned")
-                agreement = evidence_agreement(one, two)
-                paces = [r["timeline"].get("completion_s_per_first_try") for r in (one, two)]
-                after_fill = round(paces[0] / paces[1], 3) if all(paces) else None
-                steadies = [r["timeline"].get("steady_s_per_evaluation") for r in (one, two)]
-                steady = round(steadies[0] / steadies[1], 3) if all(steadies) else None
-                audits = [r.get("audits") for r in (one, two)]
-                result[name] = {"speedup": round(speedup, 3), "efficiency": round(speedup / 2, 3),
-                                "after_the_fill": after_fill, "steady_state": steady,
-                                "evidence_gap_pct": agreement, "audits": audits}
-                print(f"1 -> 2 GPUs (host tuning {'on' if tuning else 'off'}{'' if pin else ', unpinned'}): "
-                      f"{speedup:.2f}x faster, scaling efficiency {speedup / 2:.0%}; after the fill "
-                      f"{after_fill}x (the pace of evaluations not re-run alone); steady state {steady}x "
-                      f"(queued starts from the first end to the last start); ncu per call, 2 GPUs "
-                      f"against 1: largest gap {agreement['largest_pct']}% {agreement['gaps_pct']}; audits "
-                      f"{audits[0]} on 1 GPU, {audits[1]} on 2" + (" (not the same work: compare with care)"
-                                                                   if audits[0] != audits[1] else ""))
+        result.update(print_scalings(rows))
         Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"written: {args.out}" + (f"; work folder kept: {work}" if args.keep else ""))
     finally:

@@ -252,3 +252,144 @@ def test_bench_throughput_counts_each_rows_audits():
     by_problem = mod.evidence_by_problem(results)
     assert {k: v["ncu_n"] for k, v in by_problem.items()} == {"1_relu": 0, "2_gelu": 1, "5_softmax": 2}
     assert mod.audits_of(by_problem) == 3
+
+
+def _row(gpus: str, wall: float, *, tuning: bool = True, pinned: bool = True, audits: int = 3) -> dict:
+    n = int(gpus.split(":")[1]) if gpus.startswith("cpu:") else len(gpus.split(","))
+    return {"gpus": gpus, "n_gpus": n, "host_tuning": tuning, "pinned": pinned, "wall_s": wall, "audits": audits,
+            "evidence_by_problem": {}, "timeline": {"completion_s_per_first_try": wall / 40,
+                                                    "steady_s_per_evaluation": wall / 50, "first_end_s": 10.0 + n}}
+
+
+@pytest.mark.parametrize("rows,expect", [
+    # issue 59 asks 1 -> 2 and 1 -> 4 GPUs of one call: each many-device row against the one-device row
+    ([_row("0", 120.0), _row("0,1", 64.0), _row("0,1,2,3", 33.0)],
+     {"scaling_1_to_2": (2, 1.875, 0.938), "scaling_1_to_4": (4, 3.636, 0.909)}),
+    # an unpinned row is compared as unpinned; an untuned pair only with its own one-device row
+    ([_row("0", 120.0), _row("0,1", 80.0), _row("0,1", 60.0, pinned=False),
+      _row("0", 150.0, tuning=False, pinned=False), _row("0,1", 100.0, tuning=False, pinned=False)],
+     {"scaling_1_to_2": (2, 1.5, 0.75), "scaling_1_to_2_unpinned": (2, 2.0, 1.0),
+      "scaling_1_to_2_untuned": (2, 1.5, 0.75)}),
+    # CPU workers are never compared with GPUs; no one-device row, no scaling
+    ([_row("cpu:1", 30.0), _row("0,1", 10.0), _row("cpu:2", 20.0)], {"scaling_1_to_2": (2, 1.5, 0.75)}),
+    ([_row("0,1", 64.0), _row("0,1,2,3", 33.0)], {}),
+])
+def test_bench_throughput_scales_every_many_device_row_against_one_device(rows, expect):
+    mod = _bench_throughput()
+    got = mod.scalings(rows)
+    assert {k: (v["devices"], v["speedup"], v["efficiency"]) for k, v in got.items()} == expect
+    for scale in got.values():
+        n = scale["devices"]
+        assert scale["first_results_s"] == [11.0, 10.0 + n] and scale["audits"] == [3, 3]
+        assert scale["after_the_fill"] == scale["steady_state"] == scale["speedup"]
+
+
+def test_bench_throughput_seeds_a_rows_cache_with_baselines_entries_only(tmp_path):
+    """--baselines shared: a row's fresh cache starts with the warm-up's baselines' entries and
+    nothing else of its cache (no lock, no calibration, no compile cache)."""
+    mod = _bench_throughput()
+    warm = tmp_path / "cache-warm"
+    (warm / "baselines").mkdir(parents=True)
+    (warm / "baselines" / "a1.json").write_text('{"timings": {}}')
+    (warm / "baselines" / "a1.lock").write_text("")
+    (warm / "calibration").mkdir()
+    (warm / "calibration" / "c.json").write_text("{}")
+    row = tmp_path / "cache-0"
+    assert mod.seed_baselines(warm, row) == 1
+    assert sorted(str(p.relative_to(row)) for p in row.rglob("*")) == ["baselines", "baselines/a1.json"]
+
+
+def test_bench_throughput_shared_baselines_are_timed_once_for_every_row(tmp_path):
+    """bench_throughput.py --baselines shared on one and two CPU workers (the pipeline only): the
+    warm-up times the problem's baselines once; neither row times them, each reads them cached for
+    every evaluation, and the two-worker row is compared with the one-worker row. --baselines-dir
+    keeps the warm-up's entries, and a later call (the next rows of one measurement) reads them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out, kept = tmp_path / "throughput.json", tmp_path / "kept"
+    env = {k: v for k, v in os.environ.items() if k != "KERNELAGENT_SERVER_ZYGOTE"}
+
+    def bench(*sets: str, samples: int, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_throughput.py"), "--gpu-sets", *sets,
+                               "--filter", "level1/1_relu", "--samples", str(samples), "--trials", "1",
+                               "--baselines", "shared", "--baselines-dir", str(kept), "--out", str(out), *extra],
+                              capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc
+
+    proc = bench("cpu:1", "cpu:2", samples=2)
+    result = json.loads(out.read_text())
+    assert result["baselines_warmup"]["evaluations"] == 1 and result["baselines_warmup"]["baselines_timed"] == 1
+    assert result["baselines_warmup"]["entries"] >= 1 and result["baselines_warmup"]["kept_in"] == str(kept)
+    assert len(list((kept / "baselines").glob("*.json"))) == result["baselines_warmup"]["entries"]
+    digest = result["baselines_warmup"]["digest"]
+    assert [r["gpus"] for r in result["rows"]] == ["cpu:1", "cpu:2"]
+    for row in result["rows"]:
+        assert row["jobs_per_gpu"] == "the server's default"
+        assert row["correct_samples"] == 2 and row["baselines_seeded"] == result["baselines_warmup"]["entries"], row
+        assert row["host_profile"]["baselines_timed"] == 0 and row["host_profile"]["baselines_cached"] == 2, row
+    assert result["scaling_1_to_2"]["devices"] == 2 and result["scaling_1_to_2"]["speedup"] > 0
+    assert "baselines: shared, timed once" in proc.stdout and "1 -> 2 GPUs" in proc.stdout
+    assert "per device, jobs started after the first result" in proc.stdout
+    # the next call of the measurement reads the kept entries: no warm-up, nothing timed
+    proc = bench("cpu:1", samples=1, extra=("--jobs-per-gpu", "2"))
+    result = json.loads(out.read_text())
+    assert result["rows"][0]["jobs_per_gpu"] == 2
+    assert result["baselines_warmup"] == {"from": str(kept), "entries": len(list((kept / "baselines").glob("*.json"))),
+                                          "digest": digest}  # the same entries the first call's rows read
+    assert result["rows"][0]["host_profile"]["baselines_timed"] == 0, result["rows"][0]["host_profile"]
+    assert result["rows"][0]["host_profile"]["baselines_cached"] == 1 and "read from" in proc.stdout
+
+
+def test_bench_throughput_compares_each_devices_steady_jobs_by_stage():
+    """Issue 59: one GPU's server was the slower of two in three readings (latency 20.9 s against
+    14.6 s), unexplained: each device's jobs started after the first result (the cold first wave
+    and those re-run alone left out) are averaged by latency, slot and stage, so the next reading
+    says whether the driver (start), the host (compile, correctness) or the GPU (timing) differs."""
+    mod = _bench_throughput()
+    # [device, problem, start, end, slot, baseline wait, stage clocks, re-run alone]
+    spans = [["cuda:0", "1_relu", 0.0, 10.0, 1.0, 0.0, {"start": 9.0}, False],  # the first wave
+             ["cuda:1", "1_relu", 0.5, 12.0, 1.0, 0.0, {"start": 9.0}, False],
+             ["cuda:0", "2_gelu", 10.5, 20.5, 1.0, 0.0, {"start": 1.0, "compile": 2.0, "timing": 1.0}, False],
+             ["cuda:0", "2_gelu", 11.0, 17.0, 2.0, 0.0, {"start": 2.0, "compile": 3.0}, False],
+             ["cuda:1", "5_softmax", 12.5, 32.5, 1.5, 0.0, {"start": 4.0, "correctness": 6.0}, False],
+             ["cuda:1", "5_softmax", 13.0, 90.0, 9.0, 0.0, {"start": 60.0}, True]]  # re-run alone
+    got = mod.per_device(spans, first_end=10.0)
+    assert got == {"cuda:0": {"jobs": 2, "latency_s": 8.0, "slot_s": 1.5,
+                              "stages_s": {"start": 1.5, "compile": 2.5, "timing": 0.5}},
+                   "cuda:1": {"jobs": 1, "latency_s": 20.0, "slot_s": 1.5,
+                              "stages_s": {"start": 4.0, "correctness": 6.0}}}
+    assert mod.per_device(spans[:2], first_end=10.0) == {}
+
+
+def test_bench_throughput_joins_rows_of_consecutive_calls(tmp_path, capsys):
+    """Issue 59: rows that do not fit one device call (one GPU, then four) are measured in
+    consecutive calls with one kept set of baselines and compared by --join; outputs of other
+    candidates are refused, and rows that read different baselines are said to."""
+    import json
+
+    mod = _bench_throughput()
+    kept = {"from": "/k", "entries": 6, "digest": "d1"}
+    one, four = tmp_path / "one.json", tmp_path / "four.json"
+    one.write_text(json.dumps({"candidates": 132, "samples": 22, "filter": "f", "baselines_warmup": kept,
+                               "rows": [_row("0", 330.0)]}))
+    four.write_text(json.dumps({"candidates": 132, "samples": 22, "filter": "f", "baselines_warmup": kept,
+                                "rows": [_row("0,1", 170.0), _row("0,1,2,3", 90.0)]}))
+    out = tmp_path / "joined.json"
+    mod.join([str(one), str(four)], str(out))
+    joined = json.loads(out.read_text())
+    assert [r["gpus"] for r in joined["rows"]] == ["0", "0,1", "0,1,2,3"]
+    assert joined["scaling_1_to_2"]["speedup"] == 1.941 and joined["scaling_1_to_4"]["speedup"] == 3.667
+    printed = capsys.readouterr().out
+    assert "1 -> 4 GPUs" in printed and "compare with care" not in printed
+    four.write_text(json.dumps({"candidates": 132, "samples": 22, "filter": "f",
+                                "baselines_warmup": {"gpus": "0,1", "entries": 6, "digest": "d2"},  # timed again
+                                "rows": [_row("0,1,2,3", 90.0)]}))
+    mod.join([str(one), str(four)], str(out))
+    assert "did not all read the same kept baselines" in capsys.readouterr().out
+    four.write_text(json.dumps({"candidates": 48, "samples": 8, "filter": "f", "rows": [_row("0,1,2,3", 30.0)]}))
+    with pytest.raises(SystemExit, match="not of the same candidates"):
+        mod.join([str(one), str(four)], str(out))
