@@ -89,14 +89,16 @@ def shared_baselines(gpus: str, work: Path, args: argparse.Namespace) -> tuple[P
     versions: consecutive calls of one measurement), those; else an uncounted warm-up of one sample
     per problem on `gpus` times them, and --baselines-dir (if named) keeps them for the next call."""
     kept = Path(args.baselines_dir) if args.baselines_dir else None
-    if kept is not None and any((kept / "baselines").glob("*.json")):
-        entries = len(list((kept / "baselines").glob("*.json")))
+    if kept is not None and baseline_entries(kept):
+        entries = len(baseline_entries(kept))
         print(f"baselines: shared, {entries} entries read from {kept}; every row's fresh cache starts with them",
               flush=True)
         return kept, {"from": str(kept), "entries": entries, "digest": entries_digest(kept)}
     warm = measure(gpus, build_warmup(work, args.filter), args.filter, work, args.trials, name="baselines-warmup")
     source = work / "cache-baselines-warmup"
-    entries = seed_baselines(source, kept) if kept is not None else len(list((source / "baselines").glob("*.json")))
+    entries = len(baseline_entries(source))
+    if kept is not None:
+        seed_baselines(source, kept)
     print(f"baselines: shared, timed once in an uncounted warm-up on {gpus} ({warm['evaluations']} evaluations in "
           f"{warm['wall_s']:.1f} s, {entries} entries{f', kept in {kept}' if kept else ''}); every row's fresh "
           "cache starts with them", flush=True)
@@ -109,9 +111,14 @@ def entries_digest(cache: Path) -> str:
     """A digest of a cache folder's baselines' entries (names and bytes): two calls' rows read the
     same baselines when their digests match (--join says so where they do not)."""
     digest = hashlib.sha256()
-    for entry in sorted((cache / "baselines").glob("*.json")):
+    for entry in baseline_entries(cache):
         digest.update(entry.name.encode() + b"\0" + entry.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def baseline_entries(cache: Path) -> list[Path]:
+    """A cache folder's baselines' entries (baselines/<key>.json: no lock, no other folder), sorted."""
+    return sorted((cache / "baselines").glob("*.json"))
 
 
 def build_warmup(work: Path, pattern: str | None) -> Path:
@@ -200,7 +207,7 @@ def seed_baselines(source: Path, cache: Path) -> int:
     so a row on other GPUs of the same model reads them and a row on another model misses."""
     target = cache / "baselines"
     target.mkdir(parents=True, exist_ok=True)
-    entries = sorted((source / "baselines").glob("*.json"))
+    entries = baseline_entries(source)
     for entry in entries:
         shutil.copyfile(entry, target / entry.name)
     return len(entries)
@@ -262,10 +269,10 @@ def join(paths: list[str], out: str) -> None:
     if len(work) != 1:
         sys.exit(f"bench_throughput: --join: the outputs are not of the same candidates {sorted(map(str, work))}")
     rows = [row for o in outputs for row in o.get("rows", [])]
-    seeded = {(o.get("baselines_warmup") or {}).get("digest") for o in outputs}
+    digests = {(o.get("baselines_warmup") or {}).get("digest") for o in outputs}
     result = {**{k: outputs[0].get(k) for k in ("candidates", "samples", "filter")}, "joined": paths, "rows": rows,
               "baselines": [o.get("baselines_warmup") for o in outputs]}
-    if None in seeded or len(seeded) != 1:
+    if None in digests or len(digests) != 1:
         print("the outputs' rows did not all read the same kept baselines: compare with care", flush=True)
     result.update(print_scalings(rows))
     Path(out).write_text(json.dumps(result, indent=2, default=str) + "\n")

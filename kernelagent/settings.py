@@ -173,7 +173,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNELAGENT_REFERENCE_CONNECTIONS", "int", 1,
             "CUDA_DEVICE_MAX_CONNECTIONS in the reference's process (ours, one stream): its CUDA context "
             "is made and freed under the driver's host-wide lock in about half the time; 0 leaves "
-            "CUDA's default. The candidate's process keeps the caller's.", minimum=0),
+            "CUDA's default. The candidate's process: KERNELAGENT_CANDIDATE_CONNECTIONS.", minimum=0),
     Setting("KERNELAGENT_CANDIDATE_CONNECTIONS", "int", 0,
             "CUDA_DEVICE_MAX_CONNECTIONS in the candidate's process where its source names no stream "
             "or graph (its context made and freed sooner under the driver's host-wide lock); 0, the "

@@ -330,8 +330,9 @@ def reference_connections(environ: Mapping[str, str] | None = None) -> int | Non
     against 1.52 s and 0.31 s. Every job makes two (its candidate's and its reference's), so a
     second GPU's jobs slowed this GPU's. The reference runs our code on one stream (the problem's
     model, eager and compiled, the empty timed loop), where a stream has one connection anyway: its
-    work and timings are the same. The candidate's process keeps the caller's setting (a kernel
-    that uses streams is timed as its user will run it)."""
+    work and timings are the same. The candidate's process has a setting of its own
+    (candidate_connections: the caller's by default, so a kernel that uses streams is timed as its
+    user will run it)."""
     return settings.get("KERNELAGENT_REFERENCE_CONNECTIONS", environ) or None
 
 
