@@ -172,6 +172,7 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
         results = [json.loads(r["result"]) for r in rows]
         ends = [(r["device"], r["seconds"], r["created"]) for r in rows]
     n_gpus = cpu_workers or len(gpus.split(","))
+    cost = cost_of(results, wall)
     eval_seconds = sum(r["seconds"] or 0.0 for r in log)
     by_problem = evidence_by_problem(results)
     return {"gpus": gpus, "n_gpus": n_gpus, "host_tuning": tuning, "pinned": bool(tuning and pin),
@@ -185,7 +186,7 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
             "host_cpu": {k: sampled[k] for k in ("machine_cpu_s", "sampled_cpu_s", "reaped_cpu_s",
                                                   "sampled_cpu_s_per_evaluation", "by_kind") if k in sampled},
             # each job's own processes, its evidence session and its server thread (bench/cost.py)
-            "cost": cost_of(results, wall),
+            "cost": cost,
             "host_profile": {**host_profile(results, wall, n_gpus, eval_seconds),
                              "store_s": round(outcome.store_seconds, 4)},
             "timeline": timeline(results, ends, started_wall),
@@ -193,6 +194,8 @@ def measure(gpus: str, cdir: Path, pattern: str | None, work: Path, trials: int,
             # Results Nsight Compute audited: bench audits its counted wins, so a problem about as
             # fast as Inductor is audited in one row and not the next, and each audit holds the slot.
             "audits": audits_of(by_problem),
+            "calibrations": calibrations_of(results),
+            "slot_per_evaluation": slot_per_evaluation(cost, outcome.evaluations),
             "retried": retried(results),
             "correct_samples": sum(1 for a in attempts if a["summary"].get("passed")),
             "statuses": _counts(a["summary"].get("status") for a in attempts),
@@ -420,6 +423,31 @@ def retried(results: list[dict]) -> list[dict]:
     return out
 
 
+def calibrations_of(results: list[dict]) -> dict:
+    """The timed loops' calibrations (result.timed_loop): how many loops had one, how many were
+    measured in the slot before a loop, how many measured again after one (and how many took
+    another server's second measure instead), how many were read from another server of the host
+    (calibration_store.py), and on how many loops another server's plan ran. One GPU measures
+    each problem's once (and again at most once); N GPUs should not measure more (issue 59)."""
+    loops = [r.get("timed_loop") for r in results]
+    loops = [t for t in loops if isinstance(t, dict) and t.get("calibration_s") is not None]
+    again = [t for t in loops if "calibrations_s" in t]
+    return {"loops": len(loops), "measured": sum(1 for t in loops if not t.get("calibration_reused")),
+            "measured_again": sum(1 for t in again if not t.get("recalibration_shared")),
+            "again_another_servers": sum(1 for t in again if t.get("recalibration_shared")),
+            "another_servers": sum(1 for t in loops if t.get("calibration_shared")),
+            "plans_another_servers": sum(1 for t in loops if t.get("plan_shared"))}
+
+
+def slot_per_evaluation(cost: dict, evaluations: int) -> dict:
+    """The slot held per evaluation, with and without the evidence sessions' holds (the audits:
+    their count varies between rows, as the wins near Inductor's time go one way or the other).
+    A device's pace is about this plus the rest of a job's work over the jobs it runs at once."""
+    held, parts = float(cost.get("slot_held_s") or 0.0), cost.get("slot_parts_s") or {}
+    n, evidence = max(evaluations, 1), float(parts.get("evidence_s") or 0.0)
+    return {"all_s": round(held / n, 3), "without_evidence_s": round((held - evidence) / n, 3)}
+
+
 def audits_of(by_problem: dict) -> int:
     """The results Nsight Compute audited (evidence_by_problem's `ncu_n`, summed)."""
     return sum(entry["ncu_n"] for entry in by_problem.values())
@@ -555,6 +583,7 @@ def main() -> None:
             Path(args.out).write_text(json.dumps({**result, "partial": True}, indent=2, default=str) + "\n")
             line = row["timeline"]
             profile = row["host_profile"]
+            slot, cal = row["slot_per_evaluation"], row["calibrations"]
             kinds = ", ".join(f"{k} {v['cpu_s']} s/{v['processes']}p"
                               for k, v in row["host_cpu"].get("by_kind", {}).items())
             print(f"GPUs {gpus} (host tuning {'on' if tuning else 'off'}{'' if pin else ', unpinned'}): "
@@ -571,6 +600,11 @@ def main() -> None:
                   f"stage sums {profile['stage_seconds_sum']}\n"
                   f"  slot held {row['cost']['slot_held_s']} s ({row['cost']['slot_busy_share']:.0%} of the "
                   f"devices' wall), parts {row['cost']['slot_parts_s']}\n"
+                  f"  slot per evaluation {slot['all_s']} s ({slot['without_evidence_s']} s without the evidence "
+                  f"sessions' holds); calibrations of {cal['loops']} loops: {cal['measured']} measured, "
+                  f"{cal['measured_again']} measured again ({cal['again_another_servers']} more took another "
+                  f"server's second), {cal['another_servers']} read from another server; "
+                  f"{cal['plans_another_servers']} loops ran another server's plan\n"
                   f"  fill: first evaluation ended at {line['first_end_s']} s; last started at "
                   f"{line['last_start_s']} s, ended at {line['end_s']} s; then one ended every "
                   f"{line['completion_s_per_evaluation']} s ({line['completion_s_per_first_try']} s without "

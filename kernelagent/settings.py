@@ -168,8 +168,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KERNELAGENT_TRACE", "bool", True,
             "The kernel tracer (CUPTI); 0 turns it off and the evidence stays Nsight Compute's."),
     Setting("KERNELAGENT_SHARED_CALIBRATION", "bool", True,
-            "Timed loops' calibrations shared by the servers of this host (kept in the cache); 0: "
-            "each server measures its own."),
+            "Timed loops' plans and calibrations shared by the servers of this host (kept in the "
+            "cache; one server measures each); 0: each server plans and measures its own."),
     Setting("KERNELAGENT_REFERENCE_CONNECTIONS", "int", 1,
             "CUDA_DEVICE_MAX_CONNECTIONS in the reference's process (ours, one stream): its CUDA context "
             "is made and freed under the driver's host-wide lock in about half the time; 0 leaves "

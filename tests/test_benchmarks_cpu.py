@@ -39,6 +39,26 @@ def test_known_good_solution_passes_with_defences(cpu_evaluator, solution):
     assert result.passed
 
 
+def test_each_check_records_where_its_time_went_on_the_servers_clock(cpu_evaluator):
+    """Issue 59: a correctness stage of 4-7 s beside others on an H200 against 0.5-0.9 s alone. Each
+    check's record says where its time went, on the server's clock: the candidate's call (inputs,
+    run, hand-over), the relay of byte payloads, the reference's comparison; a timed call's kept
+    output, the reference's only. The parts sum to no more than the correctness stage."""
+    solution = BENCHMARKS / "solutions" / "level1" / "1_relu.py"
+    result = cpu_evaluator.evaluate(BENCHMARKS / "level1" / "1_relu.py", read(solution), CONFIG)
+    assert result.status == Status.CORRECT, result.feedback()
+    checks = [t for t in result.trials if not t.name.startswith("timed call")]
+    assert [t.name for t in checks[:2]] == ["trial 0", "trial 1"] and checks[-1].name == "post-timing check"
+    for trial in checks:
+        assert set(trial.seconds) == {"candidate", "relay", "reference"}, trial
+        assert all(isinstance(v, float) and 0 <= v < 60 for v in trial.seconds.values()), trial
+        assert trial.seconds["candidate"] > 0 and trial.seconds["reference"] > 0, trial
+    timed = [t for t in result.trials if t.name.startswith("timed call")]
+    assert timed and all(set(t.seconds) == {"reference"} for t in timed)
+    before_timing = [t for t in checks if t.name != "post-timing check"]
+    assert sum(sum(t.seconds.values()) for t in before_timing) <= result.stage_seconds["correctness"] + 0.05
+
+
 def test_bench_throughput_profiles_host_time_before_and_after(tmp_path):
     """bench_throughput.py --compare on two CPU workers (the pipeline only: CPU timings mean
     nothing): untuned, the two samples of one problem run at once and both time its baselines;
@@ -254,6 +274,25 @@ def test_bench_throughput_counts_each_rows_audits():
     assert mod.audits_of(by_problem) == 3
 
 
+def test_bench_throughput_counts_each_rows_calibrations_and_slot_per_evaluation():
+    """Issue 59: calibrations measured in the slot, measured again (or another server's second
+    measure taken), read from another server, and loops on another server's plan, per row; the slot per evaluation with and without the evidence
+    sessions' holds."""
+    mod = _bench_throughput()
+    results = [{"timed_loop": {"calibration_s": 0.6, "calibration_reused": False}},
+               {"timed_loop": {"calibration_s": 0.6, "calibration_reused": False, "calibrations_s": [0.62, 0.6]}},
+               {"timed_loop": {"calibration_s": 0.6, "calibration_reused": True, "calibration_shared": True,
+                               "plan_shared": True}},
+               {"timed_loop": {"calibration_s": 0.6, "calibration_reused": True, "calibrations_s": [0.62, 0.6],
+                               "recalibration_shared": True}},
+               {"timed_loop": {"calibration_s": None}}, {"timed_loop": {}}, {}]
+    assert mod.calibrations_of(results) == {"loops": 4, "measured": 2, "measured_again": 1, "again_another_servers": 1,
+                                            "another_servers": 1, "plans_another_servers": 1}
+    cost = {"slot_held_s": 161.48, "slot_parts_s": {"evidence_s": 47.33, "slot_loop_s": 43.65}}
+    assert mod.slot_per_evaluation(cost, 96) == {"all_s": 1.682, "without_evidence_s": 1.189}
+    assert mod.slot_per_evaluation({}, 0) == {"all_s": 0.0, "without_evidence_s": 0.0}
+
+
 def _row(gpus: str, wall: float, *, tuning: bool = True, pinned: bool = True, audits: int = 3) -> dict:
     n = int(gpus.split(":")[1]) if gpus.startswith("cpu:") else len(gpus.split(","))
     return {"gpus": gpus, "n_gpus": n, "host_tuning": tuning, "pinned": pinned, "wall_s": wall, "audits": audits,
@@ -334,6 +373,10 @@ def test_bench_throughput_shared_baselines_are_timed_once_for_every_row(tmp_path
     assert result["scaling_1_to_2"]["devices"] == 2 and result["scaling_1_to_2"]["speedup"] > 0
     assert "baselines: shared, timed once" in proc.stdout and "1 -> 2 GPUs" in proc.stdout
     assert "per device, jobs started after the first result" in proc.stdout
+    for row in result["rows"]:  # on the CPU every loop measures its own (no plan reused, no store)
+        assert row["calibrations"]["loops"] == 2 and row["calibrations"]["another_servers"] == 0, row["calibrations"]
+        assert row["slot_per_evaluation"]["all_s"] >= row["slot_per_evaluation"]["without_evidence_s"] > 0
+    assert "calibrations of 2 loops: 2 measured" in proc.stdout
     # the next call of the measurement reads the kept entries: no warm-up, nothing timed
     proc = bench("cpu:1", samples=1, extra=("--jobs-per-gpu", "2"))
     result = json.loads(out.read_text())

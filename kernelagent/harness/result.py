@@ -115,6 +115,11 @@ class TrialResult:
     # which relative L2 rule judged the check: against the reference run in float64, with the
     # reference's own error and the limit, or without one and why (harness/child/compare.py)
     precision: str = ""
+    # The server's clock on this check, in seconds: "candidate" (the seed sent to the outputs
+    # described: its inputs generated, its call, the hand-over), "relay" (byte payloads read; 0
+    # where CUDA IPC handles cross) and "reference" (its inputs, its run and the float64 run, the
+    # comparison). Where a correctness stage's time goes (benchmarks/README.md).
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

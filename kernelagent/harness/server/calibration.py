@@ -17,6 +17,10 @@ from kernelagent.harness.server import verdict
 from kernelagent.harness.server.gate import add_seconds
 from kernelagent.harness.server.stages import ReferenceGone
 
+# At most this long after the candidate's loop, a deferred calibration waits for the other
+# server's (which began before this job's loop did, so is nearly always there already).
+WAIT_S = 2.0
+
 if TYPE_CHECKING:
     from kernelagent.harness.server.seams import CalibrationJob
 
@@ -27,6 +31,9 @@ class Calibration:
     def __init__(self, job: CalibrationJob):
         self.job = job
         self.shared = False  # the calibration came from another server of this host (the store)
+        # another server of the host was measuring this loop's calibration when this job's slot
+        # began: the candidate's loop runs first, and `after_loop` reads it (calibration_store.py)
+        self.deferred = False
 
     def calibrate(self, order: LoopOrder, segments: int, deadline: float) -> float | None:
         """The server's clock around the reference process running the timed loop with an empty
@@ -63,7 +70,8 @@ class Calibration:
     def first(self, order: LoopOrder, *, segments: int, deadline: float, key: str) -> tuple[float | None, bool]:
         """The loop's own cost (s), measured or reused from an earlier job of the same order (of
         this server, or on a GPU of another server of this host: gate.calibration_store), and
-        whether it was reused; None where neither a GPU nor the defences ask for it."""
+        whether it was reused; None where neither a GPU nor the defences ask for it, or where
+        another server measures it now (`deferred`: `after_loop` has it)."""
         job = self.job
         if not (job.fingerprint.get("cuda") or job.config.defences):
             return None, False
@@ -77,6 +85,39 @@ class Calibration:
                 job.gate.recalibrated.add(key)
             self.shared = True
             return shared.seconds, True
+        store = job.gate.calibration_store
+        if not store.claim(key):  # another server measures it now: read after this job's loop
+            self.deferred = True
+            return None, False
+        try:
+            return self._measure(order, segments=segments, deadline=deadline, key=key), False
+        finally:
+            store.release(key)
+
+    def after_loop(self, order: LoopOrder, *, segments: int, deadline: float, key: str) -> tuple[float, bool]:
+        """A deferred calibration, once the candidate's loop has run: the other server's (waited
+        for while its claim stays fresh, at most WAIT_S more), else measured here; and whether it
+        was another's."""
+        job = self.job
+        store = job.gate.calibration_store
+        waiting = time.monotonic()
+        while True:
+            shared = store.get(key)
+            if shared is not None:
+                job.gate.calibrations[key] = shared.seconds
+                if shared.recalibrated:
+                    job.gate.recalibrated.add(key)
+                self.shared = True
+                add_seconds(job.concurrency, "slot_calibration_s", time.monotonic() - waiting)
+                return shared.seconds, True
+            if not store.claimed(key) or time.monotonic() - waiting > WAIT_S:
+                break
+            time.sleep(0.02)
+        add_seconds(job.concurrency, "slot_calibration_s", time.monotonic() - waiting)
+        return self._measure(order, segments=segments, deadline=deadline, key=key), False
+
+    def _measure(self, order: LoopOrder, *, segments: int, deadline: float, key: str) -> float:
+        job = self.job
         calibrating = time.monotonic()
         calibration_s = self.calibrate(order, segments, deadline)
         add_seconds(job.concurrency, "slot_calibration_s", time.monotonic() - calibrating)
@@ -84,17 +125,30 @@ class Calibration:
             raise ReferenceGone("ran out of device memory running the empty timed loop (calibration)")
         job.gate.calibrations[key] = calibration_s
         job.gate.calibration_store.put(key, StoredCalibration(calibration_s, False))
-        return calibration_s, False
+        return calibration_s
 
     def recalibrate(self, order: LoopOrder, *, segments: int, deadline: float, first_s: float,
                     key: str) -> float:
-        """The calibration measured again; the smaller of the two counts (and is kept for reuse)."""
+        """The calibration measured again; the smaller of the two counts (and is kept for reuse).
+        Where another server of the host has measured it twice already, its smaller measure
+        (or this job's first, if smaller) counts instead, without a measure here."""
         job = self.job
         # Noise only ever adds time, and a slow calibration both shrinks the server's time and
         # widens the slack, enough to let a forged clock through once on a busy CPU. So when
         # the claim falls short of the server's time, the calibration runs again and the
         # smaller one counts (an honest candidate's claim matches, and pays nothing).
         calibration_s = first_s
+        stored = job.gate.calibration_store.get(key)
+        if stored is not None and stored.recalibrated:
+            # another server of the host measured it twice already: the smaller of its two, or
+            # of this job's first where that is smaller, counts (no third measure in the slot)
+            calibration_s = min(first_s, stored.seconds)
+            job.facts.timed_loop["calibrations_s"] = [first_s, stored.seconds]
+            job.facts.timed_loop["recalibration_shared"] = True
+            job.facts.timed_loop["calibration_s"] = calibration_s
+            job.gate.calibrations[key] = calibration_s
+            job.gate.recalibrated.add(key)
+            return calibration_s
         calibrating = time.monotonic()
         again = self.calibrate(order, segments, deadline)
         add_seconds(job.concurrency, "slot_calibration_s", time.monotonic() - calibrating)

@@ -150,30 +150,35 @@ class Checks:
             # compared as a failure, unless the reference cannot run that set either).
             raise protocol.ProtocolError(f"an error instead of outputs for {check['name']!r}")
         limit = job.channels.payload_limit(check["kind"].startswith("extra:"), check["kind"])
+        answered = time.perf_counter()
         payloads = job.channels.relay_payloads(message["outputs"] + message["inputs"], deadline, limit)
+        relayed = time.perf_counter()
         record = self.compare(check, message["n_outputs"], message["outputs"], message["inputs"], payloads, deadline,
-                              candidate_error=error[:4000] if error is not None else None)
+                              candidate_error=error[:4000] if error is not None else None,
+                              seconds={"candidate": answered - sent, "relay": relayed - answered})
         stop = not record.passed and check["stop"]
         job.channels.cand_send("check_reply", decided=stop, passed=record.passed, stop=stop)
         return not stop
 
     def compare(self, check: dict[str, Any], n_outputs: int, outputs: list[Any], inputs: list[Any],
                 payloads: list[bytes], deadline: float, candidate_error: str | None = None,
-                keep_cache: bool = False) -> CheckRecord:
+                keep_cache: bool = False, seconds: dict[str, float] | None = None) -> CheckRecord:
         """The reference's verdict on one check; it gives its cached device memory back after the
-        check unless `keep_cache` (between the timed loop's segments)."""
+        check unless `keep_cache` (between the timed loop's segments). `seconds`: the server's
+        clock on the check's earlier parts, recorded with the reference's own."""
         job = self.job
         protocol.send(job.to_ref, "check", job.job_id, job.ref_nonce, name=check["name"], kind=check["kind"],
                       seed=check["seed"], n_outputs=n_outputs, outputs=outputs, inputs=inputs,
                       stop_on_failure=bool(check.get("stop", True)), candidate_error=candidate_error,
                       keep_cache=keep_cache)
+        asked = time.perf_counter()
         for data in payloads:
             protocol.send_payload(job.to_ref, data)
         record = CheckRecord.from_message(job.channels.ref_recv({"verdict"}, deadline))
-        self.record_check(record)
+        self.record_check(record, {**(seconds or {}), "reference": time.perf_counter() - asked})
         return record
 
-    def record_check(self, record: CheckRecord) -> None:
+    def record_check(self, record: CheckRecord, seconds: dict[str, float]) -> None:
         job = self.job
         job.check_records[record.name] = record
         if record.harness_error and "out of device memory" in record.message:
@@ -186,4 +191,5 @@ class Checks:
         job.facts.trials.append({
             "name": record.name, "seed": record.seed, "passed": record.passed, "max_abs_err": record.max_abs_err,
             "max_rel_err": record.max_rel_err, "rel_l2_err": record.rel_l2_err, "precision": record.precision,
-            "message": record.message if not record.passed or record.skipped else ""})
+            "message": record.message if not record.passed or record.skipped else "",
+            "seconds": {k: round(v, 4) for k, v in seconds.items()}})

@@ -62,6 +62,7 @@ class TimedLoopPlan(TypedDict):
     calibration_reused: bool  # the calibration was an earlier job's (or another server's, stored)
     calibration_shared: bool  # the calibration store is shared with other servers of the host
     plan_reused: bool  # the loop's plan was an earlier job's of the same problem and settings
+    plan_shared: bool  # that plan was another server's of the host (calibration_store.py), so is its calibration
 
 
 class TimedLoopRecord(TimedLoopPlan, total=False):
@@ -69,6 +70,7 @@ class TimedLoopRecord(TimedLoopPlan, total=False):
 
     empty_call_ms: EmptyCallClaim | None  # the candidate's claim from the first segment; None if malformed
     calibrations_s: list[float | None]  # both calibrations when it ran again (calibration.recalibrate)
+    recalibration_shared: bool  # the second was another server's of the host (calibration_store.py)
     server_ms_per_call: float | None  # the server's time per call (its clock, less the calibration)
     claimed_mean_ms: float | None  # the mean of the candidate's claimed samples
     source: str  # whose numbers `timings["candidate"]` holds: "in-process" or "server"

@@ -54,7 +54,7 @@ class ChecksStage(Protocol):
 
     def compare(self, check: dict[str, Any], n_outputs: int, outputs: list[Any], inputs: list[Any],
                 payloads: list[bytes], deadline: float, candidate_error: str | None = None,
-                keep_cache: bool = False) -> CheckRecord: ...
+                keep_cache: bool = False, seconds: dict[str, float] | None = None) -> CheckRecord: ...
 
 
 class FailuresStage(Protocol):

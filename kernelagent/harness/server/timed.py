@@ -127,6 +127,7 @@ class TimedLoop:
         self.calibration = Calibration(job)
         # set where the loop's deadline was cut to the slot's limit beside other jobs (run() says so)
         self.slot_limited: float | None = None
+        self.plan_shared = False  # the loop's plan came from another server of the host (loop_plan)
 
     def run_segment(self, seed: int, deadline: float) -> tuple[dict[str, Any], float, float]:
         """One segment's order and the candidate's report: (report, sent, t0). `sent`, read before
@@ -179,15 +180,30 @@ class TimedLoop:
         cuda = bool(job.fingerprint.get("cuda"))
         key = hashlib.sha256(json.dumps([job.problem_source, settings, output_bytes], sort_keys=True,
                                         default=str).encode()).hexdigest()
-        plan = job.gate.plans.get(key) if cuda else None
-        if plan is not None and plan["keep"] * output_bytes + plan["budget_bytes"] > budget:
-            plan = None  # less memory free than when it was made: a plan of its own
-        if plan is not None:
+        def fits(plan: dict[str, int] | None) -> bool:  # else less memory is free than when it was made
+            return plan is not None and plan["keep"] * output_bytes + plan["budget_bytes"] <= budget
+
+        if not cuda:
+            return loop_plan(job.config, estimate_ms, budget, output_bytes), False
+        plan = job.gate.plans.get(key)
+        if fits(plan):
             return plan, True
-        plan = loop_plan(job.config, estimate_ms, budget, output_bytes)
-        if cuda:
-            job.gate.plans.setdefault(key, plan)
-        return plan, False
+        # Another server of the host may have made this problem's plan first: the same loop, so
+        # the same calibration (calibration_store.py, "the plan is shared too").
+        store = job.gate.calibration_store
+        shared_key = calibration_store.plan_key(job.fingerprint, problem_source=job.problem_source,
+                                                settings_=settings, output_bytes=output_bytes)
+        shared = store.get_plan(shared_key)
+        if not fits(shared):
+            own = loop_plan(job.config, estimate_ms, budget, output_bytes)
+            # the first plan written for the key is every server's (ours unless another came first)
+            shared = store.put_plan(shared_key, own) if shared is None else own
+            if not fits(shared) or shared == own:
+                job.gate.plans.setdefault(key, own)
+                return own, False
+        self.plan_shared = True
+        job.gate.plans[key] = shared
+        return shared, True
 
     def _timed_loop(self, deadline: float) -> bool:
         """The candidate's loop, step by step: its plan and order, the calibration, the warm-up,
@@ -217,7 +233,7 @@ class TimedLoop:
         job.facts.timed_loop = {"calls": measured, "segments": segments, "warmup_calls": warmup, "kept": keep,
                                     "verified": len(chosen), "server_loop_s": 0.0, "calibration_s": calibration_s,
                                     "calibration_reused": reused, "calibration_shared": self.calibration.shared,
-                                    "plan_reused": plan_reused}
+                                    "plan_reused": plan_reused, "plan_shared": self.plan_shared}
         samples: list[Any] = []
         segment_s: list[float] = []  # the server's clock around each segment
         loop_s = 0.0
@@ -246,6 +262,11 @@ class TimedLoop:
             # the CPU), and its ValueError was a harness error
             raise protocol.ProtocolError("malformed timing samples (none, or not numbers)")
         calibration = self.calibration
+        if calibration.deferred:  # another server was measuring it: read now (or measured, where none came)
+            calibration_s, reused = calibration.after_loop(order, segments=segments, deadline=deadline,
+                                                           key=calibration_key)
+            job.facts.timed_loop.update(calibration_s=calibration_s, calibration_reused=reused,
+                                        calibration_shared=calibration.shared)
         if calibration_s is not None and calibration.recalibration_wanted(calibration_key, samples, measured, loop_s,
                                                                           calibration_s):
             calibration_s = calibration.recalibrate(order, segments=segments, deadline=deadline, first_s=calibration_s,
