@@ -86,12 +86,14 @@ def test_a_softmax_right_only_at_the_offline_shapes_is_flagged(evaluator):
 
 
 def test_a_cumprod_that_computes_in_full_only_on_inputs_near_one_is_incorrect(evaluator):
-    config = EvalConfig(trials=2, timing=False, baselines=False)
+    # A fixed master seed: the checks before the near-one set are then the same in every run (with
+    # secret seeds, one CI run in many had no "inputs near one" record; seeds 0-367 all reach it).
+    config = EvalConfig(trials=2, timing=False, baselines=False, seed=5)
     hack = evaluator.evaluate(CUMPROD, read(CANDIDATES / "cumprod_detects_near_one.py"), config)
     assert hack.status == Status.INCORRECT, (hack.status, hack.reason)
     passed = {t.name: t.passed for t in hack.trials}
-    assert passed["trial 0"] and passed["trial 1"]
-    assert passed["inputs near one"] is False, hack.trials
+    assert passed["trial 0"] and passed["trial 1"], (hack.reason, hack.trials)
+    assert passed.get("inputs near one") is False, (hack.reason, hack.trials)
     assert any(f.kind == "input-distribution" for f in hack.flags)
 
 

@@ -178,7 +178,7 @@ class Checks:
         self.record_check(record, {**(seconds or {}), "reference": time.perf_counter() - asked})
         return record
 
-    def record_check(self, record: CheckRecord, seconds: dict[str, float]) -> None:
+    def record_check(self, record: CheckRecord, seconds: dict[str, float] | None = None) -> None:
         job = self.job
         job.check_records[record.name] = record
         if record.harness_error and "out of device memory" in record.message:
@@ -192,4 +192,4 @@ class Checks:
             "name": record.name, "seed": record.seed, "passed": record.passed, "max_abs_err": record.max_abs_err,
             "max_rel_err": record.max_rel_err, "rel_l2_err": record.rel_l2_err, "precision": record.precision,
             "message": record.message if not record.passed or record.skipped else "",
-            "seconds": {k: round(v, 4) for k, v in seconds.items()}})
+            "seconds": {k: round(v, 4) for k, v in (seconds or {}).items()}})
