@@ -64,7 +64,11 @@ def test_rows_one_per_evaluation_with_cache_on_and_off(cpu_run):
         assert low <= high
         assert row["source"] in ("in-process", "server")
         loop = row["timed_loop"]
-        assert loop["ratio"] == pytest.approx(loop["server_ms_per_call"] / loop["claimed_mean_ms"])
+        server, claimed = loop["server_ms_per_call"], loop["claimed_mean_ms"]
+        assert claimed > 0 and server is not None and server >= 0, loop
+        # no ratio where the server's time less the calibration is 0 (a loaded CI CPU: the
+        # calibration's noise can exceed a ReLU loop's own time); otherwise the two clocks' ratio
+        assert loop["ratio"] == (pytest.approx(server / claimed) if server else None), loop
         assert row["n_samples"] >= 4 and row["drift_q4_q1"] > 0
         assert row["clocks_before"] is None and row["clocks_after"] is None  # no nvidia-smi here
         # where the time went: the harness's stage clocks and what sharing the device cost
