@@ -123,17 +123,10 @@ def test_on_the_cpu_nothing_is_shared(tmp_path):
 
 # -- the loop's plan, shared so that the calibration's key is ---------------------------------------
 def _timed(gate, estimate_ms, free=80 << 30, source="P = 1\n", gpu="NVIDIA H200"):
-    """A job's timed loop on a GPU, over what its plan reads of the job (seams.TimedJob)."""
-    from types import SimpleNamespace
+    """A job's timed loop on a GPU of `gpu`'s model (test_eval_cost._timed_job)."""
+    from tests.test_eval_cost import _timed_job
 
-    from kernelagent.harness.config import EvalConfig
-    from kernelagent.harness.server.timed import TimedLoop
-
-    job = SimpleNamespace(config=EvalConfig(), fingerprint={**H200, "gpu_name": gpu, "cuda": True}, gate=gate,
-                          problem_source=source,
-                          ready={"estimate_ms": estimate_ms, "output_bytes": 64 << 20, "input_bytes": 64 << 20,
-                                 "memory": {"free_bytes": free}})
-    return TimedLoop(job)
+    return _timed_job(True, gate, estimate_ms, free, fingerprint={**H200, "gpu_name": gpu}, source=source)
 
 
 def test_a_second_server_runs_the_first_servers_plan_so_reads_its_calibration(tmp_path):

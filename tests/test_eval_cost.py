@@ -37,9 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # -- the loop's plan and its calibration ---------------------------------------------------------
-def _timed_job(cuda: bool, gate: gate_mod.Gate, estimate_ms: float = 0.19, free: int = 80 << 30) -> TimedLoop:
+def _timed_job(cuda: bool, gate: gate_mod.Gate, estimate_ms: float = 0.19, free: int = 80 << 30, *,
+               fingerprint: dict | None = None, source: str = "P = 1\n") -> TimedLoop:
     """A job's timed loop, over what its plan reads of the job (seams.TimedJob)."""
-    job = SimpleNamespace(config=EvalConfig(), fingerprint={"cuda": cuda}, gate=gate, problem_source="P = 1\n",
+    job = SimpleNamespace(config=EvalConfig(), fingerprint={**(fingerprint or {}), "cuda": cuda}, gate=gate,
+                          problem_source=source,
                           ready={"estimate_ms": estimate_ms, "output_bytes": 64 << 20, "input_bytes": 64 << 20,
                                  "memory": {"free_bytes": free}})
     return TimedLoop(job)

@@ -80,11 +80,7 @@ class Calibration:
             return calibration_s, True
         shared = job.gate.calibration_store.get(key)  # another server's (none on the CPU: make_gate)
         if shared is not None:
-            job.gate.calibrations[key] = shared.seconds
-            if shared.recalibrated:
-                job.gate.recalibrated.add(key)
-            self.shared = True
-            return shared.seconds, True
+            return self._adopt(key, shared), True
         store = job.gate.calibration_store
         if not store.claim(key):  # another server measures it now: read after this job's loop
             self.deferred = True
@@ -104,17 +100,22 @@ class Calibration:
         while True:
             shared = store.get(key)
             if shared is not None:
-                job.gate.calibrations[key] = shared.seconds
-                if shared.recalibrated:
-                    job.gate.recalibrated.add(key)
-                self.shared = True
                 add_seconds(job.concurrency, "slot_calibration_s", time.monotonic() - waiting)
-                return shared.seconds, True
+                return self._adopt(key, shared), True
             if not store.claimed(key) or time.monotonic() - waiting > WAIT_S:
                 break
             time.sleep(0.02)
         add_seconds(job.concurrency, "slot_calibration_s", time.monotonic() - waiting)
         return self._measure(order, segments=segments, deadline=deadline, key=key), False
+
+    def _adopt(self, key: str, shared: StoredCalibration) -> float:
+        """Another server's stored calibration, kept as this server's (its second measure too)."""
+        gate = self.job.gate
+        gate.calibrations[key] = shared.seconds
+        if shared.recalibrated:
+            gate.recalibrated.add(key)
+        self.shared = True
+        return shared.seconds
 
     def _measure(self, order: LoopOrder, *, segments: int, deadline: float, key: str) -> float:
         job = self.job

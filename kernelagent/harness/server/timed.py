@@ -9,8 +9,6 @@ against a calibration loop the reference runs with an empty model.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -177,33 +175,32 @@ class TimedLoop:
         job = self.job
         budget = self.harness_budget()
         output_bytes = max(int(job.ready.get("output_bytes", 0)), 1)
-        cuda = bool(job.fingerprint.get("cuda"))
-        key = hashlib.sha256(json.dumps([job.problem_source, settings, output_bytes], sort_keys=True,
-                                        default=str).encode()).hexdigest()
+        if not job.fingerprint.get("cuda"):
+            return loop_plan(job.config, estimate_ms, budget, output_bytes), False
+
         def fits(plan: dict[str, int] | None) -> bool:  # else less memory is free than when it was made
             return plan is not None and plan["keep"] * output_bytes + plan["budget_bytes"] <= budget
 
-        if not cuda:
-            return loop_plan(job.config, estimate_ms, budget, output_bytes), False
+        # One key for this server's plans and the host's (calibration_store.py, "the plan is shared
+        # too"): another server that made this problem's plan first runs the same loop, so reads
+        # the same calibration.
+        key = calibration_store.plan_key(job.fingerprint, problem_source=job.problem_source, settings_=settings,
+                                         output_bytes=output_bytes)
         plan = job.gate.plans.get(key)
         if fits(plan):
             return plan, True
-        # Another server of the host may have made this problem's plan first: the same loop, so
-        # the same calibration (calibration_store.py, "the plan is shared too").
         store = job.gate.calibration_store
-        shared_key = calibration_store.plan_key(job.fingerprint, problem_source=job.problem_source,
-                                                settings_=settings, output_bytes=output_bytes)
-        shared = store.get_plan(shared_key)
-        if not fits(shared):
+        shared, own = store.get_plan(key), None
+        if shared is None:  # the first plan written for the key is every server's: ours unless another came first
             own = loop_plan(job.config, estimate_ms, budget, output_bytes)
-            # the first plan written for the key is every server's (ours unless another came first)
-            shared = store.put_plan(shared_key, own) if shared is None else own
-            if not fits(shared) or shared == own:
-                job.gate.plans.setdefault(key, own)
-                return own, False
-        self.plan_shared = True
-        job.gate.plans[key] = shared
-        return shared, True
+            shared = store.put_plan(key, own)
+        if fits(shared) and shared != own:
+            self.plan_shared = True
+            job.gate.plans[key] = shared
+            return shared, True
+        own = own if own is not None else loop_plan(job.config, estimate_ms, budget, output_bytes)
+        job.gate.plans.setdefault(key, own)
+        return own, False
 
     def _timed_loop(self, deadline: float) -> bool:
         """The candidate's loop, step by step: its plan and order, the calibration, the warm-up,
